@@ -1,0 +1,38 @@
+"""introspect: see inside a HuggingFace BERT and prove that two implementations agree.
+
+The public API is loaded lazily so that ``introspect --help`` starts without importing
+torch (see ``__getattr__`` below)::
+
+    import introspect
+    graph = introspect.trace(model, inputs)      # IntrospectGraph
+    result = introspect.diff(reference, candidate, inputs)   # DiffResult
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> "module:attribute"; imported on first use only.
+_LAZY_API = {
+    "trace": "introspect.graph:trace",
+    "IntrospectGraph": "introspect.graph:IntrospectGraph",
+    "load_model": "introspect.load:load_model",
+    "tokenize": "introspect.load:tokenize",
+    "diff": "introspect.differ:diff",
+    "DiffResult": "introspect.differ:DiffResult",
+}
+
+__all__ = ["__version__", *_LAZY_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY_API:
+        raise AttributeError(f"module 'introspect' has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY_API[name].split(":")
+    value = getattr(importlib.import_module(module_name), attribute)
+    globals()[name] = value
+    return value
