@@ -18,7 +18,7 @@ What it does, in the order of shared/DESIGN.md ("Tracing HF BERT with torch.fx")
    modules stay ``call_module`` leaves; attention math and masks are functions;
 5. dead code is removed and the GraphModule can be pickled and loaded again.
 
-Every Python decision taken on a traced value (``if x.shape[1] > 512``) is recorded in
+Every Python branch taken on a traced value (``if x.shape[1] > 512``) is recorded in
 ``TraceResult.decisions``: those are the places where the graph was specialised to the
 example inputs, and tools downstream say so instead of drawing a different graph in
 silence.
@@ -60,9 +60,9 @@ _EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
 class Decision:
     """A Python branch taken on a traced value: the graph holds only the branch taken."""
 
-    node: str  # the node whose value was asked
-    question: str  # "bool", "len" or "iter"
-    answer: str  # what the example inputs answered
+    node: str  # the node whose truth was asked (often removed later as dead code)
+    expression: str  # the node as fx prints it: "%gt : ... = call_function[target=operator.gt](...)"
+    answer: bool  # what the example inputs answered
 
 
 @dataclass
@@ -87,9 +87,8 @@ class _MetaProxy(torch.fx.Proxy):
         return super().__getattr__(name)
 
     def __len__(self) -> int:
-        value = _meta_of(self.node)
-        self.tracer.decisions.append(Decision(self.node.name, "len", str(len(value))))  # type: ignore[attr-defined]
-        return len(value)
+        # Ranks and tuple lengths are fixed for a graph; no decision worth recording.
+        return len(_meta_of(self.node))
 
 
 def _meta_of(node: torch.fx.Node) -> Any:
@@ -194,14 +193,12 @@ class MetaTracer(torch.fx.Tracer):
                 f"the model branches on the values of node {obj.node.name} "
                 f"({obj.node.format_node()}); a graph cannot hold that branch"
             ) from e
-        self.decisions.append(Decision(obj.node.name, "bool", str(answer)))
+        self.decisions.append(Decision(obj.node.name, obj.node.format_node(), answer))
         return answer
 
     def iter(self, obj: torch.fx.Proxy) -> Iterator[Any]:
         value = _meta_of(obj.node)
-        length = len(value)
-        self.decisions.append(Decision(obj.node.name, "iter", str(length)))
-        return iter([obj[i] for i in range(length)])
+        return iter([obj[i] for i in range(len(value))])
 
     def keys(self, obj: torch.fx.Proxy) -> Any:
         return _meta_of(obj.node).keys()
@@ -217,7 +214,13 @@ class MetaTracer(torch.fx.Tracer):
 
 
 class ReloadableTracer(torch.fx.Tracer):
-    """A tracer with no required arguments, so a pickled GraphModule loads again."""
+    """A tracer with no required arguments, so a pickled GraphModule loads again.
+
+    Loading re-traces the generated code; buffers must stay proxies there too, or
+    ``position_ids[:, :seq_len]`` would index a real tensor with a traced length.
+    """
+
+    proxy_buffer_attributes = True
 
 
 def _node_to_meta(value: Any) -> Any:
@@ -280,6 +283,8 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         raise TraceError(f"torch.fx could not trace {type(model).__name__}: {e}") from e
     for node in graph.nodes:
         node.meta.pop("fake", None)  # FakeTensors are only for tracing; drop them
+        if isinstance(node.type, str):  # a postponed annotation ("Any") cannot be pickled
+            node.type = None
     graph._tracer_cls = ReloadableTracer
     gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)
     gm.graph.eliminate_dead_code()

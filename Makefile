@@ -1,0 +1,48 @@
+# The two commands of the README: `make demo` and `make test`. Both are idempotent and set
+# up everything they need in .venv/ (Graphviz's dot through apt-get where possible).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup demo test lint typecheck bench clean
+
+setup: $(STAMP) dot
+
+# torch first and pinned: a torch requirement that admits a newer release pulls several
+# GB of CUDA packages; with 2.13.0 installed, the package's own range installs nothing more.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+dot:
+	@command -v dot >/dev/null 2>&1 || sh scripts/install-graphviz.sh
+
+# The main job on the embedded model: tables (and, as they land, the diagram and the diff).
+demo: setup
+	$(BIN)/introspect trace --head sequence-classification --format csv -o reports/minilm_nodes.csv
+	$(BIN)/introspect trace --head sequence-classification --layers --format csv -o reports/minilm_layers.csv
+	$(BIN)/introspect trace --head sequence-classification --format json -o reports/minilm_graph.json
+	@echo "demo: wrote reports/minilm_nodes.csv, reports/minilm_layers.csv, reports/minilm_graph.json"
+
+# pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.
+test: setup
+	@$(BIN)/python -m pytest -q; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+lint: setup
+	$(BIN)/ruff check introspect tests examples benchmarks scripts
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

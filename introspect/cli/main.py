@@ -1,0 +1,66 @@
+"""introspect: see inside a HuggingFace BERT, draw it, and diff two implementations.
+
+Exit codes: 0 ok / parity holds, 1 parity fails, 2 bad usage or bad input.
+Set INTROSPECT_DEBUG=1 to see the full traceback of an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from introspect import __version__
+from introspect.errors import IntrospectError
+
+# Subcommand name -> module; each module's docstring is its --help text and it defines
+# add_arguments(parser) and run(args) -> exit code.
+COMMANDS = {
+    "trace": "introspect.cli.trace_cmd",
+}
+
+EXIT_OK, EXIT_PARITY_FAILS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; a user error here is one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="introspect", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"introspect {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        doc = module.__doc__ or ""
+        sub = commands.add_parser(name, help=doc.strip().splitlines()[0], description=doc,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.run(args))
+    except IntrospectError as e:
+        if os.environ.get("INTROSPECT_DEBUG"):
+            raise
+        sys.stderr.write(f"introspect {args.command}: error: {e}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write(f"introspect {args.command}: interrupted; no file was written\n")
+        return 130

@@ -1,0 +1,248 @@
+"""Shapes on every node: run ShapeProp, then turn each fx node into a ``NodeRecord``.
+
+``torch.fx.passes.shape_prop.ShapeProp`` runs the GraphModule on real inputs and writes
+``node.meta["tensor_meta"]`` for tensor outputs. ``ValueShapeProp`` keeps, in addition,
+the small non-tensor values (ints, ``torch.Size``) so that shape-bookkeeping nodes are
+recorded as such, with their value, instead of being dropped.
+
+Example::
+
+    >>> records = annotate_shapes(gm, [input_ids, token_type_ids, attention_mask])
+    >>> [r.shape for r in records if r.op_type == "scaled_dot_product_attention"][0]
+    (2, 12, 9, 64)
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+
+from introspect.records import (
+    KIND_MULTI,
+    KIND_OTHER,
+    KIND_OUTPUT,
+    KIND_SHAPE,
+    KIND_TENSOR,
+    NodeRecord,
+)
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:encoder\.)?(?:layer|layers|h|blocks)\.(\d+)(?:\.|$)")
+
+
+class ValueShapeProp(ShapeProp):
+    """ShapeProp that also keeps int / ``torch.Size`` results in ``node.meta["value"]``."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        if _is_shape_value(result):
+            n.meta["value"] = result
+        return result
+
+
+def _is_shape_value(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, (tuple, list)) and value:  # torch.Size is a tuple
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return False
+
+
+def annotate_shapes(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor]) -> list[NodeRecord]:
+    """Run ShapeProp on ``gm`` with ``args`` (in placeholder order) and record every node.
+
+    Raises:
+        RuntimeError: ShapeProp's own error, naming the node that failed.
+    """
+    with torch.no_grad():
+        ValueShapeProp(gm).propagate(*args)
+    modules = dict(gm.named_modules())
+    backbone = backbone_path(gm)
+    return [_record(index, node, gm, modules, backbone)
+            for index, node in enumerate(gm.graph.nodes)]
+
+
+def _record(index: int, node: torch.fx.Node, gm: torch.fx.GraphModule,
+            modules: dict[str, torch.nn.Module], backbone: str | None) -> NodeRecord:
+    metas = _tensor_metas(node.meta.get("tensor_meta"))
+    value = node.meta.get("value")
+    first = metas[0][1] if metas else None
+    module = _module_path(node)
+    return NodeRecord(
+        index=index,
+        name=node.name,
+        op=node.op,
+        target=_target_name(node),
+        op_type=_op_type(node, modules),
+        module=module,
+        layer=layer_of(node, module, backbone),
+        kind=_kind(node, metas, value),
+        shape=tuple(first.shape) if first is not None else None,
+        shapes=_shapes_text(node.meta.get("tensor_meta"), metas),
+        dtype=str(first.dtype).removeprefix("torch.") if first is not None else "",
+        numel=sum(math.prod(m.shape) for _, m in metas),
+        nbytes=sum(math.prod(m.shape) * _itemsize(m.dtype) for _, m in metas),
+        params=_params(node, gm, modules),
+        flops=estimate_flops(node, modules),
+        inputs=tuple(n.name for n in node.all_input_nodes),
+        value=_value_text(value) if value is not None and not metas else "",
+    )
+
+
+def _tensor_metas(meta: Any, prefix: str = "") -> list[tuple[str, TensorMetadata]]:
+    """Flatten a (possibly nested) tensor_meta into (path, TensorMetadata) pairs."""
+    if meta is None:
+        return []
+    if isinstance(meta, TensorMetadata):
+        return [(prefix, meta)]
+    if isinstance(meta, dict):
+        items: Any = meta.items()
+    elif isinstance(meta, (tuple, list)):
+        items = enumerate(meta)
+    else:
+        return []
+    flat = []
+    for key, sub in items:
+        flat += _tensor_metas(sub, f"{prefix}.{key}" if prefix else str(key))
+    return flat
+
+
+def _shapes_text(meta: Any, metas: list[tuple[str, TensorMetadata]]) -> str:
+    if isinstance(meta, TensorMetadata):
+        return _shape_text(meta.shape)
+    return ", ".join(f"{path}={_shape_text(m.shape)}" for path, m in metas)
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _value_text(value: Any) -> str:
+    return _shape_text(value) if isinstance(value, (tuple, list)) else str(value)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _kind(node: torch.fx.Node, metas: list[Any], value: Any) -> str:
+    if node.op == "output":
+        return KIND_OUTPUT
+    if isinstance(node.meta.get("tensor_meta"), TensorMetadata):
+        return KIND_TENSOR
+    if metas:
+        return KIND_MULTI
+    if value is not None:
+        return KIND_SHAPE
+    return KIND_OTHER
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    if node.op in ("call_module", "get_attr"):
+        owner = str(node.target)
+        return owner if node.op == "call_module" else owner.rpartition(".")[0]
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path, _ = list(stack.values())[-1]
+    return str(path)
+
+
+def backbone_path(model: torch.nn.Module) -> str | None:
+    """Path of the BERT backbone (the module holding embeddings and encoder), if any."""
+    for path, module in model.named_modules():
+        if hasattr(module, "embeddings") and hasattr(module, "encoder"):
+            return path
+    return None
+
+
+def layer_of(node: torch.fx.Node, module: str, backbone: str | None) -> str:
+    """The block a node belongs to: embeddings, encoder.layer.N, pooler, mask, head, ...
+
+    Nodes run by the backbone itself (outside its children) build the attention mask.
+    """
+    if node.op == "placeholder":
+        return "inputs"
+    if node.op == "output":
+        return "outputs"
+    parts = module.split(".") if module else []
+    if "embeddings" in parts:
+        return "embeddings"
+    match = _LAYER_INDEX.search(module)
+    if match:
+        return f"encoder.layer.{match.group(1)}"
+    if "pooler" in parts:
+        return "pooler"
+    if backbone is not None and module == backbone:
+        return "mask"
+    return "head"
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    if isinstance(node.target, str):
+        return node.target
+    module = getattr(node.target, "__module__", None) or ""
+    name = getattr(node.target, "__name__", repr(node.target))
+    return f"{module}.{name}" if module else name
+
+
+def _op_type(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> str:
+    if node.op == "call_module":
+        return type(modules[str(node.target)]).__name__
+    if node.op in ("placeholder", "output"):
+        return node.op
+    if node.op == "get_attr":
+        return "parameter" if str(node.target).rpartition(".")[2] in ("weight", "bias") else "buffer"
+    if isinstance(node.target, str):
+        return node.target
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _params(node: torch.fx.Node, gm: torch.fx.GraphModule,
+            modules: dict[str, torch.nn.Module]) -> int:
+    if node.op == "call_module":
+        return sum(p.numel() for p in modules[str(node.target)].parameters())
+    if node.op == "get_attr":
+        try:
+            return gm.get_parameter(str(node.target)).numel()
+        except AttributeError:
+            return 0
+    return 0
+
+
+_MATMULS = {torch.matmul, torch.bmm, torch.mm, operator.matmul}
+
+
+def estimate_flops(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> int:
+    """Multiply-adds x 2 of linear layers, matmuls and attention; 0 for everything else."""
+    out = node.meta.get("tensor_meta")
+    if not isinstance(out, TensorMetadata):
+        return 0
+    out_numel = math.prod(out.shape)
+    if node.op == "call_module" and isinstance(modules[str(node.target)], torch.nn.Linear):
+        return 2 * out_numel * modules[str(node.target)].in_features
+    first_input = _input_shape(node, 0)
+    if node.op == "call_function" and node.target in _MATMULS and first_input:
+        return 2 * out_numel * first_input[-1]
+    if node.op == "call_method" and node.target in ("matmul", "bmm") and first_input:
+        return 2 * out_numel * first_input[-1]
+    if getattr(node.target, "__name__", "") == "scaled_dot_product_attention":
+        query, key = first_input, _input_shape(node, 1)
+        if query and key:  # QK^T and (softmax)V: two matmuls of (S x hd) by (hd x Sk)
+            return 4 * math.prod(query[:-1]) * key[-2] * query[-1]
+    return 0
+
+
+def _input_shape(node: torch.fx.Node, position: int) -> tuple[int, ...] | None:
+    if len(node.args) <= position or not isinstance(node.args[position], torch.fx.Node):
+        return None
+    meta = node.args[position].meta.get("tensor_meta")
+    return tuple(meta.shape) if isinstance(meta, TensorMetadata) else None

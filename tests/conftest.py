@@ -1,0 +1,51 @@
+"""Shared fixtures: offline mode, and small HF models built once per session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+TEXTS = ("I love cats!", "He hates pineapple pizza.")
+
+
+def make_batch(batch: int, seq: int, *, padded: bool, choices: int = 0,
+               seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random token ids with both segments; the last rows padded when ``padded``."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, choices, seq) if choices else (batch, seq)
+    input_ids = torch.randint(1000, 30000, shape, generator=generator)
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[..., seq // 2:] = 1
+    attention_mask = torch.ones_like(input_ids)
+    if padded:
+        attention_mask[1:, ..., seq - 3:] = 0  # every row but the first is padded
+        input_ids[1:, ..., seq - 3:] = 0
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids,
+            "attention_mask": attention_mask}
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """Loaded bert-tiny models by (head, attn), built on first use."""
+    from introspect.load import load_model
+
+    cache: dict[tuple[str, str], object] = {}
+
+    def get(head: str = "base", attn: str = "sdpa"):
+        if (head, attn) not in cache:
+            cache[(head, attn)] = load_model("bert-tiny", head=head, attn=attn)
+        return cache[(head, attn)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from introspect.load import load_model
+
+    return load_model("minilm", head="base")
