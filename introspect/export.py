@@ -60,8 +60,11 @@ def graph_graphml(graph: IntrospectGraph) -> str:
 
 
 def nodes_table(graph: IntrospectGraph, *, include_bookkeeping: bool = False,
-                width: int = 160) -> str:
-    """A readable table of the nodes (rich), without shape bookkeeping unless asked."""
+                width: int = 400) -> str:
+    """A readable table of the nodes (rich), without shape bookkeeping unless asked.
+
+    The table takes its natural width (up to ``width``): names are never cut.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -71,7 +74,7 @@ def nodes_table(graph: IntrospectGraph, *, include_bookkeeping: bool = False,
     for column, justify in (("#", "right"), ("node", "left"), ("op", "left"), ("layer", "left"),
                             ("module", "left"), ("shape", "left"), ("params", "right"),
                             ("FLOPs", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for r in records:
         table.add_row(str(r.index), r.name, r.op_type, r.layer, r.module,
                       r.shapes or r.value, f"{r.params:,}" if r.params else "",

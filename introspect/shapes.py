@@ -146,6 +146,9 @@ def _kind(node: torch.fx.Node, metas: list[Any], value: Any) -> str:
 
 
 def _module_path(node: torch.fx.Node) -> str:
+    if node.op == "get_attr" and str(node.target).startswith("_tensor_constant") and node.users:
+        # fx keeps tensor constants on the root module; they belong where they are used
+        return _module_path(next(iter(node.users)))
     if node.op in ("call_module", "get_attr"):
         owner = str(node.target)
         return owner if node.op == "call_module" else owner.rpartition(".")[0]
