@@ -1,0 +1,116 @@
+"""Label text for drawings: escaping, shapes as text, friendly titles for ops.
+
+Every label in a drawing is a Graphviz HTML-like label built here, and every piece of
+text that reaches one goes through ``escape`` first: a token such as ``<script>`` or a
+quote in the input text shows as text and can break neither the DOT nor the SVG.
+
+Example::
+
+    >>> escape("<script>alert('x')</script>")
+    '&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;'
+    >>> shape_text((2, 9, 768))
+    '(2, 9, 768)'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# Characters XML 1.0 does not allow (SVG is XML); they are dropped from labels.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+
+# Ops whose meaning is better said in words than by the function's name.
+_OP_TITLES = {
+    "scaled_dot_product_attention": "scaled dot-product attention",
+    "add": "add",
+    "iadd": "add",
+    "matmul": "matmul",
+    "softmax": "softmax",
+    "truediv": "divide",
+    "mul": "multiply",
+    "getitem": "select",
+}
+
+# Ops that only rearrange a tensor's layout; chains of them fold into one node.
+LAYOUT_OPS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "flatten",
+                        "unflatten", "squeeze", "unsqueeze", "t"})
+
+
+def escape(text: str) -> str:
+    """Text made safe for a Graphviz HTML-like label (and hence for the SVG)."""
+    text = _NOT_XML.sub("", str(text))
+    return "".join(_ENTITIES.get(c, c) for c in text)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis when it was longer."""
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+
+
+def shape_text(shape: Sequence[int] | None) -> str:
+    """A shape as PyTorch users read it: ``(2, 9, 768)``; ``()`` for a scalar."""
+    if shape is None:
+        return ""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def compact_count(count: int) -> str:
+    """Parameter counts people can read at a glance: 590, 16.5K, 23.8M."""
+    for size, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
+        if count >= size:
+            return f"{count / size:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(count)
+
+
+def op_title(op_type: str, module: str, input_shapes: Sequence[tuple[int, ...] | None],
+             shape: tuple[int, ...] | None, input_names: Sequence[str] = ()) -> str:
+    """A short title for an op node: what it does, in words where the op is known.
+
+    ``getitem`` is named after what it does in BERT when that is clear from the shapes:
+    the pooler selecting the [CLS] token, and the position ids cut to the sequence.
+    """
+    first = input_shapes[0] if input_shapes else None
+    if op_type == "getitem" and first and shape:
+        if module.endswith("pooler") and len(first) == 3 and len(shape) == 2:
+            return "select [CLS] (token 0)"
+        if input_names and input_names[0].endswith("position_ids"):
+            return "position_ids[:, :S]"
+    return _OP_TITLES.get(op_type, op_type)
+
+
+def layout_title(ops: Sequence[str], before: tuple[int, ...] | None,
+                 after: tuple[int, ...] | None) -> str:
+    """What a chain of layout ops does, in words: ``split heads``, ``merge heads``, ...
+
+    Args:
+        ops: the chain's op names in order (``["view", "transpose"]``).
+        before: the shape going in; after: the shape coming out.
+    """
+    if before and after and before != after:
+        if _splits_heads(before, after):
+            transposed = after[3] == before[1] and before[1] not in after[1:3]
+            return "split heads, transpose" if transposed else "split heads"
+        if _splits_heads(after, before):
+            return "merge heads"
+        if sorted(before) == sorted(after):
+            return "transpose"
+        if [d for d in before if d != 1] == [d for d in after if d != 1]:
+            return "squeeze" if len(before) > len(after) else "unsqueeze"
+        return "flatten" if len(before) > len(after) else "reshape"
+    if before is not None and before == after:
+        return "layout (shape unchanged)"
+    return " → ".join(ops)
+
+
+def _splits_heads(hidden: tuple[int, ...], heads: tuple[int, ...]) -> bool:
+    """(B, S, H) against (B, nh, S, hd), (B, S, nh, hd) or (B, nh, hd, S), nh * hd = H."""
+    if len(hidden) != 3 or len(heads) != 4 or hidden[0] != heads[0]:
+        return False
+    _, s, h = hidden
+    rest = list(heads[1:])
+    if s not in rest:
+        return False
+    rest.remove(s)
+    return rest[0] * rest[1] == h
