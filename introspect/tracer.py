@@ -275,18 +275,25 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
             f"{type(model).__name__}.forward takes no argument named {', '.join(unknown)}"
         )
     tracer = MetaTracer(example_inputs)
+    attributes_before = set(vars(model))
     try:
         graph = tracer.trace(model)
     except TraceError:
         raise
     except Exception as e:
         raise TraceError(f"torch.fx could not trace {type(model).__name__}: {e}") from e
+    finally:
+        added = set(vars(model)) - attributes_before
+    # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
+    # GraphModule keeps its own copy, so take them off the user's model again.
     for node in graph.nodes:
         node.meta.pop("fake", None)  # FakeTensors are only for tracing; drop them
         if isinstance(node.type, str):  # a postponed annotation ("Any") cannot be pickled
             node.type = None
     graph._tracer_cls = ReloadableTracer
     gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)
+    for name in added:
+        delattr(model, name)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
