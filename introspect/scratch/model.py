@@ -315,21 +315,22 @@ class BertPreTrainedModel(nn.Module):
         generator = torch.Generator().manual_seed(seed)
         std = self.config.initializer_range
         backbone = getattr(self, "bert", None)  # a head's BertModel drew its own weights
-        done = set(backbone.modules()) if isinstance(backbone, BertModel) else set()
+        done = {id(p) for p in backbone.parameters()} if isinstance(backbone, BertModel) else set()
         with torch.no_grad():
             for module in self.modules():
-                if module in done:
+                if isinstance(module, BertLMPredictionHead):
+                    module.bias.zero_()
+                weight = getattr(module, "weight", None)
+                if weight is None or id(weight) in done:  # not a layer, or tied to a drawn one
                     continue
                 if isinstance(module, (nn.Linear, nn.Embedding)):
-                    module.weight.normal_(0.0, std, generator=generator)
+                    weight.normal_(0.0, std, generator=generator)
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     module.bias.zero_()
                 if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                    module.weight[module.padding_idx].zero_()
+                    weight[module.padding_idx].zero_()
                 if isinstance(module, nn.LayerNorm):
-                    module.weight.fill_(1.0)
-                    module.bias.zero_()
-                if isinstance(module, BertLMPredictionHead):
+                    weight.fill_(1.0)
                     module.bias.zero_()
 
     def set_attn_implementation(self, attn_implementation: str) -> None:

@@ -203,10 +203,10 @@ def test_mixing_attention_paths_stays_within_the_fp32_budget(minilm_folder: str,
 @pytest.mark.parametrize("head", ["BertForPreTraining", "BertForSequenceClassification",
                                   "BertForQuestionAnswering", "BertForMultipleChoice"])
 def test_gradients_match_hf(head: str) -> None:
-    hf = hf_model(head)
+    hf = hf_model(head, vocab_size=1000)  # bert-tiny with a small vocabulary: fast backward
     model = quiet_from_hf(getattr(scratch, head), hf)
-    inputs = make_inputs(head)
-    inputs.update(labels_for(head, inputs))
+    inputs = make_inputs(head, vocab_size=1000)
+    inputs.update(labels_for(head, inputs, vocab_size=1000))
     hf(**inputs).loss.backward()
     model(**inputs).loss.backward()
     hf_params = dict(hf.named_parameters())
