@@ -4,7 +4,7 @@ Example::
 
     >>> import introspect
     >>> loaded = introspect.load_model("minilm", head="sequence-classification")
-    >>> inputs = introspect.tokenize(loaded.tokenizer, ["I love cats!", "He hates pineapple pizza."])
+    >>> inputs = introspect.tokenize(loaded.tokenizer)  # the tutorial's two sentences
     >>> graph = introspect.trace(loaded.model, inputs)
     >>> graph.layers[["layer", "nodes", "output_shape"]].head(3)
              layer  nodes output_shape
@@ -99,7 +99,8 @@ class IntrospectGraph:
             graph.add_node(r.name, **attributes)
         for r in self.records:
             for source in r.inputs:
-                graph.add_edge(source, r.name, shape=by_name[source].shapes or by_name[source].value)
+                flowing = by_name[source].shapes or by_name[source].value
+                graph.add_edge(source, r.name, shape=flowing)
         return graph
 
     def draw(self, **options: Any) -> Any:

@@ -248,7 +248,7 @@ def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
         first, second = list(texts[0::2]), list(texts[1::2])
         encoded = tokenizer(first, second, padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")
-        lengths = [len(tokenizer(a, b)["input_ids"]) for a, b in zip(first, second)]
+        lengths = [len(tokenizer(a, b)["input_ids"]) for a, b in zip(first, second, strict=True)]
     else:
         encoded = tokenizer(list(texts), padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")

@@ -203,7 +203,8 @@ def _op_type(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> str:
     if node.op in ("placeholder", "output"):
         return node.op
     if node.op == "get_attr":
-        return "parameter" if str(node.target).rpartition(".")[2] in ("weight", "bias") else "buffer"
+        is_parameter = str(node.target).rpartition(".")[2] in ("weight", "bias")
+        return "parameter" if is_parameter else "buffer"
     if isinstance(node.target, str):
         return node.target
     return getattr(node.target, "__name__", str(node.target))

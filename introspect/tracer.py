@@ -61,7 +61,7 @@ class Decision:
     """A Python branch taken on a traced value: the graph holds only the branch taken."""
 
     node: str  # the node whose truth was asked (often removed later as dead code)
-    expression: str  # the node as fx prints it: "%gt : ... = call_function[target=operator.gt](...)"
+    expression: str  # the node as fx prints it: "%gt : ... = call_function[...](...)"
     answer: bool  # what the example inputs answered
 
 
@@ -127,7 +127,7 @@ class MetaTracer(torch.fx.Tracer):
         names = list(self.example_inputs)
 
         def call_forward_with_keywords(root: torch.nn.Module, *proxies: Any) -> Any:
-            outputs = root.forward(**dict(zip(names, proxies)))
+            outputs = root.forward(**dict(zip(names, proxies, strict=True)))
             return _outputs_as_dict(outputs)
 
         proxies = [self.create_proxy("placeholder", name, (), {}) for name in names]

@@ -13,7 +13,8 @@ from introspect.load import DEFAULT_TEXTS, load_model, minilm_folder, tokenize
 
 def test_minilm_is_the_real_pretrained_checkpoint(minilm):
     config = minilm.model.config
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (384, 6, 12)
+    sizes = (config.hidden_size, config.num_hidden_layers, config.num_attention_heads)
+    assert sizes == (384, 6, 12)
     assert minilm.folder == minilm_folder()
     assert not minilm.model.training
     inputs = tokenize(minilm.tokenizer)

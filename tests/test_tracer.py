@@ -57,7 +57,8 @@ def test_module_level_graph_keeps_leaves_and_position_branch(tiny_models):
     assert "embeddings.position_embeddings" in called
     assert "pooler.activation" in called  # nn.Tanh
     assert "encoder.layer.1.intermediate.intermediate_act_fn" in called  # HF's GELU module
-    buffers = [n for n in graph.nodes if n.op == "get_attr" and str(n.target).endswith("position_ids")]
+    buffers = [n for n in graph.nodes
+               if n.op == "get_attr" and str(n.target).endswith("position_ids")]
     assert len(buffers) == 1  # the position branch is fed by the buffer, not a constant
     position = next(n for n in graph.nodes if n.target == "embeddings.position_embeddings")
     assert buffers[0] in _ancestors(position)

@@ -20,6 +20,7 @@ from introspect.errors import IntrospectError
 # add_arguments(parser) and run(args) -> exit code.
 COMMANDS = {
     "trace": "introspect.cli.trace_cmd",
+    "draw": "introspect.cli.draw_cmd",
 }
 
 EXIT_OK, EXIT_PARITY_FAILS, EXIT_BAD_INPUT = 0, 1, 2

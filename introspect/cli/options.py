@@ -26,7 +26,8 @@ def add_model_options(parser: argparse.ArgumentParser, *, head_default: str = "b
 def add_verbosity_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", action="store_true", help="print only errors")
-    group.add_argument("-v", "--verbose", action="store_true", help="say what happens, with timings")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="say what happens, with timings")
 
 
 def say(args: argparse.Namespace, message: str) -> None:

@@ -59,7 +59,8 @@ class BertConfig:
             )
         if self.hidden_act not in ACTIVATIONS:
             raise ModelSourceError(
-                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATIONS)}"
+                f"hidden_act {self.hidden_act!r} is not supported; "
+                f"use one of {', '.join(ACTIVATIONS)}"
             )
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ModelSourceError(
@@ -99,8 +100,11 @@ class BertConfig:
                 f"config.json has model_type {model_type!r}; the from-scratch model is a BERT "
                 f"('bert') and cannot load it"
             )
-        for key, allowed in (("is_decoder", False), ("add_cross_attention", False),
-                             ("position_embedding_type", "absolute")):
+        for key, allowed in (
+            ("is_decoder", False),
+            ("add_cross_attention", False),
+            ("position_embedding_type", "absolute"),
+        ):
             if values.get(key, allowed) != allowed:
                 raise ModelSourceError(
                     f"config.json sets {key}={values[key]!r}; the from-scratch BERT supports "

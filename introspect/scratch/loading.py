@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,8 +70,12 @@ class LoadingReport:
 
     def __str__(self) -> str:
         lines = [f"loaded {len(self.loaded)} parameters from {self.source}"]
-        for label, keys in (("initialised from seed", self.initialized), ("unused", self.unused),
-                            ("tied", self.tied), ("ignored buffers", self.ignored_buffers)):
+        for label, keys in (
+            ("initialised from seed", self.initialized),
+            ("unused", self.unused),
+            ("tied", self.tied),
+            ("ignored buffers", self.ignored_buffers),
+        ):
             if keys:
                 lines.append(f"{label}: {_names(keys)}")
         return "\n".join(lines)
@@ -89,7 +94,9 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
 # Reading a checkpoint folder
 
 
-def read_checkpoint(folder: str | os.PathLike[str]) -> tuple[BertConfig, dict[str, torch.Tensor], str]:
+def read_checkpoint(
+    folder: str | os.PathLike[str],
+) -> tuple[BertConfig, dict[str, torch.Tensor], str]:
     """Read config.json and the weights of a HuggingFace checkpoint folder.
 
     Args:
@@ -130,7 +137,9 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
             state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # safetensors and pickle raise their own types
         raise ModelSourceError(f"cannot read weights from {str(file)!r}: {e}") from e
-    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+    if not isinstance(state, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in state.values()
+    ):
         raise ModelSourceError(f"{str(file)!r} holds no state dict of tensors")
     return dict(state)
 
@@ -158,7 +167,7 @@ def read_hf_module(hf_model: nn.Module) -> tuple[BertConfig, dict[str, torch.Ten
         ModelSourceError: the object is not a HF model (no ``config.to_dict()``) or its
             config is not a BERT this model can be.
     """
-    hf_config = getattr(hf_model, "config", None)
+    hf_config: Any = getattr(hf_model, "config", None)
     if not isinstance(hf_model, nn.Module) or not callable(getattr(hf_config, "to_dict", None)):
         raise ModelSourceError(
             f"from_hf takes a transformers BERT model (an nn.Module with .config), "
@@ -175,12 +184,12 @@ def read_hf_module(hf_model: nn.Module) -> tuple[BertConfig, dict[str, torch.Ten
 
 
 def _model_key(checkpoint_key: str, prefix: str) -> str:
-    """The model parameter a checkpoint key names: gamma/beta renamed, ``bert.`` added or dropped."""
+    """The parameter a checkpoint key names: gamma/beta renamed, ``bert.`` added or dropped."""
     key = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", checkpoint_key))
     if prefix and key.split(".", 1)[0] in _BACKBONE_ROOTS:
         return prefix + key
     if not prefix and key.startswith("bert."):
-        return key[len("bert."):]
+        return key[len("bert.") :]
     return key
 
 
@@ -196,8 +205,9 @@ def _tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str, *,
-               strict: bool = False) -> LoadingReport:
+def load_state(
+    model: nn.Module, state: Mapping[str, torch.Tensor], source: str, *, strict: bool = False
+) -> LoadingReport:
     """Copy a HuggingFace BERT state dict into ``model``, accounting for every key.
 
     Args:
@@ -261,9 +271,14 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str,
     if strict and (missing or unused):
         raise ModelSourceError(
             f"strict loading of {owner} from {source}: "
-            + "; ".join(part for part in (
-                f"missing head parameters {_names(missing)}" if missing else "",
-                f"unused checkpoint keys {_names(unused)}" if unused else "") if part)
+            + "; ".join(
+                part
+                for part in (
+                    f"missing head parameters {_names(missing)}" if missing else "",
+                    f"unused checkpoint keys {_names(unused)}" if unused else "",
+                )
+                if part
+            )
             + f"; pass strict=False to draw missing ones from seed {INIT_SEED} and skip unused ones"
         )
     with torch.no_grad():
@@ -271,9 +286,13 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str,
             params[key].copy_(state[checkpoint_key])
     _warn(owner, source, missing, unused)
     return LoadingReport(
-        source=source, loaded=tuple(filled), initialized=tuple(missing), unused=tuple(unused),
+        source=source,
+        loaded=tuple(filled),
+        initialized=tuple(missing),
+        unused=tuple(unused),
         renamed=tuple((c, k) for k, c in filled.items() if c != k),
-        tied=tuple(tied), ignored_buffers=tuple(ignored),
+        tied=tuple(tied),
+        ignored_buffers=tuple(ignored),
     )
 
 
@@ -282,13 +301,15 @@ def _warn(owner: str, source: str, missing: list[str], unused: list[str]) -> Non
         warnings.warn(
             f"{owner}: {len(missing)} parameters are not in {source} and were drawn from seed "
             f"{INIT_SEED}: {_names(missing)}; train them before trusting the outputs",
-            LoadingWarning, stacklevel=5,
+            LoadingWarning,
+            stacklevel=5,
         )
     if unused:
         warnings.warn(
             f"{owner}: {len(unused)} weights of {source} belong to parts {owner} does not "
             f"have and were not used: {_names(unused)}",
-            LoadingWarning, stacklevel=5,
+            LoadingWarning,
+            stacklevel=5,
         )
 
 
@@ -314,10 +335,14 @@ def save_checkpoint(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     path = Path(folder)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path / "config.json",
-                          lambda tmp: Path(tmp).write_text(json.dumps(values, indent=2) + "\n"))
-        _write_atomically(path / "model.safetensors",
-                          lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        _write_atomically(
+            path / "config.json",
+            lambda tmp: Path(tmp).write_text(json.dumps(values, indent=2) + "\n"),
+        )
+        _write_atomically(
+            path / "model.safetensors",
+            lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}),
+        )
     except OSError as e:
         raise ModelSourceError(f"cannot write a checkpoint to {str(path)!r}: {e}") from e
 

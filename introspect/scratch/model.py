@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -61,12 +62,16 @@ class NewGELU(nn.Module):
     """GELU's tanh approximation written out, as in Google's BERT (HF's ``gelu_new``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        return (
+            0.5
+            * x
+            * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        )
 
 
 def activation(name: str) -> nn.Module:
     """The activation module HF's ``ACT2FN[name]`` computes, with the same kernel."""
-    modules = {
+    modules: dict[str, Callable[[], nn.Module]] = {
         "gelu": lambda: nn.GELU(),  # erf GELU: F.gelu(x)
         "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
         "gelu_new": NewGELU,
@@ -85,10 +90,14 @@ def activation(name: str) -> nn.Module:
 class BertEmbeddings(nn.Module):
     """Token + segment + position embeddings, then LayerNorm and dropout."""
 
+    position_ids: torch.Tensor  # buffer (1, max_pos): 0, 1, 2, ...
+    token_type_ids: torch.Tensor  # buffer (1, max_pos): zeros, the segment when none is given
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
-                                            padding_idx=config.pad_token_id)
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -98,8 +107,12 @@ class BertEmbeddings(nn.Module):
         self.register_buffer("position_ids", positions, persistent=False)  # (1, max_pos)
         self.register_buffer("token_type_ids", torch.zeros_like(positions), persistent=False)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         S = input_ids.shape[1]
         if position_ids is None:
             position_ids = self.position_ids[:, :S]  # (1, S)
@@ -115,8 +128,9 @@ class BertEmbeddings(nn.Module):
 # Attention
 
 
-def padding_mask(attention_mask: torch.Tensor | None, hidden_states: torch.Tensor,
-                 attn_implementation: str) -> torch.Tensor | None:
+def padding_mask(
+    attention_mask: torch.Tensor | None, hidden_states: torch.Tensor, attn_implementation: str
+) -> torch.Tensor | None:
     """The mask every self-attention gets, built as HF builds it for a bidirectional model.
 
     A 2-D ``attention_mask`` (1 = token, 0 = padding) becomes a (B, 1, S, S) mask over the
@@ -138,7 +152,7 @@ def padding_mask(attention_mask: torch.Tensor | None, hidden_states: torch.Tenso
 
 
 def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean keep-mask as eager attention adds it: 0 where kept, the dtype's minimum where not."""
+    """A boolean keep-mask as eager attention adds it: 0 where kept, dtype minimum elsewhere."""
     zero = torch.zeros((), device=keep.device, dtype=dtype)
     return torch.where(keep, zero, torch.finfo(dtype).min)
 
@@ -172,13 +186,15 @@ class BertSelfAttention(nn.Module):
             y = self.eager_attention(q, k, v, mask)  # (B, nh, S, hd)
         else:
             dropout_p = self.dropout.p if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                               scale=self.scaling)  # (B, nh, S, hd)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
+            )  # (B, nh, S, hd)
         y = y.transpose(1, 2).contiguous()  # (B, S, nh, hd)
         return y.reshape(B, S, nh * hd)  # (B, S, H)
 
-    def eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        mask: torch.Tensor | None) -> torch.Tensor:
+    def eager_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """softmax(q·kᵀ · scaling + mask) · v, one op at a time."""
         scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling  # (B, nh, S, S)
         if mask is not None:
@@ -204,7 +220,7 @@ class BertSelfOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
-    """Self-attention followed by its output projection (``attention.self``, ``attention.output``)."""
+    """Self-attention, then its output projection (``attention.self``, ``attention.output``)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -246,7 +262,7 @@ class BertOutput(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """One encoder block: attention, then feed-forward, each with residual and LayerNorm (post-LN)."""
+    """One encoder block: attention, then feed-forward, each with residual and post-LayerNorm."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -266,8 +282,9 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, output_hidden_states: bool = False
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """Returns the last block's output and, if asked, the input and every block's output."""
         all_states = [x]
         for block in self.layer:
@@ -347,9 +364,15 @@ class BertPreTrainedModel(nn.Module):
                 module.config = self.config
 
     @classmethod
-    def from_pretrained(cls: type[ModelT], folder: str | os.PathLike[str], *, strict: bool = False,
-                        attn_implementation: str | None = None, dtype: torch.dtype | None = None,
-                        **config_changes: Any) -> ModelT:
+    def from_pretrained(
+        cls: type[ModelT],
+        folder: str | os.PathLike[str],
+        *,
+        strict: bool = False,
+        attn_implementation: str | None = None,
+        dtype: torch.dtype | None = None,
+        **config_changes: Any,
+    ) -> ModelT:
         """Load a HuggingFace BERT checkpoint folder (config.json + safetensors or .bin).
 
         Weights are read from ``model.safetensors`` (or its sharded index) first and from
@@ -387,8 +410,14 @@ class BertPreTrainedModel(nn.Module):
         return cls._from_state(config.replace(**config_changes), state, source, strict, dtype)
 
     @classmethod
-    def from_hf(cls: type[ModelT], hf_model: nn.Module, *, strict: bool = False,
-                attn_implementation: str | None = None, **config_changes: Any) -> ModelT:
+    def from_hf(
+        cls: type[ModelT],
+        hf_model: nn.Module,
+        *,
+        strict: bool = False,
+        attn_implementation: str | None = None,
+        **config_changes: Any,
+    ) -> ModelT:
         """Build this model from a HuggingFace ``BertModel``/``BertFor*`` held in memory.
 
         The config comes from ``hf_model.config`` (its attention implementation included)
@@ -416,8 +445,14 @@ class BertPreTrainedModel(nn.Module):
         return cls._from_state(config.replace(**config_changes), state, source, strict, dtype)
 
     @classmethod
-    def _from_state(cls: type[ModelT], config: BertConfig, state: dict[str, torch.Tensor],
-                    source: str, strict: bool, dtype: torch.dtype | None) -> ModelT:
+    def _from_state(
+        cls: type[ModelT],
+        config: BertConfig,
+        state: dict[str, torch.Tensor],
+        source: str,
+        strict: bool,
+        dtype: torch.dtype | None,
+    ) -> ModelT:
         model = cls(config)
         model.loading_report = loading.load_state(model, state, source, strict=strict)
         if dtype is not None:
@@ -448,9 +483,14 @@ class BertModel(BertPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> BaseModelOutputWithPooling:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithPooling:
         """Run BERT on token ids (B, S); ``attention_mask`` is 1 for tokens, 0 for padding.
 
         Returns:
@@ -461,8 +501,9 @@ class BertModel(BertPreTrainedModel):
         mask = padding_mask(attention_mask, x, self.attn_implementation)  # (B, 1, S, S)
         x, hidden_states = self.encoder(x, mask, output_hidden_states)  # (B, S, H)
         pooled = self.pooler(x) if self.pooler is not None else None  # (B, H)
-        return BaseModelOutputWithPooling(last_hidden_state=x, pooler_output=pooled,
-                                          hidden_states=hidden_states)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=x, pooler_output=pooled, hidden_states=hidden_states
+        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -531,8 +572,9 @@ class BertPreTrainingHeads(nn.Module):
         self.predictions = BertLMPredictionHead(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
-    def forward(self, sequence_output: torch.Tensor,
-                pooled_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, sequence_output: torch.Tensor, pooled_output: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.predictions(sequence_output), self.seq_relationship(pooled_output)
 
 
@@ -552,8 +594,9 @@ def classifier_dropout(config: BertConfig) -> nn.Dropout:
 # Losses, as HF computes them
 
 
-def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor,
-                                 config: BertConfig) -> torch.Tensor:
+def sequence_classification_loss(
+    logits: torch.Tensor, labels: torch.Tensor, config: BertConfig
+) -> torch.Tensor:
     """MSE, cross-entropy or BCE-with-logits, chosen like HF.
 
     ``config.problem_type`` decides; without one, one label means regression, integer
@@ -576,9 +619,13 @@ def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor,
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
-def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
-              start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
-    """Mean of start and end cross-entropies; positions past the sequence are ignored (HF's rule)."""
+def span_loss(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    start_positions: torch.Tensor,
+    end_positions: torch.Tensor,
+) -> torch.Tensor:
+    """Mean of start and end cross-entropies; positions past the sequence are ignored, as in HF."""
     if start_positions.ndim > 1:
         start_positions = start_positions.squeeze(-1)  # (B,)
     if end_positions.ndim > 1:
@@ -605,21 +652,41 @@ class BertForPreTraining(BertPreTrainedModel):
         tie_decoder(self.bert, self.cls.predictions, config)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> BertForPreTrainingOutput:
-        """``labels`` (B, S): token ids, -100 where not masked; ``next_sentence_label`` (B,): 0 is-next, 1 random."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        prediction_logits, seq_relationship_logits = self.cls(out.last_hidden_state, out.pooler_output)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> BertForPreTrainingOutput:
+        """``labels`` (B, S): token ids, -100 where not masked.
+
+        ``next_sentence_label`` (B,): 0 if sentence B follows A, 1 if it is random.
+        """
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
+        prediction_logits, seq_relationship_logits = self.cls(
+            out.last_hidden_state, out.pooler_output
+        )
         loss = None
         if labels is not None and next_sentence_label is not None:
-            mlm_loss = F.cross_entropy(prediction_logits.view(-1, self.config.vocab_size), labels.view(-1))
-            nsp_loss = F.cross_entropy(seq_relationship_logits.view(-1, 2), next_sentence_label.view(-1))
+            mlm_loss = F.cross_entropy(
+                prediction_logits.view(-1, self.config.vocab_size), labels.view(-1)
+            )
+            nsp_loss = F.cross_entropy(
+                seq_relationship_logits.view(-1, 2), next_sentence_label.view(-1)
+            )
             loss = mlm_loss + nsp_loss
-        return BertForPreTrainingOutput(loss=loss, prediction_logits=prediction_logits,
-                                        seq_relationship_logits=seq_relationship_logits,
-                                        hidden_states=out.hidden_states)
+        return BertForPreTrainingOutput(
+            loss=loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=out.hidden_states,
+        )
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -632,11 +699,19 @@ class BertForMaskedLM(BertPreTrainedModel):
         tie_decoder(self.bert, self.cls.predictions, config)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> MaskedLMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> MaskedLMOutput:
         """``labels`` (B, S): the original token ids, -100 where the loss should not look."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
         logits = self.cls(out.last_hidden_state)  # (B, S, V)
         loss = None
         if labels is not None:
@@ -653,17 +728,26 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         self.cls = BertOnlyNSPHead(config)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> NextSentencePredictorOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> NextSentencePredictorOutput:
         """``labels`` (B,): 0 if B follows A, 1 if B is random."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
         logits = self.cls(out.pooler_output)  # (B, 2)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, 2), labels.view(-1))
-        return NextSentencePredictorOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return NextSentencePredictorOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states
+        )
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
@@ -676,14 +760,25 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> SequenceClassifierOutput:
-        """``labels``: (B,) class ids, (B,) or (B, 1) floats for regression, (B, num_labels) floats multi-label."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> SequenceClassifierOutput:
+        """``labels``: (B,) class ids, (B,) floats to regress, (B, num_labels) floats multi-label."""
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
-        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
+        loss = (
+            sequence_classification_loss(logits, labels, self.config)
+            if labels is not None
+            else None
+        )
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
@@ -697,14 +792,21 @@ class BertForMultipleChoice(BertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> MultipleChoiceModelOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> MultipleChoiceModelOutput:
         """Every input is (B, C, S); ``labels`` (B,): the index of the right choice."""
         C = input_ids.shape[1]
-        flat = [t.view(-1, t.shape[-1]) if t is not None else None  # (B*C, S)
-                for t in (input_ids, attention_mask, token_type_ids, position_ids)]
+        flat = [
+            t.view(-1, t.shape[-1]) if t is not None else None  # (B*C, S)
+            for t in (input_ids, attention_mask, token_type_ids, position_ids)
+        ]
         out = self.bert(*flat, output_hidden_states=output_hidden_states)
         logits = self.classifier(self.dropout(out.pooler_output)).view(-1, C)  # (B, C)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
@@ -721,12 +823,19 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> TokenClassifierOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> TokenClassifierOutput:
         """``labels`` (B, S): class ids, -100 where the loss should not look."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, S, num_labels)
         loss = None
         if labels is not None:
@@ -743,26 +852,45 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> QuestionAnsweringModelOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> QuestionAnsweringModelOutput:
         """``start_positions``/``end_positions`` (B,): the answer span's token indices."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
+        )
         logits = self.qa_outputs(out.last_hidden_state)  # (B, S, 2)
         start_logits = logits[..., 0].contiguous()  # (B, S)
         end_logits = logits[..., 1].contiguous()  # (B, S)
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits,
-                                            end_logits=end_logits, hidden_states=out.hidden_states)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=out.hidden_states,
+        )
 
 
 # Head classes by HF's architecture name (config.json's "architectures").
 MODELS: dict[str, type[BertPreTrainedModel]] = {
     cls.__name__: cls
-    for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
-                BertForSequenceClassification, BertForMultipleChoice, BertForTokenClassification,
-                BertForQuestionAnswering)
+    for cls in (
+        BertModel,
+        BertForPreTraining,
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForSequenceClassification,
+        BertForMultipleChoice,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+    )
 }

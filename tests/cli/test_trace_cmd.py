@@ -26,7 +26,8 @@ def test_table_lists_nodes_with_shapes(capsys):
 
 
 def test_csv_json_graphml_files(tmp_path, capsys):
-    csv_path, json_path, graphml_path = (tmp_path / f"g.{ext}" for ext in ("csv", "json", "graphml"))
+    csv_path, json_path, graphml_path = (tmp_path / f"g.{ext}"
+                                         for ext in ("csv", "json", "graphml"))
     for fmt, path in (("csv", csv_path), ("json", json_path), ("graphml", graphml_path)):
         assert main(["trace", "--model", "bert-tiny", "--head", "sequence-classification",
                      "--text", "I love cats!", "--format", fmt, "-o", str(path), "-q"]) == 0

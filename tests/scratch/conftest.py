@@ -16,9 +16,16 @@ TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, interme
 # bert-base's sizes.
 BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
-HEADS = ("BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
-         "BertForSequenceClassification", "BertForMultipleChoice", "BertForTokenClassification",
-         "BertForQuestionAnswering")
+HEADS = (
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForNextSentencePrediction",
+    "BertForSequenceClassification",
+    "BertForMultipleChoice",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+)
 
 
 def hf_model(head: str, seed: int = 0, attn: str = "sdpa", **config: Any) -> torch.nn.Module:
@@ -30,18 +37,26 @@ def hf_model(head: str, seed: int = 0, attn: str = "sdpa", **config: Any) -> tor
     return model
 
 
-def make_inputs(head: str = "BertModel", *, padded: bool = True, vocab_size: int = 30522,
-                type_vocab_size: int = 2, batch: int = 2, seq: int = 9, seed: int = 1) -> dict[str, torch.Tensor]:
+def make_inputs(
+    head: str = "BertModel",
+    *,
+    padded: bool = True,
+    vocab_size: int = 30522,
+    type_vocab_size: int = 2,
+    batch: int = 2,
+    seq: int = 9,
+    seed: int = 1,
+) -> dict[str, torch.Tensor]:
     """Token ids with both segments and, if ``padded``, a padded second row (C=3 choices for MC)."""
     g = torch.Generator().manual_seed(seed)
     shape = (batch, 3, seq) if head == "BertForMultipleChoice" else (batch, seq)
     ids = torch.randint(1, vocab_size, shape, generator=g)
     token_types = torch.zeros(shape, dtype=torch.long)
-    token_types[..., seq // 2:] = type_vocab_size - 1
+    token_types[..., seq // 2 :] = type_vocab_size - 1
     mask = torch.ones(shape, dtype=torch.long)
     if padded:
-        mask[1, ..., seq - 3:] = 0
-        ids[1, ..., seq - 3:] = 0
+        mask[1, ..., seq - 3 :] = 0
+        ids[1, ..., seq - 3 :] = 0
     return {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
 
 
@@ -52,11 +67,12 @@ def assert_equal_outputs(reference: Mapping[str, Any], candidate: Mapping[str, A
         expected = reference[name]
         if isinstance(value, tuple):
             assert len(value) == len(expected)
-            for i, (a, b) in enumerate(zip(expected, value)):
+            for i, (a, b) in enumerate(zip(expected, value, strict=True)):
                 assert torch.equal(a, b), f"{name}[{i}]: max abs err {(a - b).abs().max().item()}"
         else:
             assert torch.equal(expected, value), (
-                f"{name}: max abs err {(expected - value).abs().max().item()}")
+                f"{name}: max abs err {(expected - value).abs().max().item()}"
+            )
 
 
 def quiet_from_hf(cls: type, hf: torch.nn.Module, **kwargs: Any) -> Any:

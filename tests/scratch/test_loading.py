@@ -16,8 +16,14 @@ import introspect.scratch as scratch
 from introspect.errors import IntrospectError, ModelSourceError
 from tests.scratch.conftest import assert_equal_outputs, hf_model, make_inputs, quiet_from_hf
 
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-             vocab_size=120, max_position_embeddings=32)
+SMALL = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    vocab_size=120,
+    max_position_embeddings=32,
+)
 
 
 def saved(folder: Path, head: str = "BertModel", **config: Any) -> Path:
@@ -42,7 +48,8 @@ def small_inputs() -> dict[str, torch.Tensor]:
 
 def test_from_pretrained_gives_an_eval_model_with_a_report(tmp_path: Path) -> None:
     model = scratch.BertForSequenceClassification.from_pretrained(
-        saved(tmp_path, "BertForSequenceClassification"))
+        saved(tmp_path, "BertForSequenceClassification")
+    )
     assert not model.training
     assert all(not m.training for m in model.modules())
     report = model.loading_report
@@ -55,7 +62,9 @@ def test_from_pretrained_gives_an_eval_model_with_a_report(tmp_path: Path) -> No
 
 def test_base_checkpoint_into_a_head_initialises_the_head_from_a_fixed_seed(tmp_path: Path) -> None:
     folder = saved(tmp_path)
-    with pytest.warns(scratch.LoadingWarning, match=r"drawn from seed 0: classifier\.weight, classifier\.bias"):
+    with pytest.warns(
+        scratch.LoadingWarning, match=r"drawn from seed 0: classifier\.weight, classifier\.bias"
+    ):
         first = scratch.BertForSequenceClassification.from_pretrained(folder)
     torch.manual_seed(1234)  # the global RNG has no say
     with pytest.warns(scratch.LoadingWarning):
@@ -63,8 +72,10 @@ def test_base_checkpoint_into_a_head_initialises_the_head_from_a_fixed_seed(tmp_
     assert first.loading_report.initialized == ("classifier.weight", "classifier.bias")
     assert torch.equal(first.classifier.weight, second.classifier.weight)
     assert first.classifier.weight.std() > 0
-    assert ("embeddings.word_embeddings.weight", "bert.embeddings.word_embeddings.weight") in \
-        first.loading_report.renamed
+    assert (
+        "embeddings.word_embeddings.weight",
+        "bert.embeddings.word_embeddings.weight",
+    ) in first.loading_report.renamed
 
 
 def test_head_checkpoint_into_the_base_model_reports_unused_keys(tmp_path: Path) -> None:
@@ -84,12 +95,16 @@ def test_pooler_of_a_base_checkpoint_is_unused_by_a_head_without_one(tmp_path: P
     assert "pooler.dense.weight" in model.loading_report.unused
 
 
-@pytest.mark.parametrize(("head", "into", "match"), [
-    ("BertModel", "BertForMaskedLM", r"missing head parameters cls\.predictions\.bias"),
-    ("BertForMaskedLM", "BertModel", r"unused checkpoint keys cls\.predictions\.bias"),
-])
-def test_strict_loading_refuses_missing_or_unused_head_keys(tmp_path: Path, head: str, into: str,
-                                                            match: str) -> None:
+@pytest.mark.parametrize(
+    ("head", "into", "match"),
+    [
+        ("BertModel", "BertForMaskedLM", r"missing head parameters cls\.predictions\.bias"),
+        ("BertForMaskedLM", "BertModel", r"unused checkpoint keys cls\.predictions\.bias"),
+    ],
+)
+def test_strict_loading_refuses_missing_or_unused_head_keys(
+    tmp_path: Path, head: str, into: str, match: str
+) -> None:
     folder = saved(tmp_path, head)
     with pytest.raises(ModelSourceError, match=match):
         getattr(scratch, into).from_pretrained(folder, strict=True)
@@ -101,8 +116,10 @@ def test_the_mlm_decoder_is_tied_to_the_word_embeddings(tmp_path: Path) -> None:
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert model.cls.predictions.decoder.bias is model.cls.predictions.bias
     # HF's in-memory state dict names the tied weights twice: both names are accounted for.
-    assert set(model.loading_report.tied) == {"cls.predictions.decoder.weight",
-                                              "cls.predictions.decoder.bias"}
+    assert set(model.loading_report.tied) == {
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+    }
 
 
 def test_untied_decoder_loads_its_own_weight(tmp_path: Path) -> None:
@@ -122,7 +139,10 @@ def test_old_gamma_beta_names_without_prefix_load(tmp_path: Path) -> None:
 
     rewrite_weights(folder, rename)
     model = scratch.BertForMaskedLM.from_pretrained(folder, strict=True)
-    assert ("embeddings.LayerNorm.gamma", "bert.embeddings.LayerNorm.weight") in model.loading_report.renamed
+    assert (
+        "embeddings.LayerNorm.gamma",
+        "bert.embeddings.LayerNorm.weight",
+    ) in model.loading_report.renamed
     hf = hf_model("BertForMaskedLM", **SMALL)
     with torch.no_grad():
         assert_equal_outputs(hf(**small_inputs()), model(**small_inputs()))
@@ -141,14 +161,18 @@ def test_safetensors_win_over_pytorch_bin(tmp_path: Path) -> None:
     state = load_file(folder / "model.safetensors")
     torch.save({k: torch.zeros_like(v) for k, v in state.items()}, folder / "pytorch_model.bin")
     model = scratch.BertModel.from_pretrained(folder)
-    assert torch.equal(model.embeddings.word_embeddings.weight, state["embeddings.word_embeddings.weight"])
+    assert torch.equal(
+        model.embeddings.word_embeddings.weight, state["embeddings.word_embeddings.weight"]
+    )
 
 
 def test_a_pickle_that_is_not_only_weights_is_refused(tmp_path: Path) -> None:
     folder = saved(tmp_path)
     (folder / "model.safetensors").unlink()
-    torch.save({"embeddings.word_embeddings.weight": torch.zeros(2), "code": Path("x")},
-               folder / "pytorch_model.bin")
+    torch.save(
+        {"embeddings.word_embeddings.weight": torch.zeros(2), "code": Path("x")},
+        folder / "pytorch_model.bin",
+    )
     with pytest.raises(ModelSourceError, match=r"cannot read weights from .*pytorch_model\.bin"):
         scratch.BertModel.from_pretrained(folder)
 
@@ -168,35 +192,53 @@ def test_sharded_safetensors_load(tmp_path: Path) -> None:
 def test_a_missing_backbone_key_is_an_error_naming_key_and_shape(tmp_path: Path) -> None:
     folder = saved(tmp_path)
     rewrite_weights(folder, lambda s: s.pop("encoder.layer.1.output.dense.weight"))
-    with pytest.raises(ModelSourceError, match=re.escape("encoder.layer.1.output.dense.weight (32, 64)")):
+    with pytest.raises(
+        ModelSourceError, match=re.escape("encoder.layer.1.output.dense.weight (32, 64)")
+    ):
         scratch.BertModel.from_pretrained(folder)
 
 
 def test_an_unexpected_key_is_an_error_naming_it(tmp_path: Path) -> None:
     folder = saved(tmp_path)
-    rewrite_weights(folder, lambda s: s.update({"encoder.layer.2.output.dense.weight": torch.zeros(32, 64)}))
-    with pytest.raises(ModelSourceError, match=r"fit no parameter of BertModel: encoder\.layer\.2\.output"):
+    rewrite_weights(
+        folder, lambda s: s.update({"encoder.layer.2.output.dense.weight": torch.zeros(32, 64)})
+    )
+    with pytest.raises(
+        ModelSourceError, match=r"fit no parameter of BertModel: encoder\.layer\.2\.output"
+    ):
         scratch.BertModel.from_pretrained(folder)
 
 
 def test_a_shape_mismatch_names_the_key_and_both_shapes(tmp_path: Path) -> None:
     folder = saved(tmp_path)
     rewrite_weights(folder, lambda s: s.update({"pooler.dense.weight": torch.zeros(32, 16)}))
-    with pytest.raises(ModelSourceError,
-                       match=r"'pooler\.dense\.weight' has shape \(32, 16\).*has shape \(32, 32\)"):
+    with pytest.raises(
+        ModelSourceError,
+        match=r"'pooler\.dense\.weight' has shape \(32, 16\).*has shape \(32, 32\)",
+    ):
         scratch.BertModel.from_pretrained(folder)
 
 
 def test_a_classifier_with_other_num_labels_is_a_shape_error(tmp_path: Path) -> None:
     folder = saved(tmp_path, "BertForSequenceClassification", num_labels=3)
-    with pytest.raises(ModelSourceError, match=r"'classifier\.(weight|bias)' has shape \(3,( 32)?\).*has shape \(5,( 32)?\)"):
+    with pytest.raises(
+        ModelSourceError,
+        match=r"'classifier\.(weight|bias)' has shape \(3,( 32)?\).*has shape \(5,( 32)?\)",
+    ):
         scratch.BertForSequenceClassification.from_pretrained(folder, num_labels=5)
 
 
 def test_two_keys_for_one_parameter_is_an_error(tmp_path: Path) -> None:
     folder = saved(tmp_path)
-    rewrite_weights(folder, lambda s: s.update({"embeddings.LayerNorm.gamma": s["embeddings.LayerNorm.weight"].clone()}))
-    with pytest.raises(ModelSourceError, match=r"both load into BertModel\.embeddings\.LayerNorm\.weight"):
+    rewrite_weights(
+        folder,
+        lambda s: s.update(
+            {"embeddings.LayerNorm.gamma": s["embeddings.LayerNorm.weight"].clone()}
+        ),
+    )
+    with pytest.raises(
+        ModelSourceError, match=r"both load into BertModel\.embeddings\.LayerNorm\.weight"
+    ):
         scratch.BertModel.from_pretrained(folder)
 
 
@@ -229,14 +271,17 @@ def test_a_corrupt_safetensors_file_is_an_error(tmp_path: Path) -> None:
         scratch.BertModel.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    ({"model_type": "roberta"}, r"model_type 'roberta'"),
-    ({"is_decoder": True}, r"is_decoder=True"),
-    ({"position_embedding_type": "relative_key"}, r"position_embedding_type='relative_key'"),
-    ({"num_attention_heads": 5}, r"hidden size \(32\) is not a multiple .* heads \(5\)"),
-    ({"hidden_act": "mish"}, r"hidden_act 'mish' is not supported"),
-    ({"problem_type": "ranking"}, r"problem_type 'ranking'"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"model_type": "roberta"}, r"model_type 'roberta'"),
+        ({"is_decoder": True}, r"is_decoder=True"),
+        ({"position_embedding_type": "relative_key"}, r"position_embedding_type='relative_key'"),
+        ({"num_attention_heads": 5}, r"hidden size \(32\) is not a multiple .* heads \(5\)"),
+        ({"hidden_act": "mish"}, r"hidden_act 'mish' is not supported"),
+        ({"problem_type": "ranking"}, r"problem_type 'ranking'"),
+    ],
+)
 def test_a_config_this_bert_cannot_be_is_an_error(tmp_path: Path, change: dict, match: str) -> None:
     folder = saved(tmp_path)
     config = json.loads((folder / "config.json").read_text())
@@ -262,7 +307,9 @@ def test_unknown_attention_implementation_is_an_error(tmp_path: Path) -> None:
 
 
 def test_from_hf_refuses_what_is_not_a_hf_model() -> None:
-    with pytest.raises(ModelSourceError, match=r"from_hf takes a transformers BERT model.*got Linear"):
+    with pytest.raises(
+        ModelSourceError, match=r"from_hf takes a transformers BERT model.*got Linear"
+    ):
         scratch.BertModel.from_hf(torch.nn.Linear(2, 2))
 
 
@@ -273,7 +320,9 @@ def test_loading_errors_are_introspect_errors() -> None:
 # -- options -----------------------------------------------------------------------------------
 
 
-def test_attention_implementation_comes_from_the_argument_the_config_or_sdpa(tmp_path: Path) -> None:
+def test_attention_implementation_comes_from_the_argument_the_config_or_sdpa(
+    tmp_path: Path,
+) -> None:
     folder = saved(tmp_path)
     assert scratch.BertModel.from_pretrained(folder).config.attn_implementation == "sdpa"
     config = json.loads((folder / "config.json").read_text())
@@ -298,11 +347,15 @@ def test_dtype_argument(tmp_path: Path) -> None:
 
 
 def test_auto_model_class_reads_the_architecture(tmp_path: Path) -> None:
-    assert scratch.auto_model_class(saved(tmp_path / "a", "BertForQuestionAnswering")) is \
-        scratch.BertForQuestionAnswering
+    assert (
+        scratch.auto_model_class(saved(tmp_path / "a", "BertForQuestionAnswering"))
+        is scratch.BertForQuestionAnswering
+    )
     folder = saved(tmp_path / "b")
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertLMHeadModel"]}))
+    (folder / "config.json").write_text(
+        json.dumps({**config, "architectures": ["BertLMHeadModel"]})
+    )
     with pytest.raises(ModelSourceError, match=r"architecture 'BertLMHeadModel'"):
         scratch.auto_model_class(folder)
 

@@ -71,12 +71,18 @@ def test_parameter_names_are_hf_checkpoint_keys() -> None:
 
 
 def test_a_model_built_from_a_config_is_seeded_and_in_train_mode() -> None:
-    config = scratch.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=32)
+    config = scratch.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
     first, second = scratch.BertForMaskedLM(config), scratch.BertForMaskedLM(config)
     assert first.training and first.loading_report is None
-    assert torch.equal(first.bert.embeddings.word_embeddings.weight,
-                       second.bert.embeddings.word_embeddings.weight)
+    assert torch.equal(
+        first.bert.embeddings.word_embeddings.weight, second.bert.embeddings.word_embeddings.weight
+    )
     assert torch.all(first.bert.embeddings.word_embeddings.weight[0] == 0)  # padding row
 
 
@@ -88,8 +94,9 @@ def test_set_attn_implementation_switches_every_layer(pair: tuple) -> None:
     model.set_attn_implementation("eager")
     try:
         assert model.config.attn_implementation == "eager"
-        assert {m.attn_implementation for m in model.modules()
-                if hasattr(m, "attn_implementation")} == {"eager"}
+        assert {
+            m.attn_implementation for m in model.modules() if hasattr(m, "attn_implementation")
+        } == {"eager"}
         torch.testing.assert_close(run(model), run(hf), **FP32)
     finally:
         model.set_attn_implementation("sdpa")
@@ -109,8 +116,11 @@ def test_one_layer_on_eager_stays_within_budget(pair: tuple) -> None:
 def test_faults_injected_in_one_layer_show_up(pair: tuple, fault: str) -> None:
     hf, model = pair
     layer = model.encoder.layer[0]
-    saved = (layer.intermediate.intermediate_act_fn, layer.output.LayerNorm.eps,
-             layer.attention.self.scaling)
+    saved = (
+        layer.intermediate.intermediate_act_fn,
+        layer.output.LayerNorm.eps,
+        layer.attention.self.scaling,
+    )
     if fault == "tanh_gelu":
         layer.intermediate.intermediate_act_fn = nn.GELU(approximate="tanh")
     elif fault == "layer_norm_eps":
@@ -121,14 +131,22 @@ def test_faults_injected_in_one_layer_show_up(pair: tuple, fault: str) -> None:
         error = (run(model) - run(hf)).abs().max().item()
         assert error > 1e-5, f"{fault}: max abs err only {error}"
     finally:
-        (layer.intermediate.intermediate_act_fn, layer.output.LayerNorm.eps,
-         layer.attention.self.scaling) = saved
+        (
+            layer.intermediate.intermediate_act_fn,
+            layer.output.LayerNorm.eps,
+            layer.attention.self.scaling,
+        ) = saved
     assert torch.equal(run(model), run(hf))
 
 
 def test_training_mode_runs_and_backpropagates() -> None:
-    config = scratch.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=32)
+    config = scratch.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
     for attn in ("sdpa", "eager"):
         model = scratch.BertForSequenceClassification(config.replace(attn_implementation=attn))
         out = model(**make_inputs(vocab_size=50), labels=torch.tensor([0, 1]))

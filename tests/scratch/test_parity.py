@@ -25,8 +25,9 @@ from tests.scratch.conftest import (
 FP32 = dict(rtol=1.3e-6, atol=1e-5)
 
 
-def labels_for(head: str, inputs: dict[str, torch.Tensor], vocab_size: int = 30522,
-               num_labels: int = 2) -> dict[str, torch.Tensor]:
+def labels_for(
+    head: str, inputs: dict[str, torch.Tensor], vocab_size: int = 30522, num_labels: int = 2
+) -> dict[str, torch.Tensor]:
     """Labels of the right kind for each head, with ignored (-100, out-of-range) entries."""
     g = torch.Generator().manual_seed(7)
     ids = inputs["input_ids"]
@@ -46,11 +47,16 @@ def labels_for(head: str, inputs: dict[str, torch.Tensor], vocab_size: int = 305
     if head == "BertForTokenClassification":
         return {"labels": token_labels % num_labels}
     if head == "BertForQuestionAnswering":  # one in range, one past the end (ignored)
-        return {"start_positions": torch.tensor([1, S + 5]), "end_positions": torch.tensor([[3], [4]])}
+        return {
+            "start_positions": torch.tensor([1, S + 5]),
+            "end_positions": torch.tensor([[3], [4]]),
+        }
     return {}
 
 
-def run_both(hf: torch.nn.Module, model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[Any, Any]:
+def run_both(
+    hf: torch.nn.Module, model: torch.nn.Module, inputs: dict[str, Any]
+) -> tuple[Any, Any]:
     with torch.no_grad():
         return hf(**inputs), model(**inputs)
 
@@ -100,16 +106,24 @@ def test_hidden_states_are_bit_exact() -> None:
 # -- sequence-classification losses, chosen like HF -------------------------------------------
 
 
-@pytest.mark.parametrize(("num_labels", "problem_type", "labels"), [
-    (3, None, torch.tensor([2, 0])),  # integer labels: single-label cross-entropy
-    (3, None, torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),  # float labels: multi-label BCE
-    (1, None, torch.tensor([0.5, -1.25])),  # one label: regression (MSE)
-    (2, "regression", torch.tensor([[0.5, 2.0], [1.0, -1.0]])),  # regression on 2 outputs
-    (3, "multi_label_classification", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])),
-    (3, "single_label_classification", torch.tensor([1, 2])),
-])
+@pytest.mark.parametrize(
+    ("num_labels", "problem_type", "labels"),
+    [
+        (3, None, torch.tensor([2, 0])),  # integer labels: single-label cross-entropy
+        (
+            3,
+            None,
+            torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
+        ),  # float labels: multi-label BCE
+        (1, None, torch.tensor([0.5, -1.25])),  # one label: regression (MSE)
+        (2, "regression", torch.tensor([[0.5, 2.0], [1.0, -1.0]])),  # regression on 2 outputs
+        (3, "multi_label_classification", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])),
+        (3, "single_label_classification", torch.tensor([1, 2])),
+    ],
+)
 def test_sequence_classification_loss_is_chosen_and_computed_like_hf(
-        num_labels: int, problem_type: str | None, labels: torch.Tensor) -> None:
+    num_labels: int, problem_type: str | None, labels: torch.Tensor
+) -> None:
     hf = hf_model("BertForSequenceClassification", num_labels=num_labels, problem_type=problem_type)
     model = quiet_from_hf(scratch.BertForSequenceClassification, hf)
     inputs = {**make_inputs(), "labels": labels}
@@ -122,30 +136,62 @@ def test_sequence_classification_loss_is_chosen_and_computed_like_hf(
 # -- non-default configs, saved to a folder and loaded ----------------------------------------
 
 ODD_CONFIGS = [
-    dict(hidden_size=96, num_attention_heads=3, intermediate_size=200, num_hidden_layers=3,
-         type_vocab_size=16, layer_norm_eps=1e-5, vocab_size=500, max_position_embeddings=64),
-    dict(hidden_size=64, num_attention_heads=8, intermediate_size=100, num_hidden_layers=1,
-         type_vocab_size=16, layer_norm_eps=1e-7, vocab_size=300, hidden_act="gelu_new",
-         num_labels=5, tie_word_embeddings=False),
-    dict(hidden_size=48, num_attention_heads=4, intermediate_size=72, num_hidden_layers=2,
-         type_vocab_size=16, layer_norm_eps=1e-6, vocab_size=200, hidden_act="relu", num_labels=3,
-         classifier_dropout=0.3, pad_token_id=3),
+    dict(
+        hidden_size=96,
+        num_attention_heads=3,
+        intermediate_size=200,
+        num_hidden_layers=3,
+        type_vocab_size=16,
+        layer_norm_eps=1e-5,
+        vocab_size=500,
+        max_position_embeddings=64,
+    ),
+    dict(
+        hidden_size=64,
+        num_attention_heads=8,
+        intermediate_size=100,
+        num_hidden_layers=1,
+        type_vocab_size=16,
+        layer_norm_eps=1e-7,
+        vocab_size=300,
+        hidden_act="gelu_new",
+        num_labels=5,
+        tie_word_embeddings=False,
+    ),
+    dict(
+        hidden_size=48,
+        num_attention_heads=4,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        type_vocab_size=16,
+        layer_norm_eps=1e-6,
+        vocab_size=200,
+        hidden_act="relu",
+        num_labels=3,
+        classifier_dropout=0.3,
+        pad_token_id=3,
+    ),
 ]
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.parametrize("config", ODD_CONFIGS, ids=["h96-nh3-tv16", "h64-nh8-gelu_new-untied",
-                                                     "h48-nh4-relu"])
-def test_every_head_is_bit_exact_on_non_default_configs(config: dict[str, Any], attn: str,
-                                                        tmp_path: Any) -> None:
+@pytest.mark.parametrize(
+    "config", ODD_CONFIGS, ids=["h96-nh3-tv16", "h64-nh8-gelu_new-untied", "h48-nh4-relu"]
+)
+def test_every_head_is_bit_exact_on_non_default_configs(
+    config: dict[str, Any], attn: str, tmp_path: Any
+) -> None:
     for head in HEADS:
         head_config = {**config, "num_labels": 2} if head == "BertForQuestionAnswering" else config
         hf = hf_model(head, seed=3, attn=attn, **head_config)
         hf.save_pretrained(tmp_path / head)
-        model = getattr(scratch, head).from_pretrained(tmp_path / head, attn_implementation=attn,
-                                                       strict=True)
+        model = getattr(scratch, head).from_pretrained(
+            tmp_path / head, attn_implementation=attn, strict=True
+        )
         inputs = make_inputs(head, vocab_size=config["vocab_size"], type_vocab_size=16, seq=11)
-        inputs.update(labels_for(head, inputs, config["vocab_size"], head_config.get("num_labels", 2)))
+        inputs.update(
+            labels_for(head, inputs, config["vocab_size"], head_config.get("num_labels", 2))
+        )
         assert_equal_outputs(*run_both(hf, model, inputs))
 
 
@@ -185,8 +231,9 @@ def test_minilm_heads_are_bit_exact(minilm_hf: dict, head: str) -> None:
 # -- sdpa against eager: not bit-exact, within the fp32 budget ---------------------------------
 
 
-def test_mixing_attention_paths_stays_within_the_fp32_budget(minilm_folder: str,
-                                                            minilm_hf: dict) -> None:
+def test_mixing_attention_paths_stays_within_the_fp32_budget(
+    minilm_folder: str, minilm_hf: dict
+) -> None:
     inputs = make_inputs(seq=16)
     for hf_attn, scratch_attn in (("sdpa", "eager"), ("eager", "sdpa")):
         hf = minilm_hf["BertModel"]
@@ -200,8 +247,15 @@ def test_mixing_attention_paths_stays_within_the_fp32_budget(minilm_folder: str,
 # -- gradients -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head", ["BertForPreTraining", "BertForSequenceClassification",
-                                  "BertForQuestionAnswering", "BertForMultipleChoice"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        "BertForPreTraining",
+        "BertForSequenceClassification",
+        "BertForQuestionAnswering",
+        "BertForMultipleChoice",
+    ],
+)
 def test_gradients_match_hf(head: str) -> None:
     hf = hf_model(head, vocab_size=1000)  # bert-tiny with a small vocabulary: fast backward
     model = quiet_from_hf(getattr(scratch, head), hf)
@@ -225,8 +279,9 @@ def test_gradients_match_hf(head: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("head", "attn"), [("BertModel", "sdpa"),
-                                            ("BertForSequenceClassification", "eager")])
+@pytest.mark.parametrize(
+    ("head", "attn"), [("BertModel", "sdpa"), ("BertForSequenceClassification", "eager")]
+)
 def test_bert_base_is_bit_exact(head: str, attn: str) -> None:
     hf = hf_model(head, attn=attn, **BASE)
     model = quiet_from_hf(getattr(scratch, head), hf)

@@ -9,8 +9,14 @@ import introspect.scratch as scratch
 from introspect.tracer import trace_module
 from tests.scratch.conftest import HEADS, make_inputs
 
-CONFIG = scratch.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                            num_attention_heads=4, intermediate_size=64, max_position_embeddings=40)
+CONFIG = scratch.BertConfig(
+    vocab_size=100,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=40,
+)
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
@@ -34,7 +40,9 @@ def test_traced_graph_gives_the_eager_outputs(head: str, attn: str) -> None:
 
 def test_the_position_branch_is_in_the_graph() -> None:
     result = trace_module(scratch.BertModel(CONFIG).eval(), make_inputs(vocab_size=100))
-    nodes = {node.target for node in result.gm.graph.nodes if node.op in ("get_attr", "call_module")}
+    nodes = {
+        node.target for node in result.gm.graph.nodes if node.op in ("get_attr", "call_module")
+    }
     assert "embeddings.position_ids" in nodes
     assert "embeddings.position_embeddings" in nodes
     assert "encoder.layer.1.intermediate.intermediate_act_fn" in nodes  # a leaf, swappable
