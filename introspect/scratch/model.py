@@ -769,7 +769,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        """``labels``: (B,) class ids, (B,) floats to regress, (B, num_labels) floats multi-label."""
+        """``labels``: (B,) class ids; (B,) floats to regress; (B, num_labels) 0/1 floats."""
         out = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states
         )
