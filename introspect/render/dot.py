@@ -142,7 +142,7 @@ def tokens_label(texts: Sequence[str], tokens: Sequence[Sequence[str]]) -> str:
     for i, row in enumerate(tokens[:MAX_ROWS]):
         text = texts[i] if i < len(texts) else ""
         rows.append(f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
-                    f'<I>{escape(shorten(repr(text)[1:-1] if text else "", 90))}</I></TD></TR>')
+                    f'<I>{escape(shorten(" ".join(text.split()), 90))}</I></TD></TR>')
         cells = [_token_cell(token) for token in row[:MAX_TOKENS]]
         if len(row) > MAX_TOKENS:
             cells.append(f'<TD BORDER="0"><FONT COLOR="#64748b">… +{len(row) - MAX_TOKENS}'

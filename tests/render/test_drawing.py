@@ -1,0 +1,82 @@
+"""Whole drawings: golden DOT files, stable bytes, SVG that parses, escaped user text.
+
+Rewrite the golden files after an intended change with
+``INTROSPECT_UPDATE_GOLDEN=1 pytest tests/render`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from introspect.render import draw_graph, render_bytes
+
+ESCAPE_TEXT = "<script>alert('x')</script> \"quoted\" & more"  # as in conftest.py
+
+GOLDEN = Path(__file__).parent / "golden"
+VIEWS = {
+    "bert_tiny_depth1": {"depth": 1},
+    "bert_tiny_depth3": {"depth": 3},
+    "bert_tiny_folded": {},
+    "bert_tiny_full": {"depth": "full"},
+}
+needs_dot = pytest.mark.skipif(
+    __import__("shutil").which("dot") is None, reason="Graphviz 'dot' is not installed")
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_golden_dot(tiny_graph, name):
+    source = draw_graph(tiny_graph, **VIEWS[name]).source
+    path = GOLDEN / f"{name}.dot"
+    if os.environ.get("INTROSPECT_UPDATE_GOLDEN"):
+        path.write_text(source, encoding="utf-8")
+    assert path.exists(), f"no golden file {path}; run with INTROSPECT_UPDATE_GOLDEN=1"
+    assert source == path.read_text(encoding="utf-8"), (
+        f"the drawing differs from {path.name}; if the change is intended, rewrite it with "
+        "INTROSPECT_UPDATE_GOLDEN=1 and review the diff")
+
+
+def test_same_graph_same_bytes(tiny_graph, trace_tiny):
+    again = trace_tiny()  # a second trace of the same model and inputs
+    for options in VIEWS.values():
+        assert draw_graph(tiny_graph, **options).source == draw_graph(again, **options).source
+
+
+@needs_dot
+def test_svg_parses_and_is_stable(tiny_graph):
+    first = render_bytes(draw_graph(tiny_graph), "svg")
+    assert first == render_bytes(draw_graph(tiny_graph), "svg")
+    root = ElementTree.fromstring(first)
+    text = " ".join(root.itertext())
+    for expected in ("[CLS]", "[SEP]", "[PAD]", "##apple", "I love cats!", "input_ids",
+                     "token_type_ids", "attention_mask", "(2, 8, 128)", "(2, 2, 8, 64)",
+                     "split heads", "logits", "B=2 batch", "×2"):
+        assert expected in text, expected
+    assert b"0x" not in first  # no memory addresses
+
+
+@needs_dot
+def test_markup_in_text_stays_text(escape_graph):
+    dot_source = draw_graph(escape_graph).source
+    assert "<script>" not in dot_source and "&lt;script&gt;" in dot_source
+    svg = render_bytes(draw_graph(escape_graph), "svg")
+    root = ElementTree.fromstring(svg)  # the SVG is still well-formed XML
+    assert not [e for e in root.iter() if e.tag.rsplit("}", 1)[-1] == "script"]
+    assert ESCAPE_TEXT in " ".join(root.itertext())
+
+
+@needs_dot
+def test_every_format_renders(tiny_graph):
+    digraph = draw_graph(tiny_graph, depth=1)
+    assert render_bytes(digraph, "png").startswith(b"\x89PNG")
+    assert render_bytes(digraph, "pdf").startswith(b"%PDF")
+    assert render_bytes(digraph, "dot").startswith(b"digraph introspect {")
+
+
+def test_draw_method_of_the_graph(tiny_graph):
+    digraph = tiny_graph.draw(depth=0)
+    assert hasattr(digraph, "_repr_mimebundle_") or hasattr(digraph, "_repr_svg_")
+    assert digraph.source == draw_graph(tiny_graph, depth=0).source
