@@ -19,7 +19,8 @@ def main(argv: list[str]) -> int:
     layer0 = nodes[(nodes.layer == "encoder.layer.0") & (nodes.kind == "tensor")]
     print(layer0[["name", "op_type", "shapes", "params", "flops"]].to_string(index=False))
     print()
-    print(graph.layers[["layer", "nodes", "params", "flops", "output_shape"]].to_string(index=False))
+    layers = graph.layers[["layer", "nodes", "params", "flops", "output_shape"]]
+    print(layers.to_string(index=False))
     if argv:
         nodes.to_csv(argv[0], index=False)
         print(f"\nwrote {len(nodes)} nodes to {argv[0]}")
