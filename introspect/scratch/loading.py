@@ -71,7 +71,7 @@ class LoadingReport:
     def __str__(self) -> str:
         lines = [f"loaded {len(self.loaded)} parameters from {self.source}"]
         for label, keys in (
-            ("initialised from seed", self.initialized),
+            (f"initialised from seed {INIT_SEED}", self.initialized),
             ("unused", self.unused),
             ("tied", self.tied),
             ("ignored buffers", self.ignored_buffers),
