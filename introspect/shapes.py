@@ -64,6 +64,11 @@ def annotate_shapes(gm: torch.fx.GraphModule, args: Sequence[torch.Tensor]) -> l
     """
     with torch.no_grad():
         ValueShapeProp(gm).propagate(*args)
+    return node_records(gm)
+
+
+def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
+    """One record per node, from the shapes a ``ValueShapeProp`` run left in ``node.meta``."""
     modules = dict(gm.named_modules())
     backbone = backbone_path(gm)
     return [_record(index, node, gm, modules, backbone)

@@ -1,0 +1,148 @@
+"""Records of a diff: the frozen rows that alignment, the side-by-side run and the reports share.
+
+Alignment produces ``Pair`` and ``Unmatched``; the run turns each pair into a ``NodeDiff``
+row; the layers are summarised in ``LayerDiff`` rows; the first over-budget node becomes
+the ``Divergence``. Tables, reports and the CLI read these records and nothing else.
+Imports nothing internal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Node statuses, in the ``status`` column of ``DiffResult.nodes``.
+STATUS_OK = "ok"  # local and propagated error within budget
+STATUS_DRIFT = "drift"  # local error within budget, propagated error over: accumulated noise
+STATUS_FAIL = "fail"  # local error over budget: this node computes something else
+STATUS_UNMATCHED = "unmatched"  # no counterpart in the other graph; ``reason`` says why
+STATUS_SKIPPED = "skipped"  # shape bookkeeping or a constant: not compared
+
+# How a pair was found, in the ``matched_by`` column.
+BY_INPUT = "input"  # placeholders with the same name
+BY_OUTPUT = "output"  # graph outputs with the same key
+BY_WEIGHTS = "weights"  # both nodes read the same weights (or a slice / transpose / fusion)
+BY_STRUCTURE = "structure"  # same op kind and shape, reading matched inputs
+BY_CONSUMER = "consumer"  # feeds the same argument of a matched pair
+
+
+@dataclass(frozen=True)
+class Region:
+    """A slice ``[start, stop)`` of one dimension of a node's output."""
+
+    dim: int  # negative counts from the end: -1 is the feature dimension
+    start: int
+    stop: int
+
+    def __str__(self) -> str:
+        return f"[dim {self.dim}: {self.start}:{self.stop}]"
+
+
+@dataclass(frozen=True)
+class WeightRelation:
+    """How a weight the candidate reads relates to one of the reference's weights."""
+
+    candidate: str  # parameter path (or expression) in the candidate
+    reference: str  # parameter path in the reference
+    kind: str  # "same", "transposed", "slice", "fused", "by-name"
+    region: Region | None  # rows of the larger of the two that the smaller one is
+    max_abs_diff: float  # 0.0 when the values agree (after casting to the lower dtype)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A reference node and the candidate node that computes the same values.
+
+    ``reference_region`` slices the reference's output before comparing (the candidate
+    computes one head of it); ``candidate_region`` slices the candidate's (a fused QKV
+    projection holds q, k and v side by side).
+    """
+
+    reference: str  # fx node name in the reference graph
+    candidate: str  # fx node name in the candidate graph
+    matched_by: str  # one of the BY_* constants
+    note: str = ""  # e.g. "weights: transposed", "q part of a fused projection"
+    reference_region: Region | None = None
+    candidate_region: Region | None = None
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """A node of one graph with no counterpart in the other, and why."""
+
+    graph: str  # "reference" or "candidate"
+    node: str
+    reason: str
+    status: str = STATUS_UNMATCHED  # or STATUS_SKIPPED for bookkeeping and constants
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Errors of one comparison: real tokens and padding positions apart."""
+
+    max_abs: float  # over real-token positions
+    mean_abs: float
+    max_rel: float  # |cand - ref| / |ref| where ref != 0
+    mismatched: int  # elements over atol + rtol * |ref| (or NaN on one side only)
+    nonfinite: int  # NaN or Inf in the candidate's value
+    elements: int  # real-token elements compared
+    pad_max_abs: float  # over padding positions (0.0 when nothing is padded)
+    pad_mismatched: int
+
+
+@dataclass(frozen=True)
+class NodeDiff:
+    """One row of ``DiffResult.nodes``: an aligned pair, or a node with no counterpart."""
+
+    reference_node: str  # "" for a candidate node with no counterpart
+    candidate_node: str  # "" for a reference node with no counterpart
+    module: str  # the reference's module path (the candidate's when unmatched there)
+    layer: str  # embeddings, mask, encoder.layer.N, pooler, head, inputs, outputs
+    op: str  # op type: Linear, LayerNorm, scaled_dot_product_attention, view, ...
+    shape: str  # shape compared, "(2, 9, 384)"
+    dtype: str  # "float32" or "float32/bfloat16" when the two differ
+    max_abs_err: float | None  # propagated: each model on its own inputs
+    mean_abs_err: float | None
+    max_rel_err: float | None
+    mismatched: int | None
+    nonfinite: int | None
+    local_max_abs_err: float | None  # local: the candidate's node fed the reference's inputs
+    local_mean_abs_err: float | None
+    local_max_rel_err: float | None
+    local_mismatched: int | None
+    pad_max_abs_err: float | None  # propagated, at padding positions only
+    atol: float | None  # the budget: |cand - ref| <= atol + rtol * |ref|
+    rtol: float | None
+    status: str  # one of the STATUS_* constants
+    matched_by: str  # how the pair was found ("" when unmatched)
+    note: str  # how the pair relates (region, layout) or why the node has no counterpart
+    reference_index: int  # position in the reference graph (-1 when unmatched there)
+    candidate_index: int  # position in the candidate graph (-1 when unmatched there)
+
+
+@dataclass(frozen=True)
+class LayerDiff:
+    """One row of ``DiffResult.layers``: a block of the reference and how it compares."""
+
+    layer: str
+    output_node: str  # the layer's last compared tensor node in the reference
+    max_abs_err: float  # propagated error of the layer's output
+    local_max_abs_err: float  # worst local error of any node in the layer
+    worst_node: str  # the node with the highest local error over budget ratio
+    nodes: int  # aligned pairs in the layer
+    failing: int  # pairs whose local error is over budget
+    unmatched: int  # reference nodes of the layer with no counterpart
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first node, in the reference's graph order, whose local error is over budget."""
+
+    reference_node: str
+    candidate_node: str
+    module: str
+    layer: str
+    op: str
+    local_max_abs_err: float
+    budget: str  # "atol 1e-05 + rtol 1.3e-06 * |ref|"
+    hints: tuple[str, ...]  # known causes that match, in order of confidence

@@ -1,0 +1,221 @@
+"""Known causes of a divergence, recognised at the node where it starts.
+
+Each check looks at the first over-budget pair (its op, the weights it reads, the
+constants around it and, where the run kept them, its inputs and outputs) and says what
+it recognises, in a sentence a user can act on:
+
+- a weight that differs from the reference's (left unloaded, perturbed, another
+  checkpoint), or that is the reference's transposed;
+- LayerNorm epsilon;
+- the tanh approximation of GELU against the exact (erf) one;
+- the attention scale (q·kᵀ multiplied by something else than 1/sqrt(head size));
+- the attention mask (errors only in the padded sequences of the batch);
+- a lower-precision dtype, whose rounding alone exceeds the default budget.
+
+Example::
+
+    >>> explain(pair, reference_graph, candidate_graph, alignment.relations, snapshot, padding)
+    ('LayerNorm eps differs: reference 1e-12, candidate 1e-05',)
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from introspect.diff_records import Pair, WeightRelation
+
+_SEARCH_DEPTH = 12  # nodes walked back from a pair to find attention scales
+
+
+def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[WeightRelation],
+            snapshot: Any | None = None, padded_rows: Sequence[bool] = ()) -> tuple[str, ...]:
+    """Hints for an over-budget pair, most specific first (empty when nothing matches).
+
+    Args:
+        pair: the pair whose local error is over budget.
+        reference, candidate: the two ``IntrospectGraph``s (their ``gm`` and ``records``).
+        relations: the alignment's weight relations.
+        snapshot: the pair's inputs and outputs, when the run kept them.
+        padded_rows: for each batch row, whether it holds padding.
+    """
+    ref_node = _node(reference.gm, pair.reference)
+    cand_node = _node(candidate.gm, pair.candidate)
+    hints: list[str] = []
+    hints += _weight_hints(candidate.gm, cand_node, relations)
+    hints += _layer_norm_hints(reference.gm, ref_node, candidate.gm, cand_node)
+    hints += _gelu_hints(reference.gm, ref_node, candidate.gm, cand_node, snapshot)
+    hints += _scale_hints(reference, ref_node, candidate, cand_node)
+    hints += _mask_hints(snapshot, padded_rows, hints)
+    hints += _dtype_hints(reference, pair, candidate)
+    return tuple(dict.fromkeys(hints))
+
+
+def _node(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:
+    return next(n for n in gm.graph.nodes if n.name == name)
+
+
+def _weight_labels(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
+    labels = []
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        labels += [f"{node.target}.{p}" for p, _ in module.named_parameters()]
+    labels += [str(n.target) for n in node.all_input_nodes if n.op == "get_attr"]
+    return labels
+
+
+def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
+                  relations: Sequence[WeightRelation]) -> list[str]:
+    hints = []
+    linear_like = node.op == "call_module" and isinstance(
+        gm.get_submodule(str(node.target)), torch.nn.Linear) or getattr(
+        node.target, "__name__", "") == "linear"
+    for label in _weight_labels(gm, node):
+        found = [r for r in relations if r.candidate == label]
+        if not found:
+            hints.append(f"weight {label} matches no weight of the reference, by value or "
+                         "by name: a weight left unloaded, or loaded from another model")
+        for r in found:
+            if r.kind.startswith("by-name") and r.max_abs_diff > 0:
+                hints.append(f"weight {label} differs from the reference's {r.reference} by up "
+                             f"to {r.max_abs_diff:.3g}: a weight left unloaded (still at its "
+                             "initial values), perturbed, or loaded from another checkpoint")
+            if r.kind == "transposed" and linear_like:
+                hints.append(f"weight {label} is the reference's {r.reference} transposed, but "
+                             "a Linear expects (out_features, in_features): a transposed weight")
+    return hints
+
+
+def _layer_norm_eps(gm: torch.fx.GraphModule, node: torch.fx.Node) -> float | None:
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        return float(module.eps) if isinstance(module, torch.nn.LayerNorm) else None
+    if getattr(node.target, "__name__", "") == "layer_norm":
+        if "eps" in node.kwargs:
+            return float(node.kwargs["eps"])
+        return float(node.args[4]) if len(node.args) > 4 else 1e-5
+    return None
+
+
+def _layer_norm_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
+                      cand_gm: torch.fx.GraphModule, cand_node: torch.fx.Node) -> list[str]:
+    ref_eps, cand_eps = _layer_norm_eps(ref_gm, ref_node), _layer_norm_eps(cand_gm, cand_node)
+    if ref_eps is not None and cand_eps is not None and ref_eps != cand_eps:
+        return [f"LayerNorm eps differs: reference {ref_eps:g}, candidate {cand_eps:g}"]
+    return []
+
+
+def _gelu_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
+                cand_gm: torch.fx.GraphModule, cand_node: torch.fx.Node,
+                snapshot: Any | None) -> list[str]:
+    if snapshot is None or len(snapshot.reference_inputs) != 1:
+        return []
+    x = snapshot.reference_inputs[0]
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() \
+            or x.shape != snapshot.reference_output.shape:
+        return []
+    exact, approximate = F.gelu(x.double()), F.gelu(x.double(), approximate="tanh")
+    ref_out, cand_out = snapshot.reference_output.double(), snapshot.local_output.double()
+
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return float((a - b).abs().max()) <= 1e-5 * max(1.0, float(b.abs().max()))
+
+    gap = float((exact - approximate).abs().max())
+    if close(ref_out, exact) and close(cand_out, approximate):
+        return [f"the candidate uses the tanh approximation of GELU where the reference uses "
+                f"the exact (erf) GELU; they differ by up to {gap:.3g}"]
+    if close(ref_out, approximate) and close(cand_out, exact):
+        return [f"the candidate uses the exact (erf) GELU where the reference uses the tanh "
+                f"approximation; they differ by up to {gap:.3g}"]
+    return []
+
+
+def attention_scales(graph: Any, node: torch.fx.Node) -> set[float]:
+    """Factors applied to q·kᵀ found near ``node``: sdpa's scale, or a constant mul/div."""
+    records = {r.name: r for r in graph.records}
+    scales: set[float] = set()
+    seen, frontier = {node}, [node]
+    for _ in range(_SEARCH_DEPTH):
+        nxt = []
+        for n in frontier:
+            scale = _scale_of(n, records)
+            if scale is not None:
+                scales.add(scale)
+                continue
+            for i in n.all_input_nodes:
+                if i not in seen:
+                    seen.add(i)
+                    nxt.append(i)
+        frontier = nxt
+    return scales
+
+
+def _scale_of(n: torch.fx.Node, records: dict[str, Any]) -> float | None:
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    if name == "scaled_dot_product_attention":
+        scale = n.kwargs.get("scale")
+        if scale is None and len(n.args) > 6:
+            scale = n.args[6]
+        if scale is None and isinstance(n.args[0], torch.fx.Node):
+            query = records.get(n.args[0].name)
+            if query is not None and query.shape:
+                return 1.0 / math.sqrt(query.shape[-1])
+        return float(scale) if isinstance(scale, (int, float)) else None
+    if name in ("mul", "truediv", "div") or n.target in (operator.mul, operator.truediv):
+        constants = [a for a in n.args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        tensors = [a for a in n.args if isinstance(a, torch.fx.Node)]
+        if len(constants) == 1 and len(tensors) == 1 and _reads_matmul(tensors[0]):
+            c = float(constants[0])
+            return c if name == "mul" or n.target is operator.mul else (1.0 / c if c else None)
+    return None
+
+
+def _reads_matmul(n: torch.fx.Node) -> bool:
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return name in ("matmul", "bmm", "einsum", "baddbmm")
+
+
+def _scale_hints(reference: Any, ref_node: torch.fx.Node, candidate: Any,
+                 cand_node: torch.fx.Node) -> list[str]:
+    ref_scales = attention_scales(reference, ref_node)
+    cand_scales = attention_scales(candidate, cand_node)
+    if len(ref_scales) == 1 and len(cand_scales) == 1 and not math.isclose(
+            next(iter(ref_scales)), next(iter(cand_scales)), rel_tol=1e-6):
+        r, c = next(iter(ref_scales)), next(iter(cand_scales))
+        return [f"attention scale differs: the reference multiplies q·kᵀ by {r:.6g} "
+                f"(1/sqrt({1 / r**2:.4g})), the candidate by {c:.6g} (1/sqrt({1 / c**2:.4g}))"]
+    return []
+
+
+def _mask_hints(snapshot: Any | None, padded_rows: Sequence[bool], found: list[str]) -> list[str]:
+    if snapshot is None or found or not any(padded_rows) or all(padded_rows):
+        return []
+    rows = snapshot.row_errors
+    if len(rows) != len(padded_rows):
+        return []
+    clean = max((e for e, p in zip(rows, padded_rows) if not p), default=0.0)
+    dirty = max((e for e, p in zip(rows, padded_rows) if p), default=0.0)
+    if clean == 0.0 and dirty > 0.0:
+        return [f"errors only in the padded sequences of the batch (up to {dirty:.3g}), none "
+                "in the unpadded ones: the attention mask differs (its value, e.g. -10000 "
+                "against the dtype's minimum, its sign, or which positions it hides)"]
+    return []
+
+
+def _dtype_hints(reference: Any, pair: Pair, candidate: Any) -> list[str]:
+    ref_dtype = next((r.dtype for r in reference.records if r.name == pair.reference), "")
+    cand_dtype = next((r.dtype for r in candidate.records if r.name == pair.candidate), "")
+    if ref_dtype and cand_dtype and ref_dtype != cand_dtype:
+        return [f"the candidate computes in {cand_dtype} and the reference in {ref_dtype}: "
+                "rounding alone can exceed the default budget; measure each node's own "
+                "noise with noise_budget=True (--noise-budget)"]
+    return []
+
+
+__all__ = ["attention_scales", "explain"]
