@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_batch
 from introspect.graph import trace
 from introspect.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE, KIND_TENSOR
+from tests.conftest import make_batch
 
 
 @pytest.fixture(scope="module")

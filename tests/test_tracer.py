@@ -7,10 +7,10 @@ import pickle
 import pytest
 import torch
 
-from conftest import make_batch
 from introspect.errors import TraceError
 from introspect.load import HEADS
 from introspect.tracer import trace_module
+from tests.conftest import make_batch
 
 # (batch, seq, padded): the traced shape, an unpadded batch, and a second shape.
 SHAPES = [(2, 9, True), (2, 9, False), (3, 17, True), (1, 5, False)]
