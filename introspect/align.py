@@ -268,30 +268,44 @@ def _key_columns(width: int) -> list[int]:
 
 
 class _RowIndex:
-    """Rows of many 2-D weights, keyed by a few of their values, to find slices fast."""
+    """Rows of many 2-D weights, keyed by a few of their values, to find slices fast.
+
+    The key columns of every row are kept in one tensor per row width, so finding where
+    a row occurs among all indexed weights is a single vectorised comparison.
+    """
 
     def __init__(self) -> None:
-        self.rows: dict[tuple[Any, ...], list[tuple[str, int]]] = {}
         self.tensors: dict[str, torch.Tensor] = {}
+        self._parts: dict[int, list[tuple[str, torch.Tensor]]] = {}
+        self._keys: dict[int, tuple[torch.Tensor, list[tuple[str, int]]]] = {}
 
     def add(self, label: str, rows: torch.Tensor) -> None:
         self.tensors[label] = rows
         width = rows.shape[1]
-        for i, values in enumerate(rows[:, _key_columns(width)].tolist()):
-            entries = self.rows.setdefault((width, *values), [])
-            if len(entries) <= _MAX_ROWS_PER_KEY:
-                entries.append((label, i))
+        self._parts.setdefault(width, []).append((label, _row_keys(rows)))
+        self._keys.pop(width, None)
+
+    def _table(self, width: int) -> tuple[torch.Tensor, list[tuple[str, int]]] | None:
+        if width not in self._keys and width in self._parts:
+            parts = self._parts[width]
+            owners = [(label, i) for label, keys in parts for i in range(keys.shape[0])]
+            self._keys[width] = (torch.cat([keys for _, keys in parts]), owners)
+        return self._keys.get(width)
 
     def find(self, rows: torch.Tensor) -> list[tuple[str, int]]:
         """(label, offset) of every indexed weight that holds ``rows`` as consecutive rows."""
         width, count = rows.shape[1], rows.shape[0]
-        probe = min(range(min(count, 8)), key=lambda i: -float(rows[i].abs().sum()))
-        key = (width, *rows[probe, _key_columns(width)].tolist())
-        entries = self.rows.get(key, [])
-        if len(entries) > _MAX_ROWS_PER_KEY:
+        table = self._table(width)
+        if table is None:
             return []
-        found = []
-        for label, row in entries:
+        keys, owners = table
+        probe = int(rows[: min(count, 8)].double().abs().sum(dim=1).argmax())
+        hits = (keys == _row_keys(rows[probe:probe + 1])).all(dim=1).nonzero().flatten()
+        if len(hits) > _MAX_ROWS_PER_KEY:
+            return []
+        found: list[tuple[str, int]] = []
+        for hit in hits.tolist():
+            label, row = owners[hit]
             start = row - probe
             big = self.tensors[label]
             if start < 0 or start + count > big.shape[0] or (label, start) in found:
@@ -299,6 +313,11 @@ class _RowIndex:
             if torch.equal(big[start:start + count], rows):
                 found.append((label, start))
         return found
+
+
+def _row_keys(rows: torch.Tensor) -> torch.Tensor:
+    """A few values of each row, as float64 (exact for every lower-precision value)."""
+    return rows[:, _key_columns(rows.shape[1])].double()
 
 
 def relate_weights(reference: _Graph, candidate: _Graph) -> dict[str, list[WeightRelation]]:
@@ -419,7 +438,7 @@ def _relate_by_name(reference: _Graph, candidate: _Graph, ref_weights: Mapping[s
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if not (a.is_floating_point() and b.is_floating_point()):
         return float((a != b).any())
-    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -617,8 +636,8 @@ class _Matcher:
         ref_inputs, cand_inputs = self.ref.data_inputs(r), self.cand.data_inputs(c)
         if len(ref_inputs) != len(cand_inputs):
             return False
-        if not ref_inputs:
-            return True
+        if not ref_inputs:  # nothing to anchor it (an arange): left to its consumers
+            return False
         orders = [cand_inputs]
         if self.ref.kinds[r] in _COMMUTATIVE and len(cand_inputs) == 2:
             orders.append(cand_inputs[::-1])
@@ -752,6 +771,10 @@ class _Matcher:
         op = graph.records[name].op_type
         if reached is None:
             return f"no counterpart in the {other}, and nothing compared depends on it"
+        if graph.kinds[name] == "dropout":
+            return f"dropout, the identity in eval mode; its values are compared at {reached}"
+        if graph.kinds[name] == "cast":
+            return f"a cast ({op}); its values are compared at {reached}"
         if graph.transparent(name):
             return f"layout only ({op}); its values are compared at {reached}"
         side = "candidate" if graph is self.ref else "reference"
@@ -896,7 +919,7 @@ def _first_reached(graph: _Graph, name: str, paired: set[str]) -> str | None:
         nxt = []
         for n in frontier:
             for user in graph.users[n]:
-                if user in seen:
+                if user in seen or not graph.compared(user):
                     continue
                 seen.add(user)
                 (found if user in paired else nxt).append(user)

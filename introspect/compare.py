@@ -85,7 +85,7 @@ class Snapshot:
     """What hints need about an over-budget pair: its inputs and both outputs."""
 
     pair_index: int
-    reference_inputs: tuple[Any, ...]  # the reference node's tensor inputs
+    inputs: tuple[Any, ...]  # what the candidate's node ran on in local mode (reference values)
     local_output: torch.Tensor  # the candidate's node on the reference's inputs (ref layout)
     reference_output: torch.Tensor
     row_errors: tuple[float, ...]  # local max abs error per batch row (real tokens)
@@ -213,6 +213,7 @@ class _Runner:
         self.cand_nodes = [n for n in candidate.graph.nodes if n.op != "output"]
         ref_by_name = {n.name: n for n in self.ref_nodes}
         self.ref_index = {n.name: i for i, n in enumerate(self.ref_nodes)}
+        self.cand_by_name = {n.name: n for n in self.cand_nodes}
         self.pairs = list(pairs)
         self.budgets = list(budgets)
         self.padding = padding
@@ -285,18 +286,16 @@ class _Runner:
             return _SAME
         if all(self.substituted.get(n.name, _SAME) is _SAME for n in node.all_input_nodes):
             return _SAME
-        env = self.cand_interp.env
-
-        def value_of(n: torch.fx.Node) -> Any:
-            s = self.substituted.get(n.name, _SAME)
-            return env[n] if s is _SAME else s
-
-        args = map_arg(node.args, value_of)
-        kwargs = map_arg(node.kwargs, value_of)
+        args = map_arg(node.args, self._local_input)
+        kwargs = map_arg(node.kwargs, self._local_input)
         try:
             return getattr(self.cand_interp, node.op)(node.target, args, kwargs)
         except Exception:  # a substituted input the op cannot take: no local value
             return None
+
+    def _local_input(self, node: torch.fx.Node) -> Any:
+        substituted = self.substituted.get(node.name, _SAME)
+        return self.cand_interp.env.get(node) if substituted is _SAME else substituted
 
     def _substitute(self, node: torch.fx.Node, value: Any, local: Any, exact: bool) -> Any:
         """The value later candidate nodes see in local mode: the reference's, where paired."""
@@ -367,8 +366,8 @@ class _Runner:
 
     def _snapshot(self, i: int, local: torch.Tensor, reference: torch.Tensor,
                   pad: torch.Tensor | None) -> None:
-        ref_node = self.pair_ref_node[i]
-        inputs = tuple(self.ref_interp.env.get(n) for n in ref_node.all_input_nodes)
+        cand_node = self.cand_by_name[self.pairs[i].candidate]
+        inputs = tuple(self._local_input(n) for n in cand_node.all_input_nodes)
         d = (local.double() - reference.double()).abs()
         if pad is not None:
             d = d.masked_fill(pad, 0.0)

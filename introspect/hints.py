@@ -114,9 +114,10 @@ def _layer_norm_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
 def _gelu_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
                 cand_gm: torch.fx.GraphModule, cand_node: torch.fx.Node,
                 snapshot: Any | None) -> list[str]:
-    if snapshot is None or len(snapshot.reference_inputs) != 1:
+    tensors = [t for t in snapshot.inputs if isinstance(t, torch.Tensor)] if snapshot else []
+    if len(tensors) != 1:
         return []
-    x = snapshot.reference_inputs[0]
+    x = tensors[0]
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() \
             or x.shape != snapshot.reference_output.shape:
         return []
