@@ -502,7 +502,8 @@ def _layers(rows: Sequence[NodeDiff], records: Sequence[NodeRecord]) -> list[Lay
         tensors = [m for m in members if m.max_abs_err is not None]
         output = max(tensors, key=lambda m: (m.reference_index, m.candidate_index), default=None)
         failing = [m for m in members if m.status == STATUS_FAIL]
-        worst = max(failing or members, key=lambda m: (_over(m), m.local_max_abs_err or 0.0),
+        erring = [m for m in members if m.local_max_abs_err]
+        worst = max(failing or erring, key=lambda m: (_over(m), m.local_max_abs_err or 0.0),
                     default=None)
         layers.append(LayerDiff(
             layer=layer,

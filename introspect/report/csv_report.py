@@ -1,0 +1,18 @@
+"""The diff's two tables as CSV: one row per node (``nodes.csv``) and per layer (``layers.csv``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from introspect.differ import DiffResult
+
+
+def nodes_csv(result: DiffResult) -> str:
+    """``DiffResult.nodes`` as CSV (aligned pairs and unmatched nodes, in graph order)."""
+    return str(result.nodes.to_csv(index=False, lineterminator="\n"))
+
+
+def layers_csv(result: DiffResult) -> str:
+    """``DiffResult.layers`` as CSV."""
+    return str(result.layers.to_csv(index=False, lineterminator="\n"))

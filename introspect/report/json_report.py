@@ -1,0 +1,74 @@
+"""The diff as JSON: the contract of shared/DESIGN.md, versioned.
+
+Schema (version 1)::
+
+    {"schema_version": 1, "tool": "introspect 0.1.0",
+     "passed": bool,
+     "reference": str, "candidate": str,
+     "first_divergence": null | {"reference_node", "candidate_node", "module", "layer",
+                                 "op", "local_max_abs_err", "budget", "hints": [str]},
+     "tolerance": {"atol": float|null, "rtol": float|null, "noise_budget": bool,
+                   "defaults": {dtype: {"rtol", "atol"}}},
+     "summary": {"pairs", "coverage", "max_abs_err", "ok", "drift", "fail",
+                 "unmatched", "skipped"},
+     "nodes": [every field of NodeDiff, per aligned pair or unmatched node],
+     "layers": [every field of LayerDiff],
+     "notes": [str]}
+
+Numbers that are not finite (an infinite relative error, a NaN) are written as the
+strings "inf", "-inf" and "nan", so the file stays strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from introspect import __version__
+from introspect.diff_records import STATUS_SKIPPED
+from introspect.tolerance import DEFAULTS
+
+if TYPE_CHECKING:
+    from introspect.differ import DiffResult
+
+SCHEMA_VERSION = 1
+
+
+def report_dict(result: DiffResult) -> dict[str, Any]:
+    """The report as plain Python values (what ``json_report`` serialises)."""
+    d = result.first_divergence
+    counts = result.counts()
+    return _finite({
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"introspect {__version__}",
+        "passed": result.passed,
+        "reference": result.reference_label,
+        "candidate": result.candidate_label,
+        "first_divergence": None if d is None else {**asdict(d), "hints": list(d.hints)},
+        "tolerance": {"atol": result.tolerance.atol, "rtol": result.tolerance.rtol,
+                      "noise_budget": result.noise_budget,
+                      "defaults": {k: {"rtol": r, "atol": a} for k, (r, a) in DEFAULTS.items()}},
+        "summary": {"pairs": counts["pairs"], "coverage": result.alignment.coverage,
+                    "max_abs_err": result.max_abs_err,
+                    **{k: v for k, v in counts.items() if k != "pairs"}},
+        "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
+        "layers": [asdict(r) for r in result.layer_rows],
+        "notes": list(result.notes),
+    })
+
+
+def json_report(result: DiffResult) -> str:
+    """The report as indented, strict JSON text."""
+    return json.dumps(report_dict(result), indent=1, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

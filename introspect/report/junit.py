@@ -1,0 +1,42 @@
+"""JUnit XML for CI: one test case per layer of the reference, failing where a node fails."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
+
+from introspect.diff_records import STATUS_FAIL
+
+if TYPE_CHECKING:
+    from introspect.differ import DiffResult
+
+
+def junit_xml(result: DiffResult) -> str:
+    """The layers as ``<testcase>``s of one ``<testsuite>``."""
+    layers = result.layer_rows
+    failures = sum(not r.passed for r in layers)
+    suites = ET.Element("testsuites", name="introspect diff", tests=str(len(layers)),
+                        failures=str(failures), errors="0")
+    suite = ET.SubElement(suites, "testsuite",
+                          name=f"{result.candidate_label} vs {result.reference_label}",
+                          tests=str(len(layers)), failures=str(failures), errors="0", skipped="0")
+    for r in layers:
+        case = ET.SubElement(suite, "testcase", classname="introspect.diff", name=r.layer)
+        if not r.passed:
+            rows = [n for n in result.rows if n.layer == r.layer and n.status == STATUS_FAIL]
+            first = rows[0] if rows else None
+            message = (f"{r.failing} node(s) over budget; first {first.reference_node} "
+                       f"({first.op}), local max abs error {first.local_max_abs_err:.3g}"
+                       if first else f"{r.failing} node(s) over budget")
+            failure = ET.SubElement(case, "failure", message=message, type="parity")
+            failure.text = "\n".join(
+                f"{n.reference_node} -> {n.candidate_node} ({n.op} {n.shape}): local max abs "
+                f"error {n.local_max_abs_err:.3g}, budget atol {n.atol:.3g} rtol {n.rtol:.3g}"
+                for n in rows)
+    d = result.first_divergence
+    if d is not None:
+        out = ET.SubElement(suite, "system-out")
+        out.text = "\n".join([f"first divergence: {d.reference_node} ({d.op} in "
+                              f"{d.module or d.layer})", *(f"hint: {h}" for h in d.hints)])
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

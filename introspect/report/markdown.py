@@ -1,0 +1,63 @@
+"""A Markdown summary short enough for a pull-request comment.
+
+Verdict, first divergence with its hints, one row per layer, and (folded) the nodes over
+budget. Numbers are printed with three significant digits so that the text is stable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from introspect.diff_records import STATUS_FAIL
+
+if TYPE_CHECKING:
+    from introspect.differ import DiffResult
+
+_MAX_FAILING_ROWS = 15
+
+
+def markdown_summary(result: DiffResult) -> str:
+    """The summary as GitHub-flavoured Markdown."""
+    verdict = "✅ parity holds" if result.passed else "❌ parity fails"
+    a = result.alignment
+    lines = [
+        f"## introspect diff: {verdict}",
+        "",
+        f"**{_md(result.candidate_label)}** against **{_md(result.reference_label)}**: "
+        f"{len(a.pairs)} aligned pairs, {a.coverage:.0%} of the reference's tensor nodes "
+        f"aligned, max abs error {_num(result.max_abs_err)}.",
+    ]
+    d = result.first_divergence
+    if d is not None:
+        lines += ["", f"**First divergence:** `{d.reference_node}` ({d.op} in "
+                      f"`{d.module or d.layer}`), local max abs error "
+                      f"{_num(d.local_max_abs_err)} over budget {d.budget}."]
+        lines += [f"- hint: {_md(h)}" for h in d.hints]
+    lines += ["", "| layer | output max abs err | worst local err | worst node | nodes | status |",
+              "|---|---:|---:|---|---:|---|"]
+    for r in result.layer_rows:
+        status = "pass" if r.passed else f"**FAIL** ({r.failing})"
+        lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
+                     f"`{r.worst_node}` | {r.nodes} | {status} |")
+    failing = [r for r in result.rows if r.status == STATUS_FAIL]
+    if failing:
+        lines += ["", f"<details><summary>{len(failing)} node(s) over budget</summary>", "",
+                  "| reference node | candidate node | op | shape | local max abs err | "
+                  "max abs err |", "|---|---|---|---|---:|---:|"]
+        for r in failing[:_MAX_FAILING_ROWS]:
+            lines.append(f"| `{r.reference_node}` | `{r.candidate_node}` | {r.op} | {r.shape} | "
+                         f"{_num(r.local_max_abs_err)} | {_num(r.max_abs_err)} |")
+        if len(failing) > _MAX_FAILING_ROWS:
+            lines.append(f"| ... {len(failing) - _MAX_FAILING_ROWS} more | | | | | |")
+        lines += ["", "</details>"]
+    if result.notes:
+        lines += [""] + [f"> {_md(n)}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -1,0 +1,43 @@
+"""The reference's drawing with every compared node coloured by its local error.
+
+Colours step with how far a node's local max abs error is over its own budget (within,
+up to 10x, up to 1000x, beyond), as ``introspect.render``'s error scale.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from introspect.errors import IntrospectError
+
+if TYPE_CHECKING:
+    from introspect.differ import DiffResult
+
+
+def overlay_svg(result: DiffResult, *, depth: object = None) -> bytes | None:
+    """The SVG, or None when it cannot be drawn (no Graphviz, or no renderer installed)."""
+    try:
+        from introspect.render import ERROR_SCALE, Overlay, draw_graph, render_bytes
+    except ImportError:
+        return None
+    colors, notes, scores = {}, {}, {}
+    for r in result.rows:
+        if not r.reference_node or r.local_max_abs_err is None or r.atol is None:
+            continue
+        error = r.local_max_abs_err
+        ratio = error / r.atol if r.atol > 0 else (math.inf if error > 0 else 0.0)
+        if r.reference_node in scores and scores[r.reference_node] >= ratio:
+            continue  # several pairs per node (one per head): keep the worst
+        step = 0 if ratio <= 1 else 1 if ratio <= 10 else 2 if ratio <= 1000 else 3
+        colors[r.reference_node] = ERROR_SCALE[step]
+        notes[r.reference_node] = f"local err {error:.2g}"
+        scores[r.reference_node] = ratio
+    overlay = Overlay(colors, notes, scores, ERROR_SCALE,
+                      "colour: local max abs error against each node's budget "
+                      "(green within, yellow <=10x, orange <=1000x, red beyond)")
+    try:
+        digraph = draw_graph(result.reference, depth, overlay=overlay)
+        return bytes(render_bytes(digraph, "svg"))
+    except IntrospectError:
+        return None
