@@ -5,7 +5,8 @@ Node looks, so that a reader tells them apart at a glance:
 - inputs and outputs: blue rounded boxes; the tokens: a table at the top;
 - modules (``nn.Linear``, ``nn.LayerNorm``, ...): amber boxes; a closed module: a 3-D box;
 - ops (add, attention, select): grey ellipses; layout chains: dashed white ellipses;
-- parameters and buffers: violet cylinders; the attention mask: a pink box;
+- parameters and buffers: violet cylinders; the attention mask: a pink box (dashed
+  where a later layer refers back to it, instead of an edge down the whole page);
 - folded layers (×N): a violet block or cluster with a bold border.
 
 Every label is an HTML-like label built from escaped text (``labels.escape``). The DOT is
@@ -60,6 +61,8 @@ STYLES: dict[str, dict[str, str]] = {
                "color": "#9333ea"},
     "mask": {"shape": "box", "style": "rounded,filled", "fillcolor": "#fce7f3",
              "color": "#db2777"},
+    "maskref": {"shape": "box", "style": "rounded,filled,dashed", "fillcolor": "#fdf2f8",
+                "color": "#db2777", "fontsize": "8"},
 }
 CLUSTER_FILLS = ("#f8fafc", "#f1f5f9", "#e8edf3", "#e2e8f0")  # deeper levels, darker
 LEGEND = ("box: module · 3-D box: closed module · ellipse: op · dashed: layout only · "

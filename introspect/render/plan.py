@@ -158,6 +158,7 @@ class _Builder:
         self.edge_keys: set[tuple[str, str]] = set()
         self.clusters: dict[tuple[str, ...], ClusterSpec] = {}
         self.node_of: dict[str, str] = {}
+        self.mask_first: dict[str, LayerGroup] = {}
 
     # -- records to nodes ------------------------------------------------------------------
 
@@ -176,7 +177,29 @@ class _Builder:
             self._edge(TOKENS_ID, node_id, "")
         for source in dict.fromkeys(r.inputs):
             if source in self.by_name and not self._inside_fold(source, r):
-                self._edge(self.node_of[source], node_id, self._shape_label(source))
+                origin = self._mask_reference(source, r, node_id) or self.node_of[source]
+                self._edge(origin, node_id, self._shape_label(source))
+
+    def _mask_reference(self, source: str, r: NodeRecord, node_id: str) -> str | None:
+        """A small "attention mask" node inside the second and later layer blocks.
+
+        The mask feeds every layer; drawn as edges, twelve or twenty-four lines would run
+        down the whole page (and slow Graphviz down a lot). The first layer block gets
+        the edge; later ones get a reference node, labelled as such.
+        """
+        index = layer_index(r.layer)
+        if self.by_name[source].layer != "mask" or index is None:
+            return None
+        group = self.group_of[index]
+        first = self.mask_first.setdefault(source, group)
+        if group is first:
+            return None
+        reference = f"mask/ref/{group.key}/{node_id}"
+        record = self.by_name[source]
+        return self._node(reference, style="maskref", title="attention mask",
+                          subtitle="the same mask as above", shape=record.shape,
+                          shape_text=record.shapes,
+                          cluster=self.nodes[node_id]["cluster"])  # type: ignore[arg-type]
 
     def add_outputs(self, output_names: Sequence[str]) -> None:
         output = next((r for r in self.by_name.values() if r.op == "output"), None)

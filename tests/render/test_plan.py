@@ -68,7 +68,7 @@ def test_full_draws_every_node_but_bookkeeping(tiny_graph):
              if r.kind not in (KIND_SHAPE, KIND_OTHER) and r.op != "output"]
     members = [m for n in plan.nodes for m in n.members if n.style != "output"]
     assert sorted(members) == sorted(drawn)
-    assert all(len(n.members) == 1 for n in plan.nodes if n.style != "tokens")
+    assert all(len(n.members) == 1 for n in plan.nodes if n.style not in ("tokens", "maskref"))
     assert ("mask",) in plan.clusters and not any(n.style == "layout" for n in plan.nodes)
 
 
@@ -101,3 +101,12 @@ def test_every_output_gets_its_node(trace_tiny, head, outputs):
     assert [n.title for n in output_nodes] == outputs
     targets = {e.target for e in plan.edges}
     assert all(n.id in targets for n in output_nodes)
+
+
+def test_later_layers_refer_back_to_the_mask(tiny_graph):
+    plan = build_plan(tiny_graph, fold=False)
+    mask_targets = [e.target for e in plan.edges if e.source == MASK_ID]
+    assert mask_targets == ["scaled_dot_product_attention"]  # layer 0 only
+    references = [n for n in plan.nodes if n.style == "maskref"]
+    assert len(references) == 1 and references[0].shape == (2, 1, 8, 8)
+    assert references[0].cluster[:2] == ("encoder", "encoder.layer.1")
