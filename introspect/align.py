@@ -587,6 +587,7 @@ class _Matcher:
         notes = []
         ref_out, cand_out = _outputs(self.ref), _outputs(self.cand)
         unpaired_cand = dict(cand_out)
+        found = 0
         for key, r in ref_out.items():
             c = cand_out.get(key)
             if c is None or self.ref.shape(r) != self.cand.shape(c):
@@ -596,12 +597,12 @@ class _Matcher:
                 notes.append(f"the reference's output {key!r} has no counterpart in the candidate")
                 continue
             unpaired_cand = {k: n for k, n in unpaired_cand.items() if n != c}
+            found += 1
             if c in self.ref_partners.get(r, set()):
                 continue
-            if self.free(r, c) and self.same_value_kind(r, c):
+            if c not in self.cand_paired and self.same_value_kind(r, c):  # r may pair twice
                 self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))
-        if not any(p.matched_by == BY_OUTPUT or p.reference in ref_out.values()
-                   for p in self.pairs):
+        if not found:
             raise InputError(
                 "the two models return different outputs: reference "
                 f"({', '.join(f'{k}={self.ref.records[n].shapes}' for k, n in ref_out.items())}), "
