@@ -37,14 +37,17 @@ def main() -> None:
         loaded = introspect.load_model(name, head="sequence-classification")
         inputs = introspect.tokenize(loaded.tokenizer)
         graph = introspect.trace(loaded.model, inputs)
-        trace_s, _ = median_time(lambda: introspect.trace(loaded.model, inputs), args.repeat)
-        plan_s, digraph = median_time(lambda: draw_graph(graph, **options), args.repeat)
-        svg_s, svg = median_time(lambda: render_bytes(digraph, "svg"), args.repeat)
+        model = loaded.model
+        trace_s, _ = median_time(lambda m=model, i=inputs: introspect.trace(m, i), args.repeat)
+        plan_s, digraph = median_time(lambda g=graph, o=options: draw_graph(g, **o), args.repeat)
+        svg_s, svg = median_time(lambda d=digraph: render_bytes(d, "svg"), args.repeat)
         total = trace_s + plan_s + svg_s
         view = "full" if options else "folded"
-        print(f"{name} {view}: trace {trace_s:.3f} s + draw_graph {plan_s:.3f} s + "
-              f"dot -Tsvg {svg_s:.3f} s = {total:.3f} s (target {target} s); "
-              f"SVG {len(svg) / 1000:.1f} KB, {len(graph.records)} records")
+        print(
+            f"{name} {view}: trace {trace_s:.3f} s + draw_graph {plan_s:.3f} s + "
+            f"dot -Tsvg {svg_s:.3f} s = {total:.3f} s (target {target} s); "
+            f"SVG {len(svg) / 1000:.1f} KB, {len(graph.records)} records"
+        )
 
 
 if __name__ == "__main__":

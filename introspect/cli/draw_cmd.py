@@ -32,8 +32,10 @@ def depth_value(text: str) -> int | str:
         return text
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"depth must be a number >= 0 or 'full', not {text!r}")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"depth must be a number >= 0 or 'full', not {text!r}"
+        ) from e
     if value < 0:
         raise argparse.ArgumentTypeError(f"depth must be >= 0, not {value}")
     return value
@@ -43,30 +45,57 @@ def layer_list(text: str) -> tuple[int, ...]:
     """--expand: comma-separated layer numbers, such as '0,-1'."""
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
+    except ValueError as e:
         raise argparse.ArgumentTypeError(
-            f"--expand takes layer numbers separated by commas, such as 0,-1; not {text!r}")
+            f"--expand takes layer numbers separated by commas, such as 0,-1; not {text!r}"
+        ) from e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
-    parser.add_argument("--depth", type=depth_value, default=None, metavar="N|full",
-                        help="module levels to open: 0, 1, 2, 3, ... or 'full' "
-                             "(default: every module)")
-    parser.add_argument("--full", dest="depth", action="store_const", const="full",
-                        help="same as --depth full: every node")
-    parser.add_argument("--fold", dest="fold", action="store_true", default=None,
-                        help="draw identical encoder layers once, marked ×N (default, "
-                             "except with --depth full)")
-    parser.add_argument("--no-fold", dest="fold", action="store_false",
-                        help="draw every encoder layer")
-    parser.add_argument("--expand", type=layer_list, default=(), metavar="LAYERS",
-                        help="layers to keep open when folding, e.g. 0,-1")
-    parser.add_argument("-o", "--output", metavar="FILE",
-                        help="file to write, .svg (default: MODEL.svg), .png, .pdf or .dot; "
-                             "'-' for stdout")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="svg, png, pdf or dot (default: from the file name)")
+    parser.add_argument(
+        "--depth",
+        type=depth_value,
+        default=None,
+        metavar="N|full",
+        help="module levels to open: 0, 1, 2, 3, ... or 'full' (default: every module)",
+    )
+    parser.add_argument(
+        "--full",
+        dest="depth",
+        action="store_const",
+        const="full",
+        help="same as --depth full: every node",
+    )
+    parser.add_argument(
+        "--fold",
+        dest="fold",
+        action="store_true",
+        default=None,
+        help="draw identical encoder layers once, marked ×N (default, except with --depth full)",
+    )
+    parser.add_argument(
+        "--no-fold", dest="fold", action="store_false", help="draw every encoder layer"
+    )
+    parser.add_argument(
+        "--expand",
+        type=layer_list,
+        default=(),
+        metavar="LAYERS",
+        help="layers to keep open when folding, e.g. 0,-1",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="file to write, .svg (default: MODEL.svg), .png, .pdf or .dot; '-' for stdout",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="svg, png, pdf or dot (default: from the file name)",
+    )
     add_verbosity_options(parser)
 
 
@@ -102,6 +131,11 @@ def render_drawing(args: argparse.Namespace, fmt: str) -> bytes:
     with step(args, "tracing and propagating shapes"):
         graph = trace(loaded.model, inputs, title=f"{args.model} {args.head} ({args.attn})")
     with step(args, f"drawing ({fmt})"):
-        digraph = draw_graph(graph, depth=args.depth, fold=args.fold, expand=args.expand,
-                             title=f"{type(loaded.model).__name__} · {args.model}")
+        digraph = draw_graph(
+            graph,
+            depth=args.depth,
+            fold=args.fold,
+            expand=args.expand,
+            title=f"{type(loaded.model).__name__} · {args.model}",
+        )
         return render_bytes(digraph, fmt)

@@ -41,14 +41,31 @@ if TYPE_CHECKING:
 
     from introspect.graph import IntrospectGraph
 
-__all__ = ["draw_graph", "Overlay", "ERROR_SCALE", "write_drawing", "render_bytes",
-           "format_for", "require_dot", "build_plan", "Plan", "FORMATS", "FULL",
-           "GraphvizMissingError"]
+__all__ = [
+    "draw_graph",
+    "Overlay",
+    "ERROR_SCALE",
+    "write_drawing",
+    "render_bytes",
+    "format_for",
+    "require_dot",
+    "build_plan",
+    "Plan",
+    "FORMATS",
+    "FULL",
+    "GraphvizMissingError",
+]
 
 
-def draw_graph(graph: IntrospectGraph, depth: Depth = None, *, fold: bool | None = None,
-               expand: Iterable[int] = (), overlay: Overlay | Mapping[str, str] | Any = None,
-               title: str | None = None) -> graphviz.Digraph:
+def draw_graph(
+    graph: IntrospectGraph,
+    depth: Depth = None,
+    *,
+    fold: bool | None = None,
+    expand: Iterable[int] = (),
+    overlay: Overlay | Mapping[str, str] | Any = None,
+    title: str | None = None,
+) -> graphviz.Digraph:
     """Draw the tensor flow of ``graph``, from the tokens at the top to the logits.
 
     Args:
@@ -86,8 +103,10 @@ def draw_graph(graph: IntrospectGraph, depth: Depth = None, *, fold: bool | None
         known = {r.name for r in graph.records}
         unknown = sorted(painted.names - known)
         if unknown:
-            raise InputError(f"overlay names {len(unknown)} node(s) this graph does not have, "
-                             f"e.g. {unknown[:3]}; use names from graph.nodes['name']")
+            raise InputError(
+                f"overlay names {len(unknown)} node(s) this graph does not have, "
+                f"e.g. {unknown[:3]}; use names from graph.nodes['name']"
+            )
     plan = build_plan(graph, depth=depth, fold=fold, expand=expand)
     if title is not None:
         plan.title = title

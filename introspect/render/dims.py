@@ -22,20 +22,47 @@ from introspect.records import KIND_TENSOR, NodeRecord
 
 # What each symbol means, in legend order.
 MEANINGS = {
-    "B": "batch", "C": "choices", "S": "tokens", "H": "hidden", "nh": "heads",
-    "hd": "head size", "I": "intermediate", "V": "vocab", "P": "positions", "L": "labels",
+    "B": "batch",
+    "C": "choices",
+    "S": "tokens",
+    "H": "hidden",
+    "nh": "heads",
+    "hd": "head size",
+    "I": "intermediate",
+    "V": "vocab",
+    "P": "positions",
+    "L": "labels",
 }
 
 # The layouts BERT's tensors take; the first that fits a shape names it. "N" is the batch
 # the encoder sees: B, or B·C for the multiple-choice head; "1" matches a literal 1.
 LAYOUTS: tuple[tuple[str, ...], ...] = (
-    ("N", "S"), ("1", "S"), ("B", "C", "S"), ("B", "C"),
-    ("N", "S", "H"), ("1", "S", "H"), ("N", "S", "I"), ("N", "S", "V"), ("N", "S", "L"),
-    ("N", "H"), ("N", "L"),
-    ("N", "nh", "S", "hd"), ("N", "S", "nh", "hd"), ("N", "nh", "hd", "S"),
-    ("N", "nh", "S", "S"), ("N", "1", "S", "S"), ("N", "1", "1", "S"), ("1", "1", "S", "S"),
-    ("1", "1", "S", "1"), ("1", "1", "1", "S"), ("N", "1", "1", "1"),
-    ("N", "S", "1"), ("1", "P"), ("N",), ("S",), ("H",),
+    ("N", "S"),
+    ("1", "S"),
+    ("B", "C", "S"),
+    ("B", "C"),
+    ("N", "S", "H"),
+    ("1", "S", "H"),
+    ("N", "S", "I"),
+    ("N", "S", "V"),
+    ("N", "S", "L"),
+    ("N", "H"),
+    ("N", "L"),
+    ("N", "nh", "S", "hd"),
+    ("N", "S", "nh", "hd"),
+    ("N", "nh", "hd", "S"),
+    ("N", "nh", "S", "S"),
+    ("N", "1", "S", "S"),
+    ("N", "1", "1", "S"),
+    ("1", "1", "S", "S"),
+    ("1", "1", "S", "1"),
+    ("1", "1", "1", "S"),
+    ("N", "1", "1", "1"),
+    ("N", "S", "1"),
+    ("1", "P"),
+    ("N",),
+    ("S",),
+    ("H",),
 )
 
 
@@ -70,10 +97,16 @@ class Dims:
                     return named
         return ()
 
-    def _fit(self, layout: tuple[str, ...], shape: Sequence[int], batch_symbol: str,
-             batch_size: int | None) -> tuple[str, ...]:
+    def _fit(
+        self,
+        layout: tuple[str, ...],
+        shape: Sequence[int],
+        batch_symbol: str,
+        batch_size: int | None,
+    ) -> tuple[str, ...]:
         named = []
-        for symbol, size in zip(layout, shape):
+        for symbol, size in zip(layout, shape, strict=True):
+            expected: int | None
             if symbol == "1":
                 expected, shown = 1, "1"
             elif symbol == "N":
@@ -102,8 +135,10 @@ def infer_dims(records: Sequence[NodeRecord]) -> Dims:
         if len(shape) == 3:
             sizes["C"] = shape[1]
         sizes["S"] = shape[-1]
-    words = next((r for r in tensors if r.op_type == "Embedding"
-                  and r.module.endswith("word_embeddings")), None)
+    words = next(
+        (r for r in tensors if r.op_type == "Embedding" and r.module.endswith("word_embeddings")),
+        None,
+    )
     if words is not None and words.shape:
         sizes["H"] = words.shape[-1]
     attention = next((r for r in tensors if r.op_type == "scaled_dot_product_attention"), None)
@@ -117,8 +152,14 @@ def infer_dims(records: Sequence[NodeRecord]) -> Dims:
         sizes["I"] = ffn.shape[-1]
     if words is not None and words.params and sizes.get("H"):
         sizes["V"] = words.params // sizes["H"]
-    positions = next((r for r in records if r.op_type == "Embedding"
-                      and r.module.endswith("position_embeddings")), None)
+    positions = next(
+        (
+            r
+            for r in records
+            if r.op_type == "Embedding" and r.module.endswith("position_embeddings")
+        ),
+        None,
+    )
     if positions is not None and positions.params and sizes.get("H"):
         sizes["P"] = positions.params // sizes["H"]
     labels = _labels(records, sizes)
@@ -131,8 +172,12 @@ def _first_split(tensors: Sequence[NodeRecord], hidden: int | None) -> NodeRecor
     """The first rank-4 tensor of an attention block whose last two dims make H (eager)."""
     for r in tensors:
         shape = r.shape or ()
-        if len(shape) == 4 and ".attention." in f".{r.module}." and hidden \
-                and shape[-1] * shape[-2] == hidden:
+        if (
+            len(shape) == 4
+            and ".attention." in f".{r.module}."
+            and hidden
+            and shape[-1] * shape[-2] == hidden
+        ):
             return r
     return None
 

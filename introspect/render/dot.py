@@ -34,39 +34,73 @@ FONT = "Helvetica"
 MAX_TOKENS = 16  # token cells per row before "… +N"
 MAX_ROWS = 4  # texts shown in the tokens table before "… N more"
 
-GRAPH_ATTRS = {"rankdir": "TB", "newrank": "true", "nodesep": "0.25", "ranksep": "0.35",
-               "fontname": FONT, "fontsize": "11", "labelloc": "t", "labeljust": "c",
-               "bgcolor": "white", "pad": "0.2"}
+GRAPH_ATTRS = {
+    "rankdir": "TB",
+    "newrank": "true",
+    "nodesep": "0.25",
+    "ranksep": "0.35",
+    "fontname": FONT,
+    "fontsize": "11",
+    "labelloc": "t",
+    "labeljust": "c",
+    "bgcolor": "white",
+    "pad": "0.2",
+}
 NODE_ATTRS = {"fontname": FONT, "fontsize": "10", "margin": "0.12,0.04", "penwidth": "1.2"}
-EDGE_ATTRS = {"fontname": FONT, "fontsize": "8", "fontcolor": "#475569", "color": "#64748b",
-              "arrowsize": "0.6"}
+EDGE_ATTRS = {
+    "fontname": FONT,
+    "fontsize": "8",
+    "fontcolor": "#475569",
+    "color": "#64748b",
+    "arrowsize": "0.6",
+}
 
 STYLES: dict[str, dict[str, str]] = {
     "tokens": {"shape": "plain"},
-    "input": {"shape": "box", "style": "rounded,filled", "fillcolor": "#dbeafe",
-              "color": "#2563eb"},
-    "output": {"shape": "box", "style": "rounded,filled,bold", "fillcolor": "#dbeafe",
-               "color": "#2563eb"},
+    "input": {
+        "shape": "box",
+        "style": "rounded,filled",
+        "fillcolor": "#dbeafe",
+        "color": "#2563eb",
+    },
+    "output": {
+        "shape": "box",
+        "style": "rounded,filled,bold",
+        "fillcolor": "#dbeafe",
+        "color": "#2563eb",
+    },
     "module": {"shape": "box", "style": "filled", "fillcolor": "#fff4dd", "color": "#d97706"},
     "box": {"shape": "box3d", "style": "filled", "fillcolor": "#fff4dd", "color": "#d97706"},
     "model": {"shape": "box3d", "style": "filled", "fillcolor": "#fff4dd", "color": "#d97706"},
-    "block": {"shape": "box3d", "style": "filled,bold", "fillcolor": "#ede9fe",
-              "color": "#7c3aed"},
+    "block": {"shape": "box3d", "style": "filled,bold", "fillcolor": "#ede9fe", "color": "#7c3aed"},
     "op": {"shape": "ellipse", "style": "filled", "fillcolor": "#f1f5f9", "color": "#64748b"},
-    "layout": {"shape": "ellipse", "style": "dashed,filled", "fillcolor": "#ffffff",
-               "color": "#64748b"},
-    "parameter": {"shape": "cylinder", "style": "filled", "fillcolor": "#f3e8ff",
-                  "color": "#9333ea"},
-    "buffer": {"shape": "cylinder", "style": "filled", "fillcolor": "#f3e8ff",
-               "color": "#9333ea"},
-    "mask": {"shape": "box", "style": "rounded,filled", "fillcolor": "#fce7f3",
-             "color": "#db2777"},
-    "maskref": {"shape": "box", "style": "rounded,filled,dashed", "fillcolor": "#fdf2f8",
-                "color": "#db2777", "fontsize": "8"},
+    "layout": {
+        "shape": "ellipse",
+        "style": "dashed,filled",
+        "fillcolor": "#ffffff",
+        "color": "#64748b",
+    },
+    "parameter": {
+        "shape": "cylinder",
+        "style": "filled",
+        "fillcolor": "#f3e8ff",
+        "color": "#9333ea",
+    },
+    "buffer": {"shape": "cylinder", "style": "filled", "fillcolor": "#f3e8ff", "color": "#9333ea"},
+    "mask": {"shape": "box", "style": "rounded,filled", "fillcolor": "#fce7f3", "color": "#db2777"},
+    "maskref": {
+        "shape": "box",
+        "style": "rounded,filled,dashed",
+        "fillcolor": "#fdf2f8",
+        "color": "#db2777",
+        "fontsize": "8",
+    },
 }
 CLUSTER_FILLS = ("#f8fafc", "#f1f5f9", "#e8edf3", "#e2e8f0")  # deeper levels, darker
-LEGEND = ("box: module · 3-D box: closed module · ellipse: op · dashed: layout only · "
-          "cylinder: parameter/buffer · blue: inputs and outputs · edges: tensor shapes")
+LEGEND = (
+    "box: module · 3-D box: closed module · ellipse: op · dashed: layout only · "
+    "cylinder: parameter/buffer · blue: inputs and outputs · edges: tensor shapes"
+)
 
 
 def to_digraph(plan: Plan, overlay: Overlay | None = None) -> graphviz.Digraph:
@@ -75,8 +109,12 @@ def to_digraph(plan: Plan, overlay: Overlay | None = None) -> graphviz.Digraph:
     Returns:
         A ``graphviz.Digraph``; it shows itself as SVG in Jupyter, ``.source`` is the DOT.
     """
-    digraph = graphviz.Digraph("introspect", graph_attr=dict(GRAPH_ATTRS),
-                               node_attr=dict(NODE_ATTRS), edge_attr=dict(EDGE_ATTRS))
+    digraph = graphviz.Digraph(
+        "introspect",
+        graph_attr=dict(GRAPH_ATTRS),
+        node_attr=dict(NODE_ATTRS),
+        edge_attr=dict(EDGE_ATTRS),
+    )
     digraph.attr(label=_title_label(plan, overlay))
     _emit(digraph, plan, overlay)
     for edge in plan.edges:
@@ -101,8 +139,9 @@ def _emit(digraph: graphviz.Digraph, plan: Plan, overlay: Overlay | None) -> Non
         for kind, item in items[key]:
             if kind == "node":
                 assert isinstance(item, DrawNode)
-                container.node(item.id, label=node_label(item, plan, overlay),
-                               **_node_attrs(item, overlay))
+                container.node(
+                    item.id, label=node_label(item, plan, overlay), **_node_attrs(item, overlay)
+                )
             else:
                 assert isinstance(item, tuple)
                 spec = plan.clusters[item]
@@ -139,24 +178,33 @@ def node_label(node: DrawNode, plan: Plan, overlay: Overlay | None = None) -> st
 def tokens_label(texts: Sequence[str], tokens: Sequence[Sequence[str]]) -> str:
     """A table: each text, then its WordPiece tokens one per cell ([PAD] greyed)."""
     width = min(max((len(row) for row in tokens), default=0), MAX_TOKENS + 1)
-    rows = ['<TR><TD COLSPAN="{0}" BORDER="0" ALIGN="LEFT"><B>tokenizer</B> '
-            '<FONT POINT-SIZE="8" COLOR="#64748b">text → WordPiece tokens → input_ids, '
-            'token_type_ids, attention_mask</FONT></TD></TR>'.format(max(width, 1))]
+    rows = [
+        f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT"><B>tokenizer</B> '
+        '<FONT POINT-SIZE="8" COLOR="#64748b">text → WordPiece tokens → input_ids, '
+        "token_type_ids, attention_mask</FONT></TD></TR>"
+    ]
     for i, row in enumerate(tokens[:MAX_ROWS]):
         text = texts[i] if i < len(texts) else ""
-        rows.append(f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
-                    f'<I>{escape(shorten(" ".join(text.split()), 90))}</I></TD></TR>')
+        rows.append(
+            f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
+            f"<I>{escape(shorten(' '.join(text.split()), 90))}</I></TD></TR>"
+        )
         cells = [_token_cell(token) for token in row[:MAX_TOKENS]]
         if len(row) > MAX_TOKENS:
-            cells.append(f'<TD BORDER="0"><FONT COLOR="#64748b">… +{len(row) - MAX_TOKENS}'
-                         f'</FONT></TD>')
+            cells.append(
+                f'<TD BORDER="0"><FONT COLOR="#64748b">… +{len(row) - MAX_TOKENS}</FONT></TD>'
+            )
         cells += ['<TD BORDER="0"></TD>'] * (width - len(cells))
         rows.append("<TR>" + "".join(cells) + "</TR>")
     if len(tokens) > MAX_ROWS:
-        rows.append(f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
-                    f'… {len(tokens) - MAX_ROWS} more</TD></TR>')
-    return ('<<TABLE BORDER="1" COLOR="#2563eb" BGCOLOR="#eff6ff" CELLBORDER="1" '
-            'CELLSPACING="2" CELLPADDING="3" STYLE="ROUNDED">' + "".join(rows) + "</TABLE>>")
+        rows.append(
+            f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
+            f"… {len(tokens) - MAX_ROWS} more</TD></TR>"
+        )
+    return (
+        '<<TABLE BORDER="1" COLOR="#2563eb" BGCOLOR="#eff6ff" CELLBORDER="1" '
+        'CELLSPACING="2" CELLPADDING="3" STYLE="ROUNDED">' + "".join(rows) + "</TABLE>>"
+    )
 
 
 def _token_cell(token: str) -> str:
@@ -218,20 +266,34 @@ def _cluster_members(plan: Plan) -> dict[tuple[str, ...], list[str]]:
     return members
 
 
-def _cluster_attrs(spec: ClusterSpec, level: int, members: Sequence[str],
-                   overlay: Overlay | None) -> dict[str, str]:
-    attrs = {"label": f"<<B>{escape(spec.label)}</B>>", "style": "rounded,filled",
-             "fillcolor": CLUSTER_FILLS[min(level - 1, len(CLUSTER_FILLS) - 1)],
-             "color": "#94a3b8", "fontsize": "10", "labeljust": "l", "margin": "10"}
+def _cluster_attrs(
+    spec: ClusterSpec, level: int, members: Sequence[str], overlay: Overlay | None
+) -> dict[str, str]:
+    attrs = {
+        "label": f"<<B>{escape(spec.label)}</B>>",
+        "style": "rounded,filled",
+        "fillcolor": CLUSTER_FILLS[min(level - 1, len(CLUSTER_FILLS) - 1)],
+        "color": "#94a3b8",
+        "fontsize": "10",
+        "labeljust": "l",
+        "margin": "10",
+    }
     if spec.folded:
-        attrs.update(style="rounded,filled,bold", fillcolor="#f5f3ff", color="#7c3aed",
-                     penwidth="2", fontsize="12")
+        attrs.update(
+            style="rounded,filled,bold",
+            fillcolor="#f5f3ff",
+            color="#7c3aed",
+            penwidth="2",
+            fontsize="12",
+        )
         worst = overlay.worst(members) if overlay is not None else None
         if overlay is not None and worst is not None and worst in overlay.colors:
             attrs.update(color=overlay.colors[worst], penwidth="4")
             note = overlay.notes.get(worst, "")
             label = f"<B>{escape(spec.label)}</B>" + (
                 f'<BR/><FONT POINT-SIZE="9">worst: {escape(note)} ({escape(worst)})</FONT>'
-                if note else "")
+                if note
+                else ""
+            )
             attrs["label"] = f"<{label}>"
     return attrs

@@ -70,8 +70,12 @@ def layer_signature(members: Sequence[NodeRecord], prefix: str) -> tuple[object,
     """What makes two layers the same drawing: relative module, op type, shape, inputs."""
     position = {r.name: i for i, r in enumerate(members)}
     return tuple(
-        (f"{r.module}.".removeprefix(prefix), r.op_type, r.shape,
-         tuple(position.get(name, -1) for name in r.inputs))
+        (
+            f"{r.module}.".removeprefix(prefix),
+            r.op_type,
+            r.shape,
+            tuple(position.get(name, -1) for name in r.inputs),
+        )
         for r in members
     )
 
@@ -88,14 +92,17 @@ def resolve_expand(expand: Iterable[int], layer_count: int) -> frozenset[int]:
             raise InputError(f"expand takes layer numbers; got {index!r}")
         resolved = index + layer_count if index < 0 else index
         if not 0 <= resolved < layer_count:
-            raise InputError(f"cannot expand layer {index}: the model has {layer_count} "
-                             f"encoder layers (0–{layer_count - 1}, or -1 for the last)")
+            raise InputError(
+                f"cannot expand layer {index}: the model has {layer_count} "
+                f"encoder layers (0–{layer_count - 1}, or -1 for the last)"
+            )
         chosen.add(resolved)
     return frozenset(chosen)
 
 
-def layer_groups(members: dict[int, list[NodeRecord]], *, fold: bool = True,
-                 expand: Iterable[int] = ()) -> list[LayerGroup]:
+def layer_groups(
+    members: dict[int, list[NodeRecord]], *, fold: bool = True, expand: Iterable[int] = ()
+) -> list[LayerGroup]:
     """Group consecutive identical layers; expanded layers and any change break a group."""
     indices = list(members)
     opened = resolve_expand(expand, len(indices)) if indices else frozenset()
@@ -104,8 +111,13 @@ def layer_groups(members: dict[int, list[NodeRecord]], *, fold: bool = True,
     for position, index in enumerate(indices):
         prefix = _layer_prefix(members[index], index)
         signature = layer_signature(members[index], prefix)
-        can_join = (fold and bool(groups) and previous == signature
-                    and position not in opened and position - 1 not in opened)
+        can_join = (
+            fold
+            and bool(groups)
+            and previous == signature
+            and position not in opened
+            and position - 1 not in opened
+        )
         if can_join:
             last = groups[-1]
             groups[-1] = LayerGroup(last.first, index, last.count + 1)

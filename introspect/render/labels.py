@@ -34,8 +34,20 @@ _OP_TITLES = {
 }
 
 # Ops that only rearrange a tensor's layout; chains of them fold into one node.
-LAYOUT_OPS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "flatten",
-                        "unflatten", "squeeze", "unsqueeze", "t"})
+LAYOUT_OPS = frozenset(
+    {
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "contiguous",
+        "flatten",
+        "unflatten",
+        "squeeze",
+        "unsqueeze",
+        "t",
+    }
+)
 
 
 def escape(text: str) -> str:
@@ -46,7 +58,7 @@ def escape(text: str) -> str:
 
 def shorten(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, with an ellipsis when it was longer."""
-    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 def shape_text(shape: Sequence[int] | None) -> str:
@@ -64,8 +76,13 @@ def compact_count(count: int) -> str:
     return str(count)
 
 
-def op_title(op_type: str, module: str, input_shapes: Sequence[tuple[int, ...] | None],
-             shape: tuple[int, ...] | None, input_names: Sequence[str] = ()) -> str:
+def op_title(
+    op_type: str,
+    module: str,
+    input_shapes: Sequence[tuple[int, ...] | None],
+    shape: tuple[int, ...] | None,
+    input_names: Sequence[str] = (),
+) -> str:
     """A short title for an op node: what it does, in words where the op is known.
 
     ``getitem`` is named after what it does in BERT when that is clear from the shapes:
@@ -80,8 +97,9 @@ def op_title(op_type: str, module: str, input_shapes: Sequence[tuple[int, ...] |
     return _OP_TITLES.get(op_type, op_type)
 
 
-def layout_title(ops: Sequence[str], before: tuple[int, ...] | None,
-                 after: tuple[int, ...] | None) -> str:
+def layout_title(
+    ops: Sequence[str], before: tuple[int, ...] | None, after: tuple[int, ...] | None
+) -> str:
     """What a chain of layout ops does, in words: ``split heads``, ``merge heads``, ...
 
     Args:
@@ -94,11 +112,15 @@ def layout_title(ops: Sequence[str], before: tuple[int, ...] | None,
             return "split heads, transpose" if transposed else "split heads"
         if _splits_heads(after, before):
             return "merge heads"
-        if sorted(before) == sorted(after):
-            return "transpose"
-        if [d for d in before if d != 1] == [d for d in after if d != 1]:
+        if [d for d in before if d != 1] == [d for d in after if d != 1] and len(before) != len(
+            after
+        ):
             return "squeeze" if len(before) > len(after) else "unsqueeze"
-        return "flatten" if len(before) > len(after) else "reshape"
+        if sorted(before) == sorted(after) and {"transpose", "permute", "t"} & set(ops):
+            return "transpose"
+        if len(before) == len(after):
+            return "reshape"
+        return "flatten" if len(before) > len(after) else "unflatten"
     if before is not None and before == after:
         return "layout (shape unchanged)"
     return " → ".join(ops)

@@ -42,8 +42,10 @@ def format_for(path: str | os.PathLike[str] | None, fmt: str | None = None) -> s
         return "svg"
     suffix = Path(path).suffix.lower()
     if suffix not in _EXTENSIONS:
-        raise InputError(f"cannot tell the drawing format from {str(path)!r}; end the file "
-                         f"name in .svg, .png, .pdf or .dot, or pass --format")
+        raise InputError(
+            f"cannot tell the drawing format from {str(path)!r}; end the file "
+            f"name in .svg, .png, .pdf or .dot, or pass --format"
+        )
     return _EXTENSIONS[suffix]
 
 
@@ -56,7 +58,8 @@ def require_dot(fmt: str = "svg") -> None:
     if fmt != "dot" and shutil.which("dot") is None:
         raise GraphvizMissingError(
             "Graphviz's 'dot' program was not found on PATH; install Graphviz "
-            "(apt-get install graphviz, brew install graphviz) or write DOT with -o FILE.dot")
+            "(apt-get install graphviz, brew install graphviz) or write DOT with -o FILE.dot"
+        )
 
 
 def render_bytes(digraph: Any, fmt: str = "svg") -> bytes:
@@ -79,8 +82,9 @@ def render_bytes(digraph: Any, fmt: str = "svg") -> bytes:
     except (graphviz.CalledProcessError, subprocess.CalledProcessError) as e:
         stderr = getattr(e, "stderr", b"") or b""
         message = stderr.decode("utf-8", "replace").strip().splitlines()
-        raise IntrospectError(f"Graphviz failed to render {fmt}: "
-                              f"{message[-1] if message else e}") from e
+        raise IntrospectError(
+            f"Graphviz failed to render {fmt}: {message[-1] if message else e}"
+        ) from e
 
 
 def write_drawing(digraph: Any, path: str | os.PathLike[str], fmt: str | None = None) -> Path:

@@ -56,8 +56,10 @@ class Overlay:
     def __post_init__(self) -> None:
         for name, color in self.colors.items():
             if not isinstance(color, str) or not (_HEX.match(color) or _NAMED.match(color)):
-                raise InputError(f"overlay colour {color!r} of node {name!r} is not a colour; "
-                                 "use '#rrggbb' or a Graphviz colour name such as 'red'")
+                raise InputError(
+                    f"overlay colour {color!r} of node {name!r} is not a colour; "
+                    "use '#rrggbb' or a Graphviz colour name such as 'red'"
+                )
 
     @property
     def names(self) -> set[str]:
@@ -65,8 +67,16 @@ class Overlay:
         return set(self.colors) | set(self.notes) | set(self.scores)
 
     @classmethod
-    def from_frame(cls, frame: Any, *, name: str = "name", color: str = "color",
-                   note: str = "note", score: str = "score", caption: str = "") -> Overlay:
+    def from_frame(
+        cls,
+        frame: Any,
+        *,
+        name: str = "name",
+        color: str = "color",
+        note: str = "note",
+        score: str = "score",
+        caption: str = "",
+    ) -> Overlay:
         """An overlay from a pandas DataFrame with one row per node.
 
         Args:
@@ -81,24 +91,34 @@ class Overlay:
             >>> Overlay.from_frame(pd.DataFrame({"name": ["classifier"], "color": ["red"]}))
         """
         if name not in frame.columns:
-            raise InputError(f"overlay table has no column {name!r}; columns are "
-                             f"{list(frame.columns)}; pass name='...' to choose one")
+            raise InputError(
+                f"overlay table has no column {name!r}; columns are "
+                f"{list(frame.columns)}; pass name='...' to choose one"
+            )
         columns: dict[str, dict[str, Any]] = {color: {}, note: {}, score: {}}
         for column in columns:
             if column not in frame.columns:
                 continue
-            for key, value in zip(frame[name], frame[column]):
-                if value is None or (isinstance(value, float) and math.isnan(value)) \
-                        or value == "":
+            for key, value in zip(frame[name], frame[column], strict=True):
+                if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
                     continue
                 columns[column][str(key)] = value
-        return cls(colors={k: str(v) for k, v in columns[color].items()},
-                   notes={k: str(v) for k, v in columns[note].items()},
-                   scores={k: float(v) for k, v in columns[score].items()}, caption=caption)
+        return cls(
+            colors={k: str(v) for k, v in columns[color].items()},
+            notes={k: str(v) for k, v in columns[note].items()},
+            scores={k: float(v) for k, v in columns[score].items()},
+            caption=caption,
+        )
 
     @classmethod
-    def from_errors(cls, errors: Mapping[str, float], budget: float, *,
-                    label: str = "max err", caption: str = "") -> Overlay:
+    def from_errors(
+        cls,
+        errors: Mapping[str, float],
+        budget: float,
+        *,
+        label: str = "max err",
+        caption: str = "",
+    ) -> Overlay:
         """Colour nodes by error against a budget (green within it, red far beyond).
 
         Args:
@@ -119,8 +139,13 @@ class Overlay:
             step = 0 if ratio <= 1 else 1 if ratio <= 10 else 2 if ratio <= 1000 else 3
             colors[name], scores[name] = ERROR_SCALE[step], score
             notes[name] = f"{label} {error:.2g}"
-        return cls(colors, notes, scores, ERROR_SCALE,
-                   caption or f"colours: {label} against budget {budget:g}")
+        return cls(
+            colors,
+            notes,
+            scores,
+            ERROR_SCALE,
+            caption or f"colours: {label} against budget {budget:g}",
+        )
 
     def worst(self, names: Iterable[str]) -> str | None:
         """The name among ``names`` whose colour a box holding them all should show."""
@@ -129,8 +154,12 @@ class Overlay:
         for order, name in enumerate(names):
             if name not in self.colors and name not in self.notes:
                 continue
-            rank = (name in self.colors, self.scores.get(name, -math.inf),
-                    self._severity(self.colors.get(name)), -order)
+            rank = (
+                name in self.colors,
+                self.scores.get(name, -math.inf),
+                self._severity(self.colors.get(name)),
+                -order,
+            )
             if best is None or rank > best:
                 best, chosen = rank, name
         return chosen
@@ -150,5 +179,7 @@ def as_overlay(value: Overlay | Mapping[str, str] | Any | None) -> Overlay | Non
         return Overlay(colors=dict(value))
     if hasattr(value, "columns"):
         return Overlay.from_frame(value)
-    raise InputError(f"overlay must be an Overlay, a mapping of node name to colour or a "
-                     f"DataFrame with columns name/color/note; got {type(value).__name__}")
+    raise InputError(
+        f"overlay must be an Overlay, a mapping of node name to colour or a "
+        f"DataFrame with columns name/color/note; got {type(value).__name__}"
+    )

@@ -28,14 +28,20 @@ from typing import TYPE_CHECKING, Literal, Union
 from introspect.errors import InputError
 from introspect.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
 from introspect.render.dims import Dims, infer_dims
-from introspect.render.fold import LayerGroup, layer_groups, layer_index, layer_members, layout_chains
-from introspect.render.labels import layout_title, op_title, shape_text
+from introspect.render.fold import (
+    LayerGroup,
+    layer_groups,
+    layer_index,
+    layer_members,
+    layout_chains,
+)
+from introspect.render.labels import layout_title, op_title
 
 if TYPE_CHECKING:
     from introspect.graph import IntrospectGraph
 
 FULL = "full"
-Depth = Union[int, Literal["full"], None]
+Depth = Union[int, Literal["full"], None]  # noqa: UP007 (a runtime alias on 3.10)
 
 ENCODER = "encoder"  # the cluster around the encoder layers
 # Ids of nodes that stand for no single record; "/" cannot occur in an fx node name, and
@@ -105,8 +111,13 @@ def check_depth(depth: object) -> Depth:
     return depth
 
 
-def build_plan(graph: IntrospectGraph, *, depth: Depth = None, fold: bool | None = None,
-               expand: Iterable[int] = ()) -> Plan:
+def build_plan(
+    graph: IntrospectGraph,
+    *,
+    depth: Depth = None,
+    fold: bool | None = None,
+    expand: Iterable[int] = (),
+) -> Plan:
     """Decide the nodes, clusters and edges of a drawing of ``graph``.
 
     Args:
@@ -123,22 +134,43 @@ def build_plan(graph: IntrospectGraph, *, depth: Depth = None, fold: bool | None
     full = depth == FULL
     limit = depth if isinstance(depth, int) else None
     drawn = [r for r in graph.records if r.kind not in (KIND_SHAPE, KIND_OTHER)]
-    builder = _Builder(drawn, title=graph.title or "model", full=full, limit=limit,
-                       fold=(not full) if fold is None else fold, expand=tuple(expand))
+    builder = _Builder(
+        drawn,
+        title=graph.title or "model",
+        full=full,
+        limit=limit,
+        fold=(not full) if fold is None else fold,
+        expand=tuple(expand),
+    )
     builder.add_tokens(graph.tokens)
     for r in drawn:
         builder.add(r)
     builder.add_outputs(graph.output_names)
-    return Plan(title=graph.title, dims=infer_dims(graph.records), texts=graph.texts,
-                tokens=graph.tokens, nodes=builder.finish_nodes(), edges=builder.edges,
-                clusters=builder.clusters, groups=builder.groups)
+    return Plan(
+        title=graph.title,
+        dims=infer_dims(graph.records),
+        texts=graph.texts,
+        tokens=graph.tokens,
+        nodes=builder.finish_nodes(),
+        edges=builder.edges,
+        clusters=builder.clusters,
+        groups=builder.groups,
+    )
 
 
 class _Builder:
     """Maps each drawn record to a node id, collecting nodes, clusters and edges."""
 
-    def __init__(self, drawn: Sequence[NodeRecord], *, title: str, full: bool,
-                 limit: int | None, fold: bool, expand: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        drawn: Sequence[NodeRecord],
+        *,
+        title: str,
+        full: bool,
+        limit: int | None,
+        fold: bool,
+        expand: tuple[int, ...],
+    ) -> None:
         self.title = title
         self.by_name = {r.name: r for r in drawn}
         self.full, self.limit = full, limit
@@ -149,7 +181,7 @@ class _Builder:
         for group in self.groups:
             for index in range(group.first, group.last + 1):
                 self.group_of[index] = group
-                for copy, original in zip(members[index], members[group.first]):
+                for copy, original in zip(members[index], members[group.first], strict=True):
                     self.canonical[copy.name] = original.name
         self.chains = {} if full else layout_chains(drawn)
         self.chain_end = {m.name: end for end, chain in self.chains.items() for m in chain}
@@ -164,8 +196,15 @@ class _Builder:
 
     def add_tokens(self, tokens: tuple[tuple[str, ...], ...]) -> None:
         if tokens:
-            self._node(TOKENS_ID, style="tokens", title="tokens", subtitle="WordPiece",
-                       shape=None, shape_text="", cluster=())
+            self._node(
+                TOKENS_ID,
+                style="tokens",
+                title="tokens",
+                subtitle="WordPiece",
+                shape=None,
+                shape_text="",
+                cluster=(),
+            )
 
     def add(self, r: NodeRecord) -> None:
         if r.op == "output":
@@ -196,10 +235,15 @@ class _Builder:
             return None
         reference = f"mask/ref/{group.key}/{node_id}"
         record = self.by_name[source]
-        return self._node(reference, style="maskref", title="attention mask",
-                          subtitle="the same mask as above", shape=record.shape,
-                          shape_text=record.shapes,
-                          cluster=self.nodes[node_id]["cluster"])  # type: ignore[arg-type]
+        return self._node(
+            reference,
+            style="maskref",
+            title="attention mask",
+            subtitle="the same mask as above",
+            shape=record.shape,
+            shape_text=record.shapes,
+            cluster=self.nodes[node_id]["cluster"],
+        )  # type: ignore[arg-type]
 
     def add_outputs(self, output_names: Sequence[str]) -> None:
         output = next((r for r in self.by_name.values() if r.op == "output"), None)
@@ -209,8 +253,15 @@ class _Builder:
         names = list(output_names) or list(shapes)
         for name in names:
             text = shapes.get(name, "")
-            self._node(f"output/{name}", style="output", title=name, subtitle="output",
-                       shape=_parse_shape(text), shape_text=text, cluster=())
+            self._node(
+                f"output/{name}",
+                style="output",
+                title=name,
+                subtitle="output",
+                shape=_parse_shape(text),
+                shape_text=text,
+                cluster=(),
+            )
             self.nodes[f"output/{name}"]["members"].append(output.name)  # type: ignore[attr-defined]
         sources = [s for s in output.inputs if s in self.by_name]
         for i, source in enumerate(sources):
@@ -225,51 +276,99 @@ class _Builder:
     def _place(self, r: NodeRecord) -> str:
         """The id of the node ``r`` is drawn as, creating that node when it is new."""
         if r.op == "placeholder":
-            return self._node(r.name, style="input", title=r.name, subtitle="input",
-                              shape=r.shape, shape_text=r.shapes, cluster=())
+            return self._node(
+                r.name,
+                style="input",
+                title=r.name,
+                subtitle="input",
+                shape=r.shape,
+                shape_text=r.shapes,
+                cluster=(),
+            )
         c = self.by_name[self.canonical.get(r.name, r.name)]
         path = self._path(c)
         if self.limit == 0:
-            return self._box(MODEL_ID, c, title=self.title, subtitle="whole model", cluster=(),
-                             style="model")
+            return self._box(
+                MODEL_ID, c, title=self.title, subtitle="whole model", cluster=(), style="model"
+            )
         if c.layer == "mask" and not self.full:
-            return self._box(MASK_ID, c, title="attention mask", subtitle="mask building",
-                             cluster=(), style="mask")
+            return self._box(
+                MASK_ID,
+                c,
+                title="attention mask",
+                subtitle="mask building",
+                cluster=(),
+                style="mask",
+            )
         is_module = c.op == "call_module"
         level = len(path) if is_module else len(path) + 1
         if self.limit is not None and level > self.limit:
-            shown = path[:self.limit]
+            shown = path[: self.limit]
             group = self._group(c)
             folded = group is not None and group.count > 1 and len(shown) == 1
             if group is not None and len(shown) == 1:
                 title = group.label
             else:
                 title = ".".join(shown[1:]) if len(shown) > 1 else shown[0]
-            return self._box("box/" + ".".join(self._keys(shown)), c, title=title,
-                             subtitle="each layer" if folded else "module",
-                             cluster=self._clusters(path, self.limit - 1),
-                             style="block" if folded else "box")
+            return self._box(
+                "box/" + ".".join(self._keys(shown)),
+                c,
+                title=title,
+                subtitle="each layer" if folded else "module",
+                cluster=self._clusters(path, self.limit - 1),
+                style="block" if folded else "box",
+            )
         cluster = self._clusters(path, len(path) - 1 if is_module else len(path))
         if c.name in self.chain_end:
             return self._chain(self.chains[self.chain_end[c.name]], cluster)
-        return self._node(c.name, style=_style(c), title=self._title(c), subtitle=_subtitle(c),
-                          shape=c.shape, shape_text=c.shapes, cluster=cluster, params=c.params)
+        return self._node(
+            c.name,
+            style=_style(c),
+            title=self._title(c),
+            subtitle=_subtitle(c),
+            shape=c.shape,
+            shape_text=c.shapes,
+            cluster=cluster,
+            params=c.params,
+        )
 
     def _chain(self, chain: list[NodeRecord], cluster: tuple[str, ...]) -> str:
         first, last = chain[0], chain[-1]
         tensor_inputs = [n for n in first.inputs if n in self.by_name]
         before = self.by_name[tensor_inputs[0]].shape if tensor_inputs else None
         ops = [m.op_type for m in chain]
-        return self._node(last.name, style="layout", title=layout_title(ops, before, last.shape),
-                          subtitle=" → ".join(ops), shape=last.shape, shape_text=last.shapes,
-                          cluster=cluster, before=before)
+        return self._node(
+            last.name,
+            style="layout",
+            title=layout_title(ops, before, last.shape),
+            subtitle=" → ".join(ops),
+            shape=last.shape,
+            shape_text=last.shapes,
+            cluster=cluster,
+            before=before,
+        )
 
-    def _box(self, node_id: str, c: NodeRecord, *, title: str, subtitle: str,
-             cluster: tuple[str, ...], style: str = "box") -> str:
+    def _box(
+        self,
+        node_id: str,
+        c: NodeRecord,
+        *,
+        title: str,
+        subtitle: str,
+        cluster: tuple[str, ...],
+        style: str = "box",
+    ) -> str:
         """A node standing for many records; its shape is that of the last tensor in it."""
         if node_id not in self.nodes:
-            self._node(node_id, style=style, title=title, subtitle=subtitle, shape=None,
-                       shape_text="", cluster=cluster)
+            self._node(
+                node_id,
+                style=style,
+                title=title,
+                subtitle=subtitle,
+                shape=None,
+                shape_text="",
+                cluster=cluster,
+            )
             self.nodes[node_id]["ops"] = 0
         node = self.nodes[node_id]
         if c.name not in node.setdefault("seen", set()):  # type: ignore[operator]
@@ -280,13 +379,32 @@ class _Builder:
                 node["shape"], node["shape_text"] = c.shape, c.shapes
         return node_id
 
-    def _node(self, node_id: str, *, style: str, title: str, subtitle: str,
-              shape: tuple[int, ...] | None, shape_text: str, cluster: tuple[str, ...],
-              params: int = 0, before: tuple[int, ...] | None = None) -> str:
+    def _node(
+        self,
+        node_id: str,
+        *,
+        style: str,
+        title: str,
+        subtitle: str,
+        shape: tuple[int, ...] | None,
+        shape_text: str,
+        cluster: tuple[str, ...],
+        params: int = 0,
+        before: tuple[int, ...] | None = None,
+    ) -> str:
         if node_id not in self.nodes:
-            self.nodes[node_id] = dict(id=node_id, style=style, title=title, subtitle=subtitle,
-                                       shape=shape, shape_text=shape_text, before=before,
-                                       params=params, cluster=cluster, members=[])
+            self.nodes[node_id] = dict(
+                id=node_id,
+                style=style,
+                title=title,
+                subtitle=subtitle,
+                shape=shape,
+                shape_text=shape_text,
+                before=before,
+                params=params,
+                cluster=cluster,
+                members=[],
+            )
         return node_id
 
     def finish_nodes(self) -> list[DrawNode]:
@@ -342,7 +460,7 @@ class _Builder:
                 label, folded = ".".join(path[1:level]), False
             self._cluster(key, label, folded=folded)
         if index is not None:
-            return ((ENCODER,) + tuple(keys[:open_levels]))
+            return (ENCODER,) + tuple(keys[:open_levels])
         return tuple(keys[:open_levels])
 
     def _cluster(self, key: tuple[str, ...], label: str, *, folded: bool) -> None:
@@ -373,8 +491,9 @@ class _Builder:
         if r.op == "get_attr":
             return r.target.rpartition(".")[2]
         inputs = [self.by_name[n] for n in r.inputs if n in self.by_name]
-        return op_title(r.op_type, r.module, [i.shape for i in inputs], r.shape,
-                        [i.name for i in inputs])
+        return op_title(
+            r.op_type, r.module, [i.shape for i in inputs], r.shape, [i.name for i in inputs]
+        )
 
 
 def _components(module: str) -> tuple[str, ...]:

@@ -23,16 +23,42 @@ def only_line(text: str) -> str:
 
 def test_svg_file_with_tokens_and_shapes(tmp_path, capsys):
     out = tmp_path / "tiny.svg"
-    assert main(["draw", "--model", "bert-tiny", "--head", "sequence-classification",
-                 "--depth", "1", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "draw",
+                "--model",
+                "bert-tiny",
+                "--head",
+                "sequence-classification",
+                "--depth",
+                "1",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"wrote {out}" in capsys.readouterr().err
     text = " ".join(ElementTree.parse(out).getroot().itertext())
     assert "[CLS]" in text and "(2, 8, 128)" in text and "encoder.layer.0–1 ×2" in text
 
 
 def test_dot_to_stdout_and_same_bytes_twice(capsysbinary):
-    argv = ["draw", "--model", "bert-tiny", "--expand", "0,-1", "--text", "I love cats!",
-            "-q", "-o", "-", "--format", "dot"]
+    argv = [
+        "draw",
+        "--model",
+        "bert-tiny",
+        "--expand",
+        "0,-1",
+        "--text",
+        "I love cats!",
+        "-q",
+        "-o",
+        "-",
+        "--format",
+        "dot",
+    ]
     assert main(argv) == 0
     first = capsysbinary.readouterr().out
     assert main(argv) == 0
@@ -40,15 +66,18 @@ def test_dot_to_stdout_and_same_bytes_twice(capsysbinary):
     assert "×".encode() not in first  # both layers expanded: nothing folded
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--depth", "-1"], "depth must be >= 0, not -1"),
-    (["--depth", "deep"], "depth must be a number >= 0 or 'full', not 'deep'"),
-    (["--expand", "a,b"], "--expand takes layer numbers"),
-    (["-o", "{tmp}/out.jpg"], "cannot tell the drawing format from"),
-    (["-o", "{tmp}/missing/out.svg"], "folder"),
-    (["--format", "gif", "-o", "{tmp}/out.svg"], "invalid choice: 'gif'"),
-    (["--expand", "7", "-o", "{tmp}/out.svg"], "cannot expand layer 7: the model has 2"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--depth", "-1"], "depth must be >= 0, not -1"),
+        (["--depth", "deep"], "depth must be a number >= 0 or 'full', not 'deep'"),
+        (["--expand", "a,b"], "--expand takes layer numbers"),
+        (["-o", "{tmp}/out.jpg"], "cannot tell the drawing format from"),
+        (["-o", "{tmp}/missing/out.svg"], "folder"),
+        (["--format", "gif", "-o", "{tmp}/out.svg"], "invalid choice: 'gif'"),
+        (["--expand", "7", "-o", "{tmp}/out.svg"], "cannot expand layer 7: the model has 2"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert exit_code(["draw", "--model", "bert-tiny", "-q", *argv]) == 2
@@ -65,9 +94,13 @@ def test_existing_file_is_kept_when_drawing_fails(tmp_path, capsys):
 
 def test_missing_graphviz_is_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}  # a PATH with no 'dot' on it
-    result = subprocess.run([sys.executable, "-m", "introspect", "draw", "-o",
-                             str(tmp_path / "out.svg")], env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "introspect", "draw", "-o", str(tmp_path / "out.svg")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "Graphviz's 'dot' program was not found" in only_line(result.stderr)
     assert not (tmp_path / "out.svg").exists()
@@ -75,8 +108,12 @@ def test_missing_graphviz_is_one_line_and_exit_2(tmp_path):
 
 def test_real_cli_writes_png(tmp_path):
     out = tmp_path / "tiny.png"
-    result = subprocess.run([str(VENV_CLI), "draw", "--model", "bert-tiny", "--depth", "2",
-                             "-q", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(VENV_CLI), "draw", "--model", "bert-tiny", "--depth", "2", "-q", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert out.read_bytes().startswith(b"\x89PNG") and result.stderr == ""
 

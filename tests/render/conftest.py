@@ -18,6 +18,7 @@ def traced(loaded, texts=TEXTS, head="sequence-classification", title="bert-tiny
 @pytest.fixture(scope="session")
 def trace_tiny(tiny_models):
     """trace_tiny(head, texts): bert-tiny with that head, traced on those texts."""
+
     def make(head="sequence-classification", texts=TEXTS):
         return traced(tiny_models(head), texts=texts, head=head)
 

@@ -7,8 +7,17 @@ from introspect.render.dims import Dims, infer_dims
 
 def test_infer_dims_of_bert_tiny(tiny_graph):
     dims = infer_dims(tiny_graph.records)
-    assert dims.sizes == {"B": 2, "S": 8, "H": 128, "nh": 2, "hd": 64, "I": 512,
-                          "V": 30522, "P": 512, "L": 2}
+    assert dims.sizes == {
+        "B": 2,
+        "S": 8,
+        "H": 128,
+        "nh": 2,
+        "hd": 64,
+        "I": 512,
+        "V": 30522,
+        "P": 512,
+        "L": 2,
+    }
     assert dims.legend().startswith("B=2 batch · S=8 tokens · H=128 hidden · nh=2 heads")
 
 

@@ -24,7 +24,8 @@ VIEWS = {
     "bert_tiny_full": {"depth": "full"},
 }
 needs_dot = pytest.mark.skipif(
-    __import__("shutil").which("dot") is None, reason="Graphviz 'dot' is not installed")
+    __import__("shutil").which("dot") is None, reason="Graphviz 'dot' is not installed"
+)
 
 
 @pytest.mark.parametrize("name", sorted(VIEWS))
@@ -36,7 +37,8 @@ def test_golden_dot(tiny_graph, name):
     assert path.exists(), f"no golden file {path}; run with INTROSPECT_UPDATE_GOLDEN=1"
     assert source == path.read_text(encoding="utf-8"), (
         f"the drawing differs from {path.name}; if the change is intended, rewrite it with "
-        "INTROSPECT_UPDATE_GOLDEN=1 and review the diff")
+        "INTROSPECT_UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 def test_same_graph_same_bytes(tiny_graph, trace_tiny):
@@ -51,9 +53,22 @@ def test_svg_parses_and_is_stable(tiny_graph):
     assert first == render_bytes(draw_graph(tiny_graph), "svg")
     root = ElementTree.fromstring(first)
     text = " ".join(root.itertext())
-    for expected in ("[CLS]", "[SEP]", "[PAD]", "##apple", "I love cats!", "input_ids",
-                     "token_type_ids", "attention_mask", "(2, 8, 128)", "(2, 2, 8, 64)",
-                     "split heads", "logits", "B=2 batch", "×2"):
+    for expected in (
+        "[CLS]",
+        "[SEP]",
+        "[PAD]",
+        "##apple",
+        "I love cats!",
+        "input_ids",
+        "token_type_ids",
+        "attention_mask",
+        "(2, 8, 128)",
+        "(2, 2, 8, 64)",
+        "split heads",
+        "logits",
+        "B=2 batch",
+        "×2",
+    ):
         assert expected in text, expected
     assert b"0x" not in first  # no memory addresses
 
@@ -80,3 +95,34 @@ def test_draw_method_of_the_graph(tiny_graph):
     digraph = tiny_graph.draw(depth=0)
     assert hasattr(digraph, "_repr_mimebundle_") or hasattr(digraph, "_repr_svg_")
     assert digraph.source == draw_graph(tiny_graph, depth=0).source
+
+
+HEADS = (
+    "base",
+    "masked-lm",
+    "token-classification",
+    "question-answering",
+    "multiple-choice",
+    "next-sentence",
+    "pretraining",
+)
+
+
+@needs_dot
+@pytest.mark.parametrize("head", HEADS)
+def test_every_head_draws(trace_tiny, head):
+    graph = trace_tiny(head)
+    for depth in (1, None, "full"):
+        source = draw_graph(graph, depth=depth).source
+        assert "tokens/text" in source and "output/" in source
+    ElementTree.fromstring(render_bytes(draw_graph(graph), "svg"))
+
+
+def test_eager_attention_names_its_layout(tiny_models):
+    from introspect.graph import trace
+    from introspect.load import tokenize
+
+    loaded = tiny_models("sequence-classification", "eager")
+    source = draw_graph(trace(loaded.model, tokenize(loaded.tokenizer))).source
+    assert "split heads, transpose" in source and "softmax" in source
+    assert "merge heads" in source

@@ -8,7 +8,13 @@ import pytest
 
 from introspect.errors import InputError
 from introspect.records import KIND_OTHER, KIND_SHAPE
-from introspect.render.fold import LayerGroup, layer_groups, layer_members, layout_chains, resolve_expand
+from introspect.render.fold import (
+    LayerGroup,
+    layer_groups,
+    layer_members,
+    layout_chains,
+    resolve_expand,
+)
 
 
 def drawn(graph):
@@ -17,12 +23,20 @@ def drawn(graph):
 
 def copy_layer(layer, index):
     """bert-tiny's layer 0 renamed as layer ``index``: structurally identical."""
+
     def rename(text):
         return text.replace("layer.0", f"layer.{index}").replace("layer_0", f"layer_{index}")
 
-    return [dataclasses.replace(r, name=rename(r.name), module=rename(r.module),
-                                layer=rename(r.layer), inputs=tuple(map(rename, r.inputs)))
-            for r in layer]
+    return [
+        dataclasses.replace(
+            r,
+            name=rename(r.name),
+            module=rename(r.module),
+            layer=rename(r.layer),
+            inputs=tuple(map(rename, r.inputs)),
+        )
+        for r in layer
+    ]
 
 
 def spans(groups):

@@ -13,8 +13,10 @@ QUERY_1 = "bert_encoder_layer_1_attention_self_query"
 
 
 def test_worst_prefers_scores_then_severity_then_order():
-    overlay = Overlay(colors={"a": ERROR_SCALE[3], "b": ERROR_SCALE[0], "c": ERROR_SCALE[3]},
-                      scores={"a": 1.0, "b": 5.0})
+    overlay = Overlay(
+        colors={"a": ERROR_SCALE[3], "b": ERROR_SCALE[0], "c": ERROR_SCALE[3]},
+        scores={"a": 1.0, "b": 5.0},
+    )
     assert overlay.worst(["a", "b", "c"]) == "b"  # highest score
     plain = Overlay(colors={"a": ERROR_SCALE[1], "b": ERROR_SCALE[3], "c": ERROR_SCALE[3]})
     assert plain.worst(["a", "b", "c"]) == "b"  # latest in severity, first in order
@@ -24,17 +26,27 @@ def test_worst_prefers_scores_then_severity_then_order():
 
 
 def test_from_errors_colours_by_budget():
-    overlay = Overlay.from_errors({"a": 0.0, "b": 5e-5, "c": 1e-3, "d": 1.0,
-                                   "e": float("nan")}, budget=1e-5)
-    assert [overlay.colors[k] for k in "abcde"] == [ERROR_SCALE[0], ERROR_SCALE[1],
-                                                    ERROR_SCALE[2], ERROR_SCALE[3],
-                                                    ERROR_SCALE[3]]
+    overlay = Overlay.from_errors(
+        {"a": 0.0, "b": 5e-5, "c": 1e-3, "d": 1.0, "e": float("nan")}, budget=1e-5
+    )
+    assert [overlay.colors[k] for k in "abcde"] == [
+        ERROR_SCALE[0],
+        ERROR_SCALE[1],
+        ERROR_SCALE[2],
+        ERROR_SCALE[3],
+        ERROR_SCALE[3],
+    ]
     assert overlay.notes["b"] == "max err 5e-05" and overlay.worst("abcde") == "e"
 
 
 def test_from_frame_skips_empty_cells():
-    frame = pd.DataFrame({"name": ["a", "b", "c"], "color": ["red", None, "#00ff00"],
-                          "note": ["bad", "fine", float("nan")]})
+    frame = pd.DataFrame(
+        {
+            "name": ["a", "b", "c"],
+            "color": ["red", None, "#00ff00"],
+            "note": ["bad", "fine", float("nan")],
+        }
+    )
     overlay = Overlay.from_frame(frame)
     assert dict(overlay.colors) == {"a": "red", "c": "#00ff00"}
     assert dict(overlay.notes) == {"a": "bad", "b": "fine"}
@@ -48,8 +60,11 @@ def test_bad_colour_is_refused():
 
 
 def test_overlay_paints_node_and_note(tiny_graph):
-    source = draw_graph(tiny_graph, fold=False, overlay=Overlay(
-        colors={"classifier": "#f59c9c"}, notes={"classifier": "max err 3e-6"})).source
+    source = draw_graph(
+        tiny_graph,
+        fold=False,
+        overlay=Overlay(colors={"classifier": "#f59c9c"}, notes={"classifier": "max err 3e-6"}),
+    ).source
     line = next(line for line in source.splitlines() if line.strip().startswith("classifier "))
     assert 'fillcolor="#f59c9c"' in line and "max err 3e-6" in line
 
@@ -65,8 +80,9 @@ def test_folded_block_shows_the_worst_colour(tiny_graph):
 
 def test_overlay_accepts_mapping_and_frame(tiny_graph):
     by_mapping = draw_graph(tiny_graph, overlay={"classifier": "red"}).source
-    by_frame = draw_graph(tiny_graph, overlay=pd.DataFrame(
-        {"name": ["classifier"], "color": ["red"]})).source
+    by_frame = draw_graph(
+        tiny_graph, overlay=pd.DataFrame({"name": ["classifier"], "color": ["red"]})
+    ).source
     assert by_mapping == by_frame and "fillcolor=red" in by_mapping
 
 

@@ -16,16 +16,32 @@ def titles(plan):
 def test_depth_0_is_one_box(tiny_graph):
     plan = build_plan(tiny_graph, depth=0)
     ids = [n.id for n in plan.nodes]
-    assert ids == [TOKENS_ID, "input_ids", "token_type_ids", "attention_mask", MODEL_ID,
-                   "output/logits"]
+    assert ids == [
+        TOKENS_ID,
+        "input_ids",
+        "token_type_ids",
+        "attention_mask",
+        MODEL_ID,
+        "output/logits",
+    ]
     assert not plan.clusters
 
 
 def test_depth_1_shows_the_big_blocks(tiny_graph):
     plan = build_plan(tiny_graph, depth=1)
-    assert titles(plan) == ["tokens", "input_ids", "token_type_ids", "attention_mask",
-                            "embeddings", "attention mask", "encoder.layer.0–1 ×2", "pooler",
-                            "dropout", "classifier", "logits"]
+    assert titles(plan) == [
+        "tokens",
+        "input_ids",
+        "token_type_ids",
+        "attention_mask",
+        "embeddings",
+        "attention mask",
+        "encoder.layer.0–1 ×2",
+        "pooler",
+        "dropout",
+        "classifier",
+        "logits",
+    ]
     block = next(n for n in plan.nodes if n.style == "block")
     assert block.shape == (2, 8, 128)
     assert any(m.startswith("bert_encoder_layer_1") for m in block.members)  # folded copy
@@ -34,8 +50,15 @@ def test_depth_1_shows_the_big_blocks(tiny_graph):
 def test_depth_3_opens_layers_and_attention(tiny_graph):
     plan = build_plan(tiny_graph, depth=3)
     labels = {spec.label for spec in plan.clusters.values()}
-    assert {"embeddings", "encoder", "encoder.layer.0–1 ×2", "attention", "intermediate",
-            "output", "pooler"} <= labels
+    assert {
+        "embeddings",
+        "encoder",
+        "encoder.layer.0–1 ×2",
+        "attention",
+        "intermediate",
+        "output",
+        "pooler",
+    } <= labels
     assert "attention.self" in titles(plan) and "attention.output" in titles(plan)
 
 
@@ -64,8 +87,11 @@ def test_edges_carry_shapes(tiny_graph):
 
 def test_full_draws_every_node_but_bookkeeping(tiny_graph):
     plan = build_plan(tiny_graph, depth="full")
-    drawn = [r.name for r in tiny_graph.records
-             if r.kind not in (KIND_SHAPE, KIND_OTHER) and r.op != "output"]
+    drawn = [
+        r.name
+        for r in tiny_graph.records
+        if r.kind not in (KIND_SHAPE, KIND_OTHER) and r.op != "output"
+    ]
     members = [m for n in plan.nodes for m in n.members if n.style != "output"]
     assert sorted(members) == sorted(drawn)
     assert all(len(n.members) == 1 for n in plan.nodes if n.style not in ("tokens", "maskref"))
@@ -89,11 +115,14 @@ def test_bad_expand(tiny_graph):
         build_plan(tiny_graph, expand=[2])
 
 
-@pytest.mark.parametrize("head, outputs", [
-    ("question-answering", ["start_logits", "end_logits"]),
-    ("pretraining", ["prediction_logits", "seq_relationship_logits"]),
-    ("base", ["last_hidden_state", "pooler_output"]),
-])
+@pytest.mark.parametrize(
+    "head, outputs",
+    [
+        ("question-answering", ["start_logits", "end_logits"]),
+        ("pretraining", ["prediction_logits", "seq_relationship_logits"]),
+        ("base", ["last_hidden_state", "pooler_output"]),
+    ],
+)
 def test_every_output_gets_its_node(trace_tiny, head, outputs):
     graph = trace_tiny(head)
     plan = build_plan(graph, depth=1)
