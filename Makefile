@@ -27,7 +27,9 @@ demo: setup
 	$(BIN)/introspect trace --head sequence-classification --format csv -o reports/minilm_nodes.csv
 	$(BIN)/introspect trace --head sequence-classification --layers --format csv -o reports/minilm_layers.csv
 	$(BIN)/introspect trace --head sequence-classification --format json -o reports/minilm_graph.json
-	@echo "demo: wrote reports/minilm_nodes.csv, reports/minilm_layers.csv, reports/minilm_graph.json"
+	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.svg
+	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.png
+	@echo "demo: wrote reports/minilm.svg (open it in a browser), reports/minilm.png and the tables"
 
 # pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.
 test: setup
