@@ -44,6 +44,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 bench: setup
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m benchmarks
 
 clean:

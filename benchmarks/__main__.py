@@ -1,0 +1,87 @@
+"""Benchmark introspect next to torchview, torchlens, torch.export and forward hooks.
+
+Writes benchmarks.md, benchmarks.csv and benchmarks_growth.png into --out. A full run
+(BERT-tiny, -base and -large at 2x9, 8x128 and 8x512, and the growth curves) takes
+about half an hour on two cores; --quick runs one of everything on BERT-tiny at 2x9.
+
+    python -m benchmarks [--quick] [--models bert-tiny bert-base] [--out reports/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="bert-tiny at 2x9, one run of everything (the smoke test)")
+    parser.add_argument("--models", nargs="+", choices=("bert-tiny", "bert-base", "bert-large"),
+                        help="models of the grid (default: all three; --quick: bert-tiny)")
+    parser.add_argument("--out", type=Path, default=Path("reports"),
+                        help="folder for benchmarks.md, .csv and the plot (default: reports/)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads, here and in every fresh process (default: 2)")
+    parser.add_argument("--max-task-seconds", type=float, default=60.0,
+                        help="run once a task whose runs would take longer, skip it when one "
+                             "run would (default: 60)")
+    parser.add_argument("--max-activation-gib", type=float, default=4.0,
+                        help="skip torchlens above this many GiB of activations (default: 4)")
+    parser.add_argument("--no-growth", action="store_true", help="skip the growth curves")
+    args = parser.parse_args(argv)
+    if not args.out.is_dir():
+        if not args.out.parent.is_dir():
+            parser.error(f"cannot create --out {str(args.out)!r}: its parent does not exist")
+        args.out.mkdir()
+
+    from benchmarks.alternatives import installed
+    from benchmarks.harness import Settings, run_benchmarks
+    from benchmarks.machine import describe_machine
+    from benchmarks.report import PLOT_NAME, write_reports
+
+    quick = dict(models=("bert-tiny",), sizes=((2, 9),)) if args.quick else {}
+    if args.models:
+        quick["models"] = tuple(args.models)
+    settings = Settings(quick=args.quick, threads=args.threads,
+                        max_task_seconds=args.max_task_seconds,
+                        max_activation_gib=args.max_activation_gib, growth=not args.no_growth,
+                        **quick)
+    machine = describe_machine(args.threads)
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+    rows = run_benchmarks(settings, progress)
+    plot = None
+    if settings.growth and installed("matplotlib"):
+        from benchmarks.growth import plot_growth
+
+        plot = plot_growth(rows, args.out / PLOT_NAME)
+    elif settings.growth:
+        progress("no growth plot: matplotlib is not installed (pip install '.[bench]')")
+    elapsed = time.perf_counter() - started
+    settings_text = (
+        f"This run took {elapsed / 60:.1f} minutes. A task whose runs would take more than "
+        f"{settings.max_task_seconds:g} s in all ran once; one expected to take more than that "
+        f"in one run was skipped, and torchlens where a forward's activations exceed "
+        f"{settings.max_activation_gib:g} GiB; the rows say so."
+        + (" Quick mode: one run of everything." if settings.quick else
+           " Repetitions by the plain forward's time: under 0.5 s, 1 warm-up + 5 runs; "
+           "under 4 s, 1 + 3; above, 1 run (every tool has run on smaller inputs already).")
+    )
+    markdown, table = write_reports(rows, machine, args.out, plot, settings_text)
+    progress(f"wrote {markdown}, {table}" + (f", {plot}" if plot else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

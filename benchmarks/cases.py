@@ -1,0 +1,78 @@
+"""introspect's own measurements: trace, trace + shapes, drawings, and diff.
+
+Each task is a plain function of the models and inputs, so the same code is timed in
+the harness and run once in a fresh process for its peak memory (``memory``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import introspect
+from benchmarks.timing import Work
+from benchmarks.workloads import Inputs
+from introspect.render import draw_graph, render_bytes
+from introspect.tracer import trace_module
+
+TOOL = "introspect"
+
+# Task names shared by the harness, the report and the alternatives.
+FORWARD = "plain forward"
+TRACE = "trace (fx graph)"
+TRACE_SHAPES = "trace + shapes"
+DRAW_FOLDED = "drawing, folded (from a traced graph)"
+DRAW_FULL = "drawing, every node (from a traced graph)"
+TO_SVG_MODULES = "model to SVG, module level"
+TO_SVG_FULL = "model to SVG, every op"
+DIFF = "diff HF vs scratch"
+CAPTURE = "capture every layer's output"
+
+
+def forward(model: torch.nn.Module, inputs: Inputs) -> Any:
+    """One plain forward pass, as a user runs it for inference."""
+    with torch.no_grad():
+        return model(**inputs.tensors)
+
+
+def trace_graph(model: torch.nn.Module, inputs: Inputs) -> Any:
+    """The fx graph alone: introspect's tracer on FakeTensors, no real computation."""
+    return trace_module(model, inputs.tensors)
+
+
+def trace_with_shapes(model: torch.nn.Module, inputs: Inputs) -> Any:
+    """``introspect.trace``: the fx graph, run once for the shape on every node."""
+    return introspect.trace(model, inputs.for_introspect)
+
+
+def drawing_svg(graph: Any, full: bool) -> bytes:
+    """The folded drawing (every module, encoder layers ×N) or every node, as SVG bytes."""
+    return render_bytes(draw_graph(graph, depth="full" if full else None), "svg")
+
+
+def diff(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs) -> Any:
+    """``introspect.diff``: align the two graphs and compare every node's output."""
+    return introspect.diff(reference, candidate, inputs.for_introspect)
+
+
+def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs) -> list[Work]:
+    """Every introspect task on one model and input, with its baseline and expected cost.
+
+    The drawings are timed from a graph traced beforehand (drawing reads records and
+    never runs the model); the harness adds the trace to get "model to SVG".
+    """
+    traced: dict[str, Any] = {}
+
+    def trace_once() -> None:
+        traced.setdefault("graph", trace_with_shapes(hf, inputs))
+
+    return [
+        Work(TRACE, TOOL, lambda: trace_graph(hf, inputs), units=0.5),
+        Work(TRACE_SHAPES, TOOL, lambda: trace_with_shapes(hf, inputs), units=1.2),
+        Work(DRAW_FOLDED, TOOL, lambda: drawing_svg(traced["graph"], full=False),
+             setup=trace_once, units=0.2, output_bytes=len),
+        Work(DRAW_FULL, TOOL, lambda: drawing_svg(traced["graph"], full=True),
+             setup=trace_once, teardown=traced.clear, units=1.0, output_bytes=len),
+        Work(DIFF, TOOL, lambda: diff(hf, scratch, inputs), baseline=2, units=2.0),
+    ]

@@ -1,0 +1,338 @@
+"""Run the grid: every model x input size, introspect and the alternatives side by side.
+
+Cases run from the smallest model and input to the largest. For each case a plain HF
+forward pass is timed first (its first run is the warm-up, and its time sets how many
+runs every task gets: see ``timing.repetitions_for``) and again at the end, and every
+ratio divides by the median of those runs. A task is skipped, and the row says why,
+when its expected time exceeds the cap or when torchlens would hold more activations
+than the memory cap.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import alternatives, cases, jobs
+from benchmarks.memory import FreshProcessError, run_fresh, run_interpreter, start_server
+from benchmarks.records import FAILED, GRID, NOT_MEASURED, OK, SKIPPED, STARTUP, Measurement
+from benchmarks.timing import Repetitions, Work, ratio, repetitions_for, time_median
+from benchmarks.workloads import Inputs, ModelSpec, load_hf, make_inputs, scratch_twin
+
+MODELS = ("bert-tiny", "bert-base", "bert-large")
+SIZES = ((2, 9), (8, 128), (8, 512))
+GIB = 2**30
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to measure and the caps that keep a full run within its time."""
+
+    models: tuple[str, ...] = MODELS
+    sizes: tuple[tuple[int, int], ...] = SIZES
+    quick: bool = False  # one run of everything: the smoke test
+    threads: int = 2  # torch.set_num_threads, here and in every fresh process
+    max_task_seconds: float = 60.0  # skip a task expected to take longer (all its runs)
+    max_activation_gib: float = 4.0  # skip torchlens when a forward's activations exceed it
+    growth: bool = True
+    startup_runs: Repetitions = Repetitions(warmup=1, runs=5)
+
+
+@dataclass
+class Estimator:
+    """Expected seconds of a task: its time on the previous input of the same model, plus
+    ``units`` forwards for every second the forward grew by (fixed costs stay fixed)."""
+
+    previous: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+
+    def expect(self, model: str, key: tuple[str, str], units: float, forward_s: float) -> float:
+        seen = self.previous.get((model, *key))
+        if seen is None:
+            return units * forward_s
+        seconds, then_forward_s = seen
+        return seconds + units * max(forward_s - then_forward_s, 0.0)
+
+    def learn(self, model: str, key: tuple[str, str], seconds: float, forward_s: float) -> None:
+        self.previous[(model, *key)] = (seconds, forward_s)
+
+
+def run_benchmarks(settings: Settings, progress: Progress = print) -> list[Measurement]:
+    """Every measurement of ``settings``, in the order the report shows them."""
+    torch.set_num_threads(settings.threads)
+    start_server()
+    rows = startup_rows(settings, progress)
+    estimator = Estimator()
+    for name in settings.models:
+        spec = ModelSpec(name)
+        progress(f"{spec.name}: loading")
+        hf, tokenizer = load_hf(spec)
+        scratch = scratch_twin(hf)
+        for batch, seq in settings.sizes:
+            progress(f"{spec.name} {batch}x{seq}")
+            rows += case_rows(spec, hf, scratch, make_inputs(batch, seq, tokenizer), settings,
+                              estimator, progress)
+        del hf, scratch
+    if settings.growth:
+        from benchmarks.growth import growth_rows
+
+        rows += growth_rows(settings, progress)
+    return rows
+
+
+def startup_rows(settings: Settings, progress: Progress) -> list[Measurement]:
+    """``introspect --help`` in a new process, next to the interpreter starting alone."""
+    progress("start-up: introspect --help")
+    repetitions = Repetitions(0, 1) if settings.quick else settings.startup_runs
+    script = Path(sys.executable).with_name("introspect")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "introspect"]
+    python = time_median(lambda: _run_quietly([sys.executable, "-c", "pass"]), repetitions)
+    helped = time_median(lambda: _run_quietly([*command, "--help"]), repetitions)
+    base = dict(section=STARTUP, model="", batch=0, seq=0, warmup=repetitions.warmup,
+                runs=repetitions.runs)
+    return [
+        Measurement(task="start-up: python -c pass", tool="python", status=OK,
+                    seconds=python.median, **base),
+        Measurement(task="start-up: introspect --help", tool="introspect", status=OK,
+                    seconds=helped.median, baseline="python -c pass",
+                    baseline_seconds=python.median, ratio=ratio(helped.median, python.median),
+                    **base),
+    ]
+
+
+def _run_quietly(command: list[str]) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+@dataclass
+class Outcome:
+    """A task's outcome before the case's baseline is known."""
+
+    work: Work
+    status: str
+    seconds: float | None = None
+    repetitions: Repetitions = Repetitions(0, 0)
+    output_bytes: int | None = None
+    note: str = ""
+    result: Any = None
+
+
+def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs,
+              settings: Settings, estimator: Estimator, progress: Progress) -> list[Measurement]:
+    """Every row of one model on one input: times, ratios, memory, and what was skipped."""
+    batch, seq = inputs.shape
+    first = time_median(lambda: cases.forward(hf, inputs), Repetitions(0, 1))
+    repetitions = repetitions_for(first.median, settings.quick)
+    timed_again = replace(repetitions, warmup=0)  # the first run was the warm-up
+    forward_times = [first.median]
+    if repetitions.runs > 1:
+        forward_times = list(time_median(lambda: cases.forward(hf, inputs), timed_again).times)
+    scratch_forward = time_median(lambda: cases.forward(scratch, inputs), repetitions)
+    forward_s = statistics.median(forward_times)
+
+    outcomes = []
+    for work in cases.introspect_work(hf, scratch, inputs) + \
+            alternatives.alternative_work(hf, scratch, inputs):
+        progress(f"  {work.tool}: {work.task}")
+        outcome = time_work(spec, work, repetitions, forward_s, settings, estimator)
+        outcomes.append(outcome)
+    graph = next((o.result for o in outcomes
+                  if o.work.task == cases.TRACE_SHAPES and o.work.tool == cases.TOOL), None)
+    for outcome in outcomes:
+        outcome.result = None  # free activations and graphs before the fresh processes run
+
+    if repetitions.runs > 1:  # once more at the end: the baseline spans the whole case
+        forward_times += time_median(lambda: cases.forward(hf, inputs), timed_again).times
+    forward_s = statistics.median(forward_times)
+    forwards = {1: forward_s, 2: forward_s + scratch_forward.median}
+    rows = [_row(spec, batch, seq, cases.FORWARD, "HF", OK, forward_s,
+                 Repetitions(1, len(forward_times)), note=_drift_note(forward_times)),
+            _row(spec, batch, seq, cases.FORWARD, "introspect.scratch", OK,
+                 scratch_forward.median, repetitions)]
+    for o in outcomes:
+        base = forwards[o.work.baseline]
+        rows.append(_row(spec, batch, seq, o.work.task, o.work.tool, o.status, o.seconds,
+                         o.repetitions, baseline=_baseline_label(o.work.baseline),
+                         baseline_seconds=base if o.seconds is not None else None,
+                         output_bytes=o.output_bytes, note=o.note or o.work.note))
+    rows += _derived_rows(spec, batch, seq, rows, forward_s)
+    rows += _torchlens_rows(spec, batch, seq, graph, repetitions, forward_s, settings,
+                            estimator, progress)
+    rows += peak_rows(spec, batch, seq, settings, estimator, forward_s, progress)
+    return rows
+
+
+def time_work(spec: ModelSpec, work: Work, repetitions: Repetitions, forward_s: float,
+              settings: Settings, estimator: Estimator) -> Outcome:
+    """Time ``work``, or say why it was skipped or how it failed."""
+    if work.skip:
+        return Outcome(work, NOT_MEASURED, note=work.skip)
+    key = (work.task, work.tool)
+    expected = estimator.expect(spec.name, key, work.units * work.baseline, forward_s)
+    note = ""
+    if expected * repetitions.total > settings.max_task_seconds:
+        if expected > settings.max_task_seconds:
+            return Outcome(work, SKIPPED, note=_too_long(expected, repetitions, settings))
+        note = (f"1 run: ~{expected:.0f} s a run x {repetitions.total} would pass the "
+                f"{settings.max_task_seconds:g} s cap")
+        repetitions = Repetitions(0, 1)
+    try:
+        if work.setup is not None:
+            work.setup()
+        timed = time_median(work.run, repetitions)
+    except Exception as e:  # a tool that fails on BERT is a finding, not a crash
+        return Outcome(work, FAILED, note=_first_line(e))
+    finally:
+        if work.teardown is not None:
+            work.teardown()
+    estimator.learn(spec.name, key, timed.median, forward_s)
+    size = work.output_bytes(timed.result) if work.output_bytes is not None else None
+    return Outcome(work, OK, timed.median, repetitions, size, note, timed.result)
+
+
+def _derived_rows(spec: ModelSpec, batch: int, seq: int, rows: list[Measurement],
+                  forward_s: float) -> list[Measurement]:
+    """introspect's "model to SVG": trace + shapes, then the drawing (sum of the medians)."""
+    by_task = {(r.task, r.tool): r for r in rows}
+    traced = by_task.get((cases.TRACE_SHAPES, cases.TOOL))
+    derived = []
+    for drawing, task in ((cases.DRAW_FOLDED, cases.TO_SVG_MODULES),
+                          (cases.DRAW_FULL, cases.TO_SVG_FULL)):
+        drawn = by_task.get((drawing, cases.TOOL))
+        if traced is None or drawn is None or traced.seconds is None or drawn.seconds is None:
+            derived.append(_row(spec, batch, seq, task, cases.TOOL, NOT_MEASURED,
+                                note="trace + shapes or the drawing was not measured"))
+            continue
+        derived.append(_row(spec, batch, seq, task, cases.TOOL, OK,
+                            traced.seconds + drawn.seconds,
+                            Repetitions(drawn.warmup, drawn.runs), baseline="1 forward",
+                            baseline_seconds=forward_s, output_bytes=drawn.output_bytes,
+                            note="sum of the trace + shapes and drawing medians"))
+    return derived
+
+
+def _torchlens_rows(spec: ModelSpec, batch: int, seq: int, graph: Any, repetitions: Repetitions,
+                    forward_s: float, settings: Settings, estimator: Estimator,
+                    progress: Progress) -> list[Measurement]:
+    tool = alternatives.TORCHLENS
+    tasks = (cases.CAPTURE, alternatives.TORCHLENS_DRAW, cases.TO_SVG_FULL)
+
+    def rows_saying(status: str, note: str) -> list[Measurement]:
+        return [_row(spec, batch, seq, task, tool, status, note=note) for task in tasks]
+
+    if not alternatives.installed("torchlens"):
+        return rows_saying(NOT_MEASURED, "not installed (pip install '.[bench]')")
+    if graph is None:
+        return rows_saying(SKIPPED, "its activations' size is unknown: trace + shapes did not run")
+    activations = sum(r.nbytes for r in graph.records)
+    if activations > settings.max_activation_gib * GIB:
+        return rows_saying(SKIPPED, f"would keep ~{activations / GIB:.1f} GiB of activations "
+                                    f"(> {settings.max_activation_gib:g} GiB cap)")
+    key = ("torchlens", tool)
+    expected = estimator.expect(spec.name, key, 6.0, forward_s) * repetitions.total
+    if expected > settings.max_task_seconds:
+        return rows_saying(SKIPPED, _too_long(expected / repetitions.total, repetitions, settings))
+    progress(f"  {tool} (new interpreter)")
+    start = time.perf_counter()
+    try:
+        seconds = run_interpreter("benchmarks.jobs", "torchlens", spec.size, str(batch),
+                                  str(seq), str(repetitions.warmup), str(repetitions.runs),
+                                  threads=settings.threads,
+                                  timeout=max(4 * settings.max_task_seconds, 300))
+    except FreshProcessError as e:
+        return rows_saying(FAILED, _first_line(e))
+    estimator.learn(spec.name, key, (time.perf_counter() - start) / repetitions.total, forward_s)
+    own_forward = seconds[cases.FORWARD]
+    note = "ratio to a forward timed in torchlens's own interpreter, before torchlens ran"
+    total = seconds[alternatives.TORCHLENS_TRACE] + seconds[alternatives.TORCHLENS_DRAW]
+    return [
+        _row(spec, batch, seq, cases.CAPTURE, f"{tool} (every op)", OK,
+             seconds[alternatives.TORCHLENS_TRACE], repetitions, baseline="1 forward",
+             baseline_seconds=own_forward, note=note),
+        _row(spec, batch, seq, alternatives.TORCHLENS_DRAW, tool, OK,
+             seconds[alternatives.TORCHLENS_DRAW], repetitions, baseline="1 forward",
+             baseline_seconds=own_forward, output_bytes=seconds["svg_bytes"], note=note),
+        _row(spec, batch, seq, cases.TO_SVG_FULL, tool, OK, total, repetitions,
+             baseline="1 forward", baseline_seconds=own_forward,
+             output_bytes=seconds["svg_bytes"], note="sum of the trace and drawing medians; "
+                                                     + note),
+    ]
+
+
+def peak_rows(spec: ModelSpec, batch: int, seq: int, settings: Settings, estimator: Estimator,
+              forward_s: float, progress: Progress, section: str = GRID,
+              tasks: tuple[tuple[str, str], ...] = tuple(jobs.PEAK_TASKS)) -> list[Measurement]:
+    """Peak resident set of a fresh process per task, as a ratio of the plain forward's.
+
+    The plain forward comes first in ``tasks``: the others' ratios divide by its peak.
+    """
+    rows = []
+    forward_peak = None
+    for task, tool in tasks:
+        label = f"peak memory: {task}"
+        units = {cases.DIFF: 4.0}.get(task, 1.0) * (2 if "hooks" in tool else 1)
+        key = (label, tool)
+        expected = estimator.expect(spec.name, key, units, forward_s)
+        if expected > settings.max_task_seconds:
+            rows.append(_row(spec, batch, seq, label, tool, SKIPPED, section=section,
+                             note=_too_long(expected, Repetitions(0, 1), settings)))
+            continue
+        progress(f"  {tool}: {label} (fresh process)")
+        start = time.perf_counter()
+        try:
+            done = run_fresh(jobs.peak_job, spec, batch, seq, task, tool,
+                             threads=settings.threads)
+        except FreshProcessError as e:
+            rows.append(_row(spec, batch, seq, label, tool, FAILED, section=section,
+                             note=_first_line(e)))
+            continue
+        estimator.learn(spec.name, key, time.perf_counter() - start, forward_s)
+        if task == cases.FORWARD:
+            forward_peak = done.peak_rss_mib
+        rows.append(_row(spec, batch, seq, label, tool, OK, runs=Repetitions(0, 1),
+                         section=section, peak_rss_mib=done.peak_rss_mib,
+                         loaded_rss_mib=done.loaded_rss_mib, baseline="1 forward",
+                         rss_ratio=ratio(done.peak_rss_mib, forward_peak)))
+    return rows
+
+
+NO_RUNS = Repetitions(0, 0)
+
+
+def _row(spec: ModelSpec, batch: int, seq: int, task: str, tool: str, status: str,
+         seconds: float | None = None, runs: Repetitions = NO_RUNS, *,
+         section: str = GRID, baseline: str = "", baseline_seconds: float | None = None,
+         **extra: Any) -> Measurement:
+    return Measurement(section=section, model=spec.name, batch=batch, seq=seq, task=task,
+                       tool=tool, status=status, seconds=seconds, warmup=runs.warmup,
+                       runs=runs.runs, baseline=baseline, baseline_seconds=baseline_seconds,
+                       ratio=ratio(seconds, baseline_seconds), **extra)
+
+
+def _baseline_label(forwards: int) -> str:
+    return "1 forward" if forwards == 1 else "HF + scratch forwards"
+
+
+def _drift_note(times: list[float]) -> str:
+    if len(times) < 2:
+        return ""
+    return f"runs from {min(times):.3g} to {max(times):.3g} s (start and end of the case)"
+
+
+def _too_long(expected: float, repetitions: Repetitions, settings: Settings) -> str:
+    return (f"skipped: ~{expected:.0f} s a run x {repetitions.total} expected "
+            f"(> {settings.max_task_seconds:g} s cap)")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
