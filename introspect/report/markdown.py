@@ -38,7 +38,7 @@ def markdown_summary(result: DiffResult) -> str:
     for r in result.layer_rows:
         status = "pass" if r.passed else f"**FAIL** ({r.failing})"
         lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
-                     f"`{r.worst_node}` | {r.nodes} | {status} |")
+                     f"{f'`{r.worst_node}`' if r.worst_node else ''} | {r.nodes} | {status} |")
     failing = [r for r in result.rows if r.status == STATUS_FAIL]
     if failing:
         lines += ["", f"<details><summary>{len(failing)} node(s) over budget</summary>", "",
