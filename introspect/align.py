@@ -270,27 +270,29 @@ def _key_columns(width: int) -> list[int]:
 class _RowIndex:
     """Rows of many 2-D weights, keyed by a few of their values, to find slices fast.
 
-    The key columns of every row are kept in one tensor per row width, so finding where
-    a row occurs among all indexed weights is a single vectorised comparison.
+    Each row is reduced to one 64-bit hash of a few of its values; the hashes of every
+    indexed weight of one row width are kept sorted, so finding where a row occurs is a
+    binary search.
     """
 
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         self._parts: dict[int, list[tuple[str, torch.Tensor]]] = {}
-        self._keys: dict[int, tuple[torch.Tensor, list[tuple[str, int]]]] = {}
+        self._tables: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]] = {}
 
     def add(self, label: str, rows: torch.Tensor) -> None:
         self.tensors[label] = rows
         width = rows.shape[1]
-        self._parts.setdefault(width, []).append((label, _row_keys(rows)))
-        self._keys.pop(width, None)
+        self._parts.setdefault(width, []).append((label, _row_hashes(rows)))
+        self._tables.pop(width, None)
 
-    def _table(self, width: int) -> tuple[torch.Tensor, list[tuple[str, int]]] | None:
-        if width not in self._keys and width in self._parts:
+    def _table(self, width: int) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]] | None:
+        if width not in self._tables and width in self._parts:
             parts = self._parts[width]
-            owners = [(label, i) for label, keys in parts for i in range(keys.shape[0])]
-            self._keys[width] = (torch.cat([keys for _, keys in parts]), owners)
-        return self._keys.get(width)
+            owners = [(label, i) for label, hashes in parts for i in range(hashes.shape[0])]
+            hashes, order = torch.sort(torch.cat([h for _, h in parts]))
+            self._tables[width] = (hashes, order, owners)
+        return self._tables.get(width)
 
     def find(self, rows: torch.Tensor) -> list[tuple[str, int]]:
         """(label, offset) of every indexed weight that holds ``rows`` as consecutive rows."""
@@ -298,13 +300,15 @@ class _RowIndex:
         table = self._table(width)
         if table is None:
             return []
-        keys, owners = table
+        hashes, order, owners = table
         probe = int(rows[: min(count, 8)].double().abs().sum(dim=1).argmax())
-        hits = (keys == _row_keys(rows[probe:probe + 1])).all(dim=1).nonzero().flatten()
-        if len(hits) > _MAX_ROWS_PER_KEY:
+        key = _row_hashes(rows[probe:probe + 1])
+        first = int(torch.searchsorted(hashes, key))
+        last = int(torch.searchsorted(hashes, key, right=True))
+        if last - first > _MAX_ROWS_PER_KEY:
             return []
         found: list[tuple[str, int]] = []
-        for hit in hits.tolist():
+        for hit in order[first:last].tolist():
             label, row = owners[hit]
             start = row - probe
             big = self.tensors[label]
@@ -315,9 +319,16 @@ class _RowIndex:
         return found
 
 
-def _row_keys(rows: torch.Tensor) -> torch.Tensor:
-    """A few values of each row, as float64 (exact for every lower-precision value)."""
-    return rows[:, _key_columns(rows.shape[1])].double()
+_HASH_MULTIPLIERS = torch.tensor([0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019,
+                                  0x4CF5AD432745937F, 0x2545F4914F6CDD1D, 0x1B873593],
+                                 dtype=torch.int64)
+
+
+def _row_hashes(rows: torch.Tensor) -> torch.Tensor:
+    """One int64 per row, from the bits of a few of its values (equal rows, equal hashes)."""
+    columns = _key_columns(rows.shape[1])
+    bits = (rows[:, columns].double() + 0.0).view(torch.int64)  # exact; -0.0 becomes 0.0
+    return (bits * _HASH_MULTIPLIERS[: len(columns)]).sum(dim=1)  # wraps around: a hash
 
 
 def relate_weights(reference: _Graph, candidate: _Graph) -> dict[str, list[WeightRelation]]:

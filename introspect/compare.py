@@ -184,7 +184,9 @@ def _max(t: torch.Tensor) -> float:
 
 
 def _nonfinite(t: torch.Tensor) -> int:
-    if not t.is_floating_point() or bool(torch.isfinite(t).all()):
+    # One reduction answers for almost every tensor: the sum is finite when all values are
+    # (a sum that overflows is rechecked element by element).
+    if not t.is_floating_point() or t.numel() == 0 or bool(torch.isfinite(t.sum())):
         return 0
     return int((~torch.isfinite(t)).sum())
 
@@ -195,7 +197,8 @@ def _real_count(shape: Sequence[int], pad: torch.Tensor | None) -> int:
         total *= s
     if pad is None:
         return total
-    return total - int(pad.expand(tuple(shape)).sum())
+    # Each element of the broadcast mask stands for total / pad.numel() elements.
+    return total - int(pad.sum()) * (total // pad.numel())
 
 
 def _narrow(value: torch.Tensor, region: Any) -> torch.Tensor:
