@@ -24,14 +24,19 @@ _LAZY_API = {
     "DiffResult": "introspect.differ:DiffResult",
 }
 
-__all__ = ["__version__", *_LAZY_API]
+# Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
+_LAZY_SUBMODULES = ("scratch", "render", "testing")
+
+__all__ = ["__version__", *_LAZY_API, *_LAZY_SUBMODULES]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY_API:
-        raise AttributeError(f"module 'introspect' has no attribute {name!r}")
     import importlib
 
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"introspect.{name}")
+    if name not in _LAZY_API:
+        raise AttributeError(f"module 'introspect' has no attribute {name!r}")
     module_name, attribute = _LAZY_API[name].split(":")
     value = getattr(importlib.import_module(module_name), attribute)
     globals()[name] = value
