@@ -49,15 +49,13 @@ from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.hints import explain
 from introspect.load import TokenizedInputs
 from introspect.records import KIND_TENSOR, NodeRecord
-from introspect.shapes import annotate_shapes, node_records
+from introspect.shapes import node_records
 from introspect.tolerance import Budget, Tolerance, compare_dtype
 from introspect.tracer import trace_module
 
 if TYPE_CHECKING:
     import pandas
 
-# Alignment runs on a short probe of the inputs: shapes only, so a few tokens are enough.
-_PROBE_TOKENS = 5
 _FAIL_STYLE = "background-color:#f8d7da"
 _DRIFT_STYLE = "background-color:#fff3cd"
 _UNMATCHED_STYLE = "color:#777"
@@ -224,26 +222,15 @@ def _accepted_inputs(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]
     return {name: t for name, t in tensors.items() if name in parameters}
 
 
-def _probe(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inputs cut to a few tokens: the graph is the same, shapes scale with them."""
-    return {name: t[..., :_PROBE_TOKENS] if t.ndim >= 2 else t for name, t in tensors.items()}
-
-
 def trace_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
                    title: str) -> tuple[IntrospectGraph, dict[str, torch.Tensor]]:
-    """Trace ``model`` and record shapes on a short probe run (the diff's run fills in the rest)."""
+    """Trace ``model``; its records hold the shapes seen while tracing (no run needed)."""
     accepted = _accepted_inputs(model, tensors)
     if not accepted:
         raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
                          f"{', '.join(tensors)}")
     result = trace_module(model, accepted)
-    probe = _probe(accepted)
-    try:
-        records = annotate_shapes(result.gm, [probe[n] for n in result.input_names])
-    except RuntimeError as e:
-        raise InputError(f"{title} cannot run on the inputs "
-                         f"({', '.join(f'{k}={tuple(v.shape)}' for k, v in accepted.items())}): "
-                         f"{e}") from e
+    records = node_records(result.gm)  # the shapes seen while tracing; the run refreshes them
     graph = IntrospectGraph(result.gm, records, result.input_names, result.output_names,
                             decisions=result.decisions, title=title)
     return graph, accepted

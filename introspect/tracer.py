@@ -287,7 +287,7 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
     # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
     # GraphModule keeps its own copy, so take them off the user's model again.
     for node in graph.nodes:
-        node.meta.pop("fake", None)  # FakeTensors are only for tracing; drop them
+        _keep_shapes(node, node.meta.pop("fake", None))  # FakeTensors only live while tracing
         if isinstance(node.type, str):  # a postponed annotation ("Any") cannot be pickled
             node.type = None
     graph._tracer_cls = ReloadableTracer
@@ -300,6 +300,24 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
     returned = output_node.args[0]
     output_names = tuple(returned) if isinstance(returned, dict) else ("output",)
     return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions))
+
+
+def _keep_shapes(node: torch.fx.Node, fake: Any) -> None:
+    """Keep what ShapeProp would record from a trace-time value: shapes are known unrun.
+
+    Tensors (and tuples of them) as ``tensor_meta``; ints and sizes as ``value``.
+    """
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    if isinstance(fake, torch.Tensor):
+        node.meta["tensor_meta"] = _extract_tensor_metadata(fake)
+    elif isinstance(fake, (tuple, list)) and fake and all(isinstance(v, torch.Tensor) for v in fake):
+        node.meta["tensor_meta"] = type(fake)(_extract_tensor_metadata(v) for v in fake)
+    elif isinstance(fake, int) and not isinstance(fake, bool):
+        node.meta["value"] = fake
+    elif isinstance(fake, tuple) and fake and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in fake):
+        node.meta["value"] = fake
 
 
 def _takes_var_keywords(fn: Any) -> bool:
