@@ -37,6 +37,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
+# transformers imports tqdm.auto, which warns in a notebook without ipywidgets; progress
+# bars are off anyway (HF_HUB_DISABLE_PROGRESS_BARS above).
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 from introspect.errors import InputError, ModelSourceError  # noqa: E402
 
 DEFAULT_MODEL = "minilm"
