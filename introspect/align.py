@@ -338,16 +338,28 @@ def relate_weights(reference: _Graph, candidate: _Graph) -> dict[str, list[Weigh
     dtype = _lowest_float([*ref_weights.values(), *cand_weights.values()])
     relations: dict[str, list[WeightRelation]] = {label: [] for label in cand_weights}
 
+    # Most ports keep the reference's names: one comparison settles those weights.
+    ref_by_name = {reference.normalized(label): label for label in ref_weights}
+    unsettled: dict[str, torch.Tensor] = {}
+    for label, tensor in cand_weights.items():
+        ref = ref_by_name.get(candidate.normalized(label))
+        if ref is not None and ref_weights[ref].shape == tensor.shape and torch.equal(
+                _as_rows(tensor, dtype), _as_rows(ref_weights[ref], dtype)):
+            relations[label].append(WeightRelation(label, ref, "same", None, 0.0))
+        else:
+            unsettled[label] = tensor
+
     index = _RowIndex()
     by_bytes: dict[tuple[Any, ...], list[str]] = {}
+    matrices = any(t.ndim >= 2 for t in unsettled.values())
+    vectors = any(t.ndim < 2 for t in unsettled.values())
     for label, tensor in ref_weights.items():
-        rows = _as_rows(tensor, dtype)
-        if tensor.ndim >= 2:
-            index.add(label, rows)
-        else:
-            by_bytes.setdefault(_vector_key(rows), []).append(label)
+        if tensor.ndim >= 2 and matrices:
+            index.add(label, _as_rows(tensor, dtype))
+        elif tensor.ndim < 2 and vectors:
+            by_bytes.setdefault(_vector_key(_as_rows(tensor, dtype)), []).append(label)
 
-    for label, tensor in cand_weights.items():
+    for label, tensor in unsettled.items():
         rows = _as_rows(tensor, dtype)
         if tensor.ndim >= 2:
             relations[label] += _matrix_relations(label, rows, index, ref_weights, transposed=False)

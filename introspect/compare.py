@@ -142,15 +142,17 @@ def fit_layout(candidate: torch.Tensor, reference: torch.Tensor) -> _Layout | No
 
 
 def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
-            pad: torch.Tensor | None) -> tuple[ErrorStats, bool]:
+            pad: torch.Tensor | None, *, known_finite: bool = False) -> tuple[ErrorStats, bool]:
     """Errors of ``candidate`` against ``reference`` (same shape), and whether they are equal.
 
     A mismatch is an element with ``|cand - ref| > atol + rtol * |ref|``, or a NaN on one
-    side only; relative errors skip elements where the reference is 0.
+    side only; relative errors skip elements where the reference is 0. ``known_finite``
+    spares the NaN/Inf count when the caller knows the value holds none.
     """
     real_count = _real_count(reference.shape, pad)
     if candidate.dtype == reference.dtype and torch.equal(candidate, reference):
-        return ErrorStats(0.0, 0.0, 0.0, 0, _nonfinite(candidate), real_count, 0.0, 0), True
+        nonfinite = 0 if known_finite else _nonfinite(candidate)
+        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0), True
     dtype = torch.promote_types(candidate.dtype, reference.dtype)
     if not dtype.is_floating_point:
         dtype = torch.float64
@@ -232,6 +234,7 @@ class _Runner:
         self.cand_uses = {n.name: sum(u.op != "output" for u in n.users) for n in self.cand_nodes}
         self.substituted: dict[str, Any] = {}
         self.layouts: dict[int, _Layout] = {}
+        self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
 
     # -- driving ----------------------------------------------------------------------
     def run(self, ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
@@ -353,7 +356,12 @@ class _Runner:
                 local = layout.to_reference(local)
         pad = self.padding.mask_for(reference.shape)
         budget = self.budgets[i]
-        propagated, exact = measure(value, reference, budget, pad)
+        cand_node = self.cand_by_name[pair.candidate]
+        known_finite = _moves_data(cand_node) and all(
+            n.name in self.finite for n in cand_node.all_input_nodes if n.op != "get_attr")
+        propagated, exact = measure(value, reference, budget, pad, known_finite=known_finite)
+        if propagated.nonfinite == 0:
+            self.finite.add(pair.candidate)
         self.result.propagated[i] = propagated
         if local is _SAME:
             self.result.local[i] = propagated
@@ -376,6 +384,19 @@ class _Runner:
             d = d.masked_fill(pad, 0.0)
         rows = tuple(float(x) for x in d.reshape(d.shape[0], -1).amax(dim=1)) if d.ndim else ()
         self.result.snapshots[i] = Snapshot(i, inputs, local, reference, rows)
+
+
+# Ops that only move values (no arithmetic, no cast): finite inputs give a finite output.
+_DATA_MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten",
+               "squeeze", "unsqueeze", "expand", "expand_as", "t", "clone", "split", "chunk",
+               "getitem", "narrow", "cat", "stack", "view_as", "reshape_as"}
+
+
+def _moves_data(node: torch.fx.Node) -> bool:
+    if node.op == "call_module":
+        return False  # Dropout would qualify; modules are few, checking them is cheap
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name in _DATA_MOVES
 
 
 def _run(interpreter: torch.fx.Interpreter, node: torch.fx.Node,
