@@ -989,7 +989,12 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
         if r_name not in ref.nodes:
             raise InputError(f"name_map maps {c_name!r} to {r_name!r}, which is no node of the "
                              "reference; use names from the reference's graph.nodes['name']")
-    relations = relate_weights(ref, cand)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # comparing weights reads memory once: threads only wait
+    try:
+        relations = relate_weights(ref, cand)
+    finally:
+        torch.set_num_threads(threads)
     matcher = _Matcher(ref, cand, relations)
     for c_name, r_name in node_map.items():
         matcher.add(Pair(r_name, c_name, "name map"))

@@ -20,8 +20,9 @@ Errors at padding positions are measured apart from real tokens.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,11 +271,14 @@ class _Runner:
         value = env[node] = _run(self.cand_interp, node, inputs, "candidate")
         local = self._local(node)
         exact = True
-        for i in self.by_candidate.get(node.name, ()):
-            exact &= self._compare(i, value, local)
-            ref_node = self.pair_ref_node[i]
-            self.ref_pending[ref_node.name] -= 1
-            self._free_reference(ref_node)
+        indices = self.by_candidate.get(node.name, ())
+        if indices:
+            with _one_thread():
+                for i in indices:
+                    exact &= self._compare(i, value, local)
+                    ref_node = self.pair_ref_node[i]
+                    self.ref_pending[ref_node.name] -= 1
+                    self._free_reference(ref_node)
         self.substituted[node.name] = self._substitute(node, value, local, exact)
         for n in node.all_input_nodes:
             self.cand_uses[n.name] -= 1
@@ -384,6 +388,17 @@ class _Runner:
             d = d.masked_fill(pad, 0.0)
         rows = tuple(float(x) for x in d.reshape(d.shape[0], -1).amax(dim=1)) if d.ndim else ()
         self.result.snapshots[i] = Snapshot(i, inputs, local, reference, rows)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Comparisons read memory once and compute little: threads only wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # Ops that only move values (no arithmetic, no cast): finite inputs give a finite output.
