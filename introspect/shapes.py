@@ -236,8 +236,9 @@ def estimate_flops(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> 
     if not isinstance(out, TensorMetadata):
         return 0
     out_numel = math.prod(out.shape)
-    if node.op == "call_module" and isinstance(modules[str(node.target)], torch.nn.Linear):
-        return 2 * out_numel * modules[str(node.target)].in_features
+    module = modules.get(str(node.target)) if node.op == "call_module" else None
+    if isinstance(module, torch.nn.Linear):
+        return 2 * out_numel * module.in_features
     first_input = _input_shape(node, 0)
     if node.op == "call_function" and node.target in _MATMULS and first_input:
         return 2 * out_numel * first_input[-1]
@@ -251,7 +252,8 @@ def estimate_flops(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> 
 
 
 def _input_shape(node: torch.fx.Node, position: int) -> tuple[int, ...] | None:
-    if len(node.args) <= position or not isinstance(node.args[position], torch.fx.Node):
+    argument = node.args[position] if len(node.args) > position else None
+    if not isinstance(argument, torch.fx.Node):
         return None
-    meta = node.args[position].meta.get("tensor_meta")
+    meta = argument.meta.get("tensor_meta")
     return tuple(meta.shape) if isinstance(meta, TensorMetadata) else None

@@ -193,12 +193,12 @@ class MetaTracer(torch.fx.Tracer):
                 f"the model branches on the values of node {obj.node.name} "
                 f"({obj.node.format_node()}); a graph cannot hold that branch"
             ) from e
-        self.decisions.append(Decision(obj.node.name, obj.node.format_node(), answer))
+        self.decisions.append(Decision(obj.node.name, str(obj.node.format_node()), answer))
         return answer
 
     def iter(self, obj: torch.fx.Proxy) -> Iterator[Any]:
         value = _meta_of(obj.node)
-        return iter([obj[i] for i in range(len(value))])
+        return iter([obj[i] for i in range(len(value))])  # type: ignore[index]
 
     def keys(self, obj: torch.fx.Proxy) -> Any:
         return _meta_of(obj.node).keys()
@@ -311,7 +311,8 @@ def _keep_shapes(node: torch.fx.Node, fake: Any) -> None:
 
     if isinstance(fake, torch.Tensor):
         node.meta["tensor_meta"] = _extract_tensor_metadata(fake)
-    elif isinstance(fake, (tuple, list)) and fake and all(isinstance(v, torch.Tensor) for v in fake):
+    elif isinstance(fake, (tuple, list)) and fake and all(
+            isinstance(v, torch.Tensor) for v in fake):
         node.meta["tensor_meta"] = type(fake)(_extract_tensor_metadata(v) for v in fake)
     elif isinstance(fake, int) and not isinstance(fake, bool):
         node.meta["value"] = fake
