@@ -626,18 +626,20 @@ class _Matcher:
             if c not in self.cand_paired and self.same_value_kind(r, c):  # r may pair twice
                 self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))
         if not found:
+            ref_shapes = ", ".join(f"{k}={self.ref.records[n].shapes}" for k, n in ref_out.items())
+            cand_shapes = ", ".join(f"{k}={self.cand.records[n].shapes}"
+                                    for k, n in cand_out.items())
             raise InputError(
-                "the two models return different outputs: reference "
-                f"({', '.join(f'{k}={self.ref.records[n].shapes}' for k, n in ref_out.items())}), "
-                f"candidate ({', '.join(f'{k}={self.cand.records[n].shapes}' for k, n in cand_out.items())}); "
-                "diff compares two implementations of the same model, head and size"
+                f"the two models return different outputs: reference ({ref_shapes}), "
+                f"candidate ({cand_shapes}); diff compares two implementations of the same "
+                "model, head and size"
             )
         return notes
 
     # -- step 3: structure, forward -------------------------------------------------------
     def forward(self) -> bool:
         changed = False
-        by_kind: dict[tuple[str, Any], list[str]] = {}
+        by_kind: dict[tuple[str, Any, str], list[str]] = {}
         for c in sorted(self.cand.nodes, key=lambda n: self.cand.order.get(n, -1)):
             if self.cand.compared(c) and c not in self.cand_paired:
                 by_kind.setdefault(self._kind_key(self.cand, c), []).append(c)
@@ -653,7 +655,7 @@ class _Matcher:
         return changed
 
     @staticmethod
-    def _kind_key(graph: _Graph, name: str) -> tuple[str, Any]:
+    def _kind_key(graph: _Graph, name: str) -> tuple[str, Any, str]:
         return graph.kinds[name], graph.shape(name), graph.value_kind(name)
 
     def _consistent(self, r: str, c: str) -> bool:
@@ -667,7 +669,7 @@ class _Matcher:
             orders.append(cand_inputs[::-1])
         return any(all(self._source(self.cand, ci) in
                        self.ref_partners.get(self._source(self.ref, ri), ())
-                       for ri, ci in zip(ref_inputs, order)) for order in orders)
+                       for ri, ci in zip(ref_inputs, order, strict=True)) for order in orders)
 
     def _source(self, graph: _Graph, name: str) -> str:
         """Follow unpaired layout ops, dropout and casts back to the node that made the data."""
@@ -700,7 +702,7 @@ class _Matcher:
             if cand_inputs[1] in first_partners or (
                     cand_inputs[0] in self.ref_partners.get(ref_inputs[1], set())):
                 cand_inputs = cand_inputs[::-1]
-        return list(zip(ref_inputs, cand_inputs))
+        return list(zip(ref_inputs, cand_inputs, strict=True))
 
     def _chain(self, graph: _Graph, name: str, paired: set[str]) -> list[str]:
         chain = [name]
@@ -728,7 +730,8 @@ class _Matcher:
             changed = True
         return changed
 
-    def _best_chain_pairs(self, ref_chain: list[str], cand_chain: list[str]) -> list[tuple[str, str]]:
+    def _best_chain_pairs(self, ref_chain: list[str],
+                          cand_chain: list[str]) -> list[tuple[str, str]]:
         """Pairs along two chains of layout ops, in order, with equal shapes (weighted LCS)."""
         n, m = len(ref_chain), len(cand_chain)
         score = [[0.0] * (m + 1) for _ in range(n + 1)]
@@ -836,10 +839,12 @@ def _relation_note(relation: WeightRelation) -> str:
         return (f"weights related by name only: {relation.candidate} differs from "
                 f"{relation.reference} by up to {relation.max_abs_diff:.3g}")
     if relation.kind.startswith("fused"):
-        return f"{relation.reference} is rows {relation.region} of {relation.candidate} ({relation.kind})"
+        return (f"{relation.reference} is rows {relation.region} of {relation.candidate} "
+                f"({relation.kind})")
     if relation.kind == "transposed":
         return f"{relation.candidate} is {relation.reference} transposed"
-    return f"{relation.candidate} is rows {relation.region} of {relation.reference} ({relation.kind})"
+    return (f"{relation.candidate} is rows {relation.region} of {relation.reference} "
+            f"({relation.kind})")
 
 
 def _numel(shape: Any) -> int | None:
@@ -848,7 +853,8 @@ def _numel(shape: Any) -> int | None:
 
 def _outputs(graph: _Graph) -> dict[str, str]:
     node = next(n for n in graph.nodes.values() if n.op == "output")
-    returned = node.args[0]
+    returned: Any = node.args[0]
+    items: Iterable[tuple[Any, Any]]
     if isinstance(returned, dict):
         items = returned.items()
     elif isinstance(returned, (tuple, list)):
@@ -888,7 +894,8 @@ def _parts(graph: _Graph, name: str, region: Region) -> list[str]:
     return found
 
 
-def _sections_of(node: torch.fx.Node, shape: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]] | None:
+def _sections_of(node: torch.fx.Node,
+                 shape: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]] | None:
     """(dim, [(start, stop), ...]) of a split or chunk node."""
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     if name not in ("split", "chunk") or len(node.args) < 2:
@@ -898,7 +905,7 @@ def _sections_of(node: torch.fx.Node, shape: tuple[int, ...]) -> tuple[int, list
         return None
     dim %= len(shape)
     size = shape[dim]
-    how = node.args[1]
+    how: Any = node.args[1]
     if name == "chunk" and isinstance(how, int):
         step = -(-size // how)
         sizes = [min(step, size - s) for s in range(0, size, step)]
@@ -917,30 +924,30 @@ def _sections_of(node: torch.fx.Node, shape: tuple[int, ...]) -> tuple[int, list
 
 def _cut_of(node: torch.fx.Node, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(dim, start, stop) when ``node`` slices one dimension of its input and nothing else."""
-    if node.target is operator.getitem and isinstance(node.args[1], (tuple, slice)):
-        index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+    argument: Any = node.args[1] if len(node.args) > 1 else None
+    if node.target is operator.getitem and isinstance(argument, (tuple, slice)):
+        index: tuple[Any, ...] = argument if isinstance(argument, tuple) else (argument,)
         if Ellipsis in index:
             at = index.index(Ellipsis)
             index = index[:at] + (slice(None),) * (len(shape) - len(index) + 1) + index[at + 1:]
         cuts = [(d, s) for d, s in enumerate(index) if s != slice(None)]
         if len(cuts) == 1 and isinstance(cuts[0][1], slice) and cuts[0][1].step in (None, 1):
             dim, s = cuts[0]
-            start, stop, _ = s.indices(shape[dim]) if all(
-                isinstance(v, (int, type(None))) for v in (s.start, s.stop)) else (None, None, None)
-            if start is not None:
+            if all(isinstance(v, (int, type(None))) for v in (s.start, s.stop)):
+                start, stop, _ = s.indices(shape[dim])
                 return dim, start, stop
     if node.target == "narrow" and len(node.args) == 4 and all(
             isinstance(a, int) for a in node.args[1:]):
-        dim, start, length = node.args[1:]
+        dim, start, length = (int(a) for a in node.args[1:])  # type: ignore[arg-type]
         return dim % len(shape), start, start + length
     return None
 
 
 def _first_reached(graph: _Graph, name: str, paired: set[str]) -> str | None:
     """The first paired node, in graph order, that ``name``'s value flows into."""
-    seen, frontier, found = {name}, [name], []
+    seen, frontier, found = {name}, [name], list[str]()
     while frontier:
-        nxt = []
+        nxt: list[str] = []
         for n in frontier:
             for user in graph.users[n]:
                 if user in seen or not graph.compared(user):
@@ -977,7 +984,8 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
     Example::
 
         >>> alignment = align_graphs(introspect.trace(hf, inputs), introspect.trace(port, inputs))
-        >>> [p.candidate for p in alignment.pairs_of("reference", "encoder_layer_0_attention_self_query")]
+        >>> query = "encoder_layer_0_attention_self_query"
+        >>> [p.candidate for p in alignment.pairs_of("reference", query)]
         ['encoder_layer_0_attention_self_qkv']
     """
     name_map = dict(name_map or {})

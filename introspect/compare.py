@@ -351,7 +351,8 @@ class _Runner:
             layout = self.layouts.get(i) or fit_layout(value, reference)
             if layout is None:
                 self.result.errors[i] = (f"shapes {tuple(value.shape)} and "
-                                         f"{tuple(reference.shape)} hold different numbers of elements")
+                                         f"{tuple(reference.shape)} hold different numbers "
+                                         "of elements")
                 return False
             self.layouts[i] = layout
             self.result.layouts[i] = str(layout)
@@ -421,12 +422,14 @@ def _run(interpreter: torch.fx.Interpreter, node: torch.fx.Node,
     try:
         return interpreter.run_node(node)
     except Exception as e:
-        raise InputError(f"the {side} failed at node {node.name} ({node.format_node()}): {e}") from e
+        raise InputError(
+            f"the {side} failed at node {node.name} ({node.format_node()}): {e}") from e
 
 
 def run_side_by_side(reference: torch.fx.GraphModule, candidate: torch.fx.GraphModule,
                      pairs: Sequence[Pair], budgets: Sequence[Budget],
-                     ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
+                     ref_inputs: Mapping[str, torch.Tensor],
+                     cand_inputs: Mapping[str, torch.Tensor],
                      *, padding: Padding | None = None, snapshots: int = 4) -> RunResult:
     """Run both graphs in lock-step and measure every pair against its budget.
 

@@ -48,7 +48,7 @@ from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.hints import explain
 from introspect.load import TokenizedInputs
-from introspect.records import KIND_TENSOR, NodeRecord
+from introspect.records import NodeRecord
 from introspect.shapes import node_records
 from introspect.tolerance import Budget, Tolerance, compare_dtype
 from introspect.tracer import trace_module
@@ -214,7 +214,8 @@ def _cell(value: Any) -> str:
 # Tracing for a diff
 
 
-def _accepted_inputs(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _accepted_inputs(model: torch.nn.Module,
+                     tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The inputs ``model.forward`` takes by name (all of them when it takes ``**kwargs``)."""
     parameters = inspect.signature(model.forward).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -320,7 +321,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       tolerance, notes, reference_label, candidate_label, noise_budget)
 
 
-def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], str]:
+def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor],
+             ) -> tuple[dict[str, torch.Tensor], str]:
     if isinstance(inputs, TokenizedInputs):
         return dict(inputs.tensors), ""
     if not isinstance(inputs, Mapping) or not inputs:
@@ -458,8 +460,8 @@ def _candidate_positions(alignment: Alignment, ref_records: Mapping[str, NodeRec
                          cand_records: Mapping[str, NodeRecord],
                          candidate: IntrospectGraph) -> dict[str, float]:
     """Where a candidate-only node sits in the reference's order: just before the next pair."""
-    paired = sorted(((cand_records[p.candidate].index, ref_records[p.reference].index)
-                     for p in alignment.pairs))
+    paired = sorted((cand_records[p.candidate].index, ref_records[p.reference].index)
+                     for p in alignment.pairs)
     positions: dict[str, float] = {}
     for u in [*alignment.unmatched, *alignment.skipped]:
         if u.graph != "candidate":

@@ -97,9 +97,8 @@ def _layer_norm_eps(gm: torch.fx.GraphModule, node: torch.fx.Node) -> float | No
         module = gm.get_submodule(str(node.target))
         return float(module.eps) if isinstance(module, torch.nn.LayerNorm) else None
     if getattr(node.target, "__name__", "") == "layer_norm":
-        if "eps" in node.kwargs:
-            return float(node.kwargs["eps"])
-        return float(node.args[4]) if len(node.args) > 4 else 1e-5
+        eps: Any = node.kwargs.get("eps", node.args[4] if len(node.args) > 4 else 1e-5)
+        return float(eps)
     return None
 
 
@@ -114,7 +113,9 @@ def _layer_norm_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
 def _gelu_hints(ref_gm: torch.fx.GraphModule, ref_node: torch.fx.Node,
                 cand_gm: torch.fx.GraphModule, cand_node: torch.fx.Node,
                 snapshot: Any | None) -> list[str]:
-    tensors = [t for t in snapshot.inputs if isinstance(t, torch.Tensor)] if snapshot else []
+    if snapshot is None:
+        return []
+    tensors = [t for t in snapshot.inputs if isinstance(t, torch.Tensor)]
     if len(tensors) != 1:
         return []
     x = tensors[0]
@@ -200,8 +201,8 @@ def _mask_hints(snapshot: Any | None, padded_rows: Sequence[bool], found: list[s
     rows = snapshot.row_errors
     if len(rows) != len(padded_rows):
         return []
-    clean = max((e for e, p in zip(rows, padded_rows) if not p), default=0.0)
-    dirty = max((e for e, p in zip(rows, padded_rows) if p), default=0.0)
+    clean = max((e for e, p in zip(rows, padded_rows, strict=True) if not p), default=0.0)
+    dirty = max((e for e, p in zip(rows, padded_rows, strict=True) if p), default=0.0)
     if clean == 0.0 and dirty > 0.0:
         return [f"errors only in the padded sequences of the batch (up to {dirty:.3g}), none "
                 "in the unpadded ones: the attention mask differs (its value, e.g. -10000 "

@@ -33,7 +33,8 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
     e = html.escape
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>introspect diff: {e(result.candidate_label)} vs {e(result.reference_label)}</title>",
+        f"<title>introspect diff: {e(result.candidate_label)} vs "
+        f"{e(result.reference_label)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>introspect diff: {verdict}</h1>",
         f"<p><b>{e(result.candidate_label)}</b> against <b>{e(result.reference_label)}</b>: "

@@ -39,4 +39,5 @@ def junit_xml(result: DiffResult) -> str:
         out.text = "\n".join([f"first divergence: {d.reference_node} ({d.op} in "
                               f"{d.module or d.layer})", *(f"hint: {h}" for h in d.hints)])
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    body = ET.tostring(suites, encoding="unicode")
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'

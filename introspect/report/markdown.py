@@ -39,14 +39,14 @@ def markdown_summary(result: DiffResult) -> str:
         status = "pass" if r.passed else f"**FAIL** ({r.failing})"
         lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
                      f"{f'`{r.worst_node}`' if r.worst_node else ''} | {r.nodes} | {status} |")
-    failing = [r for r in result.rows if r.status == STATUS_FAIL]
+    failing = [n for n in result.rows if n.status == STATUS_FAIL]
     if failing:
         lines += ["", f"<details><summary>{len(failing)} node(s) over budget</summary>", "",
                   "| reference node | candidate node | op | shape | local max abs err | "
                   "max abs err |", "|---|---|---|---|---:|---:|"]
-        for r in failing[:_MAX_FAILING_ROWS]:
-            lines.append(f"| `{r.reference_node}` | `{r.candidate_node}` | {r.op} | {r.shape} | "
-                         f"{_num(r.local_max_abs_err)} | {_num(r.max_abs_err)} |")
+        for n in failing[:_MAX_FAILING_ROWS]:
+            lines.append(f"| `{n.reference_node}` | `{n.candidate_node}` | {n.op} | {n.shape} | "
+                         f"{_num(n.local_max_abs_err)} | {_num(n.max_abs_err)} |")
         if len(failing) > _MAX_FAILING_ROWS:
             lines.append(f"| ... {len(failing) - _MAX_FAILING_ROWS} more | | | | | |")
         lines += ["", "</details>"]

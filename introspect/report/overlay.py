@@ -7,7 +7,7 @@ up to 10x, up to 1000x, beyond), as ``introspect.render``'s error scale.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from introspect.errors import IntrospectError
 
@@ -15,13 +15,15 @@ if TYPE_CHECKING:
     from introspect.differ import DiffResult
 
 
-def overlay_svg(result: DiffResult, *, depth: object = None) -> bytes | None:
+def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
     """The SVG, or None when it cannot be drawn (no Graphviz, or no renderer installed)."""
     try:
         from introspect.render import ERROR_SCALE, Overlay, draw_graph, render_bytes
     except ImportError:
         return None
-    colors, notes, scores = {}, {}, {}
+    colors: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    scores: dict[str, float] = {}
     for r in result.rows:
         if not r.reference_node or r.local_max_abs_err is None or r.atol is None:
             continue
