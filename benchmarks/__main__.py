@@ -30,9 +30,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for benchmarks.md, .csv and the plot (default: reports/)")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads, here and in every fresh process (default: 2)")
+    parser.add_argument("--task-budget", type=float, default=20.0,
+                        help="seconds after which a task stops repeating (default: 20)")
     parser.add_argument("--max-task-seconds", type=float, default=60.0,
-                        help="run once a task whose runs would take longer, skip it when one "
-                             "run would (default: 60)")
+                        help="skip a task whose one run is expected to take longer (default: 60)")
     parser.add_argument("--max-activation-gib", type=float, default=4.0,
                         help="skip torchlens above this many GiB of activations (default: 4)")
     parser.add_argument("--no-growth", action="store_true", help="skip the growth curves")
@@ -45,12 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.alternatives import installed
     from benchmarks.harness import Settings, run_benchmarks
     from benchmarks.machine import describe_machine
-    from benchmarks.report import PLOT_NAME, write_reports
+    from benchmarks.report import PLOT_NAME, render_csv, write_reports
+    from introspect.files import write_atomic
 
     quick = dict(models=("bert-tiny",), sizes=((2, 9),)) if args.quick else {}
     if args.models:
         quick["models"] = tuple(args.models)
-    settings = Settings(quick=args.quick, threads=args.threads,
+    settings = Settings(quick=args.quick, threads=args.threads, task_budget_s=args.task_budget,
                         max_task_seconds=args.max_task_seconds,
                         max_activation_gib=args.max_activation_gib, growth=not args.no_growth,
                         **quick)
@@ -60,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
 
-    rows = run_benchmarks(settings, progress)
+    partial = args.out / "benchmarks.partial.csv"  # rows so far; removed once the report is written
+    rows = run_benchmarks(settings, progress,
+                          lambda so_far: write_atomic(partial, render_csv(so_far)))
     plot = None
     if settings.growth and installed("matplotlib"):
         from benchmarks.growth import plot_growth
@@ -70,15 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         progress("no growth plot: matplotlib is not installed (pip install '.[bench]')")
     elapsed = time.perf_counter() - started
     settings_text = (
-        f"This run took {elapsed / 60:.1f} minutes. A task whose runs would take more than "
-        f"{settings.max_task_seconds:g} s in all ran once; one expected to take more than that "
-        f"in one run was skipped, and torchlens where a forward's activations exceed "
-        f"{settings.max_activation_gib:g} GiB; the rows say so."
+        f"This run took {elapsed / 60:.1f} minutes. A task stops repeating once its runs "
+        f"have taken {settings.task_budget_s:g} s (after at least one timed run); a task whose "
+        f"one run is expected to exceed {settings.max_task_seconds:g} s is skipped, and "
+        f"torchlens where a forward's activations exceed {settings.max_activation_gib:g} GiB; "
+        "the rows say so, and the CSV has every row's warm-up and run counts."
         + (" Quick mode: one run of everything." if settings.quick else
            " Repetitions by the plain forward's time: under 0.5 s, 1 warm-up + 5 runs; "
            "under 4 s, 1 + 3; above, 1 run (every tool has run on smaller inputs already).")
     )
     markdown, table = write_reports(rows, machine, args.out, plot, settings_text)
+    partial.unlink(missing_ok=True)
     progress(f"wrote {markdown}, {table}" + (f", {plot}" if plot else ""))
     return 0
 

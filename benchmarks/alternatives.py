@@ -127,24 +127,28 @@ def torchlens_svg(trace: Any) -> bytes:
         return next(Path(folder).glob("*.svg")).read_bytes()
 
 
-def torchlens_case(hf: torch.nn.Module, inputs: Inputs,
-                   repetitions: Repetitions) -> dict[str, Any]:
-    """torchlens's tasks with their own forward baseline; run in a fresh process.
+def torchlens_case(hf: torch.nn.Module, inputs: Inputs, repetitions: Repetitions,
+                   budget_s: float | None = None) -> dict[str, Any]:
+    """torchlens's tasks with their own forward baseline; run in a new interpreter.
 
-    Returns seconds (medians) by task name and the SVG's size.
+    Returns seconds (medians) by task name, the SVG's size, the runs made (the fewest
+    of the three tasks'), and the time of one trace + drawing.
     """
     import contextlib
     import io
     import warnings
 
-    baseline = time_median(lambda: _forward(hf, inputs), repetitions)
+    baseline = time_median(lambda: _forward(hf, inputs), repetitions, budget_s)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")  # torchlens warns about HF's scalar escapes
-        traced = time_median(lambda: torchlens_trace(hf, inputs), repetitions)
+        traced = time_median(lambda: torchlens_trace(hf, inputs), repetitions, budget_s)
         trace = traced.result
-        drawn = time_median(lambda: torchlens_svg(trace), repetitions)
+        drawn = time_median(lambda: torchlens_svg(trace), repetitions, budget_s)
     return {FORWARD: baseline.median, TORCHLENS_TRACE: traced.median,
-            TORCHLENS_DRAW: drawn.median, "svg_bytes": len(drawn.result)}
+            TORCHLENS_DRAW: drawn.median, "svg_bytes": len(drawn.result),
+            "warmup": min(traced.warmup, drawn.warmup),
+            "runs": min(len(traced.times), len(drawn.times)),
+            "one run": traced.median + drawn.median}
 
 
 def _forward(model: torch.nn.Module, inputs: Inputs) -> Any:

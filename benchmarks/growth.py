@@ -11,6 +11,8 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from benchmarks import cases
 from benchmarks.harness import Estimator, Progress, Settings, peak_rows, time_work
 from benchmarks.records import GROWTH, OK, Measurement
@@ -21,7 +23,7 @@ BATCH = 4
 SEQ_POINTS = (32, 64, 128, 256, 512)  # BERT-base, 12 layers
 LAYER_POINTS = (2, 4, 6, 12, 24)  # BERT-base width, at LAYER_SEQ tokens
 LAYER_SEQ = 128
-QUICK_SIZE, QUICK_SEQ_POINTS, QUICK_LAYER_POINTS = "bert-tiny", (16, 32), (1, 2)
+QUICK_SIZE, QUICK_SEQ_POINTS, QUICK_LAYER_POINTS = "bert-tiny", (16,), (1,)  # one point each
 PEAK_TASKS = ((cases.FORWARD, "HF"), (cases.TRACE_SHAPES, cases.TOOL), (cases.DIFF, cases.TOOL))
 QUICK_PEAK_TASKS = ((cases.FORWARD, "HF"), (cases.DIFF, cases.TOOL))
 TIMED_TASKS = (cases.FORWARD, cases.TRACE_SHAPES, cases.DIFF)
@@ -40,27 +42,28 @@ def growth_rows(settings: Settings, progress: Progress) -> list[Measurement]:
     for seq in seq_points:
         rows += _point(spec, hf, scratch, seq, settings, estimator, progress)
     del hf, scratch
+    layer_seq = seq_points[0] if settings.quick else LAYER_SEQ
     for layers in layer_points:
         spec = ModelSpec(size, layers)
         hf, _ = load_hf(spec)
-        rows += _point(spec, hf, scratch_twin(hf), LAYER_SEQ if not settings.quick else
-                       seq_points[0], settings, estimator, progress)
+        rows += _point(spec, hf, scratch_twin(hf), layer_seq, settings, estimator, progress)
     return rows
 
 
-def _point(spec: ModelSpec, hf: object, scratch: object, seq: int, settings: Settings,
-           estimator: Estimator, progress: Progress) -> list[Measurement]:
+def _point(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, seq: int,
+           settings: Settings, estimator: Estimator, progress: Progress) -> list[Measurement]:
     progress(f"growth: {spec.name} {BATCH}x{seq}")
     inputs = make_inputs(BATCH, seq)
     first = time_median(lambda: cases.forward(hf, inputs), Repetitions(0, 1)).median
     # Growth curves show a trend; one run each, three for points under half a second.
     repetitions = Repetitions(0, 3) if first < 0.5 and not settings.quick else Repetitions(0, 1)
-    forward = time_median(lambda: cases.forward(hf, inputs), repetitions)
-    scratch_forward = time_median(lambda: cases.forward(scratch, inputs), repetitions)
+    forward = time_median(lambda: cases.forward(hf, inputs), repetitions, settings.task_budget_s)
+    scratch_forward = time_median(lambda: cases.forward(scratch, inputs), repetitions,
+                                  settings.task_budget_s)
     works = [w for w in cases.introspect_work(hf, scratch, inputs) if w.task in TIMED_TASKS]
     base = dict(section=GROWTH, model=spec.name, batch=BATCH, seq=seq)
     rows = [Measurement(task=cases.FORWARD, tool="HF", status=OK, seconds=forward.median,
-                        warmup=1, runs=repetitions.runs, **base)]
+                        warmup=1, runs=forward.repetitions.runs, **base)]
     bases = {1: forward.median, 2: forward.median + scratch_forward.median}
     for work in works:
         done = time_work(spec, work, repetitions, forward.median, settings, estimator)
@@ -78,6 +81,7 @@ def _point(spec: ModelSpec, hf: object, scratch: object, seq: int, settings: Set
 def plot_growth(rows: Sequence[Measurement], path: str | Path) -> Path:
     """Draw time and peak memory against sequence length and layer count as one PNG."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -104,12 +108,16 @@ def plot_growth(rows: Sequence[Measurement], path: str | Path) -> Path:
             xy.sort()
             axis.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label)
         axis.set_xscale("log", base=2)
+        ticks = sorted({x for xy in series.values() for x, _ in xy})
+        axis.set_xticks(ticks, [str(t) for t in ticks])
+        axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         axis.set_xlabel("sequence length" if x_of is _seq_of else "encoder layers")
         axis.set_ylabel("median seconds" if kind == "time" else "peak resident set (MiB)")
         if kind == "time":
             axis.set_yscale("log")
         axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=8)
+        if series:
+            axis.legend(fontsize=8)
         model = points[0].model.split("/")[0] if points else ""
         axis.set_title(f"{kind} vs {'sequence length' if x_of is _seq_of else 'layers'}"
                        f" ({model}, batch {BATCH})", fontsize=10)

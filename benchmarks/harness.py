@@ -42,7 +42,8 @@ class Settings:
     sizes: tuple[tuple[int, int], ...] = SIZES
     quick: bool = False  # one run of everything: the smoke test
     threads: int = 2  # torch.set_num_threads, here and in every fresh process
-    max_task_seconds: float = 60.0  # skip a task expected to take longer (all its runs)
+    task_budget_s: float = 20.0  # fewer runs (at least one) once a task has taken this long
+    max_task_seconds: float = 60.0  # skip a task whose one run is expected to take longer
     max_activation_gib: float = 4.0  # skip torchlens when a forward's activations exceed it
     growth: bool = True
     startup_runs: Repetitions = Repetitions(warmup=1, runs=5)
@@ -66,8 +67,13 @@ class Estimator:
         self.previous[(model, *key)] = (seconds, forward_s)
 
 
-def run_benchmarks(settings: Settings, progress: Progress = print) -> list[Measurement]:
-    """Every measurement of ``settings``, in the order the report shows them."""
+def run_benchmarks(settings: Settings, progress: Progress = print,
+                   checkpoint: Callable[[list[Measurement]], None] | None = None,
+                   ) -> list[Measurement]:
+    """Every measurement of ``settings``, in the order the report shows them.
+
+    ``checkpoint`` gets the rows so far after every case (a long run can be followed).
+    """
     torch.set_num_threads(settings.threads)
     start_server()
     rows = startup_rows(settings, progress)
@@ -81,6 +87,8 @@ def run_benchmarks(settings: Settings, progress: Progress = print) -> list[Measu
             progress(f"{spec.name} {batch}x{seq}")
             rows += case_rows(spec, hf, scratch, make_inputs(batch, seq, tokenizer), settings,
                               estimator, progress)
+            if checkpoint is not None:
+                checkpoint(rows)
         del hf, scratch
     if settings.growth:
         from benchmarks.growth import growth_rows
@@ -135,8 +143,10 @@ def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, in
     timed_again = replace(repetitions, warmup=0)  # the first run was the warm-up
     forward_times = [first.median]
     if repetitions.runs > 1:
-        forward_times = list(time_median(lambda: cases.forward(hf, inputs), timed_again).times)
-    scratch_forward = time_median(lambda: cases.forward(scratch, inputs), repetitions)
+        forward_times = list(time_median(lambda: cases.forward(hf, inputs), timed_again,
+                                         settings.task_budget_s).times)
+    scratch_forward = time_median(lambda: cases.forward(scratch, inputs), repetitions,
+                                  settings.task_budget_s)
     forward_s = statistics.median(forward_times)
 
     outcomes = []
@@ -151,13 +161,14 @@ def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, in
         outcome.result = None  # free activations and graphs before the fresh processes run
 
     if repetitions.runs > 1:  # once more at the end: the baseline spans the whole case
-        forward_times += time_median(lambda: cases.forward(hf, inputs), timed_again).times
+        forward_times += time_median(lambda: cases.forward(hf, inputs), timed_again,
+                                     settings.task_budget_s).times
     forward_s = statistics.median(forward_times)
     forwards = {1: forward_s, 2: forward_s + scratch_forward.median}
     rows = [_row(spec, batch, seq, cases.FORWARD, "HF", OK, forward_s,
                  Repetitions(1, len(forward_times)), note=_drift_note(forward_times)),
             _row(spec, batch, seq, cases.FORWARD, "introspect.scratch", OK,
-                 scratch_forward.median, repetitions)]
+                 scratch_forward.median, scratch_forward.repetitions)]
     for o in outcomes:
         base = forwards[o.work.baseline]
         rows.append(_row(spec, batch, seq, o.work.task, o.work.tool, o.status, o.seconds,
@@ -178,17 +189,12 @@ def time_work(spec: ModelSpec, work: Work, repetitions: Repetitions, forward_s: 
         return Outcome(work, NOT_MEASURED, note=work.skip)
     key = (work.task, work.tool)
     expected = estimator.expect(spec.name, key, work.units * work.baseline, forward_s)
-    note = ""
-    if expected * repetitions.total > settings.max_task_seconds:
-        if expected > settings.max_task_seconds:
-            return Outcome(work, SKIPPED, note=_too_long(expected, repetitions, settings))
-        note = (f"1 run: ~{expected:.0f} s a run x {repetitions.total} would pass the "
-                f"{settings.max_task_seconds:g} s cap")
-        repetitions = Repetitions(0, 1)
+    if expected > settings.max_task_seconds:
+        return Outcome(work, SKIPPED, note=_too_long(expected, settings))
     try:
         if work.setup is not None:
             work.setup()
-        timed = time_median(work.run, repetitions)
+        timed = time_median(work.run, repetitions, settings.task_budget_s)
     except Exception as e:  # a tool that fails on BERT is a finding, not a crash
         return Outcome(work, FAILED, note=_first_line(e))
     finally:
@@ -196,7 +202,7 @@ def time_work(spec: ModelSpec, work: Work, repetitions: Repetitions, forward_s: 
             work.teardown()
     estimator.learn(spec.name, key, timed.median, forward_s)
     size = work.output_bytes(timed.result) if work.output_bytes is not None else None
-    return Outcome(work, OK, timed.median, repetitions, size, note, timed.result)
+    return Outcome(work, OK, timed.median, timed.repetitions, size, result=timed.result)
 
 
 def _derived_rows(spec: ModelSpec, batch: int, seq: int, rows: list[Measurement],
@@ -238,19 +244,19 @@ def _torchlens_rows(spec: ModelSpec, batch: int, seq: int, graph: Any, repetitio
         return rows_saying(SKIPPED, f"would keep ~{activations / GIB:.1f} GiB of activations "
                                     f"(> {settings.max_activation_gib:g} GiB cap)")
     key = ("torchlens", tool)
-    expected = estimator.expect(spec.name, key, 6.0, forward_s) * repetitions.total
+    expected = estimator.expect(spec.name, key, 6.0, forward_s)
     if expected > settings.max_task_seconds:
-        return rows_saying(SKIPPED, _too_long(expected / repetitions.total, repetitions, settings))
+        return rows_saying(SKIPPED, _too_long(expected, settings))
     progress(f"  {tool} (new interpreter)")
-    start = time.perf_counter()
     try:
         seconds = run_interpreter("benchmarks.jobs", "torchlens", spec.size, str(batch),
                                   str(seq), str(repetitions.warmup), str(repetitions.runs),
-                                  threads=settings.threads,
-                                  timeout=max(4 * settings.max_task_seconds, 300))
+                                  str(settings.task_budget_s), threads=settings.threads,
+                                  timeout=max(6 * settings.max_task_seconds, 300))
     except FreshProcessError as e:
         return rows_saying(FAILED, _first_line(e))
-    estimator.learn(spec.name, key, (time.perf_counter() - start) / repetitions.total, forward_s)
+    estimator.learn(spec.name, key, seconds["one run"], forward_s)
+    repetitions = Repetitions(int(seconds["warmup"]), int(seconds["runs"]))
     own_forward = seconds[cases.FORWARD]
     note = "ratio to a forward timed in torchlens's own interpreter, before torchlens ran"
     total = seconds[alternatives.TORCHLENS_TRACE] + seconds[alternatives.TORCHLENS_DRAW]
@@ -284,7 +290,7 @@ def peak_rows(spec: ModelSpec, batch: int, seq: int, settings: Settings, estimat
         expected = estimator.expect(spec.name, key, units, forward_s)
         if expected > settings.max_task_seconds:
             rows.append(_row(spec, batch, seq, label, tool, SKIPPED, section=section,
-                             note=_too_long(expected, Repetitions(0, 1), settings)))
+                             note=_too_long(expected, settings)))
             continue
         progress(f"  {tool}: {label} (fresh process)")
         start = time.perf_counter()
@@ -328,9 +334,9 @@ def _drift_note(times: list[float]) -> str:
     return f"runs from {min(times):.3g} to {max(times):.3g} s (start and end of the case)"
 
 
-def _too_long(expected: float, repetitions: Repetitions, settings: Settings) -> str:
-    return (f"skipped: ~{expected:.0f} s a run x {repetitions.total} expected "
-            f"(> {settings.max_task_seconds:g} s cap)")
+def _too_long(expected: float, settings: Settings) -> str:
+    return (f"one run would take ~{expected:.0f} s (> {settings.max_task_seconds:g} s cap), "
+            "from this model's smaller input")
 
 
 def _first_line(error: BaseException) -> str:

@@ -33,7 +33,8 @@ def peak_job(mark_loaded: Callable[[], None], spec: ModelSpec, batch: int, seq: 
     run(hf, scratch, inputs)
 
 
-def torchlens_job(size: str, batch: int, seq: int, warmup: int, runs: int) -> dict[str, Any]:
+def torchlens_job(size: str, batch: int, seq: int, warmup: int, runs: int,
+                  budget_s: float) -> dict[str, Any]:
     """torchlens's timings, in an interpreter whose torch functions it has not wrapped before."""
     import os
 
@@ -42,18 +43,19 @@ def torchlens_job(size: str, batch: int, seq: int, warmup: int, runs: int) -> di
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     hf, tokenizer = load_hf(ModelSpec(size))
     inputs = make_inputs(batch, seq, tokenizer)
-    return alternatives.torchlens_case(hf, inputs, Repetitions(warmup, runs))
+    return alternatives.torchlens_case(hf, inputs, Repetitions(warmup, runs), budget_s)
 
 
 def main(argv: list[str]) -> None:
-    """``python -m benchmarks.jobs torchlens SIZE BATCH SEQ WARMUP RUNS``: print JSON."""
+    """``python -m benchmarks.jobs torchlens SIZE BATCH SEQ WARMUP RUNS BUDGET``: print JSON."""
     import json
 
-    if len(argv) != 6 or argv[0] != "torchlens":
-        raise SystemExit("usage: python -m benchmarks.jobs torchlens SIZE BATCH SEQ WARMUP RUNS")
-    size, *numbers = argv[1:]
+    if len(argv) != 7 or argv[0] != "torchlens":
+        raise SystemExit("usage: python -m benchmarks.jobs torchlens SIZE BATCH SEQ WARMUP RUNS "
+                         "BUDGET_S")
+    size, *numbers = argv[1:6]
     batch, seq, warmup, runs = (int(n) for n in numbers)
-    print(json.dumps(torchlens_job(size, batch, seq, warmup, runs)))
+    print(json.dumps(torchlens_job(size, batch, seq, warmup, runs, float(argv[6]))))
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def run_fresh(job: Callable[..., Any], *args: Any, threads: int) -> FreshResult:
     """
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(job, args, threads, sender))
-    process.start()
+    process = context.Process(target=_child, args=(job, args, threads, sender), daemon=True)
+    process.start()  # daemon: ended with this process, never left running on Ctrl-C
     sender.close()
     try:
         status, payload = receiver.recv()

@@ -55,20 +55,44 @@ class Timed:
     median: float
     times: tuple[float, ...]
     result: Any
+    warmup: int  # warm-up runs actually made
+
+    @property
+    def repetitions(self) -> Repetitions:
+        return Repetitions(self.warmup, len(self.times))
 
 
-def time_median(work: Callable[[], Any], repetitions: Repetitions) -> Timed:
-    """Run ``work`` ``warmup`` times untimed, then ``runs`` times timed; keep the median."""
+def time_median(work: Callable[[], Any], repetitions: Repetitions,
+                budget_s: float | None = None) -> Timed:
+    """Run ``work`` ``warmup`` times untimed, then ``runs`` times timed; keep the median.
+
+    With ``budget_s``, stop early once another run would take the time spent past the
+    budget: a slow task gets its warm-up (when it fits) and one timed run, and the
+    returned ``repetitions`` say what was done.
+    """
+    start = time.perf_counter()
     result = None
+    warmed = 0
     for _ in range(repetitions.warmup):
+        before = time.perf_counter()
         result = work()
         result = None  # let the warm-up's output go before the timed runs
-    times = []
+        warmed += 1
+        if _over(budget_s, start, time.perf_counter() - before):
+            break
+    times: list[float] = []
     for _ in range(max(repetitions.runs, 1)):
-        start = time.perf_counter()
+        before = time.perf_counter()
         result = work()
-        times.append(time.perf_counter() - start)
-    return Timed(statistics.median(times), tuple(times), result)
+        times.append(time.perf_counter() - before)
+        if _over(budget_s, start, times[-1]):
+            break
+    return Timed(statistics.median(times), tuple(times), result, warmed)
+
+
+def _over(budget_s: float | None, start: float, last: float) -> bool:
+    """Whether one more run like the last would end past the budget."""
+    return budget_s is not None and time.perf_counter() - start + last > budget_s
 
 
 def ratio(value: float | None, baseline: float | None) -> float | None:
