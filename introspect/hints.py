@@ -203,7 +203,7 @@ def _mask_hints(snapshot: Any | None, padded_rows: Sequence[bool], found: list[s
         return []
     clean = max((e for e, p in zip(rows, padded_rows, strict=True) if not p), default=0.0)
     dirty = max((e for e, p in zip(rows, padded_rows, strict=True) if p), default=0.0)
-    if clean == 0.0 and dirty > 0.0:
+    if dirty > 0.0 and clean <= dirty * 1e-3:  # the unpadded rows agree (up to rounding)
         return [f"errors only in the padded sequences of the batch (up to {dirty:.3g}), none "
                 "in the unpadded ones: the attention mask differs (its value, e.g. -10000 "
                 "against the dtype's minimum, its sign, or which positions it hides)"]

@@ -76,3 +76,20 @@ def test_different_sizes_exit_2_and_write_nothing(other_size_checkpoint, tmp_pat
     err = capsys.readouterr().err
     assert "different architectures or sizes" in err and err.count("\n") == 1
     assert not out_dir.exists()
+
+
+def test_another_checkpoint_diverges_where_its_weights_differ(tiny_models, tmp_path, capsys):
+    import copy
+
+    import torch
+
+    tuned = copy.deepcopy(tiny_models("base", "sdpa").model)
+    with torch.no_grad():
+        tuned.encoder.layer[1].output.dense.weight.add_(0.01)
+    tuned.save_pretrained(tmp_path / "tuned")
+    argv = ["diff", "--model", "bert-tiny", "--candidate", "hf", "--candidate-model",
+            str(tmp_path / "tuned")]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "first divergence: encoder_layer_1_output_dense" in out
+    assert "encoder.layer.1.output.dense.weight differs" in out

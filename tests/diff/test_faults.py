@@ -20,6 +20,7 @@ HINTS = {
     "attention-scale": "attention scale differs",
     "transposed-weight": "transposed",
     "unloaded-weight": "left unloaded",
+    "mask-value": "the attention mask differs",
 }
 
 
