@@ -283,7 +283,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         'encoder.layer.3'
     """
     tolerance = Tolerance(atol=atol, rtol=rtol, noise_factor=noise_factor)
-    tensors, texts_note = _tensors(inputs)
+    tensors = _tensors(inputs)
     reference_label = reference_label or type(reference).__name__
     candidate_label = candidate_label or type(candidate).__name__
     modes = (reference.training, candidate.training)
@@ -291,7 +291,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     candidate.eval()
     try:
         noise: dict[str, float] | None = None
-        notes = [texts_note] if texts_note else []
+        notes: list[str] = []
         if noise_budget:
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
@@ -321,17 +321,16 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       tolerance, notes, reference_label, candidate_label, noise_budget)
 
 
-def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor],
-             ) -> tuple[dict[str, torch.Tensor], str]:
+def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if isinstance(inputs, TokenizedInputs):
-        return dict(inputs.tensors), ""
+        return dict(inputs.tensors)
     if not isinstance(inputs, Mapping) or not inputs:
         raise InputError("diff needs inputs: introspect.tokenize(...) output or a non-empty "
                          f"mapping of input names to tensors, got {type(inputs).__name__}")
     bad = [k for k, v in inputs.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise InputError(f"inputs must be tensors; {', '.join(map(str, bad))} is not")
-    return dict(inputs), ""
+    return dict(inputs)
 
 
 def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],

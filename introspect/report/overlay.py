@@ -38,8 +38,10 @@ def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
     overlay = Overlay(colors, notes, scores, ERROR_SCALE,
                       "colour: local max abs error against each node's budget "
                       "(green within, yellow <=10x, orange <=1000x, red beyond)")
-    try:
-        digraph = draw_graph(result.reference, depth, overlay=overlay)
+    failing = sorted({int(r.layer.rpartition(".")[2]) for r in result.layer_rows
+                      if not r.passed and r.layer.startswith("encoder.layer.")})
+    try:  # identical layers fold into one box; the failing ones stay open
+        digraph = draw_graph(result.reference, depth, overlay=overlay, expand=failing)
         return bytes(render_bytes(digraph, "svg"))
     except IntrospectError:
         return None
