@@ -110,3 +110,17 @@ def test_different_outputs_are_refused(tiny_models, tiny, inputs):
     classifier = tiny_models("token-classification", "sdpa").model
     with pytest.raises(InputError, match="return different outputs"):
         introspect.diff(tiny, classifier, inputs)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda ids: {"input_ids": ids, "attention_mask": torch.ones(2, 9, dtype=torch.long)},
+     "could not run node"),
+    (lambda ids: {"input_ids": ids.float()}, "could not run node"),
+    (lambda ids: {}, "diff needs inputs"),
+])
+def test_inputs_the_models_cannot_take_are_refused(tiny, port, make, message):
+    from introspect.errors import IntrospectError
+
+    ids = torch.randint(1000, 2000, (2, 8))
+    with pytest.raises(IntrospectError, match=message):
+        introspect.diff(tiny, port, make(ids))
