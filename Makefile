@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup dot demo test lint typecheck bench clean
 
 setup: $(STAMP) dot
 
@@ -29,7 +29,8 @@ demo: setup
 	$(BIN)/introspect trace --head sequence-classification --format json -o reports/minilm_graph.json
 	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.svg
 	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.png
-	@echo "demo: wrote reports/minilm.svg (open it in a browser), reports/minilm.png and the tables"
+	$(BIN)/introspect diff --head sequence-classification --out reports/diff
+	@echo "demo: wrote reports/minilm.svg (open it in a browser), the tables, and reports/diff/"
 
 # pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.
 test: setup
