@@ -205,18 +205,25 @@ class BertSelfAttention(nn.Module):
         return torch.matmul(probs, v)  # (B, nh, S, hd)
 
 
-class BertSelfOutput(nn.Module):
-    """Project the joined heads back to H, then residual add and LayerNorm."""
+class ProjectAddNorm(nn.Module):
+    """Project to H, dropout, then residual add and LayerNorm: how both sub-blocks end."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, in_features: int) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.dense(x))  # (B, S, H)
         return self.LayerNorm(x + residual)
+
+
+class BertSelfOutput(ProjectAddNorm):
+    """Project the joined heads back to H, then residual add and LayerNorm."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, in_features=config.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -247,18 +254,11 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(x))  # (B, S, I)
 
 
-class BertOutput(nn.Module):
+class BertOutput(ProjectAddNorm):
     """The feed-forward block's narrowing half: I -> H, then residual add and LayerNorm."""
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(self.dense(x))  # (B, S, H)
-        return self.LayerNorm(x + residual)
+        super().__init__(config, in_features=config.intermediate_size)
 
 
 class BertLayer(nn.Module):
