@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-activation-gib", type=float, default=4.0,
                         help="skip torchlens above this many GiB of activations (default: 4)")
     parser.add_argument("--no-growth", action="store_true", help="skip the growth curves")
+    parser.add_argument("--resume", type=Path, metavar="CSV",
+                        help="keep the cases of a cut-short run's benchmarks.partial.csv")
     args = parser.parse_args(argv)
     if not args.out.is_dir():
         if not args.out.parent.is_dir():
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.alternatives import installed
     from benchmarks.harness import Settings, run_benchmarks
     from benchmarks.machine import describe_machine
-    from benchmarks.report import PLOT_NAME, render_csv, write_reports
+    from benchmarks.report import PLOT_NAME, read_csv, render_csv, write_reports
     from introspect.files import write_atomic
 
     quick = dict(models=("bert-tiny",), sizes=((2, 9),)) if args.quick else {}
@@ -63,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
 
     partial = args.out / "benchmarks.partial.csv"  # rows so far; removed once the report is written
+    resumed = read_csv(args.resume) if args.resume else []
     rows = run_benchmarks(settings, progress,
-                          lambda so_far: write_atomic(partial, render_csv(so_far)))
+                          lambda so_far: write_atomic(partial, render_csv(so_far)), resumed)
     plot = None
     if settings.growth and installed("matplotlib"):
         from benchmarks.growth import plot_growth
@@ -74,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         progress("no growth plot: matplotlib is not installed (pip install '.[bench]')")
     elapsed = time.perf_counter() - started
     settings_text = (
-        f"This run took {elapsed / 60:.1f} minutes. A task stops repeating once its runs "
+        f"This run took {elapsed / 60:.1f} minutes"
+        + (f" after resuming {len(resumed)} rows of a run cut short" if resumed else "")
+        + f". A task stops repeating once its runs "
         f"have taken {settings.task_budget_s:g} s (after at least one timed run); a task whose "
         f"one run is expected to exceed {settings.max_task_seconds:g} s is skipped, and "
         f"torchlens where a forward's activations exceed {settings.max_activation_gib:g} GiB; "

@@ -108,7 +108,7 @@ def alternative_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inpu
              lambda: torchview_svg(hf, inputs, float("inf")), units=1.2, output_bytes=len,
              skip=missing_torchview),
         Work(DIFF, f"{HOOKS} (by module name)", lambda: compare_with_hooks(hf, scratch, inputs),
-             baseline=2, units=1.1),
+             baseline=2, units=1.1, held_activations=2),
     ]
 
 

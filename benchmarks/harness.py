@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ class Settings:
     task_budget_s: float = 20.0  # fewer runs (at least one) once a task has taken this long
     max_task_seconds: float = 60.0  # skip a task whose one run is expected to take longer
     max_activation_gib: float = 4.0  # skip torchlens when a forward's activations exceed it
+    max_held_gib: float = 12.0  # skip a task that would keep more activations (hooks: 2 models)
     growth: bool = True
     startup_runs: Repetitions = Repetitions(warmup=1, runs=5)
 
@@ -69,21 +70,29 @@ class Estimator:
 
 def run_benchmarks(settings: Settings, progress: Progress = print,
                    checkpoint: Callable[[list[Measurement]], None] | None = None,
-                   ) -> list[Measurement]:
+                   resumed: Sequence[Measurement] = ()) -> list[Measurement]:
     """Every measurement of ``settings``, in the order the report shows them.
 
-    ``checkpoint`` gets the rows so far after every case (a long run can be followed).
+    ``checkpoint`` gets the rows so far after every case, so a run cut short (killed for
+    memory, interrupted) can be resumed: cases and start-up rows in ``resumed`` are kept
+    as they are and not measured again.
     """
     torch.set_num_threads(settings.threads)
     start_server()
-    rows = startup_rows(settings, progress)
+    rows = [r for r in resumed if r.section == STARTUP] or startup_rows(settings, progress)
     estimator = Estimator()
     for name in settings.models:
         spec = ModelSpec(name)
+        done = {(r.batch, r.seq) for r in resumed if r.section == GRID and r.model == spec.name}
+        rows += [r for r in resumed if r.section == GRID and r.model == spec.name]
+        if all(size in done for size in settings.sizes):
+            continue
         progress(f"{spec.name}: loading")
         hf, tokenizer = load_hf(spec)
         scratch = scratch_twin(hf)
         for batch, seq in settings.sizes:
+            if (batch, seq) in done:
+                continue
             progress(f"{spec.name} {batch}x{seq}")
             rows += case_rows(spec, hf, scratch, make_inputs(batch, seq, tokenizer), settings,
                               estimator, progress)
@@ -150,13 +159,19 @@ def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, in
     forward_s = statistics.median(forward_times)
 
     outcomes = []
+    graph = None
     for work in cases.introspect_work(hf, scratch, inputs) + \
             alternatives.alternative_work(hf, scratch, inputs):
+        held = work.held_activations * _activation_bytes(graph)
+        if held > settings.max_held_gib * GIB:
+            work.skip = (f"would keep ~{held / GIB:.1f} GiB of activations "
+                         f"(> {settings.max_held_gib:g} GiB cap)")
         progress(f"  {work.tool}: {work.task}")
         outcome = time_work(spec, work, repetitions, forward_s, settings, estimator)
         outcomes.append(outcome)
-    graph = next((o.result for o in outcomes
-                  if o.work.task == cases.TRACE_SHAPES and o.work.tool == cases.TOOL), None)
+        if work.task == cases.TRACE_SHAPES and work.tool == cases.TOOL:
+            graph = outcome.result
+    activations = _activation_bytes(graph)
     for outcome in outcomes:
         outcome.result = None  # free activations and graphs before the fresh processes run
 
@@ -178,15 +193,22 @@ def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, in
     rows += _derived_rows(spec, batch, seq, rows, forward_s)
     rows += _torchlens_rows(spec, batch, seq, graph, repetitions, forward_s, settings,
                             estimator, progress)
-    rows += peak_rows(spec, batch, seq, settings, estimator, forward_s, progress)
+    rows += peak_rows(spec, batch, seq, settings, estimator, forward_s, progress,
+                      activations=activations)
     return rows
+
+
+def _activation_bytes(graph: Any) -> int:
+    """Bytes of every tensor a forward produces, from a traced graph's records (0: unknown)."""
+    return sum(r.nbytes for r in graph.records) if graph is not None else 0
 
 
 def time_work(spec: ModelSpec, work: Work, repetitions: Repetitions, forward_s: float,
               settings: Settings, estimator: Estimator) -> Outcome:
     """Time ``work``, or say why it was skipped or how it failed."""
     if work.skip:
-        return Outcome(work, NOT_MEASURED, note=work.skip)
+        status = SKIPPED if work.skip.startswith("would keep") else NOT_MEASURED
+        return Outcome(work, status, note=work.skip)
     key = (work.task, work.tool)
     expected = estimator.expect(spec.name, key, work.units * work.baseline, forward_s)
     if expected > settings.max_task_seconds:
@@ -276,7 +298,8 @@ def _torchlens_rows(spec: ModelSpec, batch: int, seq: int, graph: Any, repetitio
 
 def peak_rows(spec: ModelSpec, batch: int, seq: int, settings: Settings, estimator: Estimator,
               forward_s: float, progress: Progress, section: str = GRID,
-              tasks: tuple[tuple[str, str], ...] = tuple(jobs.PEAK_TASKS)) -> list[Measurement]:
+              tasks: tuple[tuple[str, str], ...] = tuple(jobs.PEAK_TASKS),
+              activations: int = 0) -> list[Measurement]:
     """Peak resident set of a fresh process per task, as a ratio of the plain forward's.
 
     The plain forward comes first in ``tasks``: the others' ratios divide by its peak.
@@ -287,6 +310,12 @@ def peak_rows(spec: ModelSpec, batch: int, seq: int, settings: Settings, estimat
         label = f"peak memory: {task}"
         units = {cases.DIFF: 4.0}.get(task, 1.0) * (2 if "hooks" in tool else 1)
         key = (label, tool)
+        held = (2 if "hooks" in tool else 0) * activations
+        if held > settings.max_held_gib * GIB:
+            rows.append(_row(spec, batch, seq, label, tool, SKIPPED, section=section,
+                             note=f"would keep ~{held / GIB:.1f} GiB of activations "
+                                  f"(> {settings.max_held_gib:g} GiB cap)"))
+            continue
         expected = estimator.expect(spec.name, key, units, forward_s)
         if expected > settings.max_task_seconds:
             rows.append(_row(spec, batch, seq, label, tool, SKIPPED, section=section,

@@ -88,6 +88,26 @@ def render_csv(rows: Sequence[Measurement]) -> str:
     return buffer.getvalue()
 
 
+def read_csv(path: str | Path) -> list[Measurement]:
+    """Rows written by ``render_csv`` (a partial run's, to resume it), typed again."""
+    types = {f.name: str(f.type) for f in fields(Measurement)}
+    rows = []
+    with Path(path).open(newline="") as handle:
+        for raw in csv.DictReader(handle):
+            values: dict[str, object] = {}
+            for name, text in raw.items():
+                kind = types[name]
+                if kind == "int":
+                    values[name] = int(text)
+                elif kind.startswith(("float", "int |")):
+                    number = float if kind.startswith("float") else int
+                    values[name] = number(text) if text else None
+                else:
+                    values[name] = text
+            rows.append(Measurement(**values))  # type: ignore[arg-type]
+    return rows
+
+
 def render_markdown(rows: Sequence[Measurement], machine: Machine, plot: Path | None,
                     settings_text: str) -> str:
     """The whole report as Markdown."""
@@ -174,7 +194,8 @@ def grid_table(rows: Sequence[Measurement]) -> str:
                    if r.status == OK and r.task == cases.FORWARD and r.tool == "HF"})
     policy = "; ".join(f"{b} x {s}: forward {w} warm-up + {n} runs" for w, n, b, s in runs)
     return "\n".join(lines) + f"\n\nRuns per case ({policy}); every task in a case gets the " \
-        "case's repetitions (see the CSV's warmup and runs columns).\n"
+        "case's repetitions, fewer once it has used its time budget (the CSV's warmup and " \
+        "runs columns say what each row had).\n"
 
 
 def comparison_table(rows: Sequence[Measurement]) -> str:

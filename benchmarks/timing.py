@@ -121,3 +121,4 @@ class Work:
     output_bytes: Callable[[Any], int] | None = None  # size of the result (SVG bytes)
     note: str = ""
     skip: str = ""  # a reason not to run it at all (too much memory, a missing package)
+    held_activations: int = 0  # forwards' worth of activations it keeps at once (hooks: 2)
