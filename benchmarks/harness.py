@@ -252,10 +252,12 @@ def _torchlens_rows(spec: ModelSpec, batch: int, seq: int, graph: Any, repetitio
                     forward_s: float, settings: Settings, estimator: Estimator,
                     progress: Progress) -> list[Measurement]:
     tool = alternatives.TORCHLENS
-    tasks = (cases.CAPTURE, alternatives.TORCHLENS_DRAW, cases.TO_SVG_FULL)
+    capture_tool = f"{tool} (every op)"
+    tasks = ((cases.CAPTURE, capture_tool), (alternatives.TORCHLENS_DRAW, tool),
+             (cases.TO_SVG_FULL, tool))
 
     def rows_saying(status: str, note: str) -> list[Measurement]:
-        return [_row(spec, batch, seq, task, tool, status, note=note) for task in tasks]
+        return [_row(spec, batch, seq, task, who, status, note=note) for task, who in tasks]
 
     if not alternatives.installed("torchlens"):
         return rows_saying(NOT_MEASURED, "not installed (pip install '.[bench]')")
@@ -283,7 +285,7 @@ def _torchlens_rows(spec: ModelSpec, batch: int, seq: int, graph: Any, repetitio
     note = "ratio to a forward timed in torchlens's own interpreter, before torchlens ran"
     total = seconds[alternatives.TORCHLENS_TRACE] + seconds[alternatives.TORCHLENS_DRAW]
     return [
-        _row(spec, batch, seq, cases.CAPTURE, f"{tool} (every op)", OK,
+        _row(spec, batch, seq, cases.CAPTURE, capture_tool, OK,
              seconds[alternatives.TORCHLENS_TRACE], repetitions, baseline="1 forward",
              baseline_seconds=own_forward, note=note),
         _row(spec, batch, seq, alternatives.TORCHLENS_DRAW, tool, OK,

@@ -55,18 +55,26 @@ class Inputs:
 
 
 def load_hf(spec: ModelSpec) -> tuple[torch.nn.Module, Any]:
-    """The HF ``BertModel`` of ``spec`` in eval mode, and the embedded tokenizer."""
-    loaded = load_model(spec.size)
+    """The HF ``BertModel`` of ``spec`` in eval mode, and the embedded tokenizer.
+
+    A model with its layer count changed is built directly (no tokenizer: its inputs are
+    seeded ids), so that a fresh process never holds the full-size model first.
+    """
     if spec.layers is None:
+        loaded = load_model(spec.size)
         return loaded.model, loaded.tokenizer
     import transformers
 
-    config = loaded.model.config
-    config.num_hidden_layers = spec.layers
+    hidden, _, heads, intermediate = RANDOM_SIZES[spec.size]
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=spec.layers,
+        num_attention_heads=heads, intermediate_size=intermediate,
+        max_position_embeddings=512, attn_implementation="sdpa",
+    )
     with torch.random.fork_rng(devices=[]):  # seeded like introspect's own random models
         torch.manual_seed(INIT_SEED)
         model = transformers.BertModel(config)
-    return model.eval(), loaded.tokenizer
+    return model.eval(), None
 
 
 def scratch_twin(hf_model: torch.nn.Module) -> torch.nn.Module:

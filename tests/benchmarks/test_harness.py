@@ -94,3 +94,12 @@ def test_growth_plot_is_a_png(report):
     pytest.importorskip("matplotlib")
     out, _ = report
     assert (out / "benchmarks_growth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_csv_reads_back_for_resume(report):
+    from benchmarks.report import read_csv, render_csv
+
+    out, _ = report
+    text = (out / "benchmarks.csv").read_text()
+    assert render_csv(read_csv(out / "benchmarks.csv")) == text
+    assert not (out / "benchmarks.partial.csv").exists()
