@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     settings_text = (
         f"This run took {elapsed / 60:.1f} minutes"
-        + (f" after resuming {len(resumed)} rows of a run cut short" if resumed else "")
+        + (f", keeping {len(resumed)} rows of an earlier run of the same harness (rows are "
+           "never re-measured on resume; the machine line above describes the last run's "
+           "start, and earlier rows were taken under the load of other jobs)"
+           if resumed else "")
         + f". A task stops repeating once its runs "
         f"have taken {settings.task_budget_s:g} s (after at least one timed run); a task whose "
         f"one run is expected to exceed {settings.max_task_seconds:g} s is skipped, and "

@@ -23,7 +23,16 @@ import torch
 
 from benchmarks import alternatives, cases, jobs
 from benchmarks.memory import FreshProcessError, run_fresh, run_interpreter, start_server
-from benchmarks.records import FAILED, GRID, NOT_MEASURED, OK, SKIPPED, STARTUP, Measurement
+from benchmarks.records import (
+    FAILED,
+    GRID,
+    GROWTH,
+    NOT_MEASURED,
+    OK,
+    SKIPPED,
+    STARTUP,
+    Measurement,
+)
 from benchmarks.timing import Repetitions, Work, ratio, repetitions_for, time_median
 from benchmarks.workloads import Inputs, ModelSpec, load_hf, make_inputs, scratch_twin
 
@@ -74,8 +83,8 @@ def run_benchmarks(settings: Settings, progress: Progress = print,
     """Every measurement of ``settings``, in the order the report shows them.
 
     ``checkpoint`` gets the rows so far after every case, so a run cut short (killed for
-    memory, interrupted) can be resumed: cases and start-up rows in ``resumed`` are kept
-    as they are and not measured again.
+    memory, interrupted) can be resumed: cases, start-up and growth rows in ``resumed``
+    are kept as they are and not measured again.
     """
     torch.set_num_threads(settings.threads)
     start_server()
@@ -99,7 +108,10 @@ def run_benchmarks(settings: Settings, progress: Progress = print,
             if checkpoint is not None:
                 checkpoint(rows)
         del hf, scratch
-    if settings.growth:
+    resumed_growth = [r for r in resumed if r.section == GROWTH]
+    if settings.growth and resumed_growth:
+        rows += resumed_growth
+    elif settings.growth:
         from benchmarks.growth import growth_rows
 
         rows += growth_rows(settings, progress)
