@@ -242,8 +242,8 @@ class _Builder:
             subtitle="the same mask as above",
             shape=record.shape,
             shape_text=record.shapes,
-            cluster=self.nodes[node_id]["cluster"],
-        )  # type: ignore[arg-type]
+            cluster=self.nodes[node_id]["cluster"],  # type: ignore[arg-type]
+        )
 
     def add_outputs(self, output_names: Sequence[str]) -> None:
         output = next((r for r in self.by_name.values() if r.op == "output"), None)
