@@ -32,9 +32,7 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +80,7 @@ class _MetaProxy(torch.fx.Proxy):
         if name in _CONSTANT_TENSOR_ATTRIBUTES:
             value = _meta_of(self.node)
             if isinstance(value, torch.Tensor):
-                attribute = getattr(value, name)
-                return attribute if name != "is_floating_point" else attribute
+                return getattr(value, name)
         return super().__getattr__(name)
 
     def __len__(self) -> int:
@@ -205,12 +202,12 @@ class MetaTracer(torch.fx.Tracer):
 
     # -- entry point ------------------------------------------------------------------------
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
-        with _fake_tensor_mode() as mode:
-            self._fake_mode = mode
-            try:
-                return super().trace(root, concrete_args)
-            finally:
-                self._fake_mode = None
+        # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
+        self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            self._fake_mode = None
 
 
 class ReloadableTracer(torch.fx.Tracer):
@@ -232,13 +229,6 @@ def _fetch_attr(root: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
-
-
-@contextlib.contextmanager
-def _fake_tensor_mode() -> Iterator[FakeTensorMode]:
-    # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    yield mode
 
 
 def _outputs_as_dict(outputs: Any) -> Any:
@@ -326,4 +316,4 @@ def _takes_var_keywords(fn: Any) -> bool:
                for p in inspect.signature(fn).parameters.values())
 
 
-__all__ = ["Decision", "MetaTracer", "TraceResult", "trace_module", "operator"]
+__all__ = ["Decision", "MetaTracer", "TraceResult", "trace_module"]
