@@ -276,10 +276,12 @@ class _Runner:
             with _one_thread():
                 for i in indices:
                     exact &= self._compare(i, value, local)
-                    ref_node = self.pair_ref_node[i]
-                    self.ref_pending[ref_node.name] -= 1
-                    self._free_reference(ref_node)
+        # The substitution reads the paired reference values: free them only afterwards.
         self.substituted[node.name] = self._substitute(node, value, local, exact)
+        for i in indices:
+            ref_node = self.pair_ref_node[i]
+            self.ref_pending[ref_node.name] -= 1
+            self._free_reference(ref_node)
         for n in node.all_input_nodes:
             self.cand_uses[n.name] -= 1
             if self.cand_uses[n.name] <= 0:
@@ -329,8 +331,13 @@ class _Runner:
         assembled = (local if isinstance(local, torch.Tensor) else value).clone()
         for i in indices:
             ref_value = ref_env.get(self.pair_ref_node[i])
-            if ref_value is not None:
-                _narrow(assembled, self.pairs[i].candidate_region).copy_(ref_value)
+            if ref_value is None:
+                continue
+            part = _narrow(assembled, self.pairs[i].candidate_region)
+            if i in self.layouts:  # e.g. the candidate's rows flattened: (B*S, H) for (B, S, H)
+                ref_value = self.layouts[i].to_candidate(ref_value)
+            if ref_value.shape == part.shape:
+                part.copy_(ref_value)
         return assembled
 
     # -- comparing --------------------------------------------------------------------

@@ -8,6 +8,8 @@ inputs pair by name and their outputs by key.
 
 from __future__ import annotations
 
+import math
+
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
 from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
@@ -127,16 +129,29 @@ class Matcher:
         return seen
 
     def _fits(self, r: str, c: str, relation: WeightRelation) -> bool:
+        """Whether ``c``'s output can hold ``r``'s (or a region of it) up to a reshape.
+
+        The rows may be laid out differently (a port that flattens the batch before an
+        ``addmm``: (B*S, H) against (B, S, H); a position lookup (S, H) against (1, S, H)),
+        but the feature dimension and the number of rows must agree.
+        """
         ref_shape, cand_shape = self.ref.records[r].shape, self.cand.records[c].shape
-        if ref_shape is None or cand_shape is None or not self.same_value_kind(r, c):
+        if not ref_shape or not cand_shape or not self.same_value_kind(r, c):
             return False
         region = relation.region
-        if region is None:
-            return ref_shape == cand_shape
-        size = region.stop - region.start
-        if relation.kind.startswith("fused"):  # the candidate's output holds the reference's
-            return ref_shape[:-1] == cand_shape[:-1] and ref_shape[-1] == size
-        return ref_shape[:-1] == cand_shape[:-1] and cand_shape[-1] == size
+        ref_last, cand_last = ref_shape[-1], cand_shape[-1]
+        if region is not None and relation.kind.startswith("fused"):
+            ref_last = region.stop - region.start  # the candidate's output holds the reference's
+            if ref_shape[-1] != ref_last:
+                return False
+        elif region is not None:
+            cand_last = region.stop - region.start
+            if cand_shape[-1] != cand_last:
+                return False
+            cand_last = ref_shape[-1]
+        elif ref_last != cand_last:
+            return False
+        return math.prod(ref_shape[:-1]) == math.prod(cand_shape[:-1])
 
     def _cut_parts(self) -> None:
         """Nodes that cut a fused output into the parts the other graph computes apart."""
