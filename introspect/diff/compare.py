@@ -153,7 +153,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     real_count = _real_count(reference.shape, pad)
     if candidate.dtype == reference.dtype and torch.equal(candidate, reference):
         nonfinite = 0 if known_finite else _nonfinite(candidate)
-        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0), True
+        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0, nonfinite), True
+    reference_nonfinite = _nonfinite(reference)
     dtype = torch.promote_types(candidate.dtype, reference.dtype)
     if not dtype.is_floating_point:
         dtype = torch.float64
@@ -166,7 +167,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     rel = d / magnitude.masked_fill(magnitude == 0, float("inf"))
     if pad is None:
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
-                           int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0)
+                           int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
+                           reference_nonfinite)
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -178,6 +180,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         elements=real_count,
         pad_max_abs=_max(d.masked_fill(~pad, 0.0)),
         pad_mismatched=int((over & pad).sum()),
+        reference_nonfinite=reference_nonfinite,
     )
     return stats, False
 

@@ -88,6 +88,8 @@ def _argument_pairs(m: Matcher, r: str, c: str) -> list[tuple[str, str]]:
     ``word + token_type`` and ``word + position`` are not the same quantity, and which
     operand comes first says nothing.
     """
+    if m.ref.kinds[r] != m.cand.kinds[c]:  # a bias added after the matmul holds the result:
+        r, c = _weighted_op(m, m.ref, r), _weighted_op(m, m.cand, c)  # its input is the matmul's
     ref_inputs, cand_inputs = m.ref.data_inputs(r), m.cand.data_inputs(c)
     if len(ref_inputs) != len(cand_inputs):
         return []
@@ -112,6 +114,14 @@ def _argument_pairs(m: Matcher, r: str, c: str) -> list[tuple[str, str]]:
         else:
             return []
     return list(zip(ref_inputs, cand_inputs, strict=True))
+
+
+def _weighted_op(m: Matcher, graph: GraphView, name: str) -> str:
+    """The node that reads the matrix of the weighted op whose result ``name`` holds."""
+    if graph is not m.cand or _reads_matrix(graph, name):
+        return name
+    earlier = [n for n, later in m.superseded.items() if later == name and _reads_matrix(graph, n)]
+    return earlier[0] if len(earlier) == 1 else name
 
 
 def _reads_matrix(graph: GraphView, name: str) -> bool:
