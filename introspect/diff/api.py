@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from introspect.diff.align import Alignment, align_graphs
+from introspect.diff.calls import label_repeated_calls
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
 from introspect.diff.exercised import unexercised_notes
@@ -145,8 +146,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
-        ref_graph.records = node_records(ref_graph.gm)  # this run's shapes, not the probe's
-        cand_graph.records = node_records(cand_graph.gm)
+        # This run's shapes, not the probe's; a shared block's calls labelled by call.
+        ref_graph.records = label_repeated_calls(node_records(ref_graph.gm), ref_graph.gm)
+        cand_graph.records = label_repeated_calls(node_records(cand_graph.gm), cand_graph.gm)
         if any(r.layer == "mask" for r in ref_graph.records):
             ref_graph.notes.append(MASK_NOTE)
         notes += alignment.notes
@@ -157,7 +159,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         context = {"reference_model": reference, "candidate_model": candidate,
                    "inputs": ref_inputs, "tolerance": tolerance}
         divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
-                                      budgets, context=context)
+                                      budgets, context=context, noise_budget=noise_budget)
     finally:
         original_reference.train(modes[0])
         candidate.train(modes[1])

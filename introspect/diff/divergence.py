@@ -96,7 +96,8 @@ def _unconfirmed_reason(row: NodeDiff, over: set[str], users: Mapping[str, list[
 def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunResult,
                      reference: IntrospectGraph, candidate: IntrospectGraph,
                      padding: Padding, budgets: Sequence[Budget], *,
-                     context: Mapping[str, Any] | None = None) -> Divergence | None:
+                     context: Mapping[str, Any] | None = None,
+                     noise_budget: bool = False) -> Divergence | None:
     """The first failing row, blamed on the op that computed its values, with hints.
 
     Args:
@@ -106,6 +107,7 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
         padding: which positions are padding (for the mask hint).
         context: the models, the reference's inputs and the tolerance, for the hints
             tested on values (``introspect.diff.hypotheses``); None skips them.
+        noise_budget: the budgets follow each node's measured noise.
 
     Returns:
         The ``Divergence``, or None when no row fails.
@@ -126,7 +128,8 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     padded_rows = tuple(bool(x) for x in padding.padded.any(dim=1)) \
         if padding.padded is not None else ()
     snapshot = run.snapshots.get(index)
-    hints = explain(pair, reference, candidate, alignment.relations, snapshot, padded_rows)
+    hints = explain(pair, reference, candidate, alignment.relations, snapshot, padded_rows,
+                    noise_budget=noise_budget)
     if context is not None and snapshot is not None:
         tested = _tested_hints(context, first, snapshot)
         hints = tuple(dict.fromkeys([*tested, *hints]))
@@ -142,6 +145,9 @@ def _computing_op(row: NodeDiff, reference: IntrospectGraph,
     """(reference node, candidate node, op, detail): layout ops looked through."""
     ref_chain = _chain(reference, row.reference_node)
     cand_chain = _chain(candidate, row.candidate_node)
+    ref_layers = {r.name: r.layer for r in reference.records}
+    while len(ref_chain) > 1 and ref_layers[ref_chain[-1]] != row.layer:
+        ref_chain.pop()  # the blame stays in the layer where the values differ
     if len(ref_chain) == 1 and len(cand_chain) == 1:
         return row.reference_node, row.candidate_node, row.op, ""
     cand_records = {r.name: r for r in candidate.records}
@@ -162,7 +168,7 @@ def _chain(graph: IntrospectGraph, name: str) -> list[str]:
     records = {r.name: r for r in graph.records}
     nodes = {n.name: n for n in graph.gm.graph.nodes}
     chain = [name]
-    while records[chain[-1]].op_type in _MOVES:
+    while _moves_data(records, nodes[chain[-1]]):
         node = nodes[chain[-1]]
         inputs = [n.name for n in node.all_input_nodes
                   if records.get(n.name) is not None and records[n.name].kind in ("tensor", "multi")
@@ -171,6 +177,14 @@ def _chain(graph: IntrospectGraph, name: str) -> list[str]:
             break
         chain.append(inputs[0])
     return chain
+
+
+def _moves_data(records: Mapping[str, Any], node: Any) -> bool:
+    op = records[node.name].op_type
+    if op == "getitem":  # an item of a split moves data; x[:, 0] picks tokens: it computes
+        source = node.args[0] if node.args else None
+        return source is not None and getattr(records.get(source.name), "kind", "") == "multi"
+    return op in _MOVES
 
 
 def _tested_hints(context: Mapping[str, Any], row: NodeDiff, snapshot: Any) -> tuple[str, ...]:

@@ -35,7 +35,8 @@ _SEARCH_DEPTH = 12  # nodes walked back from a pair to find attention scales
 
 
 def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[WeightRelation],
-            snapshot: Any | None = None, padded_rows: Sequence[bool] = ()) -> tuple[str, ...]:
+            snapshot: Any | None = None, padded_rows: Sequence[bool] = (), *,
+            noise_budget: bool = False) -> tuple[str, ...]:
     """Hints for an over-budget pair, most specific first (empty when nothing matches).
 
     Args:
@@ -44,6 +45,8 @@ def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[Weig
         relations: the alignment's weight relations.
         snapshot: the pair's inputs and outputs, when the run kept them.
         padded_rows: for each batch row, whether it holds padding.
+        noise_budget: the budgets already follow each node's measured noise (no hint to
+            turn it on, then).
     """
     ref_node = _node(reference.gm, pair.reference)
     cand_node = _node(candidate.gm, pair.candidate)
@@ -53,7 +56,7 @@ def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[Weig
     hints += _gelu_hints(reference.gm, ref_node, candidate.gm, cand_node, snapshot)
     hints += _scale_hints(reference, ref_node, candidate, cand_node)
     hints += _mask_hints(snapshot, padded_rows, hints)
-    hints += _dtype_hints(reference, pair, candidate)
+    hints += _dtype_hints(reference, pair, candidate, noise_budget)
     return tuple(dict.fromkeys(hints))
 
 
@@ -210,9 +213,11 @@ def _mask_hints(snapshot: Any | None, padded_rows: Sequence[bool], found: list[s
     return []
 
 
-def _dtype_hints(reference: Any, pair: Pair, candidate: Any) -> list[str]:
+def _dtype_hints(reference: Any, pair: Pair, candidate: Any, noise_budget: bool) -> list[str]:
     ref_dtype = next((r.dtype for r in reference.records if r.name == pair.reference), "")
     cand_dtype = next((r.dtype for r in candidate.records if r.name == pair.candidate), "")
+    if noise_budget and ref_dtype and cand_dtype and cand_dtype != "float64":
+        return []  # the budget is already this node's own rounding noise: not rounding
     if ref_dtype and cand_dtype and ref_dtype != cand_dtype:
         return [f"the candidate computes in {cand_dtype} and the reference in {ref_dtype}: "
                 "rounding alone can exceed the default budget; measure each node's own "

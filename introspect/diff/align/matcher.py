@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
 from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
@@ -68,9 +70,43 @@ class Matcher:
         weighted = sorted((c for c in self.cand.weights if self.cand.compared(c)),
                           key=self.cand.order.__getitem__)
         reads_matrix = {c: any(t.ndim >= 2 for _, t in self.cand.weights[c]) for c in weighted}
+        self._repeated_calls([c for c in weighted if reads_matrix[c]])
         self._claim([c for c in weighted if reads_matrix[c]])
         self._claim([c for c in weighted if not reads_matrix[c]])  # biases, LayerNorms
         self._cut_parts()
+
+    def _repeated_calls(self, nodes: list[str]) -> None:
+        """A shared module called N times on each side (ALBERT): call k pairs with call k.
+
+        Every call reads the same weights, so the weights alone cannot tell the calls
+        apart; their order can, when both sides call the module equally often.
+        """
+        readers: dict[str, list[str]] = {}
+        for c in nodes:
+            readers.setdefault(self._primary(c)[0], []).append(c)
+        for label, calls in readers.items():
+            if len(calls) < 2:
+                continue
+            for relation in self.relations.get(label, []):
+                refs = sorted((r for r, weights in self.ref.weights.items()
+                               if self.ref.compared(r)
+                               and any(w == relation.reference for w, _ in weights)),
+                              key=self.ref.order.__getitem__)
+                if len(refs) != len(calls) or not all(
+                        self._fits(r, c, relation) for r, c in zip(refs, calls, strict=True)):
+                    continue
+                for r, c in zip(refs, calls, strict=True):
+                    if (c, _cand_region(relation)) in self.taken:
+                        continue
+                    self.taken.add((c, _cand_region(relation)))
+                    self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), _ref_region(relation),
+                                  _cand_region(relation)))
+
+    def _primary(self, c: str) -> tuple[str, torch.Tensor]:
+        """The weight that identifies what ``c`` computes: its largest matrix."""
+        found = self.cand.weights[c]
+        matrices = [w for w in found if w[1].ndim >= 2]
+        return max(matrices or found, key=lambda w: (w[1].ndim >= 2, w[1].numel()))
 
     def _claim(self, nodes: list[str]) -> None:
         claims: dict[tuple[str, Region | None], list[tuple[str, WeightRelation]]] = {}
@@ -100,9 +136,7 @@ class Matcher:
 
     def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
         """(relation, reference node) for the weights ``c`` reads, primary weight first."""
-        found = self.cand.weights[c]
-        matrices = [w for w in found if w[1].ndim >= 2]
-        primary = max(matrices or found, key=lambda w: (w[1].ndim >= 2, w[1].numel()))
+        primary = self._primary(c)
         options = []
         for relation in self.relations.get(primary[0], []):
             consumers = [r for r, weights in self.ref.weights.items()
@@ -224,8 +258,8 @@ class Matcher:
             found += 1
             if c in self.ref_partners.get(r, set()):
                 continue
-            if c not in self.cand_paired and self.same_value_kind(r, c):  # r may pair twice
-                self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))
+            if self.same_value_kind(r, c):  # outputs are always compared, even if either
+                self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))  # side is paired already
         if not found:
             ref_shapes = ", ".join(f"{k}={self.ref.records[n].shapes}" for k, n in ref_out.items())
             cand_shapes = ", ".join(f"{k}={self.cand.records[n].shapes}"
