@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-budget", action="store_true",
                         help="run the reference in float64 too and set each node's budget "
                              "from its own numerical noise")
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="report NaN or Inf in compared values as a note instead of "
+                             "failing")
     parser.add_argument("--out", metavar="DIR", help="write every report into this folder")
     parser.add_argument("--json", metavar="FILE", help="write the JSON report here")
     parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
@@ -108,7 +111,7 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     with step(args, f"diffing {candidate_label} against {reference_label}"):
         return diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                     noise_budget=args.noise_budget, reference_label=reference_label,
-                    candidate_label=candidate_label)
+                    candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
 
 
 def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
