@@ -190,7 +190,8 @@ def test_an_unrelated_fault_gives_no_hint_at_an_unaffected_block(tiny):
 def test_an_unknown_reference_gets_no_hint(tiny):
     reference, batch = tiny
     other = torch.nn.Sequential(torch.nn.Linear(4, 4))
-    context = context_for(reference, reference, "hf_like", batch, "context", 0)
+    port = importlib.import_module("tests.ports.hf_like").build(reference, "kv_swapped")
+    context = context_for(reference, port, "hf_like", batch, "context", 0)
     context = DivergenceContext(**{**context.__dict__, "reference_model": other,
                                    "candidate_model": other, "layer": "encoder.layer.0"})
     assert explain_divergence(context) == ()
