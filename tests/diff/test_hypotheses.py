@@ -190,7 +190,8 @@ def test_an_unrelated_fault_gives_no_hint_at_an_unaffected_block(tiny):
 def test_an_unknown_reference_gets_no_hint(tiny):
     reference, batch = tiny
     other = torch.nn.Sequential(torch.nn.Linear(4, 4))
-    context = context_for(reference, reference, "hf_like", batch, "context", 0)
+    port = importlib.import_module("tests.ports.hf_like").build(reference, "kv_swapped")
+    context = context_for(reference, port, "hf_like", batch, "context", 0)
     context = DivergenceContext(**{**context.__dict__, "reference_model": other,
                                    "candidate_model": other, "layer": "encoder.layer.0"})
     assert explain_divergence(context) == ()
@@ -204,3 +205,45 @@ def test_an_unknown_reference_gets_no_hint(tiny):
                                          ("hf_like", "pooler_mean")])
 def test_faults_get_their_hint_on_minilm(minilm, style, fault):
     _check(minilm.model, port_batch(minilm.tokenizer), style, fault, layer=2)
+
+
+def _context(reference, port, batch, module, layer, ref_value, cand_value):
+    return DivergenceContext(reference, port, batch, f"{module} output", "", module, layer,
+                             ref_value, cand_value, ATOL, RTOL)
+
+
+def test_swapped_projections_are_found_at_the_projection_itself(tiny):
+    reference, batch = tiny
+    port = importlib.import_module("tests.ports.hf_like").build(reference, "qk_swapped")
+    module = "encoder.layer.0.attention.self.query"
+    ref = _hooked(reference.get_submodule(module), lambda: reference(**batch))
+    cand = _hooked(port.encoder.blocks[0].attn.q_proj, lambda: port(**batch))
+    hints = explain_divergence(_context(reference, port, batch, module, "encoder.layer.0",
+                                        ref, cand))
+    assert hints and all("queries and keys are swapped" in h for h in hints)
+
+
+def test_a_head_split_layout_is_recognised(tiny):
+    reference, batch = tiny
+    port = importlib.import_module("tests.ports.hf_like").build(reference, "kv_swapped")
+    ref = reference_value(reference, batch, "context", 0)
+    cand = port_value("hf_like", port, batch, "context", 0)
+    B, S, H = ref.shape
+
+    def heads_first(t):
+        return t.view(B, S, 2, H // 2).transpose(1, 2)  # (B, nh, S, hd)
+
+    hints = explain_divergence(_context(reference, port, batch, "encoder.layer.0.attention.self",
+                                        "encoder.layer.0", heads_first(ref), heads_first(cand)))
+    assert hints and hints[0].startswith("keys and values are swapped")
+
+
+def test_an_offset_is_found_at_the_position_lookup(tiny):
+    reference, batch = tiny
+    port = importlib.import_module("tests.ports.functional").build(reference, "position_offset")
+    module = "embeddings.position_embeddings"
+    ref = _hooked(reference.get_submodule(module), lambda: reference(**batch))  # (1, S, H)
+    S = batch["input_ids"].shape[1]
+    cand = port.w["position"].detach()[1:S + 1][None]  # the port's (S, H) lookup, as (1, S, H)
+    hints = explain_divergence(_context(reference, port, batch, module, "embeddings", ref, cand))
+    assert hints and "position ids are offset by +1" in hints[0]

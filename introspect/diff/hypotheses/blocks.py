@@ -49,13 +49,14 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 def embeddings(w: Weights, input_ids: torch.Tensor, token_type_ids: torch.Tensor, eps: float,
                position_offset: int = 0, token_type_uses: int = 1,
                ln_eps: float | None = None, unbiased: bool = False) -> dict[str, torch.Tensor]:
-    """word, token_type, position (1, S, H), sum, embeddings (after LayerNorm)."""
+    """word, token_type, position (1, S, H), word_token_type, sum, embeddings (LayerNorm)."""
     S = input_ids.shape[-1]
     positions = torch.arange(position_offset, S + position_offset).unsqueeze(0)
     out = {"word": F.embedding(input_ids, w["word_embeddings.weight"]),
            "token_type": F.embedding(token_type_ids, w["token_type_embeddings.weight"]),
            "position": F.embedding(positions, w["position_embeddings.weight"])}
-    out["sum"] = out["word"] + token_type_uses * out["token_type"] + out["position"]
+    out["word_token_type"] = out["word"] + token_type_uses * out["token_type"]  # HF's first add
+    out["sum"] = out["word_token_type"] + out["position"]
     out["embeddings"] = layer_norm(out["sum"], w["LayerNorm.weight"], w["LayerNorm.bias"],
                                    eps if ln_eps is None else ln_eps, unbiased)
     return out
@@ -157,6 +158,7 @@ READS = {
     "first": (), "dense": ("dense",), "pooled": ("dense",),
     "word": ("word_embeddings",), "token_type": ("token_type_embeddings",),
     "position": ("position_embeddings",),
+    "word_token_type": ("word_embeddings", "token_type_embeddings"),
     "sum": ("word_embeddings", "token_type_embeddings", "position_embeddings"),
     "embeddings": ("word_embeddings", "token_type_embeddings", "position_embeddings",
                    "LayerNorm"),

@@ -105,6 +105,8 @@ def judge(variant: torch.Tensor, base: torch.Tensor, candidate: torch.Tensor,
         base_error = _max_abs(base, candidate, where)
         bound = _SLACK * (atol + rtol * candidate.double().abs())
         within = (variant.double() - candidate.double()).abs() <= bound
-        if bool(within[where].all()) and error <= _BETTER * base_error:
+        base_within = (base.double() - candidate.double()).abs() <= bound
+        if bool(within[where].all()) and not bool(base_within[where].all()) \
+                and error <= _BETTER * base_error:
             return Verdict(error, base_error, real_only)
     return None
