@@ -27,6 +27,7 @@ import math
 import os
 import re
 import stat
+import warnings
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -433,12 +434,14 @@ def torch_bin_state(path: Path, root: Path) -> dict[str, Any]:
         raise ModelSourceError(f"cannot read weights from {shown!r}: the file is empty; "
                                f"copy the checkpoint again")
     try:
-        try:
-            state = torch.load(real, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            state = torch.load(real, map_location="cpu", weights_only=True)  # the old format
+        with warnings.catch_warnings():  # e.g. "pickle protocol 4": the error says enough
+            warnings.simplefilter("ignore")
+            try:
+                state = torch.load(real, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:
+                if "mmap" not in str(e):
+                    raise
+                state = torch.load(real, map_location="cpu", weights_only=True)  # old format
     except pickle.UnpicklingError as e:
         wanted = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
         asks = f" (it asks for {wanted.group(1)})" if wanted else ""
