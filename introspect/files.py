@@ -42,7 +42,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -232,11 +232,17 @@ def check_writable(path: PathLike) -> Path:
     return Path(name)
 
 
-def check_writable_folder(path: PathLike) -> Path:
+def check_writable_folder(path: PathLike, names: Iterable[str] = ()) -> Path:
     """Like ``check_writable`` for an output folder, which is created if its parent exists.
 
+    Args:
+        path: the folder.
+        names: the files a set written there will replace; each must be absent or a
+            regular file (``DIR/diff.svg`` being a folder is found now, not after the work).
+
     Raises:
-        InputError: the path is a file, its parent does not exist, or it cannot be written.
+        InputError: the path is a file, its parent does not exist, it cannot be written,
+            or one of ``names`` in it is not a regular file.
     """
     name = os.fspath(path)
     folder = Path(os.path.realpath(name))
@@ -256,6 +262,9 @@ def check_writable_folder(path: PathLike) -> Path:
         probe = _temp_name(folder)
         os.mkdir(probe, 0o700)
         os.rmdir(probe)
+    if folder.is_dir():
+        for file_name in names:
+            _check_replaceable(folder / file_name, Path(name) / file_name)
     return Path(name)
 
 
@@ -362,10 +371,10 @@ def write_file(path: PathLike, data: Data) -> Path:
                 _write_all(fd, payload)
             finally:
                 os.close(fd)
+        _committed(name)
     else:
         with _as_input_error(name, "; the previous file, if any, is unchanged"):
-            _replace_atomically(target, payload, info)
-    _committed(name)
+            _replace_atomically(target, payload, info, name)
     return Path(name)
 
 
@@ -400,13 +409,15 @@ def silence_stdout() -> None:
 
 
 def describe_failure(error: OSError) -> str:
-    """One line for an ``OSError`` no check caught; a broken stdout is named and silenced."""
+    """One line for an ``OSError`` no check caught; a broken stdout is named and silenced.
+
+    Every write of this module names its file, so an error without a file name comes
+    from the standard streams: stdout is pointed at /dev/null so that Python's own flush
+    at exit does not fail a second time.
+    """
     if error.filename is None:
-        try:
-            sys.stdout.flush()
-        except OSError:
-            silence_stdout()
-            return _stdout_message(error)
+        silence_stdout()
+        return _stdout_message(error)
     return describe_os_error(error)
 
 
@@ -483,7 +494,8 @@ def _temp_name(target: Path) -> Path:
     return target.parent / f".{stem}.{secrets.token_hex(4)}.tmp"
 
 
-def _replace_atomically(target: Path, payload: bytes, old: os.stat_result | None) -> None:
+def _replace_atomically(target: Path, payload: bytes, old: os.stat_result | None,
+                        label: str) -> None:
     """Temp file in the same folder, fsync, rename; the temp is gone on every way out."""
     _check_name_length(target)
     with _signals_held():
@@ -494,6 +506,7 @@ def _replace_atomically(target: Path, payload: bytes, old: os.stat_result | None
             _discard(temp)
             raise
         _live_temps.discard(str(temp))
+        _committed(label)  # before a held signal is delivered: the message must know
     _fsync_folder(target.parent)
 
 
@@ -538,7 +551,8 @@ def _fsync_folder(folder: Path) -> None:
 # Writing a set of files into a folder, all or nothing
 
 
-def write_folder(folder: PathLike, files: Mapping[str, Data]) -> list[Path]:
+def write_folder(folder: PathLike, files: Mapping[str, Data],
+                 owned: Iterable[str] = ()) -> list[Path]:
     """Write ``files`` (name -> content) into ``folder`` as one set: all or nothing.
 
     The set is built in a temp folder next to ``folder``; files and links of other names
@@ -554,6 +568,9 @@ def write_folder(folder: PathLike, files: Mapping[str, Data]) -> list[Path]:
     Args:
         folder: the output folder; created if its parent exists.
         files: plain file names (no ``/``) -> text (written as UTF-8) or bytes.
+        owned: every name the set may have (``files``' names are added); those this set
+            lacks are not carried over (a rerun without the drawing drops the old one),
+            so the folder never mixes two sets.
 
     Returns:
         The paths written, in the order given.
@@ -567,17 +584,14 @@ def write_folder(folder: PathLike, files: Mapping[str, Data]) -> list[Path]:
     for file_name in files:
         if not file_name or "/" in file_name or file_name in (".", ".."):
             raise InputError(f"report file name {file_name!r} is not a plain file name")
-    check_writable_folder(name)
+    own = {*files, *owned}
+    check_writable_folder(name, sorted(own))
     real = Path(os.path.realpath(name))
     exists = real.is_dir()
-    if exists:
-        for file_name in files:
-            _check_replaceable(real / file_name, Path(name) / file_name)
     payloads = {n: d.encode("utf-8") if isinstance(d, str) else bytes(d) for n, d in files.items()}
     kept = "the previous reports in it are unchanged" if exists else "no report was written"
     with _as_input_error(name, f"; {kept}"):
-        _swap_in(real, payloads, exists)
-    _committed(f"{name}{os.sep} ({', '.join(files)})")
+        _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
     return [Path(name) / file_name for file_name in files]
 
 
@@ -593,7 +607,8 @@ def _check_replaceable(entry: Path, shown: Path) -> None:
     )
 
 
-def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool) -> None:
+def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[str],
+             label: str) -> None:
     stem = real.name[:_TEMP_STEM]
     with _signals_held():
         temp = real.parent / f".{stem}.introspect-{secrets.token_hex(4)}"
@@ -607,7 +622,7 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool) -> None:
                 _write_new(temp / file_name, payload, old)
             if exists:
                 os.chmod(temp, stat.S_IMODE(os.stat(real).st_mode))
-                moved = _carry_over(real, temp, set(payloads))
+                moved = _carry_over(real, temp, own)
                 _fsync_folder(temp)
                 _exchange(temp, real)  # temp now holds the previous set
                 swapped = True
@@ -615,6 +630,7 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool) -> None:
                 _fsync_folder(temp)
                 os.rename(temp, real)
                 swapped = True
+            _committed(label)  # before a held signal is delivered: the message must know
             _fsync_folder(real.parent)
         except BaseException:
             if not swapped:

@@ -352,3 +352,16 @@ def test_the_journal_says_what_was_written(tmp_path):
     assert files.describe_written(mark) == (
         f"wrote {tmp_path / 'a.json'}, {tmp_path / 'r'}/ (b.md); nothing else was written"
     )
+
+
+def test_an_owned_name_this_set_lacks_does_not_linger(tmp_path):
+    folder = _old_folder(tmp_path)
+    files.write_folder(folder, {"diff.json": "new json"}, owned=list(OLD_SET))
+    assert _contents(folder) == {"diff.json": "new json", "notes.txt": "mine"}
+
+
+def test_a_report_name_taken_by_a_folder_is_found_before_the_work(tmp_path):
+    folder = _old_folder(tmp_path)
+    (folder / "diff.svg").mkdir()
+    with pytest.raises(InputError, match=r"diff.svg' is a folder; the report set replaces"):
+        files.check_writable_folder(folder, ["diff.json", "diff.svg"])

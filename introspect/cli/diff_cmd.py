@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     if args.out:  # fail before the slow part
-        check_writable_folder(args.out)
+        from introspect.report import REPORT_FILES
+
+        check_writable_folder(args.out, REPORT_FILES)
     for path in (args.json, args.junit):
         if path:
             check_writable(path)

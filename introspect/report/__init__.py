@@ -33,6 +33,11 @@ __all__ = ["SCHEMA_VERSION", "html_report", "json_report", "junit_xml", "layers_
            "markdown_summary", "nodes_csv", "overlay_svg", "render_reports", "write_reports"]
 
 
+# Every file a report set may hold; write_folder replaces them as one set.
+REPORT_FILES = ("diff.json", "nodes.csv", "layers.csv", "diff.md", "junit.xml", "diff.html",
+                "diff.svg")
+
+
 def render_reports(result: DiffResult, *, drawing: bool = True) -> dict[str, str | bytes]:
     """Every report as file name -> content; the drawing is left out when it cannot be made."""
     svg = overlay_svg(result) if drawing else None
@@ -56,6 +61,7 @@ def write_reports(result: DiffResult, folder: str | os.PathLike[str], *,
     Raises:
         InputError: the folder cannot be created or written.
     """
-    check_writable_folder(folder)
+    check_writable_folder(folder, REPORT_FILES)
     reports = render_reports(result, drawing=drawing)  # all rendered before any is written
-    return write_folder(folder, reports)  # the whole set or, on any failure, the previous one
+    # the whole set or, on any failure, the previous one; an old diff.svg does not linger
+    return write_folder(folder, reports, owned=REPORT_FILES)
