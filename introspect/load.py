@@ -148,6 +148,24 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     return loaded
 
 
+def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
+    """Check a model source without loading it; return its number of encoder layers.
+
+    Cheap (config.json, weights headers, tokenizer files; no tensor read), so a command
+    can refuse a bad ``--model``/``--candidate-model`` or ``--expand`` before the slow part.
+
+    Raises:
+        ModelSourceError: as ``load_model`` would for the source, in the same words.
+    """
+    name = str(source)
+    if name in RANDOM_SIZES:
+        return RANDOM_SIZES[name][1]
+    folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
+    with _quiet_transformers():
+        values, _ = check_checkpoint(folder)
+    return int(values.get("num_hidden_layers", 12))
+
+
 def _checkpoint_folder(name: str) -> Path:
     """The folder ``name`` names, or the snapshot of a hub id in the local HF cache."""
     folder = Path(name)

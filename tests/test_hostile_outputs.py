@@ -171,3 +171,20 @@ def test_stdout_to_a_dev_full_replica_is_one_line_and_exit_2(tmp_path):
     assert run.returncode == 2, run.stderr
     line = _one_line(run.stderr, "trace")
     assert "cannot write to standard output: No space left on device (ENOSPC)" in line
+
+
+def test_a_later_output_that_fails_says_what_was_written(tmp_path, capsys, monkeypatch):
+    replace = files._replace_atomically
+
+    def full_for_json(target, payload, old, label):
+        if target.name == "d.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+        replace(target, payload, old, label)
+
+    monkeypatch.setattr(files, "_replace_atomically", full_for_json)
+    folder, json_path = tmp_path / "report", tmp_path / "d.json"
+    assert main([*DIFF, "--out", str(folder), "--json", str(json_path)]) == 2
+    line = _one_line(capsys.readouterr().err, "diff")
+    assert f"cannot write '{json_path}': No space left on device (ENOSPC)" in line
+    assert f"(wrote {folder}/ (diff.json" in line and "nothing else was written)" in line
+    assert (folder / "diff.json").exists() and not json_path.exists()

@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.json, args.junit):
         if path:
             check_writable(path)
+    if args.candidate_model:  # a broken checkpoint is found before the reference loads
+        from introspect.load import check_model_source
+
+        check_model_source(args.candidate_model)
     result = compute_diff(args, atol, rtol)
     reports = _render(result, args)
     if args.out:

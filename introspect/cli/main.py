@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # an OSError is a file-system error no check foresaw (stdout full or closed, say)
         message = files.describe_failure(e) if isinstance(e, OSError) else str(e)
+        if files.written_since(written_before):  # a later output failed: say what is done
+            message += f" ({files.describe_written(written_before)})"
         sys.stderr.write(f"introspect {args.command}: error: {message}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
