@@ -185,10 +185,10 @@ def _signals_held() -> Iterator[None]:
         yield
     finally:
         _hold.depth = 0
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(received):
-            signal.raise_signal(signum)  # the previous handler acts: KeyboardInterrupt, exit
+        for held, handler in previous.items():
+            signal.signal(held, handler)
+        for number in dict.fromkeys(received):
+            signal.raise_signal(number)  # the previous handler acts: KeyboardInterrupt, exit
 
 
 # ----------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def _checkpoint_folder(name: str) -> Path:
     """The folder ``name`` names, or the snapshot of a hub id in the local HF cache."""
     folder = Path(name)
     if not folder.exists():
-        cached = _cached_snapshot(name)
+        cached = validate.cached_snapshot(name)
         if cached is None:
             raise ModelSourceError(
                 f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}), no such "
@@ -197,22 +197,6 @@ def _checkpoint_folder(name: str) -> Path:
     return folder
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The snapshot folder of ``repo_id`` (revision main) in the local HF cache, or None.
-
-    Reads the cache only (``refs/main`` and the snapshot's files); never the network.
-    """
-    if repo_id.count("/") > 1 or repo_id.startswith(("/", ".")) or not repo_id.strip():
-        return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # an id the hub would refuse (bad characters, too long)
-        return None
-    return Path(found).parent if isinstance(found, str) else None
-
-
 def check_checkpoint(folder: str | os.PathLike[str], *,
                      activations: Any = None) -> tuple[dict[str, Any], Path]:
     """Check a checkpoint folder without loading a tensor; return its config and weights file.
@@ -233,7 +217,12 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
     config_file = str(path / "config.json")
     validate.check_config(values, activations=activations, source=config_file)
     validate.check_model_size(values, source=config_file)
-    weights = next(path / w for w in WEIGHTS_FILES if os.path.lexists(path / w))
+    weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
+    if weights is None:
+        raise ModelSourceError(
+            f"{str(path)!r} has a config.json but no weights (model.safetensors or "
+            f"pytorch_model.bin)"
+        )
     files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
         weights]
     shapes: dict[str, tuple[int, ...]] = {}

@@ -70,6 +70,23 @@ def checkpoint_root(folder: str | os.PathLike[str]) -> Path:
     return real
 
 
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The snapshot folder of hub id ``repo_id`` (revision main) in the local HF cache.
+
+    Reads the cache only (``refs/main`` and the snapshot's files), never the network;
+    None when the id is not cached or is no hub id. huggingface_hub is imported only here.
+    """
+    if repo_id.count("/") > 1 or repo_id.startswith(("/", ".")) or not repo_id.strip():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # not installed, or an id the hub would refuse (bad characters)
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def read_checkpoint_file(path: Path, root: Path, *, limit: int, what: str = "") -> bytes:
     """The bytes of a small file of a checkpoint: regular, inside ``root``, under ``limit``.
 

@@ -105,7 +105,8 @@ def read_checkpoint(
 
     Args:
         folder: a folder holding ``config.json`` and ``model.safetensors`` (or a sharded
-            safetensors index, or ``pytorch_model.bin``).
+            safetensors index, or ``pytorch_model.bin``), or a hub id (``owner/name``)
+            already in the local Hugging Face cache (never downloaded).
 
     Returns:
         The config, the state dict as stored, and the weights file's path (for messages).
@@ -116,6 +117,8 @@ def read_checkpoint(
             the weights, or a model too large for this machine.
     """
     path = Path(folder)
+    if not path.exists():
+        path = validate.cached_snapshot(str(folder)) or path  # a hub id in the local cache
     if not path.exists():
         raise ModelSourceError(f"checkpoint folder {str(path)!r} does not exist")
     if not path.is_dir():
