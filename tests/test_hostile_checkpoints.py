@@ -160,8 +160,9 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "shard index with an absolute path": (_sharded("/etc/hostname"),
                                           "outside the checkpoint folder"),
 }
-# The from-scratch loader ignores tokenizer files and reads the config with its own list of
-# activations; the rest it must refuse as well.
+# The from-scratch loader reads no tokenizer file; an unknown activation it refuses with its
+# own (shorter) list, while the CLI checks --candidate-model up front with HF's list.
+# Everything else it must refuse with the very same line.
 NOT_FOR_SCRATCH = {"empty vocab.txt", "binary vocab.txt", "unknown hidden_act"}
 
 
@@ -258,3 +259,13 @@ def test_a_good_checkpoint_still_loads(good_checkpoint):
     loaded = load_model(str(good_checkpoint))
     assert loaded.model.config.num_hidden_layers == 2
     scratch.BertModel.from_pretrained(good_checkpoint)
+
+
+def test_the_scratch_loader_refuses_an_unknown_activation_with_its_own_list(good_checkpoint,
+                                                                            tmp_path):
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(good_checkpoint, folder)
+    _config(folder, hidden_act="gelu_of_doom")
+    with pytest.raises(InputError, match=r"hidden_act 'gelu_of_doom' is not supported; use "
+                                         r"one of gelu, gelu_new"):
+        scratch.BertModel.from_pretrained(folder)
