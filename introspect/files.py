@@ -210,6 +210,8 @@ def check_writable(path: PathLike) -> Path:
     if name == "-" or _descriptor(name) is not None:
         return Path(name)
     target = _resolve(Path(name), name)
+    if _descriptor(str(target)) is not None:  # a link to /dev/stdout, say
+        return Path(name)
     folder = target.parent
     info = _lstat(target, name)
     if info is not None and stat.S_ISDIR(info.st_mode):
@@ -316,6 +318,8 @@ def _identity(path: PathLike) -> object:
         info = os.stat(real)
     except OSError:
         return ("path", real)
+    if stat.S_ISCHR(info.st_mode):  # /dev/null may take any number of outputs
+        return ("device", name, object())
     return ("inode", info.st_dev, info.st_ino)
 
 
@@ -360,6 +364,11 @@ def write_file(path: PathLike, data: Data) -> Path:
         _committed(name)
         return Path(name)
     target = _resolve(Path(name), name)
+    descriptor = _descriptor(str(target))
+    if descriptor is not None:  # a link to /dev/stdout, say
+        _write_descriptor(descriptor, payload, name)
+        _committed(name)
+        return Path(name)
     info = _lstat(target, name)
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise InputError(f"output path {name!r} is a folder; give a file name")

@@ -365,3 +365,22 @@ def test_a_report_name_taken_by_a_folder_is_found_before_the_work(tmp_path):
     (folder / "diff.svg").mkdir()
     with pytest.raises(InputError, match=r"diff.svg' is a folder; the report set replaces"):
         files.check_writable_folder(folder, ["diff.json", "diff.svg"])
+
+
+def test_two_outputs_may_share_a_character_device(tmp_path):
+    null = _device(tmp_path, "null", 1, 3)
+    files.check_outputs({"--json": null, "--junit": null})
+
+
+def test_a_link_to_a_descriptor_path_writes_to_the_descriptor(tmp_path):
+    read_end, write_end = os.pipe()
+    link = tmp_path / "out"
+    link.symlink_to(f"/dev/fd/{write_end}")
+    try:
+        files.check_writable(link)
+        files.write_file(link, "via link")
+        assert os.read(read_end, 100) == b"via link"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert link.is_symlink()
