@@ -250,6 +250,11 @@ def check_writable_folder(path: PathLike, names: Iterable[str] = ()) -> Path:
     folder = Path(os.path.realpath(name))
     if folder.exists() and not folder.is_dir():
         raise InputError(f"output folder {name!r} is a file")
+    here = Path(os.path.realpath(os.getcwd()))
+    if folder == here or folder in here.parents:  # the swap would pull the folder from under us
+        raise InputError(f"output folder {name!r} is the current folder or holds it; the "
+                         f"reports are swapped in as a folder of their own: give one, such "
+                         f"as {os.path.join(name, 'parity-report')!r}")
     parent = folder.parent
     if not parent.is_dir():
         raise InputError(f"cannot create output folder {name!r}: "

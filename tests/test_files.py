@@ -384,3 +384,12 @@ def test_a_link_to_a_descriptor_path_writes_to_the_descriptor(tmp_path):
         os.close(read_end)
         os.close(write_end)
     assert link.is_symlink()
+
+
+def test_the_current_folder_is_refused_as_a_report_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for folder in (".", str(tmp_path.parent)):
+        with pytest.raises(InputError, match="is the current folder or holds it"):
+            files.write_folder(folder, NEW_SET)
+    files.write_folder("report", NEW_SET)
+    assert _contents(tmp_path / "report") == NEW_SET
