@@ -30,7 +30,7 @@ import contextlib
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,11 +198,15 @@ def _checkpoint_folder(name: str) -> Path:
 
 
 def check_checkpoint(folder: str | os.PathLike[str], *,
-                     activations: Any = None) -> tuple[dict[str, Any], Path]:
+                     activations: Collection[str] | None = None) -> tuple[dict[str, Any], Path]:
     """Check a checkpoint folder without loading a tensor; return its config and weights file.
 
-    config.json (size-capped, inside the folder, BERT values, HF's activations), the
-    model's size against memory, the weights' headers and layers, the tokenizer files.
+    config.json (size-capped, inside the folder, BERT values), the model's size against
+    memory, the weights' headers and layers, the tokenizer files.
+
+    Args:
+        folder: the checkpoint folder.
+        activations: the ``hidden_act`` names allowed; default: transformers' ``ACT2FN``.
 
     Raises:
         ModelSourceError: the first problem found, in one line naming the file.
