@@ -171,6 +171,8 @@ def _checkpoint_folder(name: str) -> Path:
     folder = Path(name)
     if not folder.exists():
         cached = validate.cached_snapshot(name)
+        if cached is None and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+            raise ModelSourceError(f"checkpoint folder {name!r} does not exist")
         if cached is None:
             raise ModelSourceError(
                 f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}), no such "

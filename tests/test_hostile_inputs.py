@@ -30,7 +30,8 @@ def no_loading(monkeypatch):
     (["draw", "--expand", "-3", "-o", "{tmp}/x.dot"], "cannot expand layer -3"),
     (["diff", "--atol", "nan"], "--atol must be a finite number"),
     (["diff", "--candidate-model", "{tmp}/broken"], "hidden_act 'nope' is not supported"),
-    (["diff", "--candidate-model", "{tmp}/nowhere"], "unknown model"),
+    (["diff", "--candidate-model", "{tmp}/nowhere"], "nowhere' does not exist"),
+    (["diff", "--candidate-model", "someone/not-cached"], "not in the local Hugging Face cache"),
 ])
 def test_bad_inputs_are_refused_before_loading(tmp_path, capsys, no_loading, argv, message):
     (tmp_path / "broken").mkdir()

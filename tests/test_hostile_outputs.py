@@ -188,3 +188,16 @@ def test_a_later_output_that_fails_says_what_was_written(tmp_path, capsys, monke
     assert f"cannot write '{json_path}': No space left on device (ENOSPC)" in line
     assert f"(wrote {folder}/ (diff.json" in line and "nothing else was written)" in line
     assert (folder / "diff.json").exists() and not json_path.exists()
+
+
+def test_a_rerun_without_a_drawing_leaves_no_old_drawing(old_report, tmp_path, capsys,
+                                                         monkeypatch):
+    import introspect.report
+
+    folder = _copy(old_report, tmp_path)
+    assert (folder / "diff.svg").exists()
+    monkeypatch.setattr(introspect.report, "overlay_svg", lambda result: None)  # no Graphviz
+    assert main([*DIFF, "--out", str(folder)]) == 0
+    now = _snapshot(folder)
+    assert "diff.svg" not in now and now["notes.txt"] == b"mine"
+    assert now["diff.json"] != old_report[1]["diff.json"]
