@@ -1,62 +1,714 @@
-"""Writing files atomically: a temp file in the same folder, then a rename.
+"""The one way this project writes files: a single output, or a set of reports in a folder.
 
-An interrupted run or a failed check leaves no half-written report behind, and the
-previous version of the file stays intact until the new one is complete.
+What a write does depends on what the path is (``write_file``):
+
+- a regular file, or nothing yet: written atomically: a temp file in the same folder,
+  fsync, rename. The previous version stays intact until the new one is complete.
+- a character device or a FIFO (``/dev/null``, a named pipe), ``/dev/stdout``,
+  ``/dev/stderr``, ``/dev/fd/N`` or ``-`` (stdout): written in place, never replaced.
+- a symbolic link: followed; its target is written as above, the link stays a link.
+- a folder, a block device or a socket: refused.
+
+A new file gets mode 0o666 less the umask (the kernel applies it, as for any program);
+an existing file keeps its mode. A set of reports (``write_folder``) is built in a sibling
+temp folder and swapped in with one ``renameat2(RENAME_EXCHANGE)``, so the folder holds
+the complete previous set or the complete new one; files of other names stay.
+
+SIGINT and SIGTERM that arrive while files are committed (from the main thread) are held
+until the commit is over, then delivered as before; every temp file and folder is
+removed on every way out, exceptions included. Every ``OSError`` becomes an
+``InputError`` of one line that names the file and says what to do.
+
+Example::
+
+    >>> check_outputs({"--json": "d.json", "--junit": "j.xml"})   # before the slow part
+    >>> write_file("d.json", text)
+    PosixPath('d.json')
+    >>> write_folder("parity-report", {"diff.json": text, "diff.md": summary})
+    [PosixPath('parity-report/diff.json'), PosixPath('parity-report/diff.md')]
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
+import errno
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from introspect.errors import InputError
 
+Data = str | bytes
+PathLike = str | os.PathLike[str]
 
-def check_writable(path: str | os.PathLike[str]) -> Path:
+# Paths that name an open file descriptor of this process: written to that descriptor, so a
+# shell redirection (`> out.txt`, `>> log`, a pipe) keeps its meaning.
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/(self|\d+)/fd)/(\d+)$")
+_STANDARD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_MAX_LINKS = 40  # symbolic links followed before giving up, as the kernel does
+_TEMP_STEM = 80  # characters of the target's name kept in a temp name (NAME_MAX is 255)
+
+# What to do about the errors users meet, by errno.
+_ADVICE = {
+    errno.ENOSPC: "the disk is full; free some space or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up; free some space or write elsewhere",
+    errno.EACCES: "permission denied; choose a place you can write to",
+    errno.EPERM: "not permitted; choose a place you can write to",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+    errno.ENAMETOOLONG: "the name is too long; choose a shorter one",
+    errno.ENOENT: "a folder on the way does not exist; create it first",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.EISDIR: "it is a folder; give a file name",
+    errno.ENXIO: "no process has it open for reading",
+    errno.EPIPE: "the reading end was closed",
+    errno.EIO: "an input/output error; check the disk",
+}
+
+
+# ----------------------------------------------------------------------------------------
+# Errors
+
+
+def describe_os_error(error: OSError, path: PathLike | None = None) -> str:
+    """One line for a failed write: the file, the system's reason and what to do."""
+    name = os.fspath(path) if path is not None else error.filename
+    reason = error.strerror or str(error)
+    code = errno.errorcode.get(error.errno or 0)
+    what = f"cannot write {os.fsdecode(name)!r}" if name is not None else "cannot write"
+    advice = _ADVICE.get(error.errno or 0)
+    return f"{what}: {reason}" + (f" ({code})" if code else "") + (f"; {advice}" if advice else "")
+
+
+@contextlib.contextmanager
+def _as_input_error(path: PathLike, suffix: str = "") -> Iterator[None]:
+    """Turn an ``OSError`` in the block into an ``InputError`` naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        raise InputError(describe_os_error(e, path) + suffix) from e
+
+
+# ----------------------------------------------------------------------------------------
+# What was written (for "interrupted; wrote ..." messages)
+
+_JOURNAL_KEPT = 64
+_journal: list[str] = []  # the last outputs committed, newest last
+_journal_total = [0]  # how many were ever committed (a list: changed in place)
+
+
+def written_count() -> int:
+    """How many outputs this process has committed so far; pass it to ``written_since``."""
+    return _journal_total[0]
+
+
+def written_since(count: int) -> list[str]:
+    """The outputs committed after ``written_count()`` returned ``count`` (the last 64 at most)."""
+    new = _journal_total[0] - count
+    return _journal[-new:] if new > 0 else []
+
+
+def _committed(label: str) -> None:
+    _journal.append(label)
+    _journal_total[0] += 1
+    del _journal[:-_JOURNAL_KEPT]
+
+
+def describe_written(count: int) -> str:
+    """``"no file was written"`` or ``"wrote X and Y; nothing else was written"``."""
+    written = written_since(count)
+    if not written:
+        return "no file was written"
+    return f"wrote {', '.join(written)}; nothing else was written"
+
+
+# ----------------------------------------------------------------------------------------
+# Temp files and signals
+
+_live_temps: set[str] = set()
+_hold = threading.local()
+
+
+def _remove_live_temps() -> None:
+    for name in list(_live_temps):
+        if os.path.isdir(name) and not os.path.islink(name):
+            shutil.rmtree(name, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        _live_temps.discard(name)
+
+
+atexit.register(_remove_live_temps)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block commits files, then deliver them as before.
+
+    Only the main thread can set signal handlers; elsewhere the block runs as it is (its
+    temp files are still removed at exit). Nested blocks hold once.
+    """
+    depth = getattr(_hold, "depth", 0)
+    if depth or threading.current_thread() is not threading.main_thread():
+        _hold.depth = depth + 1
+        try:
+            yield
+        finally:
+            _hold.depth = depth
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous: dict[int, Any] = {}
+    try:
+        for signum in _HELD_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is None:  # set from C: it could not be put back
+                continue
+            previous[signum] = handler
+            signal.signal(signum, hold)
+        _hold.depth = 1
+        yield
+    finally:
+        _hold.depth = 0
+        for held, handler in previous.items():
+            signal.signal(held, handler)
+        for number in dict.fromkeys(received):
+            signal.raise_signal(number)  # the previous handler acts: KeyboardInterrupt, exit
+
+
+# ----------------------------------------------------------------------------------------
+# Checking outputs before the slow part
+
+
+def check_writable(path: PathLike) -> Path:
     """Fail early, before any model work, if ``path`` cannot be written.
+
+    Follows symbolic links; a device, a FIFO or a descriptor path must be writable; for a
+    regular file a temp file is made and removed in its folder, which proves the rename
+    will work (read-only or full file systems, /proc, names too long).
 
     Raises:
         InputError: the folder does not exist, is not a folder, or is not writable;
-            or ``path`` is itself a folder.
+            ``path`` is itself a folder, a block device or a socket.
     """
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise InputError(f"output path {str(target)!r} is a folder; give a file name")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
+    name = os.fspath(path)
+    if name == "-" or _descriptor(name) is not None:
+        return Path(name)
+    target = _resolve(Path(name), name)
+    if _descriptor(str(target)) is not None:  # a link to /dev/stdout, say
+        return Path(name)
+    folder = target.parent
+    info = _lstat(target, name)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise InputError(f"output path {name!r} is a folder; give a file name")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        _check_special(target, info, name)
+        return Path(name)
+    folder_info = _lstat(folder, name)
+    if folder_info is None:
+        raise InputError(f"cannot write {name!r}: folder {str(folder)!r} does not exist")
+    if not stat.S_ISDIR(folder_info.st_mode):
+        raise InputError(f"cannot write {name!r}: {str(folder)!r} is not a folder")
     if not os.access(folder, os.W_OK):
-        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} is not writable")
-    return target
+        raise InputError(f"cannot write {name!r}: folder {str(folder)!r} is not writable")
+    with _as_input_error(name):
+        _check_name_length(target)
+        probe = _temp_name(target)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    return Path(name)
 
 
-def check_writable_folder(path: str | os.PathLike[str]) -> Path:
-    """Like ``check_writable`` for an output folder, which is created if its parent exists."""
-    folder = Path(path)
+def check_writable_folder(path: PathLike, names: Iterable[str] = ()) -> Path:
+    """Like ``check_writable`` for an output folder, which is created if its parent exists.
+
+    Args:
+        path: the folder.
+        names: the files a set written there will replace; each must be absent or a
+            regular file (``DIR/diff.svg`` being a folder is found now, not after the work).
+
+    Raises:
+        InputError: the path is a file, its parent does not exist, it cannot be written,
+            or one of ``names`` in it is not a regular file.
+    """
+    name = os.fspath(path)
+    folder = Path(os.path.realpath(name))
     if folder.exists() and not folder.is_dir():
-        raise InputError(f"output folder {str(folder)!r} is a file")
-    parent = folder.parent if str(folder.parent) else Path(".")
-    if not folder.exists() and not parent.is_dir():
-        raise InputError(f"cannot create output folder {str(folder)!r}: "
-                         f"{str(parent)!r} does not exist")
-    if not os.access(folder if folder.exists() else parent, os.W_OK):
-        raise InputError(f"output folder {str(folder)!r} is not writable")
-    return folder
+        raise InputError(f"output folder {name!r} is a file")
+    here = Path(os.path.realpath(os.getcwd()))
+    if folder == here or folder in here.parents:  # the swap would pull the folder from under us
+        raise InputError(f"output folder {name!r} is the current folder or holds it; the "
+                         f"reports are swapped in as a folder of their own: give one, such "
+                         f"as {os.path.join(name, 'parity-report')!r}")
+    parent = folder.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot create output folder {name!r}: "
+                         f"{str(Path(name).parent)!r} does not exist")
+    if not os.access(folder if folder.exists() else parent, os.W_OK) or not os.access(
+        parent, os.W_OK
+    ):
+        raise InputError(f"output folder {name!r} is not writable (its parent folder must be "
+                         f"writable too: the new set is swapped in from there)")
+    with _as_input_error(name):
+        _check_name_length(folder)
+        probe = _temp_name(folder)
+        os.mkdir(probe, 0o700)
+        os.rmdir(probe)
+    if folder.is_dir():
+        for file_name in names:
+            _check_replaceable(folder / file_name, Path(name) / file_name)
+    return Path(name)
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` through a temp file and a rename; return the path."""
-    target = check_writable(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    descriptor, temp_name = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.",
-                                             suffix=".tmp")
+def check_outputs(files: Mapping[str, PathLike | None] | None = None,
+                  folders: Mapping[str, PathLike | None] | None = None) -> None:
+    """Check every output of a command up front: writable, and no two on one path.
+
+    Args:
+        files: option name -> file path (``None`` when the option is not given; ``-`` is
+            stdout), e.g. ``{"--json": "d.json", "--junit": "j.xml"}``.
+        folders: option name -> output folder (``--out``).
+
+    Raises:
+        InputError: an output cannot be written, or two options name the same file
+            (or both ``-``), quoting both options.
+    """
+    seen: dict[object, str] = {}
+    for option, path in (files or {}).items():
+        if path is None:
+            continue
+        check_writable(path)
+        _claim(seen, _identity(path), option, path)
+    for option, path in (folders or {}).items():
+        if path is None:
+            continue
+        check_writable_folder(path)
+        _claim(seen, _identity(path), option, path)
+
+
+def _claim(seen: dict[object, str], key: object, option: str, path: PathLike) -> None:
+    if key in seen:
+        raise InputError(
+            f"{seen[key]} and {option} both write to {os.fspath(path)!r}; "
+            f"give each output its own path"
+        )
+    seen[key] = option
+
+
+def _identity(path: PathLike) -> object:
+    """What two paths must share to be one output: the file, else the resolved name."""
+    name = os.fspath(path)
+    if name == "-":
+        return ("fd", 1)
+    descriptor = _descriptor(name)
+    if descriptor is not None:
+        return ("fd", descriptor)
+    real = os.path.realpath(name)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(payload)
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, target)
+        info = os.stat(real)
+    except OSError:
+        return ("path", real)
+    if stat.S_ISCHR(info.st_mode):  # /dev/null may take any number of outputs
+        return ("device", name, object())
+    return ("inode", info.st_dev, info.st_ino)
+
+
+def _check_special(target: Path, info: os.stat_result, name: str) -> None:
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+        if not os.access(target, os.W_OK):
+            raise InputError(f"cannot write {name!r}: permission denied")
+        return
+    kind = "a block device" if stat.S_ISBLK(info.st_mode) else "a socket or other special file"
+    raise InputError(f"output path {name!r} is {kind}; introspect writes only files, "
+                     f"character devices and pipes")
+
+
+def _check_name_length(target: Path) -> None:
+    limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    if len(os.fsencode(target.name)) > limit:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(target))
+
+
+# ----------------------------------------------------------------------------------------
+# Writing one output
+
+
+def write_file(path: PathLike, data: Data) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` the way the kind of path asks for.
+
+    Regular files and new names atomically; devices, FIFOs and descriptor paths
+    (``-``, ``/dev/stdout``, ``/dev/fd/N``) in place; symbolic links followed.
+
+    Returns:
+        The path as given.
+
+    Raises:
+        InputError: the path cannot be written (one line: the file, the system's
+            reason, what to do); nothing is left behind.
+    """
+    name = os.fspath(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    descriptor = 1 if name == "-" else _descriptor(name)
+    if descriptor is not None:
+        _write_descriptor(descriptor, payload, "standard output" if name == "-" else name)
+        _committed(name)
+        return Path(name)
+    target = _resolve(Path(name), name)
+    descriptor = _descriptor(str(target))
+    if descriptor is not None:  # a link to /dev/stdout, say
+        _write_descriptor(descriptor, payload, name)
+        _committed(name)
+        return Path(name)
+    info = _lstat(target, name)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise InputError(f"output path {name!r} is a folder; give a file name")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        _check_special(target, info, name)
+        with _as_input_error(name):
+            fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+            try:
+                _write_all(fd, payload)
+            finally:
+                os.close(fd)
+        _committed(name)
+    else:
+        with _as_input_error(name, "; the previous file, if any, is unchanged"):
+            _replace_atomically(target, payload, info, name)
+    return Path(name)
+
+
+def write_atomic(path: PathLike, data: Data) -> Path:
+    """The former name of ``write_file``, kept for callers."""
+    return write_file(path, data)
+
+
+def write_stdout(data: Data) -> None:
+    """Write to standard output and flush, as a one-line ``InputError`` when it fails."""
+    write_file("-", data)
+
+
+def flush_stdout() -> None:
+    """Flush standard output; a failure (``> /dev/full``, a closed pipe) is an ``InputError``.
+
+    Afterwards stdout points at /dev/null, so Python's own flush at exit stays quiet.
+    """
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        silence_stdout()
+        raise InputError(_stdout_message(e)) from e
+
+
+def silence_stdout() -> None:
+    """Point descriptor 1 at /dev/null, dropping what could not be written."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def describe_failure(error: OSError) -> str:
+    """One line for an ``OSError`` no check caught; a broken stdout is named and silenced.
+
+    Every write of this module names its file, so an error without a file name comes
+    from the standard streams: stdout is pointed at /dev/null so that Python's own flush
+    at exit does not fail a second time.
+    """
+    if error.filename is None:
+        silence_stdout()
+        return _stdout_message(error)
+    return describe_os_error(error)
+
+
+def _stdout_message(error: OSError) -> str:
+    return describe_os_error(error, "standard output").replace(
+        "'standard output'", "to standard output"
+    )
+
+
+def _descriptor(name: str) -> int | None:
+    """The file descriptor a path names (``/dev/stdout``, ``/dev/fd/3``), else None."""
+    normal = os.path.normpath(name)
+    if normal in _STANDARD_STREAMS:
+        return _STANDARD_STREAMS[normal]
+    match = _DESCRIPTOR_PATH.match(normal)
+    if match is None or match.group(1) not in (None, "self", str(os.getpid())):
+        return None
+    return int(match.group(2))
+
+
+def _write_descriptor(fd: int, payload: bytes, shown: str) -> None:
+    stream = {1: sys.stdout, 2: sys.stderr}.get(fd)
+    try:
+        if stream is not None:
+            buffer = getattr(stream, "buffer", None)
+            if buffer is not None:
+                stream.flush()
+                buffer.write(payload)
+            else:  # a text stream without bytes (a notebook, a test's capture)
+                stream.write(payload.decode("utf-8", "replace"))
+            stream.flush()
+        else:
+            _write_all(fd, payload)
+    except OSError as e:
+        if fd == 1:
+            silence_stdout()
+            raise InputError(_stdout_message(e)) from e
+        raise InputError(describe_os_error(e, shown)) from e
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _resolve(path: Path, shown: str) -> Path:
+    """``path`` with every symbolic link followed, the last one included."""
+    current = Path(os.path.abspath(path))
+    for _ in range(_MAX_LINKS):
+        info = _lstat(current, shown)
+        if info is None or not stat.S_ISLNK(info.st_mode):
+            return current
+        with _as_input_error(shown):
+            link = os.readlink(current)
+        current = Path(os.path.abspath(current.parent / link))
+        if _descriptor(str(current)) is not None:
+            return current
+        current = Path(os.path.realpath(current.parent)) / current.name
+    raise InputError(f"cannot write {shown!r}: too many levels of symbolic links")
+
+
+def _lstat(path: Path, shown: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise InputError(describe_os_error(e, shown)) from e
+
+
+def _temp_name(target: Path) -> Path:
+    stem = target.name[:_TEMP_STEM]
+    return target.parent / f".{stem}.{secrets.token_hex(4)}.tmp"
+
+
+def _replace_atomically(target: Path, payload: bytes, old: os.stat_result | None,
+                        label: str) -> None:
+    """Temp file in the same folder, fsync, rename; the temp is gone on every way out."""
+    _check_name_length(target)
+    with _signals_held():
+        temp = _new_file(_temp_name(target), payload, old)
+        try:
+            os.replace(temp, target)
+        except BaseException:
+            _discard(temp)
+            raise
+        _live_temps.discard(str(temp))
+        _committed(label)  # before a held signal is delivered: the message must know
+    _fsync_folder(target.parent)
+
+
+def _new_file(path: Path, payload: bytes, old: os.stat_result | None) -> Path:
+    """Create ``path`` (which must not exist), write, fsync; mode: ``old``'s, else umask's."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    _live_temps.add(str(path))
+    try:
+        try:
+            _write_all(fd, payload)
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                if os.geteuid() == 0:  # root can keep the owner too
+                    with contextlib.suppress(OSError):
+                        os.fchown(fd, old.st_uid, old.st_gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
+        _discard(path)
         raise
-    return target
+    return path
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    _live_temps.discard(str(path))
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable; some file systems cannot open a folder, which is fine."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------
+# Writing a set of files into a folder, all or nothing
+
+
+def write_folder(folder: PathLike, files: Mapping[str, Data],
+                 owned: Iterable[str] = ()) -> list[Path]:
+    """Write ``files`` (name -> content) into ``folder`` as one set: all or nothing.
+
+    The set is built in a temp folder next to ``folder``; files and links of other names
+    already in ``folder`` are hard-linked (or copied) into it and subfolders moved; then
+    one ``renameat2(RENAME_EXCHANGE)`` swaps the two folders (Linux; elsewhere two renames
+    with the old set kept under ``.NAME.introspect-old-*`` in between). So ``folder``
+    holds the complete previous set or the complete new one whatever fails or
+    interrupts, and no temp file stays. Only a kill -9 or a power cut between the steps
+    can leave the sibling temp folder behind (with a subfolder moved into it, if any).
+    ``folder`` may be a link to a folder; the swap happens where it points. ``folder``'s
+    mode is kept; a new folder follows the umask.
+
+    Args:
+        folder: the output folder; created if its parent exists.
+        files: plain file names (no ``/``) -> text (written as UTF-8) or bytes.
+        owned: every name the set may have (``files``' names are added); those this set
+            lacks are not carried over (a rerun without the drawing drops the old one),
+            so the folder never mixes two sets.
+
+    Returns:
+        The paths written, in the order given.
+
+    Raises:
+        InputError: the folder or its parent cannot be written, an entry of the set's
+            names in ``folder`` is not a regular file, or a write fails (one line); the
+            previous set is then unchanged.
+    """
+    name = os.fspath(folder)
+    for file_name in files:
+        if not file_name or "/" in file_name or file_name in (".", ".."):
+            raise InputError(f"report file name {file_name!r} is not a plain file name")
+    own = {*files, *owned}
+    check_writable_folder(name, sorted(own))
+    real = Path(os.path.realpath(name))
+    exists = real.is_dir()
+    payloads = {n: d.encode("utf-8") if isinstance(d, str) else bytes(d) for n, d in files.items()}
+    kept = "the previous reports in it are unchanged" if exists else "no report was written"
+    with _as_input_error(name, f"; {kept}"):
+        _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
+    return [Path(name) / file_name for file_name in files]
+
+
+def _check_replaceable(entry: Path, shown: Path) -> None:
+    info = _lstat(entry, str(shown))
+    if info is None or stat.S_ISREG(info.st_mode):
+        return
+    kind = ("a folder" if stat.S_ISDIR(info.st_mode)
+            else "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file")
+    raise InputError(
+        f"{str(shown)!r} is {kind}; the report set replaces its own files as a whole and "
+        f"will not replace it: move it away or choose another output folder"
+    )
+
+
+def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[str],
+             label: str) -> None:
+    stem = real.name[:_TEMP_STEM]
+    with _signals_held():
+        temp = real.parent / f".{stem}.introspect-{secrets.token_hex(4)}"
+        os.mkdir(temp, 0o777)
+        _live_temps.add(str(temp))
+        moved: list[str] = []
+        swapped = False
+        try:
+            for file_name, payload in payloads.items():
+                old = _lstat(real / file_name, file_name) if exists else None
+                _write_new(temp / file_name, payload, old)
+            if exists:
+                os.chmod(temp, stat.S_IMODE(os.stat(real).st_mode))
+                moved = _carry_over(real, temp, own)
+                _fsync_folder(temp)
+                _exchange(temp, real)  # temp now holds the previous set
+                swapped = True
+            else:
+                _fsync_folder(temp)
+                os.rename(temp, real)
+                swapped = True
+            _committed(label)  # before a held signal is delivered: the message must know
+            _fsync_folder(real.parent)
+        except BaseException:
+            if not swapped:
+                for entry in moved:  # put subfolders back before the temp folder goes
+                    with contextlib.suppress(OSError):
+                        os.rename(temp / entry, real / entry)
+            raise
+        finally:  # the previous set after a swap, the unfinished new one otherwise
+            shutil.rmtree(temp, ignore_errors=True)
+            _live_temps.discard(str(temp))
+
+
+def _write_new(path: Path, payload: bytes, old: os.stat_result | None) -> None:
+    """One file of a set, into the temp folder (a seam the interruption tests use)."""
+    _new_file(path, payload, old)
+    _live_temps.discard(str(path))  # the temp folder is the unit that gets removed
+
+
+def _carry_over(real: Path, temp: Path, own: set[str]) -> list[str]:
+    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved."""
+    moved = []
+    for entry in sorted(os.scandir(real), key=lambda e: e.name):
+        if entry.name in own:
+            continue
+        destination = temp / entry.name
+        if entry.is_dir(follow_symlinks=False):
+            os.rename(entry.path, destination)
+            moved.append(entry.name)
+        elif entry.is_symlink():
+            os.symlink(os.readlink(entry.path), destination)
+        else:
+            try:
+                os.link(entry.path, destination, follow_symlinks=False)
+            except OSError:  # a file system without hard links, or protected_hardlinks
+                shutil.copy2(entry.path, destination, follow_symlinks=False)
+    return moved
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(new: Path, current: Path) -> None:
+    """Swap two folders in one step; fall back to two renames where that is not possible."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            renameat2 = libc.renameat2
+        except (OSError, AttributeError):
+            renameat2 = None
+        if renameat2 is not None:
+            renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                  ctypes.c_uint]
+            if renameat2(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(current),
+                         _RENAME_EXCHANGE) == 0:
+                return
+            code = ctypes.get_errno()
+            if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise OSError(code, os.strerror(code), str(current))
+    aside = current.parent / f".{current.name[:_TEMP_STEM]}.introspect-old-{secrets.token_hex(4)}"
+    os.rename(current, aside)
+    try:
+        os.rename(new, current)
+    except BaseException:
+        os.rename(aside, current)
+        raise
+    os.rename(aside, new)  # the caller removes ``new``, which now holds the previous set

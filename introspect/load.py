@@ -9,8 +9,12 @@ Sources (shared/DESIGN.md, "Model sources"):
 - any local folder holding an HF BERT checkpoint (config.json + safetensors or .bin).
 
 Head weights a checkpoint lacks are initialised from a fixed seed, and ``LoadedModel.notes``
-says which. Nothing here touches the network: offline mode is switched on before
-transformers is imported, and a source that would need a download is refused.
+says which. Nothing here touches the network or the process: every transformers call is
+made with ``local_files_only=True``, a hub id loads only from the local Hugging Face cache,
+no environment variable is set, and transformers' logging is quieted only during a load
+and put back after. A checkpoint is checked (``introspect.validate``) before it is loaded:
+config values, size against memory, weights files, layers against the config; weights that
+do not fit the model are an error naming the keys.
 
 Example::
 
@@ -22,26 +26,19 @@ Example::
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import re
 import warnings
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Offline before transformers is imported anywhere: a hub request must fail, never hang.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+import torch
 
-import torch  # noqa: E402
-
-# transformers imports tqdm.auto, which warns in a notebook without ipywidgets; progress
-# bars are off anyway (HF_HUB_DISABLE_PROGRESS_BARS above).
-warnings.filterwarnings("ignore", message="IProgress not found")
-
-from introspect.errors import InputError, ModelSourceError  # noqa: E402
+from introspect import validate
+from introspect.errors import ModelSourceError
 
 DEFAULT_MODEL = "minilm"
 DEFAULT_TEXTS = ("I love cats!", "He hates pineapple pizza.")
@@ -69,6 +66,15 @@ RANDOM_SIZES: dict[str, tuple[int, int, int, int]] = {
     "bert-large": (1024, 24, 16, 4096),
 }
 MODEL_NAMES = (DEFAULT_MODEL, *RANDOM_SIZES)
+
+# Weights files of a checkpoint folder, in the order transformers looks for them.
+WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+# Checkpoint keys of parts a model may lack or a checkpoint may miss (heads, the pooler),
+# and buffers the model rebuilds; every other key must fit the model exactly.
+_HEAD_KEY = re.compile(r"^(bert\.)?(pooler|cls|classifier|qa_outputs)\.")
+_REBUILT_BUFFER = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
+_SHOWN = 6
 
 
 @dataclass
@@ -111,7 +117,8 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     """Load an HF BERT with the given head from a model name or a checkpoint folder.
 
     Args:
-        source: ``minilm``, ``bert-tiny``, ``bert-base``, ``bert-large`` or a folder.
+        source: ``minilm``, ``bert-tiny``, ``bert-base``, ``bert-large``, a checkpoint
+            folder, or a hub id (``owner/name``) already in the local Hugging Face cache.
         head: a key of ``HEADS`` (``base``, ``sequence-classification``, ...).
         attn: ``sdpa`` or ``eager``: HF's attention implementation.
         dtype: cast the model to this dtype after loading (default: as stored, fp32).
@@ -141,37 +148,104 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     return loaded
 
 
+def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
+    """Check a model source without loading it; return its number of encoder layers.
+
+    Cheap (config.json, weights headers, tokenizer files; no tensor read), so a command
+    can refuse a bad ``--model``/``--candidate-model`` or ``--expand`` before the slow part.
+
+    Raises:
+        ModelSourceError: as ``load_model`` would for the source, in the same words.
+    """
+    name = str(source)
+    if name in RANDOM_SIZES:
+        return RANDOM_SIZES[name][1]
+    folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
+    with _quiet_transformers():
+        values, _ = check_checkpoint(folder)
+    return int(values.get("num_hidden_layers", 12))
+
+
 def _checkpoint_folder(name: str) -> Path:
+    """The folder ``name`` names, or the snapshot of a hub id in the local HF cache."""
     folder = Path(name)
     if not folder.exists():
-        raise ModelSourceError(
-            f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}) "
-            "and no such folder; models are never downloaded"
-        )
-    if not folder.is_dir() or not (folder / "config.json").is_file():
+        cached = validate.cached_snapshot(name)
+        if cached is None and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+            raise ModelSourceError(f"checkpoint folder {name!r} does not exist")
+        if cached is None:
+            raise ModelSourceError(
+                f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}), no such "
+                f"folder, and not in the local Hugging Face cache; introspect works offline and "
+                f"models are never downloaded: download it first (huggingface-cli download "
+                f"{name}) or pass a checkpoint folder"
+            )
+        folder = cached
+    if not folder.is_dir() or not os.path.lexists(folder / "config.json"):
         raise ModelSourceError(
             f"{name!r} is not an HF checkpoint folder: it has no config.json"
         )
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ModelSourceError(f"cannot read {folder / 'config.json'}: {e}") from e
-    model_type = config.get("model_type") if isinstance(config, dict) else None
+    config = validate.read_config(folder)
+    model_type = config.get("model_type")
     if model_type != "bert":
         raise ModelSourceError(
             f"{name!r} holds a {model_type or 'unknown'!s} model; only BERT checkpoints "
             "(model_type 'bert') are supported"
         )
-    weights = ("model.safetensors", "pytorch_model.bin")
-    if not any((folder / w).is_file() for w in weights):
+    if not any(os.path.lexists(folder / w) for w in WEIGHTS_FILES):
         raise ModelSourceError(
             f"{name!r} has a config.json but no weights (model.safetensors or pytorch_model.bin)"
         )
     return folder
 
 
+def check_checkpoint(folder: str | os.PathLike[str], *,
+                     activations: Collection[str] | None = None) -> tuple[dict[str, Any], Path]:
+    """Check a checkpoint folder without loading a tensor; return its config and weights file.
+
+    config.json (size-capped, inside the folder, BERT values), the model's size against
+    memory, the weights' headers and layers, the tokenizer files.
+
+    Args:
+        folder: the checkpoint folder.
+        activations: the ``hidden_act`` names allowed; default: transformers' ``ACT2FN``.
+
+    Raises:
+        ModelSourceError: the first problem found, in one line naming the file.
+    """
+    path = Path(folder)
+    root = validate.checkpoint_root(path)
+    values = validate.read_config(path)
+    if activations is None:
+        from transformers.activations import ACT2FN
+
+        activations = set(ACT2FN)
+    config_file = str(path / "config.json")
+    validate.check_config(values, activations=activations, source=config_file)
+    validate.check_model_size(values, source=config_file)
+    weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
+    if weights is None:
+        raise ModelSourceError(
+            f"{str(path)!r} has a config.json but no weights (model.safetensors or "
+            f"pytorch_model.bin)"
+        )
+    files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
+        weights]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        if file.name.endswith(".safetensors"):
+            shapes.update(validate.safetensors_shapes(file, root))
+        else:
+            shapes.update({k: tuple(v.shape) for k, v in validate.torch_bin_state(file,
+                                                                                  root).items()})
+    validate.check_weights_fit(values, shapes, str(weights))
+    validate.check_tokenizer_files(path)
+    return values, weights
+
+
 def _load_random(name: str, head: str, attn: str) -> LoadedModel:
-    import transformers
+    with _quiet_transformers():
+        import transformers
 
     hidden, layers, heads, intermediate = RANDOM_SIZES[name]
     config = transformers.BertConfig(
@@ -189,41 +263,113 @@ def _load_random(name: str, head: str, attn: str) -> LoadedModel:
 
 
 def _load_folder(folder: Path, source: str, head: str, attn: str) -> LoadedModel:
-    import transformers
+    with _quiet_transformers():
+        import transformers
 
-    transformers.utils.logging.disable_progress_bar()  # progress is the CLI's job
-
-    model_class = getattr(transformers, HEADS[head])
-    try:
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.manual_seed(INIT_SEED)  # head weights the checkpoint lacks
-            model, info = model_class.from_pretrained(
-                folder, attn_implementation=attn, output_loading_info=True,
-                local_files_only=True,
-            )
-    except (OSError, ValueError, RuntimeError) as e:
-        raise ModelSourceError(f"cannot load a BERT checkpoint from {folder}: {e}") from e
-    notes = []
-    missing = sorted(info.get("missing_keys", []))
-    if missing:
-        notes.append(
-            f"{len(missing)} weights not in the checkpoint were initialised with seed "
-            f"{INIT_SEED}: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}"
-        )
+        check_checkpoint(folder)
+        model_class = getattr(transformers, HEADS[head])
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(INIT_SEED)  # head weights the checkpoint lacks
+                model, info = model_class.from_pretrained(
+                    folder, attn_implementation=attn, output_loading_info=True,
+                    local_files_only=True, trust_remote_code=False, weights_only=True,
+                )
+        except Exception as e:  # the checks above passed; say what transformers said
+            raise ModelSourceError(
+                f"cannot load a BERT checkpoint from {folder}: {_first_line(e)}"
+            ) from e
+    notes = _loading_notes(info, folder, type(model).__name__)
     tokenizer_folder = folder if (folder / "vocab.txt").is_file() else minilm_folder()
     if tokenizer_folder != folder:
         notes.append(f"{folder} has no vocab.txt; using the embedded uncased vocab")
     return LoadedModel(model, _load_tokenizer(tokenizer_folder), source, head, attn, folder, notes)
 
 
-def _load_tokenizer(folder: Path) -> Any:
-    from transformers import BertTokenizerFast  # type: ignore[attr-defined]  # lazy module
+def _loading_notes(info: dict[str, Any], folder: Path, owner: str) -> list[str]:
+    """Notes on head weights; an error for backbone weights missing, unused or misshapen."""
+    missing = sorted(info.get("missing_keys", []))
+    unexpected = sorted(k for k in info.get("unexpected_keys", [])
+                        if not _REBUILT_BUFFER.search(k))
+    mismatched = [str(k[0] if isinstance(k, (tuple, list)) else k)
+                  for k in info.get("mismatched_keys", [])]
+    for label, keys in (("do not fit", mismatched),
+                        ("fit no parameter of", [k for k in unexpected if not _HEAD_KEY.match(k)])):
+        if keys:
+            raise ModelSourceError(
+                f"weights of {folder} {label} {owner}: {_names(keys)}; does config.json "
+                f"(num_hidden_layers, sizes) match the weights?"
+            )
+    backbone_missing = [k for k in missing if not _HEAD_KEY.match(k)]
+    if backbone_missing:
+        raise ModelSourceError(
+            f"{folder} lacks weights of {owner}: {_names(backbone_missing)}; is the "
+            f"checkpoint complete, and does config.json match it?"
+        )
+    notes = []
+    if missing:
+        notes.append(f"{len(missing)} weights not in the checkpoint were initialised with seed "
+                     f"{INIT_SEED}: {_names(missing)}")
+    if unexpected:
+        notes.append(f"{len(unexpected)} weights of the checkpoint belong to parts {owner} "
+                     f"does not have and were not used: {_names(unexpected)}")
+    return notes
 
-    try:
-        return BertTokenizerFast.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ModelSourceError(f"cannot load the tokenizer in {folder}: {e}") from e
+
+def _names(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_SHOWN])
+    return shown if len(keys) <= _SHOWN else f"{shown} and {len(keys) - _SHOWN} more"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' logging at error level and no progress bars, for this block only.
+
+    A load prints a report table and progress bars through transformers' logging; the
+    CLI says what matters in its own notes. The caller's settings are put back after,
+    so a notebook's logging is as it was. (tqdm warns about ipywidgets on import in a
+    notebook; that warning is silenced here too, not process-wide.)
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        warnings.simplefilter("ignore", FutureWarning)
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+
+
+def _load_tokenizer(folder: Path) -> Any:
+    with _quiet_transformers():
+        from transformers import BertTokenizerFast  # type: ignore[attr-defined]  # lazy module
+
+        validate.check_tokenizer_files(folder)
+        try:
+            tokenizer = BertTokenizerFast.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # tokenizers raises its own types on malformed files
+            raise ModelSourceError(
+                f"cannot load the tokenizer in {folder}: {_first_line(e)}"
+            ) from e
+    absent = [name for name in ("unk_token", "cls_token", "sep_token", "pad_token")
+              if getattr(tokenizer, f"{name}_id", None) is None]
+    if absent:
+        raise ModelSourceError(f"the tokenizer in {folder} has no {', '.join(absent)}; BERT "
+                               f"needs [UNK], [CLS], [SEP] and [PAD] in its vocab")
+    return tokenizer
 
 
 def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
@@ -235,20 +381,12 @@ def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
     ``multiple-choice`` head takes all texts as the choices of one example (1, C, S).
 
     Raises:
-        InputError: no text, an empty text, or an odd number of texts for next-sentence.
+        InputError: no text, an empty text, text that is not valid UTF-8, or an odd
+            number of texts for next-sentence (``validate.check_texts``).
     """
-    texts = tuple(texts)
-    if not texts:
-        raise InputError("no text given; pass at least one --text")
-    for i, text in enumerate(texts, 1):
-        if not text.strip():
-            raise InputError(f"text {i} is empty; give every --text some words")
+    texts = validate.check_texts(texts, head=head)
     notes = []
     if head == "next-sentence":
-        if len(texts) % 2:
-            raise InputError(
-                f"the next-sentence head takes texts in pairs; got {len(texts)} texts"
-            )
         first, second = list(texts[0::2]), list(texts[1::2])
         encoded = tokenizer(first, second, padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")

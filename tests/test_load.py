@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,3 +99,86 @@ def test_heads_that_shape_their_inputs(minilm):
         tokenize(minilm.tokenizer, ["a", "b", "c"], head="next-sentence")
     choices = tokenize(minilm.tokenizer, DEFAULT_TEXTS, head="multiple-choice")
     assert choices.tensors["input_ids"].shape[:2] == (1, 2)
+
+
+# -- no global side effects; hub ids from the local cache only ------------------------------
+
+_SUBPROCESS_ENV = {k: v for k, v in os.environ.items()
+                   if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+_SUBPROCESS_ENV["PYTHONPATH"] = str(Path(__file__).parents[1])
+
+# torch sets TORCHINDUCTOR_CACHE_DIR when torch._dynamo is first imported (transformers
+# imports it while building a model): torch's own doing, so it is imported before the
+# snapshot; everything after it is introspect's.
+SIDE_EFFECTS_SCRIPT = """
+import os, sys
+import torch._dynamo
+before = dict(os.environ)
+import introspect
+from introspect.load import load_model, tokenize
+from transformers.utils import logging as hf_logging
+hf_logging.set_verbosity_info()          # a notebook's own choice
+hf_logging.enable_progress_bar()
+env, level = dict(os.environ), hf_logging.get_verbosity()
+loaded = load_model("bert-tiny")
+load_model(sys.argv[1])
+tokenize(loaded.tokenizer, ["I love cats!"])
+assert before == env == dict(os.environ), set(os.environ.items()) ^ set(before.items())
+assert hf_logging.get_verbosity() == level, hf_logging.get_verbosity()
+assert hf_logging.is_progress_bar_enabled()
+print("unchanged")
+"""
+
+
+def _run(script: str, *args: str, env: dict[str, str] | None = None):
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, env=env or _SUBPROCESS_ENV, timeout=300)
+
+
+def test_importing_and_loading_change_no_environment_and_no_logging_level(tmp_path,
+                                                                          tiny_models):
+    tiny_models("base").model.save_pretrained(tmp_path)
+    run = _run(SIDE_EFFECTS_SCRIPT, str(tmp_path))
+    assert run.returncode == 0 and "unchanged" in run.stdout, run.stderr
+
+
+def _fake_hub_cache(home: Path, repo: str, model: torch.nn.Module) -> None:
+    """A local HF cache entry as huggingface_hub lays it out: blobs, a snapshot of links."""
+    repo_folder = home / "hub" / f"models--{repo.replace('/', '--')}"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    saved = home / "saved"
+    model.save_pretrained(saved)
+    snapshot = repo_folder / "snapshots" / revision
+    (repo_folder / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for file in saved.iterdir():
+        blob = repo_folder / "blobs" / f"blob-{file.name}"
+        shutil.move(file, blob)
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    (repo_folder / "refs").mkdir()
+    (repo_folder / "refs" / "main").write_text(revision)
+
+
+def test_a_hub_id_in_the_local_cache_loads_with_no_network(tmp_path, tiny_models):
+    _fake_hub_cache(tmp_path, "someone/tiny-bert", tiny_models("masked-lm").model)
+    env = {**_SUBPROCESS_ENV, "HF_HOME": str(tmp_path)}
+    env.pop("HF_HUB_CACHE", None)
+    script = ("from introspect.load import load_model\n"
+              "loaded = load_model('someone/tiny-bert', head='masked-lm')\n"
+              "print(loaded.folder.parent.parent.name, loaded.model.config.num_hidden_layers)\n")
+    run = _run(script, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["models--someone--tiny-bert", "2"]
+
+
+def test_a_hub_id_not_in_the_cache_is_one_line_saying_offline_only(tmp_path):
+    env = {**_SUBPROCESS_ENV, "HF_HOME": str(tmp_path)}
+    script = ("import sys\nfrom introspect.cli.main import main\n"
+              "sys.exit(main(['trace', '--model', 'someone/not-cached']))\n")
+    run = _run(script, env=env)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert ("unknown model 'someone/not-cached'" in run.stderr
+            and "not in the local Hugging Face cache" in run.stderr
+            and "models are never downloaded" in run.stderr)
+    assert not (tmp_path / "hub").exists() or not any((tmp_path / "hub").rglob("*.json"))

@@ -71,10 +71,16 @@ def run(args: argparse.Namespace) -> int:
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     if args.out:  # fail before the slow part
-        check_writable_folder(args.out)
+        from introspect.report import REPORT_FILES
+
+        check_writable_folder(args.out, REPORT_FILES)
     for path in (args.json, args.junit):
         if path:
             check_writable(path)
+    if args.candidate_model:  # a broken checkpoint is found before the reference loads
+        from introspect.load import check_model_source
+
+        check_model_source(args.candidate_model)
     result = compute_diff(args, atol, rtol)
     reports = _render(result, args)
     if args.out:

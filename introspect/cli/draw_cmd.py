@@ -111,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
     require_dot(fmt)  # fail before the slow part, and before any file is touched
     if not to_stdout:
         check_writable(output)
+    if args.expand:  # layer numbers against the model's layers, before loading it
+        from introspect.load import check_model_source
+        from introspect.render.fold import resolve_expand
+
+        resolve_expand(args.expand, check_model_source(args.model))
     data = render_drawing(args, fmt)
     if to_stdout:
         sys.stdout.buffer.write(data)

@@ -56,13 +56,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    from introspect import files
+
+    written_before = files.written_count()
     try:
-        return int(args.run(args))
-    except IntrospectError as e:
+        code = int(args.run(args))
+        files.flush_stdout()  # `> /dev/full` fails here, not in Python's exit
+        return code
+    except (IntrospectError, OSError) as e:
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
-        sys.stderr.write(f"introspect {args.command}: error: {e}\n")
+        # an OSError is a file-system error no check foresaw (stdout full or closed, say)
+        message = files.describe_failure(e) if isinstance(e, OSError) else str(e)
+        if files.written_since(written_before):  # a later output failed: say what is done
+            message += f" ({files.describe_written(written_before)})"
+        sys.stderr.write(f"introspect {args.command}: error: {message}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        sys.stderr.write(f"introspect {args.command}: interrupted; no file was written\n")
+        done = files.describe_written(written_before)
+        sys.stderr.write(f"introspect {args.command}: interrupted; {done}\n")
         return 130

@@ -40,7 +40,9 @@ def load_model_and_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
     """Load the model named by --model/--head/--attn and tokenize --text, telling notes."""
     from introspect.cli.progress import step
     from introspect.load import load_model, tokenize
+    from introspect.validate import check_texts
 
+    check_texts(args.text or DEFAULT_TEXTS, head=args.head)  # before the slow part
     with step(args, f"loading {args.model} ({args.head}, {args.attn})"):
         loaded = load_model(args.model, head=args.head, attn=args.attn)
     max_length = int(getattr(loaded.model.config, "max_position_embeddings", 512))

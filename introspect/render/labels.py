@@ -1,8 +1,9 @@
 """Label text for drawings: escaping, shapes as text, friendly titles for ops.
 
 Every label in a drawing is a Graphviz HTML-like label built here, and every piece of
-text that reaches one goes through ``escape`` first: a token such as ``<script>`` or a
-quote in the input text shows as text and can break neither the DOT nor the SVG.
+text that reaches one goes through ``escape`` first: a token such as ``<script>``, a
+quote or a backslash sequence (``\\N``) in the input text shows as text and can break
+neither the DOT nor the SVG.
 
 Example::
 
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 # Characters XML 1.0 does not allow (SVG is XML); they are dropped from labels.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "\\": "\\\\"}
 
 # Ops whose meaning is better said in words than by the function's name.
 _OP_TITLES = {
@@ -51,7 +52,12 @@ LAYOUT_OPS = frozenset(
 
 
 def escape(text: str) -> str:
-    """Text made safe for a Graphviz HTML-like label (and hence for the SVG)."""
+    """Text made safe for a Graphviz HTML-like label (and hence for the SVG).
+
+    Backslashes are doubled: Graphviz expands ``\\N`` (node name), ``\\G`` (graph name),
+    ``\\E``, ``\\L``, ``\\T``, ``\\H`` in labels, HTML-like ones and ``&#92;`` included,
+    and shows ``\\\\`` as one backslash; so a token ``\\N`` is drawn as typed.
+    """
     text = _NOT_XML.sub("", str(text))
     return "".join(_ENTITIES.get(c, c) for c in text)
 

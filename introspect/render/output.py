@@ -2,7 +2,8 @@
 
 DOT needs nothing but Python; the other formats run Graphviz's ``dot`` binary. A missing
 ``dot``, an unknown format or an unwritable path is an ``IntrospectError`` (one line and
-exit 2 in the CLI), and no partial file is ever left behind.
+exit 2 in the CLI), and no partial file is ever left behind. The same drawing gives the
+same bytes in every format: a PDF's creation date is fixed (``fixed_pdf_dates``).
 
 Example::
 
@@ -13,8 +14,10 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +79,8 @@ def render_bytes(digraph: Any, fmt: str = "svg") -> bytes:
     import graphviz
 
     try:
-        return bytes(digraph.pipe(format=fmt))
+        data = bytes(digraph.pipe(format=fmt))
+        return fixed_pdf_dates(data) if fmt == "pdf" else data
     except graphviz.ExecutableNotFound as e:
         raise GraphvizMissingError(f"Graphviz's 'dot' could not be run: {e}") from e
     except (graphviz.CalledProcessError, subprocess.CalledProcessError) as e:
@@ -85,6 +89,27 @@ def render_bytes(digraph: Any, fmt: str = "svg") -> bytes:
         raise IntrospectError(
             f"Graphviz failed to render {fmt}: {message[-1] if message else e}"
         ) from e
+
+
+# cairo writes the time of rendering into a PDF's info dictionary; its 14 digits are
+# replaced by a fixed time of the same length, so the byte offsets of the xref table hold.
+_PDF_DATE = re.compile(rb"(/(?:CreationDate|ModDate) *\(D:)(\d{14})")
+
+
+def fixed_pdf_dates(pdf: bytes) -> bytes:
+    """A PDF with its creation and modification dates fixed: byte-identical across runs.
+
+    The date is ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) when set and
+    valid, else 1970-01-01 00:00:00 UTC.
+    """
+    try:
+        epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(epoch)).encode("ascii")
+    except (ValueError, OverflowError, OSError):
+        stamp = b"19700101000000"
+    if len(stamp) != 14:
+        stamp = b"19700101000000"
+    return _PDF_DATE.sub(lambda m: m.group(1) + stamp, pdf)
 
 
 def write_drawing(digraph: Any, path: str | os.PathLike[str], fmt: str | None = None) -> Path:
@@ -97,8 +122,8 @@ def write_drawing(digraph: Any, path: str | os.PathLike[str], fmt: str | None = 
         InputError: unknown format, or a path that cannot be written.
         GraphvizMissingError: the format needs ``dot`` and it is missing.
     """
-    from introspect.files import check_writable, write_atomic
+    from introspect.files import check_writable, write_file
 
     fmt = format_for(path, fmt)
     check_writable(path)
-    return write_atomic(path, render_bytes(digraph, fmt))
+    return write_file(path, render_bytes(digraph, fmt))

@@ -1,8 +1,8 @@
 """Reports of a diff: JSON, CSV, Markdown, HTML, JUnit XML and the error-coloured drawing.
 
 Each writer module turns a ``DiffResult`` into text (or bytes) and touches no file;
-``write_reports`` renders them all in memory first, then writes each file atomically
-(temp file, then rename), so an interrupted run never leaves a half-written report.
+``write_reports`` renders them all in memory first, then swaps the whole set into the
+folder at once (``files.write_folder``), so the folder never holds a mix of two runs.
 
 Example::
 
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from introspect.files import check_writable_folder, write_atomic
+from introspect.files import check_writable_folder, write_folder
 from introspect.report.csv_report import layers_csv, nodes_csv
 from introspect.report.html_report import html_report
 from introspect.report.json_report import SCHEMA_VERSION, json_report
@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "html_report", "json_report", "junit_xml", "layers_csv",
            "markdown_summary", "nodes_csv", "overlay_svg", "render_reports", "write_reports"]
+
+
+# Every file a report set may hold; write_folder replaces them as one set.
+REPORT_FILES = ("diff.json", "nodes.csv", "layers.csv", "diff.md", "junit.xml", "diff.html",
+                "diff.svg")
 
 
 def render_reports(result: DiffResult, *, drawing: bool = True) -> dict[str, str | bytes]:
@@ -56,7 +61,7 @@ def write_reports(result: DiffResult, folder: str | os.PathLike[str], *,
     Raises:
         InputError: the folder cannot be created or written.
     """
-    target = check_writable_folder(folder)
+    check_writable_folder(folder, REPORT_FILES)
     reports = render_reports(result, drawing=drawing)  # all rendered before any is written
-    target.mkdir(exist_ok=True)
-    return [write_atomic(target / name, content) for name, content in reports.items()]
+    # the whole set or, on any failure, the previous one; an old diff.svg does not linger
+    return write_folder(folder, reports, owned=REPORT_FILES)

@@ -40,13 +40,11 @@ def auto_model_class(folder: str | os.PathLike[str]) -> type[BertPreTrainedModel
     Raises:
         ModelSourceError: config.json names an architecture with no from-scratch class.
     """
-    import json
-    from pathlib import Path
+    from introspect.validate import read_config
 
-    try:
-        architectures = json.loads((Path(folder) / "config.json").read_text()).get("architectures")
-    except (OSError, ValueError, AttributeError) as e:
-        raise ModelSourceError(f"cannot read config.json in {os.fspath(folder)!r}: {e}") from e
+    architectures = read_config(folder).get("architectures")  # size-capped, inside folder
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        architectures = None
     if not architectures:
         return BertModel
     if architectures[0] not in MODELS:

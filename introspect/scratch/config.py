@@ -14,13 +14,14 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from introspect.errors import ModelSourceError
+from introspect.validate import check_config, checkpoint_root, num_labels, read_json_file
 
 # Activations the model can build, by HuggingFace's name (see model.activation).
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
@@ -52,16 +53,8 @@ class BertConfig:
     attn_implementation: str = "sdpa"  # "sdpa" (fused kernel) or "eager" (explicit matmuls)
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ModelSourceError(
-                f"The hidden size ({self.hidden_size}) is not a multiple of the number of "
-                f"attention heads ({self.num_attention_heads}); fix config.json"
-            )
-        if self.hidden_act not in ACTIVATIONS:
-            raise ModelSourceError(
-                f"hidden_act {self.hidden_act!r} is not supported; "
-                f"use one of {', '.join(ACTIVATIONS)}"
-            )
+        # types, ranges, divisibility, activation: the checks config.json gets
+        check_config(dataclasses.asdict(self), activations=ACTIVATIONS, source="BertConfig")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ModelSourceError(
                 f"attn_implementation {self.attn_implementation!r} is not supported; "
@@ -78,7 +71,7 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> BertConfig:
+    def from_dict(cls, values: Mapping[str, Any], source: str = "config.json") -> BertConfig:
         """Build a config from the keys of a HuggingFace BERT ``config.json``.
 
         Keys this model does not use (``architectures``, ``use_cache``, ...) are ignored;
@@ -86,6 +79,7 @@ class BertConfig:
 
         Args:
             values: the parsed ``config.json`` (or ``PretrainedConfig.to_dict()``).
+            source: where the values come from, for messages.
 
         Returns:
             The config.
@@ -110,10 +104,10 @@ class BertConfig:
                     f"config.json sets {key}={values[key]!r}; the from-scratch BERT supports "
                     f"only {key}={allowed!r}"
                 )
+        check_config(values, activations=ACTIVATIONS, source=source)
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {key: value for key, value in values.items() if key in fields}
-        if "num_labels" not in kwargs and values.get("id2label"):
-            kwargs["num_labels"] = len(values["id2label"])
+        kwargs["num_labels"] = num_labels(values)
         implementation = values.get("attn_implementation") or values.get("_attn_implementation")
         if implementation is not None:
             kwargs["attn_implementation"] = implementation
@@ -126,21 +120,19 @@ class BertConfig:
     def from_json_file(cls, path: str | os.PathLike[str]) -> BertConfig:
         """Read a HuggingFace ``config.json``.
 
+        The file is read with a size cap and must be a regular file inside its folder.
+
         Raises:
-            ModelSourceError: the file is missing or is not JSON.
+            ModelSourceError: the file is missing, too large, not a regular file, not JSON,
+                or its values are not a BERT's.
         """
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except FileNotFoundError as e:
+        file = Path(path)
+        if not os.path.lexists(file):
             raise ModelSourceError(
-                f"no config.json at {os.fspath(path)!r}; a HuggingFace checkpoint folder needs one"
-            ) from e
-        except (OSError, json.JSONDecodeError) as e:
-            raise ModelSourceError(f"cannot read {os.fspath(path)!r} as JSON: {e}") from e
-        if not isinstance(values, dict):
-            raise ModelSourceError(f"{os.fspath(path)!r} holds no JSON object")
-        return cls.from_dict(values)
+                f"no config.json at {str(file)!r}; a HuggingFace checkpoint folder needs one"
+            )
+        values = read_json_file(file, checkpoint_root(file.parent))
+        return cls.from_dict(values, source=str(file))
 
     def replace(self, **changes: Any) -> BertConfig:
         """A copy with some fields changed (``config.replace(num_labels=5)``).

@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from introspect import validate
 from introspect.errors import ModelSourceError
 from introspect.scratch.config import BertConfig
 
@@ -99,17 +99,26 @@ def read_checkpoint(
 ) -> tuple[BertConfig, dict[str, torch.Tensor], str]:
     """Read config.json and the weights of a HuggingFace checkpoint folder.
 
+    Everything cheap is checked before a tensor is read: config.json (size-capped, inside
+    the folder, its values), the weights' headers (safetensors) and layers against the
+    config, and the model's size against this machine's memory.
+
     Args:
         folder: a folder holding ``config.json`` and ``model.safetensors`` (or a sharded
-            safetensors index, or ``pytorch_model.bin``).
+            safetensors index, or ``pytorch_model.bin``), or a hub id (``owner/name``)
+            already in the local Hugging Face cache (never downloaded).
 
     Returns:
         The config, the state dict as stored, and the weights file's path (for messages).
 
     Raises:
-        ModelSourceError: no such folder, no config or weights, or a file that cannot be read.
+        ModelSourceError: no such folder, no config or weights, a file that cannot be read
+            or lies outside the folder, a config that is not a BERT's or does not match
+            the weights, or a model too large for this machine.
     """
     path = Path(folder)
+    if not path.exists():
+        path = validate.cached_snapshot(str(folder)) or path  # a hub id in the local cache
     if not path.exists():
         raise ModelSourceError(f"checkpoint folder {str(path)!r} does not exist")
     if not path.is_dir():
@@ -117,47 +126,62 @@ def read_checkpoint(
             f"{str(path)!r} is a file; pass the folder that holds config.json and the weights"
         )
     config = BertConfig.from_json_file(path / "config.json")
+    values = config.to_dict()
     for name in SAFETENSORS_FILES + TORCH_FILES:
-        if (path / name).is_file():
-            return config, _read_weights(path / name), str(path / name)
-    raise ModelSourceError(
-        f"no weights in {str(path)!r}: looked for {', '.join(SAFETENSORS_FILES + TORCH_FILES)}"
-    )
-
-
-def _read_weights(file: Path) -> dict[str, torch.Tensor]:
-    if file.name.endswith(".index.json"):
-        return _read_sharded(file)
-    try:
-        if file.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(file), device="cpu")
-        else:  # weights_only: a .bin is a pickle, and an untrusted pickle runs code
-            state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as e:  # safetensors and pickle raise their own types
-        raise ModelSourceError(f"cannot read weights from {str(file)!r}: {e}") from e
-    if not isinstance(state, Mapping) or not all(
-        isinstance(v, torch.Tensor) for v in state.values()
-    ):
-        raise ModelSourceError(f"{str(file)!r} holds no state dict of tensors")
-    return dict(state)
-
-
-def _read_sharded(index_file: Path) -> dict[str, torch.Tensor]:
-    try:
-        weight_map = json.loads(index_file.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelSourceError(f"cannot read the shard index {str(index_file)!r}: {e}") from e
-    state: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values())):
-        state.update(_read_weights(index_file.parent / shard))
-    absent = sorted(set(weight_map) - set(state))
-    if absent:
+        if os.path.lexists(path / name):
+            weights = path / name
+            break
+    else:
         raise ModelSourceError(
-            f"the shards of {str(index_file)!r} lack keys their index lists: {_names(absent)}"
+            f"no weights in {str(path)!r}: looked for {', '.join(SAFETENSORS_FILES + TORCH_FILES)}"
         )
+    root = validate.checkpoint_root(path)
+    validate.check_model_size(values, source=str(path / "config.json"))
+    files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
+        weights]
+    if weights.name.startswith("model.safetensors"):
+        shapes: dict[str, tuple[int, ...]] = {}
+        for file in files:
+            shapes.update(validate.safetensors_shapes(file, root))
+        validate.check_weights_fit(values, shapes, str(weights))
+        state = _read_safetensors(files, weights)
+    else:
+        state = {}
+        for file in files:
+            state.update(validate.torch_bin_state(file, root))  # memory-mapped
+        validate.check_weights_fit(values, {k: tuple(v.shape) for k, v in state.items()},
+                                   str(weights))
+    return config, state, str(weights)
+
+
+def _read_safetensors(files: list[Path], weights: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file), device="cpu"))
+        except Exception as e:  # the headers were checked; this is a read error
+            raise ModelSourceError(f"cannot read weights from {str(file)!r}: {e}") from e
+    if weights.name.endswith(".index.json"):
+        listed = validate.read_json_file(weights, validate.checkpoint_root(weights.parent))
+        absent = sorted(set(listed["weight_map"]) - set(state))
+        if absent:
+            raise ModelSourceError(
+                f"the shards of {str(weights)!r} lack keys their index lists: {_names(absent)}"
+            )
     return state
+
+
+def check_fits(config: BertConfig, state: Mapping[str, torch.Tensor], source: str) -> None:
+    """Before a model is built: its size fits in memory and the weights hold its layers.
+
+    Raises:
+        ModelSourceError: as ``validate.check_model_size`` and ``check_weights_fit``.
+    """
+    values = config.to_dict()
+    validate.check_model_size(values, source=source)
+    validate.check_weights_fit(values, {k: tuple(v.shape) for k, v in state.items()}, source)
 
 
 def read_hf_module(hf_model: nn.Module) -> tuple[BertConfig, dict[str, torch.Tensor]]:
@@ -321,12 +345,15 @@ def save_checkpoint(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """Write ``config.json`` and ``model.safetensors`` as HF's ``save_pretrained`` does.
 
     Shared (tied) weights are written once, under their first name, as HF writes them.
-    Each file is written to a temporary name and renamed, so no half-written file stays.
+    Each file is written through ``introspect.files`` (atomically: temp file, rename), so
+    no half-written file stays.
 
     Raises:
-        ModelSourceError: the folder cannot be created or written.
+        InputError: the folder cannot be created or a file cannot be written (one line).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from introspect import files
 
     config: BertConfig = model.config  # type: ignore[assignment]
     values = config.to_dict()
@@ -335,24 +362,7 @@ def save_checkpoint(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     path = Path(folder)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        _write_atomically(
-            path / "config.json",
-            lambda tmp: Path(tmp).write_text(json.dumps(values, indent=2) + "\n"),
-        )
-        _write_atomically(
-            path / "model.safetensors",
-            lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}),
-        )
     except OSError as e:
-        raise ModelSourceError(f"cannot write a checkpoint to {str(path)!r}: {e}") from e
-
-
-def _write_atomically(target: Path, write: Callable[[str], object]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        raise ModelSourceError(files.describe_os_error(e, path)) from e
+    files.write_file(path / "config.json", json.dumps(values, indent=2) + "\n")
+    files.write_file(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))

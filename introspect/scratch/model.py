@@ -453,6 +453,7 @@ class BertPreTrainedModel(nn.Module):
         strict: bool,
         dtype: torch.dtype | None,
     ) -> ModelT:
+        loading.check_fits(config, state, source)  # before allocating the model
         model = cls(config)
         model.loading_report = loading.load_state(model, state, source, strict=strict)
         if dtype is not None:

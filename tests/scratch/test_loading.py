@@ -377,3 +377,74 @@ def test_save_pretrained_round_trips_through_hf(tmp_path: Path, head: str) -> No
     with torch.no_grad():
         assert_equal_outputs(hf(**small_inputs()), model(**small_inputs()))
         assert_equal_outputs(model(**small_inputs()), again(**small_inputs()))
+
+
+# -- hostile checkpoints: refused before anything large is read or built -----------------------
+
+
+def test_a_shard_index_pointing_outside_the_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint"
+    hf_model("BertModel", **SMALL).save_pretrained(folder, max_shard_size="20KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = "../stolen.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelSourceError, match=r"names the shard '\.\./stolen\.safetensors'"):
+        scratch.BertModel.from_pretrained(folder)
+
+
+def test_a_shard_linked_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint"
+    hf_model("BertModel", **SMALL).save_pretrained(folder, max_shard_size="20KB")
+    shard = sorted(folder.glob("model-*.safetensors"))[0]
+    outside = tmp_path / "outside.safetensors"
+    shard.rename(outside)
+    shard.symlink_to(outside)
+    with pytest.raises(ModelSourceError, match="outside the checkpoint folder"):
+        scratch.BertModel.from_pretrained(folder)
+
+
+def test_a_config_override_too_large_for_memory_is_refused_before_building(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ModelSourceError, match=r"describes a model of about .* parameters"):
+        scratch.BertModel.from_pretrained(saved(tmp_path), vocab_size=10**12)
+
+
+def test_more_layers_in_the_config_than_in_the_weights_is_refused_before_building(
+    tmp_path: Path,
+) -> None:
+    folder = saved(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 100000}))
+    with pytest.raises(ModelSourceError, match=r"num_hidden_layers 100000, but .* holds 2"):
+        scratch.BertModel.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"hidden_size": "32"}, r"hidden_size is '32'; it must be a whole number > 0"),
+    ({"num_attention_heads": 0}, r"num_attention_heads is 0"),
+    ({"layer_norm_eps": -1}, r"layer_norm_eps is -1; it must be a number > 0"),
+    ({"num_labels": 1e9}, r"num_labels is 1000000000.0"),
+    ({"hidden_dropout_prob": 2}, r"hidden_dropout_prob is 2"),
+    ({"pad_token_id": -1}, r"pad_token_id is -1"),
+])
+def test_config_values_of_the_wrong_type_or_range_are_refused(tmp_path: Path, change: dict,
+                                                              match: str) -> None:
+    folder = saved(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ModelSourceError, match=match):
+        scratch.BertModel.from_pretrained(folder)
+    with pytest.raises(ModelSourceError, match=match.split(";")[0]):
+        scratch.BertConfig.from_dict({**config, **change})
+
+
+def test_the_errors_are_input_errors_of_one_line(tmp_path: Path) -> None:
+    from introspect.errors import InputError
+
+    folder = saved(tmp_path)
+    (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(InputError) as caught:
+        scratch.BertModel.from_pretrained(folder)
+    assert "\n" not in str(caught.value) and "the file is empty" in str(caught.value)
