@@ -56,9 +56,10 @@ def check_outputs(files: Mapping[str, str | None], *, folder: str | None = None,
         target = _absolute(Path(path))  # type: ignore[arg-type]
         owner = owners.get(target)
         if owner is not None and owner != option:
-            where = (f"the {owner} report in --out {folder}"
-                     if target.parent == _absolute(Path(folder or ".")) and folder else owner)
-            raise InputError(f"{option} and {where} name the same file {path!r}; "
+            in_folder = bool(folder) and target.parent == _absolute(Path(folder or "."))
+            both = (f"{option} and the {owner} report in --out {folder}" if in_folder
+                    else f"{owner} and {option}")
+            raise InputError(f"{both} name the same file {path!r}; "
                              "give each report its own path")
         owners[target] = option
         if folder and target.parent == _absolute(Path(folder)) and not Path(folder).is_dir():

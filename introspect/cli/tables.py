@@ -118,6 +118,9 @@ def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -
         if not modest:  # every one wants more than its share: cut them all to it
             for i, c in open_.items():
                 widths[i] = max(c.min_width, left * c.flex // shares)
+            over = sum(widths[i] for i in open_) - left  # minimum widths can overshoot
+            widest = max(open_, key=lambda i: widths[i])
+            widths[widest] = max(widths[widest] - max(over, 0), 1)
             break
         for i in modest:
             widths[i] = natural[i]

@@ -95,9 +95,9 @@ def node_table(graph: Any, width: int, *, include_bookkeeping: bool = False) -> 
 
     records = [r for r in graph.records if include_bookkeeping or r.kind != "shape"]
     columns = [Column("#", 4, justify="right"), Column("node", 0, flex=5, cut="start"),
-               Column("op", 0, flex=2, min_width=12), Column("layer", 0, flex=2, min_width=8),
-               Column("shape", 0, flex=3), Column("params", 9, justify="right"),
-               Column("FLOPs", 13, justify="right")]
+               Column("op", 0, flex=2, min_width=12), Column("layer", 0, flex=2, min_width=15),
+               Column("shape", 0, flex=2, min_width=12), Column("params", 9, justify="right"),
+               Column("FLOPs", 11, justify="right")]
     rows = [(str(r.index), r.name, r.op_type, r.layer, r.shapes or r.value,
              f"{r.params:,}" if r.params else "", f"{r.flops:,}" if r.flops else "")
             for r in records]
