@@ -80,3 +80,33 @@ def test_html_file_round_trip(failing_diff, tmp_path):
     paths = write_reports(failing_diff, tmp_path / "r", drawing=False)
     page = next(p for p in paths if p.name == "diff.html").read_text()
     assert Path(tmp_path / "r" / "diff.html").read_text() == page and "<svg" not in page
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_sorting_and_filtering_work_in_the_browser(failing_diff, tmp_path):
+    page = html_report(failing_diff)
+    probe = """<script>
+    var t = document.getElementById("nodes");
+    var th = t.querySelectorAll("th")[1]; th.click(); th.click();   // local error, descending
+    var first = t.tBodies[0].rows[0].cells[1].dataset.v;
+    document.getElementById("nodes-failing").checked = false;
+    document.getElementById("nodes-text").value = "layer_norm"; introspectFilter("nodes");
+    var shown = Array.prototype.filter.call(t.tBodies[0].rows,
+        function (r) { return r.style.display !== "none"; }).length;
+    document.body.setAttribute("data-probe", first + "|" + shown);
+    </script></body>"""
+    (tmp_path / "probe.html").write_text(page.replace("</body>", probe))
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--disable-background-networking", "--disable-component-update",
+                               "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                               "--dump-dom", (tmp_path / "probe.html").as_uri()],
+                              capture_output=True, text=True, timeout=120, check=False)
+    probe_value = re.search(r'data-probe="([^"]*)"', done.stdout)
+    assert probe_value, done.stderr[-2000:]
+    first, shown = probe_value.group(1).split("|")
+    worst = max(r.local_max_abs_err or 0.0 for r in failing_diff.rows)
+    assert float(first) == worst  # sorted by value, largest first
+    compared = [r for r in failing_diff.rows if r.status not in ("unmatched", "skipped")]
+    assert int(shown) == sum("layer_norm" in r.reference_node + r.candidate_node
+                             for r in compared) > 0
