@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup dot demo test lint typecheck bench clean
+.PHONY: setup system-deps demo test lint typecheck bench clean
 
-setup: $(STAMP) dot
+setup: $(STAMP) system-deps
 
 # torch first and pinned: a torch requirement that admits a newer release pulls several
 # GB of CUDA packages; with 2.13.0 installed, the package's own range installs nothing more.
@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
-dot:
-	@command -v dot >/dev/null 2>&1 || sh scripts/install-graphviz.sh
+# Graphviz (required for drawings) and Chromium (optional: the diff.html screenshot test),
+# through apt-get where possible; says how to install them otherwise.
+system-deps:
+	@(command -v dot && (command -v chromium || command -v chromium-browser)) >/dev/null 2>&1 \
+		|| sh scripts/install-system-deps.sh
 
 # The main job on the embedded model: tables (and, as they land, the diagram and the diff).
 demo: setup

@@ -1,7 +1,8 @@
 """introspect: see inside a HuggingFace BERT and prove that two implementations agree.
 
 The public API is loaded lazily so that ``introspect --help`` starts without importing
-torch (see ``__getattr__`` below)::
+torch (see ``__getattr__`` below); type checkers read the real signatures from the
+``TYPE_CHECKING`` imports::
 
     import introspect
     graph = introspect.trace(model, inputs)      # IntrospectGraph
@@ -12,9 +13,16 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
+    from introspect import render, scratch, testing
+    from introspect.diff.api import diff
+    from introspect.diff.result import DiffResult
+    from introspect.graph import IntrospectGraph, trace
+    from introspect.load import load_model, tokenize
 
 # name -> "module:attribute"; imported on first use only.
 _LAZY_API = {
@@ -29,7 +37,9 @@ _LAZY_API = {
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
 _LAZY_SUBMODULES = ("scratch", "render", "testing")
 
-__all__ = ["__version__", *_LAZY_API, *_LAZY_SUBMODULES]
+# Spelled out (not built from the two above) so that linters and type checkers read it.
+__all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "diff",
+           "DiffResult", "scratch", "render", "testing"]
 
 
 def __getattr__(name: str) -> Any:
@@ -61,3 +71,8 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    """The public API (loaded or not) and the module's own names, for dir() and completion."""
+    return sorted({*globals(), *__all__})

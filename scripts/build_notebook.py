@@ -120,13 +120,19 @@ result = introspect.diff(hf.model, broken, inputs)
 print(result.summary())
 result.layers"""),
     ("markdown", """\
-The same drawing, each node coloured by its local error against its budget (green
-within, red far beyond): the fault lights up in layer 3 alone."""),
+`result.nodes` is a DataFrame like any other: filter it to the nodes that are not fine.
+The one over budget (`fail`) is highlighted red; the ones after it, whose error was
+carried in from layer 3 but which compute the right thing themselves (`drift`), yellow."""),
     ("code", """\
-from IPython.display import SVG
-from introspect.report.overlay import overlay_svg
-
-SVG(overlay_svg(result, depth=2))"""),
+nodes = result.nodes
+nodes[nodes.status != "ok"][["reference_node", "candidate_node", "op", "local_max_abs_err",
+                             "max_abs_err", "status"]].head(8)"""),
+    ("markdown", """\
+The same drawing, each node coloured by its local error against its budget (green
+within, red far beyond): the fault lights up in layer 3 alone, drawn open while the
+healthy layers stay folded."""),
+    ("code", """\
+result.draw(depth=2)"""),
 ]
 
 

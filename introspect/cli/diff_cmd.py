@@ -5,8 +5,15 @@ Examples:
   introspect diff --model bert-base --head masked-lm --attn eager
   introspect diff --candidate hf --candidate-dtype bfloat16 --noise-budget
   introspect diff --candidate hf --candidate-attn eager    # sdpa against eager, both HF
-  introspect diff --candidate hf --candidate-model ./my-fine-tune
+  introspect diff --candidate ./my-fine-tune               # another checkpoint folder (HF)
+  introspect diff --model bert-tiny --candidate my_port.py:build   # your port (see below)
   introspect diff --out parity-report --junit junit.xml    # CI: reports, exit 1 on failure
+  introspect diff --json - --quiet | jq .first_divergence  # the JSON report on stdout
+
+--reference and --candidate take hf, scratch (the from-scratch BERT), a checkpoint
+folder, or your own port as path/to/port.py:NAME or package.module:NAME: NAME is a
+callable that receives the loaded reference (.model, .config, .folder, .tokenizer) and
+returns the torch.nn.Module to check, holding the reference's weights.
 
 The graphs are aligned on the weights each node reads, then both models run side by
 side on the texts (default: the tutorial's padded pair). Each aligned node gets its
@@ -20,34 +27,49 @@ reference in float64 and raises each node's atol to 4x its own noise.
 
 --out DIR writes diff.json, nodes.csv, layers.csv, diff.md (for a pull request),
 diff.html (self-contained), junit.xml (one test case per layer) and diff.svg (the
-drawing, coloured by error). Exit status: 0 parity holds, 1 it fails, 2 bad usage or input.
+drawing, coloured by error). --json and --junit take '-' for stdout; the verdict then
+goes to stderr. --quiet prints only the verdict and, on failure, the first divergence
+and its hints. Exit status: 0 parity holds, 1 it fails, 2 bad usage or input.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+from dataclasses import dataclass
 from typing import Any
 
-from introspect.cli.options import add_model_options, add_verbosity_options, say
+from introspect.cli.options import (
+    add_model_options,
+    add_verbosity_options,
+    check_texts,
+    say,
+)
+from introspect.errors import InputError
 
-IMPLEMENTATIONS = ("hf", "scratch")
+BUILT_IN = ("hf", "scratch")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+IMPLEMENTATION_HELP = ("hf, scratch, a checkpoint folder, path/to/port.py:NAME or "
+                       "package.module:NAME")
+# The file each single-file option's report has inside --out: the same report may go to
+# both places, another report may not share its path.
+FOLDER_FILES = {"--json": "diff.json", "--junit": "junit.xml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
-    parser.add_argument("--reference", default="hf", choices=IMPLEMENTATIONS,
-                        help="the implementation trusted (default: hf)")
-    parser.add_argument("--candidate", default="scratch", choices=IMPLEMENTATIONS,
-                        help="the implementation checked (default: scratch)")
+    parser.add_argument("--reference", default="hf", metavar="IMPL",
+                        help=f"the implementation trusted: {IMPLEMENTATION_HELP} (default: hf)")
+    parser.add_argument("--candidate", default="scratch", metavar="IMPL",
+                        help=f"the implementation checked: {IMPLEMENTATION_HELP} "
+                             "(default: scratch)")
     parser.add_argument("--candidate-model", metavar="PATH",
-                        help="load the candidate from this checkpoint folder instead "
+                        help="load the hf or scratch candidate from this checkpoint folder "
                              "(a fine-tune, a conversion, a quantised copy)")
     parser.add_argument("--candidate-dtype", choices=DTYPES, metavar="D",
                         help=f"cast the candidate to this dtype: {', '.join(DTYPES)}")
     parser.add_argument("--candidate-attn", choices=("sdpa", "eager"), metavar="A",
-                        help="the candidate's attention implementation (default: --attn)")
+                        help="the hf or scratch candidate's attention implementation "
+                             "(default: --attn)")
     parser.add_argument("--atol", metavar="X", help="absolute tolerance (default: per dtype)")
     parser.add_argument("--rtol", metavar="X", help="relative tolerance (default: per dtype)")
     parser.add_argument("--noise-budget", action="store_true",
@@ -57,54 +79,104 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report NaN or Inf in compared values as a note instead of "
                              "failing")
     parser.add_argument("--out", metavar="DIR", help="write every report into this folder")
-    parser.add_argument("--json", metavar="FILE", help="write the JSON report here")
-    parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    parser.add_argument("--json", metavar="FILE", help="write the JSON report here ('-': stdout)")
+    parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here ('-': stdout)")
     parser.add_argument("--nodes", action="store_true",
-                        help="print every aligned node, not only those over budget")
-    add_verbosity_options(parser)
+                        help="print every compared node, not only those over budget")
+    add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
+                                             "first divergence and its hints")
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect.cli.diff_view import print_diff
+    from introspect.cli.outputs import check_outputs, human_stream, write_output
     from introspect.diff.tolerance import parse_tolerance
-    from introspect.files import check_writable, check_writable_folder, write_atomic
 
+    # Every cheap check first: nothing slow runs, and no file is touched, on bad input.
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
-    if args.out:  # fail before the slow part
-        from introspect.report import REPORT_FILES
+    check_texts(args.text)
+    if args.out == "-":
+        raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
+    reference_spec = implementation("--reference", args.reference)
+    candidate_spec = implementation("--candidate", args.candidate)
+    _check_candidate_options(args, candidate_spec)
+    from introspect.report import REPORT_FILES
 
-        check_writable_folder(args.out, REPORT_FILES)
-    for path in (args.json, args.junit):
-        if path:
-            check_writable(path)
+    check_outputs({"--json": args.json, "--junit": args.junit}, folder=args.out,
+                  folder_files=FOLDER_FILES, folder_names=REPORT_FILES)
     if args.candidate_model:  # a broken checkpoint is found before the reference loads
         from introspect.load import check_model_source
 
         check_model_source(args.candidate_model)
-    result = compute_diff(args, atol, rtol)
-    reports = _render(result, args)
+    result = compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.out:
         from introspect.report import write_reports
 
         write_reports(result, args.out)
-    for path, text in reports.items():
-        write_atomic(path, text)
-    if not args.quiet:
-        sys.stdout.write(_terminal_text(result, args))
+    for path, text in _render(result, args).items():
+        write_output(path, text)
+    print_diff(result, human_stream(args.json, args.junit), quiet=args.quiet,
+               all_nodes=args.nodes, out=args.out)
     return 0 if result.passed else 1
 
 
-def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | None) -> Any:
+@dataclass(frozen=True)
+class Implementation:
+    """A parsed --reference/--candidate: ``hf``, ``scratch``, a folder, or a port."""
+
+    option: str  # --reference or --candidate
+    spec: str  # as given
+    kind: str  # hf, scratch, folder or port
+    builder: Any = None  # a port's callable, imported but not called yet
+
+
+def implementation(option: str, spec: str) -> Implementation:
+    """Parse and check a --reference/--candidate value; a port is imported (not built) here.
+
+    Raises:
+        InputError: not hf or scratch, no such folder, or a port spec that does not
+            resolve to a callable (see ``introspect.ports``).
+    """
+    import os
+
+    if spec in BUILT_IN:
+        return Implementation(option, spec, spec)
+    from introspect.ports import is_port_spec, resolve_builder
+
+    if is_port_spec(spec) and not os.path.isdir(spec):
+        return Implementation(option, spec, "port", resolve_builder(spec))
+    if os.path.isdir(spec):
+        return Implementation(option, spec, "folder")
+    raise InputError(f"{option} {spec!r}: expected {IMPLEMENTATION_HELP}; no such folder")
+
+
+def _check_candidate_options(args: argparse.Namespace, candidate: Implementation) -> None:
+    if candidate.kind in ("port", "folder"):
+        for option, value in (("--candidate-model", args.candidate_model),
+                              ("--candidate-attn", args.candidate_attn)):
+            if value:
+                what = "your port builds its own model" if candidate.kind == "port" \
+                    else "the folder is the candidate's checkpoint"
+                raise InputError(f"{option} works with --candidate hf or scratch; {what} "
+                                 f"({candidate.spec})")
+
+
+def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | None,
+                 reference_spec: Implementation | None = None,
+                 candidate_spec: Implementation | None = None) -> Any:
     """Load both models and the inputs the options name, and diff them."""
     from introspect.cli.options import load_model_and_inputs
     from introspect.cli.progress import step
     from introspect.diff.api import diff
 
+    reference_spec = reference_spec or implementation("--reference", args.reference)
+    candidate_spec = candidate_spec or implementation("--candidate", args.candidate)
     loaded, inputs = load_model_and_inputs(args)
     candidate_attn = args.candidate_attn or args.attn
-    reference, reference_label = _implementation(args.reference, loaded, None, args.attn, args)
-    candidate, candidate_label = _implementation(args.candidate, loaded, args.candidate_model,
-                                                 candidate_attn, args)
+    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args)
+    candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
+                                        candidate_attn, args)
     if args.candidate_dtype:
         import copy
 
@@ -118,6 +190,22 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         return diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                     noise_budget=args.noise_budget, reference_label=reference_label,
                     candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
+
+
+def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
+           args: argparse.Namespace) -> tuple[Any, str]:
+    """The model a parsed implementation names, built on the loaded reference."""
+    if impl.kind == "port":
+        from introspect.cli.progress import step
+        from introspect.ports import LoadedReference, build_port
+
+        reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
+                                    loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
+        with step(args, f"building {impl.spec}"):
+            return build_port(impl.spec, impl.builder, reference), impl.spec
+    if impl.kind == "folder":
+        return _implementation("hf", loaded, impl.spec, attn, args)
+    return _implementation(impl.kind, loaded, folder, attn, args)
 
 
 def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
@@ -161,22 +249,3 @@ def _render(result: Any, args: argparse.Namespace) -> dict[str, str]:
     if args.junit:
         reports[args.junit] = junit_xml(result)
     return reports
-
-
-def _terminal_text(result: Any, args: argparse.Namespace) -> str:
-    from introspect.diff.records import STATUS_DRIFT, STATUS_FAIL
-
-    lines = [result.summary(), "", result.layer_table()]
-    shown = [r for r in result.rows if r.status in (STATUS_FAIL,)
-             or (args.nodes and r.local_max_abs_err is not None)
-             or (args.nodes and r.status == STATUS_DRIFT)]
-    if shown:
-        lines += ["", f"{'reference node':<48} {'candidate node':<40} {'op':<20} "
-                      f"{'local_max':>10} {'max_abs':>10}  status"]
-        for r in shown[:200 if args.nodes else 20]:
-            lines.append(f"{r.reference_node:<48} {r.candidate_node:<40} {r.op[:20]:<20} "
-                         f"{r.local_max_abs_err or 0.0:>10.3g} {r.max_abs_err or 0.0:>10.3g}  "
-                         f"{r.status}")
-    if args.out:
-        lines += ["", f"reports written to {args.out}"]
-    return "\n".join(lines) + "\n"

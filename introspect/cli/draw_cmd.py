@@ -19,9 +19,8 @@ layers open (negative counts from the end). The format follows the file name (.s
 from __future__ import annotations
 
 import argparse
-import sys
 
-from introspect.cli.options import add_model_options, add_verbosity_options, say
+from introspect.cli.options import add_model_options, add_verbosity_options, check_texts, say
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -102,26 +101,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from introspect.files import check_writable, write_atomic
+    from introspect.cli.outputs import check_outputs, is_stdout, write_output
     from introspect.render.output import format_for, require_dot
 
-    to_stdout = args.output == "-"
+    check_texts(args.text)
     output = args.output or f"{Path(str(args.model)).name or 'model'}.svg"
-    fmt = format_for(None if to_stdout else output, args.format)
+    fmt = format_for(None if is_stdout(output) else output, args.format)
     require_dot(fmt)  # fail before the slow part, and before any file is touched
-    if not to_stdout:
-        check_writable(output)
+    check_outputs({"-o": output})
     if args.expand:  # layer numbers against the model's layers, before loading it
         from introspect.load import check_model_source
         from introspect.render.fold import resolve_expand
 
         resolve_expand(args.expand, check_model_source(args.model))
-    data = render_drawing(args, fmt)
-    if to_stdout:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:
-        write_atomic(output, data)
+    write_output(output, render_drawing(args, fmt))
+    if not is_stdout(output):
         say(args, f"wrote {output}")
     return 0
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from introspect import __version__
+from introspect.cli.version import VersionAction
 from introspect.errors import IntrospectError
 
 # Subcommand name -> module; each module's docstring is its --help text and it defines
@@ -38,7 +38,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="introspect", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"introspect {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)

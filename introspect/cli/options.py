@@ -23,11 +23,31 @@ def add_model_options(parser: argparse.ArgumentParser, *, head_default: str = "b
                         help="input text, repeatable (default: the tutorial's two sentences)")
 
 
-def add_verbosity_options(parser: argparse.ArgumentParser) -> None:
+def add_verbosity_options(parser: argparse.ArgumentParser, *,
+                          quiet_help: str = "print only errors") -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    group.add_argument("-q", "--quiet", action="store_true", help=quiet_help)
     group.add_argument("-v", "--verbose", action="store_true",
                        help="say what happens, with timings")
+
+
+def check_texts(texts: list[str] | None) -> None:
+    """Refuse an empty --text or one that is not valid UTF-8, before any model is loaded.
+
+    Raises:
+        InputError: naming the text by its position.
+    """
+    from introspect.errors import InputError
+
+    for i, text in enumerate(texts or (), 1):
+        try:
+            text.encode("utf-8")  # undecodable argv bytes arrive as lone surrogates
+        except UnicodeEncodeError as e:
+            raise InputError(f"text {i} is not valid UTF-8 (byte "
+                             f"0x{ord(text[e.start]) & 0xFF:02x} at position {e.start}); "
+                             "pass UTF-8 text") from e
+        if not text.strip():
+            raise InputError(f"text {i} is empty; give every --text some words")
 
 
 def say(args: argparse.Namespace, message: str) -> None:

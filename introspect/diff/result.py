@@ -69,8 +69,10 @@ class DiffResult:
         """Aligned pairs and unmatched nodes, in graph order (skipped nodes left out)."""
         import pandas as pd
 
+        from introspect.report.notebook import highlighted
+
         rows = [asdict(r) for r in self.rows if r.status != STATUS_SKIPPED]
-        return pd.DataFrame(rows, columns=list(NodeDiff.__dataclass_fields__))
+        return highlighted(pd.DataFrame(rows, columns=list(NodeDiff.__dataclass_fields__)))
 
     @property
     def skipped(self) -> pandas.DataFrame:
@@ -85,8 +87,17 @@ class DiffResult:
         """One row per layer: its output's error, its worst node, pass or fail."""
         import pandas as pd
 
-        return pd.DataFrame([asdict(r) for r in self.layer_rows],
-                            columns=list(LayerDiff.__dataclass_fields__))
+        from introspect.report.notebook import highlighted
+
+        return highlighted(pd.DataFrame([asdict(r) for r in self.layer_rows],
+                                        columns=list(LayerDiff.__dataclass_fields__)))
+
+    def draw(self, depth: Any = None, **options: Any) -> Any:
+        """The reference's drawing coloured by local error (a graphviz.Digraph; shows itself
+        in Jupyter). Options as ``introspect.render.draw_graph``."""
+        from introspect.report.overlay import overlay_digraph
+
+        return overlay_digraph(self, depth=depth, **options)
 
     @property
     def failing(self) -> list[NodeDiff]:

@@ -1,4 +1,11 @@
-"""A self-contained HTML report: inline CSS and SVG, no script, no network."""
+"""``diff.html``: one self-contained page a person reads in a browser.
+
+It leads with what matters: the verdict, the first divergence and its hints, and the
+layer table; then every compared node, error columns first, in a table that sorts on a
+click and filters as you type (a few lines of inline script: no CDN, no network); then
+the nodes without counterpart; and the drawing, coloured by error, scaled to the page.
+Every text from a model or a user (labels, folder names, node names) is escaped.
+"""
 
 from __future__ import annotations
 
@@ -6,62 +13,186 @@ import html
 from typing import TYPE_CHECKING
 
 from introspect import __version__
-from introspect.diff.records import STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.report.html_tables import Cell, number_cell, table, text_cell
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-.pass { color: #1a7f37; } .fail { color: #cf222e; }
-table.introspect-diff { border-collapse: collapse; font-size: 0.85em; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+  padding: 1.5em 2em; max-width: 1400px; color: #1f2328; line-height: 1.45; }
+h1 { font-size: 1.5em; margin: 0 0 .3em; } h2 { font-size: 1.15em; margin-top: 1.8em; }
+.verdict { padding: .8em 1.1em; border-radius: 6px; border: 1px solid; margin-bottom: 1em; }
+.verdict.pass { background: #dafbe1; border-color: #4ac26b; }
+.verdict.fail { background: #ffebe9; border-color: #ff8182; }
+.verdict .word { font-weight: 700; } .pass .word { color: #1a7f37; } .fail .word { color: #cf222e; }
+.divergence { border-left: 4px solid #cf222e; padding: .2em 1em; margin: 1em 0; }
+.hint { background: #fff8c5; border-left: 4px solid #d4a72c; padding: .4em 1em; margin: .5em 0; }
+.notes { color: #59636e; font-size: .9em; }
+code { background: #f6f8fa; padding: 0 3px; border-radius: 3px; font-size: .92em; }
+.table-wrap { max-width: 100%; overflow-x: auto; }
+table.introspect-diff { border-collapse: collapse; font-size: .85em; }
 table.introspect-diff th, table.introspect-diff td { border: 1px solid #d0d7de;
-  padding: 2px 6px; text-align: left; white-space: nowrap; }
+  padding: 2px 8px; text-align: left; white-space: nowrap; }
+table.introspect-diff td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.introspect-diff th { background: #f6f8fa; position: sticky; top: 0; }
-code { background: #f6f8fa; padding: 0 3px; }
-.drawing { overflow: auto; max-height: 90vh; border: 1px solid #d0d7de; }
+table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th[data-dir=asc]::after { content: " \\25B2"; }
+table.sortable th[data-dir=desc]::after { content: " \\25BC"; }
+tr.fail td { background-color:#f8d7da; } tr.drift td { background-color:#fff3cd; }
+tr.unmatched td, tr.skipped td { color: #777; }
+.filter { margin: .5em 0; display: flex; gap: 1.5em; align-items: center; }
+.filter input[type=search] { width: 24em; padding: 3px 6px; }
+.drawing { border: 1px solid #d0d7de; padding: .5em; }
+.drawing svg { max-width: 100%; height: auto; display: block; margin: 0 auto; }
+"""
+
+# Click a header to sort (numbers by value, the rest as text); type to filter rows.
+_SCRIPT = """
+document.querySelectorAll("table.sortable").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, column) {
+    th.addEventListener("click", function () {
+      var dir = th.dataset.dir === "asc" ? "desc" : "asc";
+      table.querySelectorAll("th").forEach(function (other) { delete other.dataset.dir; });
+      th.dataset.dir = dir;
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = a.cells[column], y = b.cells[column];
+        var p = x.dataset.v, q = y.dataset.v, order;
+        if (p !== undefined && q !== undefined) {
+          p = p === "" ? -Infinity : parseFloat(p); q = q === "" ? -Infinity : parseFloat(q);
+          order = p < q ? -1 : p > q ? 1 : 0;
+        } else { order = x.textContent.localeCompare(y.textContent); }
+        return dir === "asc" ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+function introspectFilter(id) {
+  var text = document.getElementById(id + "-text").value.toLowerCase();
+  var failing = document.getElementById(id + "-failing").checked;
+  document.getElementById(id).tBodies[0].querySelectorAll("tr").forEach(function (row) {
+    var show = row.textContent.toLowerCase().indexOf(text) >= 0 &&
+      (!failing || row.className === "fail");
+    row.style.display = show ? "" : "none";
+  });
+}
 """
 
 
 def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
-    """The whole report as one HTML page."""
-    from introspect.diff.result import html_table
-
-    verdict = ("<span class='pass'>parity holds</span>" if result.passed
-               else "<span class='fail'>parity fails</span>")
+    """The whole report as one HTML page (inline CSS, script and SVG)."""
     e = html.escape
+    title = f"introspect diff: {result.candidate_label} vs {result.reference_label}"
     parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>introspect diff: {e(result.candidate_label)} vs "
-        f"{e(result.reference_label)}</title>",
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{e(title)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>introspect diff: {verdict}</h1>",
-        f"<p><b>{e(result.candidate_label)}</b> against <b>{e(result.reference_label)}</b>: "
-        f"{len(result.alignment.pairs)} aligned pairs, {result.alignment.coverage:.0%} of the "
-        f"reference's tensor nodes aligned, max abs error {result.max_abs_err:.3g}.</p>",
+        *_verdict(result),
+        *_divergence(result),
+        "<h2>Layers</h2>",
+        _layers_table(result),
+        *_nodes_section(result),
+        *_unmatched_section(result),
     ]
-    d = result.first_divergence
-    if d is not None:
-        parts.append(f"<p><b>First divergence:</b> <code>{e(d.reference_node)}</code> "
-                     f"&rarr; <code>{e(d.candidate_node)}</code> ({e(d.op)} in "
-                     f"<code>{e(d.module or d.layer)}</code>), local max abs error "
-                     f"{d.local_max_abs_err:.3g} over budget {e(d.budget)}.</p>")
-        parts += [f"<p>&rarr; {e(h)}</p>" for h in d.hints]
-    parts += [f"<p><i>{e(n)}</i></p>" for n in result.notes]
-    parts += ["<h2>Layers</h2>", html_table(result.layers, status_column="passed")]
-    nodes = result.nodes
-    compared = nodes[nodes["status"] != STATUS_UNMATCHED]
-    unmatched = nodes[nodes["status"] == STATUS_UNMATCHED]
-    parts += ["<h2>Aligned nodes</h2>", html_table(compared)]
-    parts += [f"<h2>Nodes without counterpart ({len(unmatched)})</h2>",
-              html_table(unmatched[["reference_node", "candidate_node", "module", "layer",
-                                    "op", "shape", "note"]])]
-    skipped = sum(r.status == STATUS_SKIPPED for r in result.rows)
-    parts.append(f"<p>{skipped} shape-bookkeeping and constant nodes were not compared.</p>")
     if svg is not None:
         text = svg.decode("utf-8")
         text = text[text.find("<svg"):] if "<svg" in text else text
-        parts += ["<h2>Drawing</h2>", f"<div class='drawing'>{text}</div>"]
-    parts.append(f"<p><small>introspect {e(__version__)}</small></p></body></html>")
+        parts += ["<h2>Drawing</h2>",
+                  "<p class='notes'>Each node coloured by its local error against its "
+                  "budget: green within, yellow up to 10x, orange up to 1000x, red beyond. "
+                  "Failing layers are drawn open.</p>",
+                  f"<div class='drawing'>{text}</div>"]
+    parts += [f"<p class='notes'>introspect {e(__version__)}</p>",
+              f"<script>{_SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _verdict(result: DiffResult) -> list[str]:
+    e = html.escape
+    kind, word = ("pass", "Parity holds") if result.passed else ("fail", "Parity fails")
+    counts = result.counts()
+    return [
+        f"<h1>introspect diff: <b>{e(result.candidate_label)}</b> against "
+        f"<b>{e(result.reference_label)}</b></h1>",
+        f"<div class='verdict {kind}'><span class='word'>{word}</span>: "
+        f"{counts[STATUS_FAIL]} node(s) over budget; max abs error "
+        f"{result.max_abs_err:.3g}; {counts['pairs']} aligned pairs, "
+        f"{result.alignment.coverage:.0%} of the reference's tensor nodes aligned.</div>",
+    ]
+
+
+def _divergence(result: DiffResult) -> list[str]:
+    e = html.escape
+    d = result.first_divergence
+    parts = []
+    if d is not None:
+        parts.append(f"<div class='divergence'><p><b>First divergence:</b> "
+                     f"<code>{e(d.reference_node)}</code> &rarr; <code>{e(d.candidate_node)}"
+                     f"</code> ({e(d.op)} in <code>{e(d.module or d.layer)}</code>), local max "
+                     f"abs error {d.local_max_abs_err:.3g} over budget {e(d.budget)}.</p></div>")
+        parts += [f"<p class='hint'><b>Hint:</b> {e(h)}</p>" for h in d.hints]
+    parts += [f"<p class='notes'>Note: {e(n)}</p>" for n in result.notes]
+    return parts
+
+
+def _layers_table(result: DiffResult) -> str:
+    headers = ["status", "layer", "output max abs err", "worst local err", "worst node",
+               "nodes", "failing", "unmatched"]
+    rows = []
+    for r in result.layer_rows:
+        cells: list[Cell] = [text_cell("pass" if r.passed else "FAIL"), text_cell(r.layer),
+                             number_cell(r.max_abs_err), number_cell(r.local_max_abs_err),
+                             text_cell(r.worst_node, code=True), number_cell(r.nodes),
+                             number_cell(r.failing), number_cell(r.unmatched)]
+        rows.append(("" if r.passed else "fail", cells))
+    return table("layers", headers, rows)
+
+
+_NODE_HEADERS = ["status", "local max abs err", "max abs err", "atol", "rtol", "#", "layer",
+                 "op", "reference node", "candidate node", "shape", "dtype", "matched by",
+                 "note"]
+
+
+def _nodes_section(result: DiffResult) -> list[str]:
+    compared = [r for r in result.rows if r.status not in (STATUS_UNMATCHED, STATUS_SKIPPED)]
+    rows = []
+    for r in compared:
+        cells: list[Cell] = [
+            text_cell(r.status), number_cell(r.local_max_abs_err), number_cell(r.max_abs_err),
+            number_cell(r.atol), number_cell(r.rtol), number_cell(r.reference_index),
+            text_cell(r.layer), text_cell(r.op), text_cell(r.reference_node, code=True),
+            text_cell(r.candidate_node, code=True), text_cell(r.shape), text_cell(r.dtype),
+            text_cell(r.matched_by), text_cell(r.note)]
+        rows.append((r.status, cells))
+    failing = sum(r.status == STATUS_FAIL for r in compared)
+    return [
+        f"<h2>Compared nodes ({len(compared)}, {failing} over budget)</h2>",
+        "<p class='notes'>Local error: the candidate's node fed the reference's inputs (where "
+        "the bug is). Max abs error: each model on its own (where it shows). Click a header "
+        "to sort.</p>",
+        "<div class='filter'><label>Filter <input type='search' id='nodes-text' "
+        "placeholder='node, op, layer...' oninput=\"introspectFilter('nodes')\"></label>"
+        "<label><input type='checkbox' id='nodes-failing' onchange=\"introspectFilter('nodes')\""
+        f"{' checked' if failing else ''}> only over budget</label></div>",
+        table("nodes", _NODE_HEADERS, rows, hide_unless=STATUS_FAIL if failing else None),
+    ]
+
+
+def _unmatched_section(result: DiffResult) -> list[str]:
+    unmatched = [r for r in result.rows if r.status == STATUS_UNMATCHED]
+    rows = [(r.status, [text_cell("reference" if r.reference_node else "candidate"),
+                        text_cell(r.reference_node or r.candidate_node, code=True),
+                        text_cell(r.layer), text_cell(r.op), text_cell(r.shape),
+                        text_cell(r.note)]) for r in unmatched]
+    skipped = sum(r.status == STATUS_SKIPPED for r in result.rows)
+    return [f"<details><summary><b>Nodes without counterpart ({len(unmatched)})</b>: never "
+            "paired by position; each says why</summary>",
+            table("unmatched", ["graph", "node", "layer", "op", "shape", "reason"], rows),
+            "</details>",
+            f"<p class='notes'>{skipped} shape-bookkeeping and constant nodes were not "
+            "compared.</p>"]

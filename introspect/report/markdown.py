@@ -29,7 +29,7 @@ def markdown_summary(result: DiffResult) -> str:
     ]
     d = result.first_divergence
     if d is not None:
-        lines += ["", f"**First divergence:** `{d.reference_node}` ({d.op} in "
+        lines += ["", f"**First divergence:** `{d.reference_node}` ({_md(d.op)} in "
                       f"`{d.module or d.layer}`), local max abs error "
                       f"{_num(d.local_max_abs_err)} over budget {d.budget}."]
         lines += [f"- hint: {_md(h)}" for h in d.hints]
@@ -45,8 +45,8 @@ def markdown_summary(result: DiffResult) -> str:
                   "| reference node | candidate node | op | shape | local max abs err | "
                   "max abs err |", "|---|---|---|---|---:|---:|"]
         for n in failing[:_MAX_FAILING_ROWS]:
-            lines.append(f"| `{n.reference_node}` | `{n.candidate_node}` | {n.op} | {n.shape} | "
-                         f"{_num(n.local_max_abs_err)} | {_num(n.max_abs_err)} |")
+            lines.append(f"| `{n.reference_node}` | `{n.candidate_node}` | {_md(n.op)} | "
+                         f"{n.shape} | {_num(n.local_max_abs_err)} | {_num(n.max_abs_err)} |")
         if len(failing) > _MAX_FAILING_ROWS:
             lines.append(f"| ... {len(failing) - _MAX_FAILING_ROWS} more | | | | | |")
         lines += ["", "</details>"]
@@ -60,4 +60,6 @@ def _num(value: float | None) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text safe in Markdown: no table break, and no HTML (GitHub renders inline HTML)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("|", "\\|"))

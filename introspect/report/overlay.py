@@ -18,9 +18,24 @@ if TYPE_CHECKING:
 def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
     """The SVG, or None when it cannot be drawn (no Graphviz, or no renderer installed)."""
     try:
-        from introspect.render import ERROR_SCALE, Overlay, draw_graph, render_bytes
-    except ImportError:
+        from introspect.render import render_bytes
+
+        return bytes(render_bytes(overlay_digraph(result, depth=depth), "svg"))
+    except (ImportError, IntrospectError):
         return None
+
+
+def overlay_digraph(result: DiffResult, *, depth: Any = None, **options: Any) -> Any:
+    """The reference's drawing (a ``graphviz.Digraph``) coloured by each node's local error.
+
+    Identical layers fold into one box; the failing ones stay open. ``options`` go to
+    ``introspect.render.draw_graph`` (``fold``, ``expand``, ``title``).
+
+    Raises:
+        ImportError: the graphviz package is missing.
+    """
+    from introspect.render import ERROR_SCALE, Overlay, draw_graph
+
     colors: dict[str, str] = {}
     notes: dict[str, str] = {}
     scores: dict[str, float] = {}
@@ -40,8 +55,5 @@ def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
                       "(green within, yellow <=10x, orange <=1000x, red beyond)")
     failing = sorted({int(r.layer.rpartition(".")[2]) for r in result.layer_rows
                       if not r.passed and r.layer.startswith("encoder.layer.")})
-    try:  # identical layers fold into one box; the failing ones stay open
-        digraph = draw_graph(result.reference, depth, overlay=overlay, expand=failing)
-        return bytes(render_bytes(digraph, "svg"))
-    except IntrospectError:
-        return None
+    options.setdefault("expand", failing)
+    return draw_graph(result.reference, depth, overlay=overlay, **options)

@@ -81,7 +81,7 @@ def test_junit_has_one_case_per_layer_and_fails_the_faulty_one(faulty_diff):
 
 def test_html_is_self_contained_and_highlights_failures(faulty_diff):
     page = render_reports(faulty_diff)["diff.html"]
-    assert "<script" not in page and "src=" not in page.replace("xlink:href", "")
+    assert "<script src" not in page and "src=" not in page.replace("xlink:href", "")
     assert "background-color:#f8d7da" in page and "tanh approximation" in page
     notebook = faulty_diff._repr_html_()
     assert "background-color:#f8d7da" in notebook and "parity fails" in notebook

@@ -46,3 +46,20 @@ def _outputs(cell) -> str:
             parts.append(output.data.get("text/plain", ""))
             parts.append(output.data.get("text/html", ""))
     return "\n".join(parts)
+
+
+def test_notebook_uses_only_the_public_api():
+    import re
+
+    import nbformat
+
+    import introspect
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    assert not re.search(r"^\s*(from|import) introspect\.", code, re.M), \
+        "the notebook imports an introspect module directly"
+    used = set(re.findall(r"\bintrospect\.(\w+)", code))
+    assert used <= set(dir(introspect)) - {n for n in dir(introspect) if n.startswith("_")}, \
+        used - set(dir(introspect))
+    assert "result.draw(" in code

@@ -1,0 +1,136 @@
+"""Terminal tables that fit the terminal: rich at the console's width, never a wrapped row.
+
+Long cells are cut with an ellipsis, in the middle (``hf BertM…(bert-tiny, sdpa)``) or, for
+node names next to their layer, at the start (``…attention_output_layer_norm``). FAIL is
+red on a terminal; a capped table ends with "… and N more". Piped output is plain text (no colour,
+no box characters), as wide as ``COLUMNS`` says (default 120).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+PIPE_WIDTH = 120  # piped output (CI logs, files): wide enough for names, still one line a row
+MIN_WIDTH = 60
+
+STATUS_STYLE = {"FAIL": "bold red", "fail": "bold red", "drift": "yellow", "pass": "green",
+                "ok": "green", "unmatched": "dim", "skipped": "dim"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: fixed width, or flexible (``flex`` > 0 shares the space left)."""
+
+    header: str
+    width: int = 0  # fixed width; 0 for a flexible column
+    flex: int = 0  # share of the remaining width
+    justify: str = "left"
+    min_width: int = 8
+    cut: str = "middle"  # where a long cell loses characters: "middle" or "start"
+
+
+def console_for(stream: TextIO, width: int | None = None) -> Any:
+    """A rich Console on ``stream``: the terminal's width and colour, or plain text in a pipe."""
+    from rich.console import Console
+
+    terminal = stream.isatty() and os.environ.get("TERM") != "dumb"
+    if width is None:
+        width = (shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if terminal
+                 else _columns_from_env() or PIPE_WIDTH)
+    return Console(file=stream, width=max(width, MIN_WIDTH), force_terminal=terminal,
+                   color_system="auto" if terminal and not os.environ.get("NO_COLOR") else None,
+                   highlight=False, soft_wrap=False, emoji=False, legacy_windows=False)
+
+
+def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: int,
+          title: str | None = None, more: int = 0, more_hint: str = "") -> Any:
+    """A rich Table whose flexible columns share ``width``; cells are cut, never wrapped.
+
+    Args:
+        columns: the columns, in order.
+        rows: cell texts per row; a status column's text picks its colour.
+        width: the console width the table must fit.
+        title: a line above the table.
+        more: rows left out; adds a last line "… and N more" (with ``more_hint``).
+    """
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = [list(row) for row in rows]
+    widths = _fit(columns, rows, width)
+    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                 collapse_padding=True, title=title, title_justify="left", title_style="bold",
+                 header_style="bold", expand=False,
+                 caption=f"… and {more} more{' ' + more_hint if more_hint else ''}"
+                 if more else None, caption_justify="left", caption_style="none")
+    for column, w in zip(columns, widths, strict=True):
+        grid.add_column(shorten(column.header, w), justify=column.justify,  # type: ignore[arg-type]
+                        no_wrap=True, overflow="ellipsis", width=w)
+    for row in rows:
+        grid.add_row(*(Text(shorten(text, w, c.cut), style=STATUS_STYLE.get(text, ""))
+                       for text, w, c in zip(row, widths, columns, strict=True)))
+    return grid
+
+
+def emit(console: Any, renderable: Any) -> None:
+    """Print on the console; in a pipe without the padding rich leaves at the ends of lines."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def shorten(text: str, width: int, cut: str = "middle") -> str:
+    """``text`` cut to ``width`` characters with an ellipsis where characters are left out.
+
+    ``middle`` keeps a third of the start and the end; ``start`` keeps the end only (for
+    node names next to a layer column: the end says what the node does).
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = 0 if cut == "start" else (width - 1) // 3
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head):]}"
+
+
+def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Column widths that fit ``width`` (two spaces between columns).
+
+    Fixed columns keep their width; flexible ones take what their longest cell needs, and
+    when that is too much they share the space left by ``flex``, a column that needs
+    less than its share giving the rest to the others.
+    """
+    natural = [max([len(c.header), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    left = width - 2 * (len(columns) - 1) - sum(c.width for c in columns if not c.flex)
+    widths = {i: c.width for i, c in enumerate(columns) if not c.flex}
+    open_ = {i: c for i, c in enumerate(columns) if c.flex}
+    while open_:
+        shares = sum(c.flex for c in open_.values())
+        modest = {i for i, c in open_.items() if natural[i] <= left * c.flex // shares}
+        if not modest:  # every one wants more than its share: cut them all to it
+            for i, c in open_.items():
+                widths[i] = max(c.min_width, left * c.flex // shares)
+            over = sum(widths[i] for i in open_) - left  # minimum widths can overshoot
+            widest = max(open_, key=lambda i: widths[i])
+            widths[widest] = max(widths[widest] - max(over, 0), 1)
+            break
+        for i in modest:
+            widths[i] = natural[i]
+            left -= natural[i]
+            del open_[i]
+    return [widths[i] for i in range(len(columns))]
+
+
+def _columns_from_env() -> int | None:
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,109 @@
+"""Terminal tables fit the terminal: every line at most 100 columns, names cut with an
+ellipsis (never wrapped), errors first, FAIL in red on a terminal, "… and N more"."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+import introspect
+from introspect.cli.diff_view import print_diff
+from introspect.cli.tables import console_for, shorten
+from introspect.cli.trace_cmd import print_table
+from tests.fixtures.candidates import inject
+
+WIDTH = 100
+
+
+@pytest.fixture(scope="module")
+def failing(tiny_models):
+    loaded = tiny_models("base", "sdpa")
+    port = introspect.scratch.BertModel.from_hf(loaded.model)
+    faulty, _ = inject(port, "intermediate-bias", layer=0)  # every later node drifts or fails
+    return introspect.diff(loaded.model, faulty, introspect.tokenize(loaded.tokenizer))
+
+
+@pytest.fixture(scope="module")
+def many_failing(tiny_models):
+    """HF against itself in bfloat16: rounding puts most nodes over the float32 budget."""
+    import copy
+
+    import torch
+
+    loaded = tiny_models("base", "sdpa")
+    cast = copy.deepcopy(loaded.model).to(torch.bfloat16)
+    return introspect.diff(loaded.model, cast, introspect.tokenize(loaded.tokenizer))
+
+
+def rendered(result, **options) -> str:
+    stream = io.StringIO()
+    print_diff(result, stream, quiet=False, width=WIDTH, **options)
+    return stream.getvalue()
+
+
+def test_failing_diff_fits_100_columns_with_errors_first(failing):
+    text = rendered(failing, all_nodes=False)
+    lines = text.splitlines()
+    table_lines = lines[lines.index("layers"):]  # the verdict lines wrap as the terminal does
+    assert max(len(line) for line in table_lines) <= WIDTH, text
+    header = next(line for line in lines if line.startswith("status  local err"))
+    assert header.split()[:4] == ["status", "local", "err", "output"]
+    assert "FAIL    encoder.layer.0" in text  # the layer table
+    failing_rows = [line for line in lines if line.startswith("FAIL ")]
+    assert any("encoder_layer_0_intermediate_dense" in line for line in failing_rows)
+
+
+def test_capped_rows_say_how_many_more(many_failing):
+    text = rendered(many_failing, all_nodes=False)
+    over = len(many_failing.failing)
+    assert over > 20
+    assert f"… and {over - 20} more (--nodes lists every node" in text
+
+
+def test_every_node_with_nodes_still_fits(many_failing):
+    text = rendered(many_failing, all_nodes=True)
+    lines = text.splitlines()[text.splitlines().index("layers"):]
+    assert max(len(line) for line in lines) <= WIDTH
+    assert "… and" not in text and "compared nodes" in text
+
+
+def test_fail_is_red_on_a_terminal(failing):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    print_diff(failing, stream, quiet=False, all_nodes=False, width=WIDTH)
+    assert "\x1b[1;31mFAIL" in stream.getvalue()
+    plain = io.StringIO()
+    print_diff(failing, plain, quiet=False, all_nodes=False, width=WIDTH)
+    assert "\x1b[" not in plain.getvalue()  # piped: plain text
+
+
+def test_trace_tables_fit_100_columns(tiny_models, capsys):
+    loaded = tiny_models("sequence-classification", "sdpa")
+    graph = introspect.trace(loaded.model, introspect.tokenize(loaded.tokenizer))
+    for layers in (False, True):
+        print_table(graph, argparse.Namespace(layers=layers, all=False), width=WIDTH)
+        text = capsys.readouterr().out
+        assert max(len(line) for line in text.splitlines() if not line.startswith("note:")) \
+            <= WIDTH
+        assert ("encoder.layer.1" in text) and ("…" in text) == (not layers)
+
+
+@pytest.mark.parametrize("text, width, cut, expected", [
+    ("encoder_layer_0_attention_output_dense", 20, "start", "…ention_output_dense"),
+    ("encoder_layer_0_attention_output_dense", 20, "middle", "encode…_output_dense"),
+    ("short", 20, "start", "short"),
+])
+def test_shorten(text, width, cut, expected):
+    assert shorten(text, width, cut) == expected and len(shorten(text, width, cut)) <= width
+
+
+def test_pipe_width_follows_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert console_for(io.StringIO()).width == 100
+    monkeypatch.delenv("COLUMNS")
+    assert console_for(io.StringIO()).width == 120

@@ -1,0 +1,55 @@
+"""The public API as a user sees it: dir() lists it, and type checkers see real signatures
+(the package loads lazily, so without TYPE_CHECKING imports they would see Any)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import introspect
+
+ROOT = Path(__file__).resolve().parents[1]
+API = {"trace", "diff", "load_model", "tokenize", "IntrospectGraph", "DiffResult", "scratch",
+       "render", "testing", "__version__"}
+
+
+def test_dir_lists_the_api_before_it_is_loaded():
+    code = "import introspect; print(' '.join(dir(introspect)))"
+    names = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True, cwd=ROOT).stdout.split())
+    assert API <= names
+
+
+def test_every_listed_name_resolves():
+    for name in introspect.__all__:
+        assert getattr(introspect, name) is not None, name
+
+
+@pytest.mark.slow
+def test_mypy_sees_the_real_signature_of_diff(tmp_path):
+    pytest.importorskip("mypy")
+    user = tmp_path / "user_code.py"
+    user.write_text(textwrap.dedent("""
+        import introspect
+
+        loaded = introspect.load_model("bert-tiny")
+        inputs = introspect.tokenize(loaded.tokenizer)
+        result = introspect.diff(loaded.model, loaded.model, inputs, atoll=1e-5)
+        reveal_type(result)
+    """))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent",
+                           "--ignore-missing-imports", "--no-error-summary",
+                           "--cache-dir", str(tmp_path / "cache"), str(user)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert 'Unexpected keyword argument "atoll" for "diff"' in done.stdout, done.stdout
+    assert "Revealed type is" in done.stdout and "DiffResult" in done.stdout
+
+
+def test_all_names_the_lazy_api():
+    assert set(introspect.__all__) == {"__version__", *introspect._LAZY_API,
+                                       *introspect._LAZY_SUBMODULES}
