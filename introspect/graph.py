@@ -25,7 +25,7 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.load import TokenizedInputs
 from introspect.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.shapes import annotate_shapes
+from introspect.shapes import node_records
 from introspect.tracer import Decision, trace_module
 
 if TYPE_CHECKING:
@@ -187,14 +187,14 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     was_training = model.training
     model.eval()  # train/eval is fixed at trace time; trace what people run
     try:
-        result = trace_module(model, tensors)
-        records = annotate_shapes(result.gm, [tensors[n] for n in result.input_names])
+        result = trace_module(model, tensors)  # ShapeProp ran on the trace-time values
+        records = node_records(result.gm)
     finally:
         model.train(was_training)
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)
     return IntrospectGraph(result.gm, records, result.input_names, result.output_names,
-                           tokens, texts, result.decisions, notes,
+                           tokens, texts, result.decisions, notes + result.notes,
                            title or type(model).__name__)
 
 
