@@ -139,7 +139,7 @@ class MetaTracer(torch.fx.Tracer):
         self.decisions: list[Decision] = []
         self.notes: list[str] = []
         self._decided_at: list[int] = []  # graph length at each decision (for replays)
-        self._layers: dict[tuple[str, Any], layer_replay.LayerRecord] = {}
+        self._layers: dict[tuple[str, Any], list[layer_replay.LayerRecord]] = {}
         self._fake_mode: FakeTensorMode | None = None
         self._computing_meta = False
 
@@ -160,24 +160,33 @@ class MetaTracer(torch.fx.Tracer):
         if group is None or signature is None:
             return super().call_module(m, forward, args, kwargs)
         described = layer_replay.describe_arguments(args, kwargs, _meta_of)
-        record = self._layers.get((group, signature))
-        if record is not None and record.module is not m:
-            if isinstance(described, str):
-                reason = described
-            elif record.unreplayable:
-                reason = f"{record.path} cannot be replayed: {record.unreplayable}"
-            elif described[0] != record.arguments:
-                reason = f"its arguments differ from those of {record.path}"
-            else:
+        if isinstance(described, str):
+            self._note_full_trace(path, group, signature, m, described)
+            return super().call_module(m, forward, args, kwargs)
+        records = self._layers.setdefault((group, signature), [])
+        for record in records:
+            if record.module is not m and not record.unreplayable \
+                    and record.arguments == described[0]:
                 return layer_replay.replay(record, path, described[1], self)
-            self.notes.append(f"layer {path} was traced in full: {reason}")
-            return super().call_module(m, forward, args, kwargs)
-        if record is not None or isinstance(described, str):
-            return super().call_module(m, forward, args, kwargs)
-        return self._trace_and_record(m, path, group, signature, described, forward, args,
-                                      kwargs)
+        if records:
+            self._note_full_trace(path, group, signature, m, "")
+        return self._trace_and_record(m, path, records, described, forward, args, kwargs)
 
-    def _trace_and_record(self, m: torch.nn.Module, path: str, group: str, signature: Any,
+    def _note_full_trace(self, path: str, group: str, signature: Any, m: torch.nn.Module,
+                         reason: str) -> None:
+        """Say why a layer like one traced before was traced again in full."""
+        others = [r for r in self._layers.get((group, signature), []) if r.module is not m]
+        if not others:
+            return  # the first of its kind, or the same module called again (ALBERT)
+        first = others[0]
+        if not reason:
+            reason = (f"{first.path} cannot be replayed: {first.unreplayable}"
+                      if first.unreplayable
+                      else f"its arguments differ from those of {first.path}")
+        self.notes.append(f"layer {path} was traced in full: {reason}")
+
+    def _trace_and_record(self, m: torch.nn.Module, path: str,
+                          records: list[layer_replay.LayerRecord],
                           described: tuple[tuple[Any, ...], list[torch.fx.Node | None]],
                           forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         record = layer_replay.LayerRecord(m, path, described[0], described[1])
@@ -193,7 +202,7 @@ class MetaTracer(torch.fx.Tracer):
         record.calls = {owner: count - calls.get(owner, 0)
                         for owner, count in self.num_calls.items()
                         if count != calls.get(owner, 0)}
-        self._layers[(group, signature)] = record
+        records.append(record)
         return record.output
 
     # -- root arguments -------------------------------------------------------------
