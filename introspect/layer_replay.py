@@ -64,10 +64,12 @@ def layer_signature(module: torch.nn.Module) -> tuple[Any, ...] | None:
     for name, sub in module.named_modules():
         if sub._forward_hooks or sub._forward_pre_hooks:
             return None  # a hook may do anything; trace it for real
+        # Plain attributes by value; anything else (a method patched on one layer, a
+        # config) by identity, so only layers sharing the very same object replay.
         attributes = tuple(sorted(
-            (key, value) for key, value in vars(sub).items()
-            if not key.startswith("_") and key not in _PER_LAYER_COUNTERS
-            and _is_plain(value)))
+            (key, value if _is_plain(value) else ("object", id(value)))
+            for key, value in vars(sub).items()
+            if not key.startswith("_") and key not in _PER_LAYER_COUNTERS))
         layout.append((name, type(sub), attributes))
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         layout.append((name, tuple(tensor.shape), tensor.dtype, tensor.requires_grad))

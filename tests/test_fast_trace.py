@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import types
 
 import pytest
 import torch
 
+from introspect import layer_replay
 from introspect.errors import TraceError
 from introspect.load import HEADS
 from introspect.tracer import trace_module
@@ -21,6 +24,22 @@ def _node_rows(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
             for n in gm.graph.nodes]
 
 
+@contextlib.contextmanager
+def _counting_replays(paths: list[str]):
+    """Record the path of every layer replayed instead of traced."""
+    original = layer_replay.replay
+
+    def counted(record, path, argument_nodes, tracer):
+        paths.append(path)
+        return original(record, path, argument_nodes, tracer)
+
+    layer_replay.replay = counted
+    try:
+        yield
+    finally:
+        layer_replay.replay = original
+
+
 def _inputs(head: str) -> dict[str, torch.Tensor]:
     return make_batch(2, 9, padded=True, choices=3 if head == "multiple-choice" else 0)
 
@@ -30,8 +49,11 @@ def _inputs(head: str) -> dict[str, torch.Tensor]:
 def test_fast_graph_equals_the_full_trace_node_for_node(tiny_models, head, attn):
     model = tiny_models(head, attn).model
     inputs = _inputs(head)
-    fast = trace_module(model, inputs)
-    full = trace_module(model, inputs, fast=False)
+    replays = []
+    with _counting_replays(replays):
+        fast = trace_module(model, inputs, cache=False)
+    full = trace_module(model, inputs, fast=False, cache=False)
+    assert replays == ["encoder.layer.1"] if head == "base" else ["bert.encoder.layer.1"]
     assert _node_rows(fast.gm) == _node_rows(full.gm)
     assert fast.gm.code == full.gm.code
     assert fast.decisions == full.decisions
@@ -78,9 +100,22 @@ class _Stack(torch.nn.Module):
 def test_replay_matches_the_full_trace_or_falls_back(stack):
     torch.manual_seed(0)
     inputs = {"input_ids": torch.randn(2, 5, 8)}
-    fast = trace_module(stack, inputs)
-    full = trace_module(stack, inputs, fast=False)
+    fast = trace_module(stack, inputs, cache=False)
+    full = trace_module(stack, inputs, fast=False, cache=False)
     assert _node_rows(fast.gm) == _node_rows(full.gm)
+    with torch.no_grad():
+        assert torch.equal(fast.gm(**inputs)["output"], stack(**inputs))
+
+
+def test_a_method_patched_on_one_layer_is_traced_not_replayed_nor_cached():
+    stack, inputs = _Stack(), {"input_ids": torch.randn(2, 5, 8)}
+    before = trace_module(stack, inputs)  # cached: the patch below must miss it
+    stack.layers[2].forward = types.MethodType(lambda self, x, scale: self.norm(x),
+                                               stack.layers[2])
+    fast = trace_module(stack, inputs)
+    assert _node_rows(fast.gm) == _node_rows(trace_module(stack, inputs, fast=False,
+                                                          cache=False).gm)
+    assert _node_rows(fast.gm) != _node_rows(before.gm)
     with torch.no_grad():
         assert torch.equal(fast.gm(**inputs)["output"], stack(**inputs))
 
@@ -88,10 +123,11 @@ def test_replay_matches_the_full_trace_or_falls_back(stack):
 def test_a_layer_called_differently_is_traced_in_full_and_said():
     # Layer 0 reads the input (no grad), layer 1 its output (grad): traced in full, said;
     # layer 2 gets layer 1's arguments again and is replayed from it.
-    fast = trace_module(_Stack(), {"input_ids": torch.randn(2, 5, 8)})
+    fast = trace_module(_Stack(), {"input_ids": torch.randn(2, 5, 8)}, cache=False)
     assert fast.notes == ["layer layers.1 was traced in full: its arguments differ from "
                           "those of layers.0"]
-    scaled = trace_module(_Stack(scales=(1.0, 1.0, 2.0)), {"input_ids": torch.randn(2, 5, 8)})
+    scaled = trace_module(_Stack(scales=(1.0, 1.0, 2.0)), {"input_ids": torch.randn(2, 5, 8)},
+                          cache=False)
     assert scaled.notes[-1] == ("layer layers.2 was traced in full: its arguments differ from "
                                 "those of layers.0")
 
@@ -99,12 +135,12 @@ def test_a_layer_called_differently_is_traced_in_full_and_said():
 def test_traces_from_several_threads_then_a_plain_forward(tiny_models):
     model = tiny_models("base").model
     inputs = make_batch(2, 9, padded=True)
-    expected = trace_module(model, inputs).gm.code
+    expected = trace_module(model, inputs, cache=False).gm.code
     codes, errors = [], []
 
     def work() -> None:
         try:
-            codes.append(trace_module(model, inputs).gm.code)
+            codes.append(trace_module(model, inputs, cache=False).gm.code)
         except Exception as e:  # a thread's failure must reach the assertion below
             errors.append(e)
 
@@ -129,10 +165,10 @@ def test_a_trace_failing_midway_leaves_no_patch_behind(tiny_models):
     layer.forward = broken_forward
     try:
         with pytest.raises(TraceError, match="injected failure"):
-            trace_module(model, make_batch(2, 9, padded=True), fast=False)
+            trace_module(model, make_batch(2, 9, padded=True), fast=False, cache=False)
     finally:
         del layer.forward
     assert torch.nn.Module.__call__ is call and torch.nn.Module.__getattr__ is getattr_
     with torch.no_grad():
         assert model(**make_batch(2, 9, padded=True)).last_hidden_state.shape == (2, 9, 128)
-    assert trace_module(model, make_batch(2, 9, padded=True)).notes == []
+    assert trace_module(model, make_batch(2, 9, padded=True), cache=False).notes == []
