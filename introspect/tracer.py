@@ -59,7 +59,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.node import map_aggregate
 
-from introspect import layer_replay
+from introspect import layer_replay, trace_cache
 from introspect.errors import TraceError
 from introspect.leaf_shapes import NO_RULE, leaf_value
 
@@ -358,7 +358,7 @@ def _outputs_as_dict(outputs: Any) -> Any:
 
 
 def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor],
-                 *, fast: bool = True) -> TraceResult:
+                 *, fast: bool = True, cache: bool = True) -> TraceResult:
     """Trace ``model`` into a GraphModule whose placeholders are ``example_inputs``' names.
 
     Every node gets the shapes ``ShapeProp`` writes (``tensor_meta``, and ``value`` for
@@ -370,6 +370,10 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         example_inputs: input tensors by name; only their shapes and dtypes are used.
         fast: shape rules for leaves and one trace per repeated layer (the same graph);
             False traces every node in full.
+        cache: look the graph up in the trace cache (``introspect.trace_cache``: the same
+            model class, configuration and input shapes traced before, in this process
+            or on disk) and bind it to ``model``'s own weights; off with
+            ``INTROSPECT_NO_CACHE=1``.
 
     Returns:
         A ``TraceResult``: the GraphModule (it returns a dict of the model's outputs),
@@ -390,6 +394,15 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         raise TraceError(
             f"{type(model).__name__}.forward takes no argument named {', '.join(unknown)}"
         )
+    key = trace_cache.cache_key(model, example_inputs, fast) \
+        if cache and trace_cache.enabled() else None
+    if key is not None:
+        with TRACE_LOCK:
+            entry = trace_cache.recall(key)
+            if entry is not None and entry.input_names == tuple(example_inputs):
+                return TraceResult(trace_cache.bind(entry, model), entry.input_names,
+                                   entry.output_names, [Decision(*d) for d in entry.decisions],
+                                   list(entry.notes))
     tracer = MetaTracer(example_inputs, fast=fast)
     attributes_before = set(vars(model))
     try:
@@ -417,6 +430,11 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = output_node.args[0]
     output_names = tuple(returned) if isinstance(returned, dict) else ("output",)
+    if key is not None:
+        with TRACE_LOCK:
+            entry = trace_cache.remember(key, gm, tuple(example_inputs), output_names,
+                                         tracer.decisions, tracer.notes)
+            trace_cache.write_entry(key, entry)
     return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions),
                        list(tracer.notes))
 

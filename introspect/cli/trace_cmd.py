@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from introspect.cli.options import add_model_options, add_verbosity_options
+from introspect.cli.options import add_model_options, add_verbosity_options, say
 
 FORMATS = ("table", "csv", "json", "graphml")
 
@@ -55,6 +55,8 @@ def render_trace(args: argparse.Namespace) -> str:
     loaded, inputs = load_model_and_inputs(args)
     with step(args, "tracing and propagating shapes"):
         graph = trace(loaded.model, inputs, title=f"{args.model} {args.head} ({args.attn})")
+    for note in graph.notes if args.verbose else ():  # layers traced in full, the mask
+        say(args, note)
     if args.format == "csv":
         return export.layers_csv(graph) if args.layers else export.nodes_csv(graph)
     if args.format == "json":
