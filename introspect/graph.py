@@ -158,7 +158,7 @@ def summarise_layers(records: list[NodeRecord]) -> list[LayerSummary]:
 
 
 def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
-          *, title: str = "") -> IntrospectGraph:
+          *, title: str = "", cache: bool = True) -> IntrospectGraph:
     """Trace ``model`` with torch.fx and annotate every node with its shapes.
 
     Args:
@@ -166,6 +166,8 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
         inputs: ``introspect.tokenize(...)`` output (keeps the tokens for drawings) or a
             mapping of tensors by input name.
         title: a name for tables and drawings (default: the model's class).
+        cache: reuse a graph traced before for the same model class, configuration and
+            input shapes (``introspect.trace_cache``), bound to this model's weights.
 
     Returns:
         An ``IntrospectGraph``.
@@ -187,7 +189,7 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     was_training = model.training
     model.eval()  # train/eval is fixed at trace time; trace what people run
     try:
-        result = trace_module(model, tensors)  # ShapeProp ran on the trace-time values
+        result = trace_module(model, tensors, cache=cache)  # ShapeProp ran on trace values
         records = node_records(result.gm)
     finally:
         model.train(was_training)
