@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 NO_RULE: Any = object()  # "no rule applies here: run the module on FakeTensors"
 
@@ -29,7 +30,7 @@ _ELEMENTWISE_PREFIX = "transformers.activations"
 def leaf_value(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The FakeTensor ``module(*args, **kwargs)`` would return, or ``NO_RULE``.
 
-    Must be called inside the tracer's ``FakeTensorMode`` (the new tensor is made there).
+    The input must be a FakeTensor: the new one belongs to the same ``FakeTensorMode``.
     """
     if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor):
         return NO_RULE
@@ -95,11 +96,14 @@ def _elementwise(module: torch.nn.Module, x: torch.Tensor) -> Any:
 
 def _new(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype,
          parameters: Any) -> torch.Tensor:
-    """A contiguous tensor made in the current (fake) mode, with autograd's requires_grad."""
-    if not like.is_contiguous():
+    """A contiguous FakeTensor like ``like``'s, with the requires_grad autograd would give.
+
+    Built around a meta tensor directly: making it with ``torch.empty`` under the fake
+    mode costs a dispatch through the mode, several times slower, for the same tensor.
+    """
+    if not like.is_contiguous() or not isinstance(like, FakeTensor):
         return NO_RULE
-    value = torch.empty(shape, dtype=dtype, device=like.device)
-    if torch.is_grad_enabled() and (like.requires_grad
-                                    or any(p.requires_grad for p in parameters)):
-        value.requires_grad_(True)
-    return value
+    requires_grad = torch.is_grad_enabled() and (
+        like.requires_grad or any(p.requires_grad for p in parameters))
+    meta = torch.empty(shape, dtype=dtype, device="meta")
+    return FakeTensor(like.fake_mode, meta, like.device, requires_grad=requires_grad)

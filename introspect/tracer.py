@@ -142,6 +142,7 @@ class MetaTracer(torch.fx.Tracer):
         self._layers: dict[tuple[str, Any], list[layer_replay.LayerRecord]] = {}
         self._fake_mode: FakeTensorMode | None = None
         self._computing_meta = False
+        self._names: dict[int, str] | None = None  # tensors of the root, by id
 
     # -- leaves -------------------------------------------------------------------
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
@@ -222,7 +223,26 @@ class MetaTracer(torch.fx.Tracer):
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if self._computing_meta:  # a leaf running on FakeTensors wants its real weight
             return attr_val
-        return super().getattr(attr, attr_val, parameter_proxy_cache)
+        if not isinstance(attr_val, torch.Tensor):
+            return attr_val
+        # What fx's Tracer.getattr does, with the tensors' names looked up in a table made
+        # once per trace instead of a scan of every parameter at every access.
+        name = self._tensor_names().get(id(attr_val))
+        if name is None:
+            return attr_val
+        if name not in parameter_proxy_cache:
+            parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+        return parameter_proxy_cache[name]
+
+    def _tensor_names(self) -> dict[int, str]:
+        """Parameters, then buffers, by id: the first name fx's own scan would find."""
+        if self._names is None:
+            self._names = {}
+            for name, parameter in self.root.named_parameters():
+                self._names.setdefault(id(parameter), name)
+            for name, buffer in self.root.named_buffers():
+                self._names.setdefault(id(buffer), name)
+        return self._names
 
     # -- proxies carry values -----------------------------------------------------------
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
@@ -304,6 +324,7 @@ class MetaTracer(torch.fx.Tracer):
             finally:
                 self._fake_mode = None
                 self._layers.clear()  # records hold the user's modules; drop them
+                self._names = None
 
 
 class ReloadableTracer(torch.fx.Tracer):
