@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import hashlib
 import importlib
 import inspect
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -353,6 +355,22 @@ def _encode(value: Any) -> Any:
 
 
 def _importable_name(value: Any) -> list[str]:
+    try:
+        return list(_NAMES[value])
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    found = _find_importable_name(value)
+    try:
+        _NAMES[value] = tuple(found)
+    except TypeError:
+        pass
+    return found
+
+
+_NAMES: dict[Any, tuple[str, str]] = {}
+
+
+def _find_importable_name(value: Any) -> list[str]:
     if value is type(None):
         return ["builtins", "NoneType"]
     module = getattr(value, "__module__", None) or ""
@@ -366,12 +384,14 @@ def _importable_name(value: Any) -> list[str]:
     raise _NotSerialisable(f"{module}.{getattr(value, '__qualname__', value)}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _resolve(module: str, name: str) -> Any:
+    """The object ``module.name``, for modules of ``_IMPORTABLE`` only (memoised)."""
     if (module, name) == ("builtins", "NoneType"):
         return type(None)
     if module.split(".")[0] not in _IMPORTABLE:
         raise ValueError(f"{module} is not a module a cached graph may name")
-    value: Any = importlib.import_module(module)
+    value: Any = sys.modules.get(module) or importlib.import_module(module)
     for part in name.split("."):
         value = getattr(value, part)
     return value
