@@ -164,17 +164,31 @@ def _output_problem(value: Any, allowed: set[torch.fx.Node]) -> str:
     return f"it returns a {type(value).__name__}"
 
 
-def replay(record: LayerRecord, path: str, argument_nodes: list[torch.fx.Node | None],
-           tracer: Any) -> Any:
-    """Create the recorded layer's nodes again for the layer at ``path``; return its output.
+def argument_mapping(record: LayerRecord, argument_nodes: list[torch.fx.Node | None]
+                     ) -> dict[torch.fx.Node, torch.fx.Node] | None:
+    """The recorded layer's argument nodes -> this call's, or None where they disagree.
 
-    ``tracer`` is the running ``MetaTracer``: its graph gets the nodes, its decisions the
-    recorded branches (renamed), its ``num_calls`` the module calls.
+    One node passed twice to the recorded layer but two different nodes passed here
+    cannot be replayed: the recorded nodes read one value where this call has two.
     """
     mapping: dict[torch.fx.Node, torch.fx.Node] = {}
     for old, new in zip(record.argument_nodes, argument_nodes, strict=True):
-        if old is not None and new is not None:
-            mapping[old] = new
+        if old is None or new is None:
+            continue
+        if mapping.setdefault(old, new) is not new:
+            return None
+    return mapping
+
+
+def replay(record: LayerRecord, path: str, mapping: dict[torch.fx.Node, torch.fx.Node],
+           tracer: Any) -> Any:
+    """Create the recorded layer's nodes again for the layer at ``path``; return its output.
+
+    ``mapping`` is ``argument_mapping``'s; ``tracer`` is the running ``MetaTracer``: its
+    graph gets the nodes, its decisions the recorded branches (renamed), its
+    ``num_calls`` the module calls.
+    """
+    mapping = dict(mapping)
 
     def rename(text: str) -> str:
         if text == record.path or text.startswith(record.path + "."):

@@ -165,12 +165,16 @@ class MetaTracer(torch.fx.Tracer):
             self._note_full_trace(path, group, signature, m, described)
             return super().call_module(m, forward, args, kwargs)
         records = self._layers.setdefault((group, signature), [])
+        reason = ""
         for record in records:
             if record.module is not m and not record.unreplayable \
                     and record.arguments == described[0]:
-                return layer_replay.replay(record, path, described[1], self)
+                mapping = layer_replay.argument_mapping(record, described[1])
+                if mapping is not None:
+                    return layer_replay.replay(record, path, mapping, self)
+                reason = f"it reads one node where {record.path} read two, or the reverse"
         if records:
-            self._note_full_trace(path, group, signature, m, "")
+            self._note_full_trace(path, group, signature, m, reason)
         return self._trace_and_record(m, path, records, described, forward, args, kwargs)
 
     def _note_full_trace(self, path: str, group: str, signature: Any, m: torch.nn.Module,

@@ -29,9 +29,9 @@ def _counting_replays(paths: list[str]):
     """Record the path of every layer replayed instead of traced."""
     original = layer_replay.replay
 
-    def counted(record, path, argument_nodes, tracer):
+    def counted(record, path, mapping, tracer):
         paths.append(path)
-        return original(record, path, argument_nodes, tracer)
+        return original(record, path, mapping, tracer)
 
     layer_replay.replay = counted
     try:
@@ -92,11 +92,30 @@ class _Stack(torch.nn.Module):
         return x
 
 
+class _Pairs(torch.nn.Module):
+    """Layers taking two inputs: layer 0 gets the same node twice, layer 1 two nodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_PairBlock(), _PairBlock()])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = input_ids * 1.0
+        y = self.layers[0](x, x)
+        return self.layers[1](y, y + 1.0)
+
+
+class _PairBlock(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2.0 - b
+
+
 @pytest.mark.parametrize("stack", [
+    _Pairs(),  # the same argument metadata, but one node where there are two
     _Stack(),
     _Stack(scales=(1.0, 2.0, 1.0)),  # layer 1 is called differently: traced in full
     _Stack(shared=True),  # one module called three times (ALBERT-style)
-], ids=["same", "one-differs", "shared"])
+], ids=["pairs", "same", "one-differs", "shared"])
 def test_replay_matches_the_full_trace_or_falls_back(stack):
     torch.manual_seed(0)
     inputs = {"input_ids": torch.randn(2, 5, 8)}
