@@ -202,7 +202,8 @@ def replay(record: LayerRecord, path: str, mapping: dict[torch.fx.Node, torch.fx
         while pending is not None and pending[0] == index:
             tracer.decisions.append(_renamed_decision(pending[1], mapping))
             pending = next(decisions, None)
-        target = rename(old.target) if old.op in ("call_module", "get_attr") else old.target
+        target = rename(str(old.target)) if old.op in ("call_module", "get_attr") \
+            else old.target
         args = torch.fx.node.map_arg(old.args, mapping.__getitem__)
         kwargs = torch.fx.node.map_arg(old.kwargs, mapping.__getitem__)
         new = graph.create_node(old.op, target, args, kwargs, None, old.type)

@@ -197,13 +197,13 @@ def bind(entry: CachedTrace, model: torch.nn.Module) -> torch.fx.GraphModule:
     """A GraphModule running ``entry``'s graph on ``model``'s own modules and weights."""
     graph = _copy_graph(entry.graph)
     if entry.cls is None:  # read from disk: generate the code once, then reuse its class
-        gm = torch.fx.GraphModule(_Targets(model, entry.constants), graph,
-                                  class_name=type(model).__name__)
-        entry.cls = type(gm)
-        entry.state = {k: v for k, v in vars(gm).items() if k not in _MODULE_STATE}
+        built = torch.fx.GraphModule(_Targets(model, entry.constants), graph,
+                                     class_name=type(model).__name__)
+        entry.cls = type(built)
+        entry.state = {k: v for k, v in vars(built).items() if k not in _MODULE_STATE}
         entry.state.pop("_graph", None)
-        return gm
-    gm = object.__new__(entry.cls)  # the class holds the compiled forward: no codegen
+        return built
+    gm: Any = object.__new__(entry.cls)  # the class holds the compiled forward: no codegen
     torch.nn.Module.__init__(gm)
     for key, value in entry.state.items():
         gm.__dict__[key] = copy.copy(value)
@@ -361,7 +361,7 @@ def _importable_name(value: Any) -> list[str]:
         pass
     found = _find_importable_name(value)
     try:
-        _NAMES[value] = tuple(found)
+        _NAMES[value] = (found[0], found[1])
     except TypeError:
         pass
     return found

@@ -444,7 +444,7 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         if isinstance(node.type, str):  # a postponed annotation ("Any") cannot be pickled
             node.type = None
     graph._tracer_cls = ReloadableTracer
-    graph.owning_module = model  # dead-code elimination asks modules whether they are pure
+    graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
     graph.eliminate_dead_code()
     gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)  # codegen
     # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
