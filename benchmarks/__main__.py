@@ -36,7 +36,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip a task whose one run is expected to take longer (default: 60)")
     parser.add_argument("--max-activation-gib", type=float, default=4.0,
                         help="skip torchlens above this many GiB of activations (default: 4)")
+    parser.add_argument("--sizes", nargs="+", type=_size, metavar="BxS",
+                        help="input sizes of the grid (default: 2x9 8x128 8x512)")
+    parser.add_argument("--peak-sizes", nargs="+", type=_size, default=(), metavar="BxS",
+                        help="sizes measured for peak memory only (forward and diff)")
     parser.add_argument("--no-growth", action="store_true", help="skip the growth curves")
+    parser.add_argument("--no-whole-process", action="store_true",
+                        help="skip `introspect diff` on MiniLM as a whole process")
     parser.add_argument("--resume", type=Path, metavar="CSV",
                         help="keep the cases of a cut-short run's benchmarks.partial.csv")
     args = parser.parse_args(argv)
@@ -54,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     quick = dict(models=("bert-tiny",), sizes=((2, 9),)) if args.quick else {}
     if args.models:
         quick["models"] = tuple(args.models)
+    if args.sizes:
+        quick["sizes"] = tuple(args.sizes)
     settings = Settings(quick=args.quick, threads=args.threads, task_budget_s=args.task_budget,
                         max_task_seconds=args.max_task_seconds,
                         max_activation_gib=args.max_activation_gib, growth=not args.no_growth,
-                        **quick)
+                        peak_sizes=tuple(args.peak_sizes),
+                        whole_process=not args.no_whole_process, **quick)
     machine = describe_machine(args.threads)
     started = time.perf_counter()
 
@@ -95,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     partial.unlink(missing_ok=True)
     progress(f"wrote {markdown}, {table}" + (f", {plot}" if plot else ""))
     return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    """"8x128" -> (8, 128)."""
+    try:
+        batch, seq = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size BxS: {text!r}") from None
+    return batch, seq
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What users would otherwise pick: torchview, torchlens, torch.export + ShapeProp, hooks.
+"""What users would otherwise pick: torchview, torchlens, torchinfo, torch.export +
+ShapeProp, hooks.
 
 Each is called as its documentation shows, on the same model and inputs as introspect.
 torchlens wraps every torch function the first time it traces, and the wrappers stay
@@ -20,6 +21,7 @@ from benchmarks.timing import Repetitions, Work, time_median
 from benchmarks.workloads import Inputs
 
 TORCHVIEW = "torchview"
+TORCHINFO = "torchinfo.summary (module outputs only)"
 TORCHLENS = "torchlens"
 EXPORT = "torch.export + ShapeProp"
 HOOKS = "forward hooks"
@@ -42,6 +44,14 @@ def export_with_shapes(model: torch.nn.Module, inputs: Inputs) -> torch.fx.Graph
     with torch.no_grad():
         ShapeProp(gm).propagate(*inputs.tensors.values())  # placeholders in kwargs order
     return gm
+
+
+def torchinfo_summary(model: torch.nn.Module, inputs: Inputs) -> Any:
+    """torchinfo's table of every module's output shape and parameters (it runs the model)."""
+    import torchinfo
+
+    return torchinfo.summary(model, input_data=dict(inputs.tensors), depth=100, verbose=0,
+                             device="cpu")
 
 
 def leaf_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -99,8 +109,11 @@ def torchview_svg(model: torch.nn.Module, inputs: Inputs, depth: float) -> bytes
 def alternative_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs) -> list[Work]:
     """Every alternative run in this process, with the baseline its ratio divides by."""
     missing_torchview = "" if installed("torchview") else "not installed (pip install '.[bench]')"
+    missing_torchinfo = "" if installed("torchinfo") else "not installed (pip install '.[bench]')"
     return [
         Work(TRACE_SHAPES, EXPORT, lambda: export_with_shapes(hf, inputs), units=1.5),
+        Work(TRACE_SHAPES, TORCHINFO, lambda: torchinfo_summary(hf, inputs), units=1.5,
+             skip=missing_torchinfo),
         Work(CAPTURE, HOOKS, lambda: capture_with_hooks(hf, inputs), units=1.2),
         Work(TO_SVG_MODULES, f"{TORCHVIEW} depth 3", lambda: torchview_svg(hf, inputs, 3),
              units=1.2, output_bytes=len, skip=missing_torchview),

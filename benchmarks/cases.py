@@ -1,11 +1,19 @@
-"""introspect's own measurements: trace, trace + shapes, drawings, and diff.
+"""introspect's own measurements: trace, trace + shapes, drawings, diff, the trace cache.
 
 Each task is a plain function of the models and inputs, so the same code is timed in
 the harness and run once in a fresh process for its peak memory (``memory``).
+
+Every task but the cache hits runs with the trace cache off, so repeated runs measure
+tracing and not a cache lookup; the cache hits are their own rows, next to the full
+trace (every node on FakeTensors, no shortcut: what ``introspect.trace`` cost before the
+shape rules, the layer replay and the cache).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -13,6 +21,7 @@ import torch
 import introspect
 from benchmarks.timing import Work
 from benchmarks.workloads import Inputs
+from introspect import trace_cache
 from introspect.render import draw_graph, render_bytes
 from introspect.tracer import trace_module
 
@@ -28,6 +37,10 @@ TO_SVG_MODULES = "model to SVG, module level"
 TO_SVG_FULL = "model to SVG, every op"
 DIFF = "diff HF vs scratch"
 CAPTURE = "capture every layer's output"
+TRACE_FULL = "trace, every node on FakeTensors (no shortcut, no cache)"
+CACHE_MEMORY = "trace, cache hit in memory"
+CACHE_DISK = "trace, cache hit from disk"
+DIFF_CACHED = "diff HF vs scratch, graphs cached"
 
 
 def forward(model: torch.nn.Module, inputs: Inputs) -> Any:
@@ -37,13 +50,39 @@ def forward(model: torch.nn.Module, inputs: Inputs) -> Any:
 
 
 def trace_graph(model: torch.nn.Module, inputs: Inputs) -> Any:
-    """The fx graph alone: introspect's tracer on FakeTensors, no real computation."""
-    return trace_module(model, inputs.tensors)
+    """The fx graph alone (``trace_module``, shapes from the trace included), no cache."""
+    return trace_module(model, inputs.tensors, cache=False)
+
+
+def trace_full(model: torch.nn.Module, inputs: Inputs) -> Any:
+    """The same graph traced the old way: every node, leaves included, on FakeTensors."""
+    return trace_module(model, inputs.tensors, fast=False, cache=False)
 
 
 def trace_with_shapes(model: torch.nn.Module, inputs: Inputs) -> Any:
-    """``introspect.trace``: the fx graph, run once for the shape on every node."""
+    """``introspect.trace``: the fx graph with ShapeProp's shapes, and the node records."""
+    return introspect.trace(model, inputs.for_introspect, cache=False)
+
+
+def trace_cached(model: torch.nn.Module, inputs: Inputs, from_disk: bool) -> Any:
+    """``introspect.trace`` served by the cache (warmed by the task's setup)."""
+    if from_disk:
+        trace_cache.clear_memory()
     return introspect.trace(model, inputs.for_introspect)
+
+
+@contextlib.contextmanager
+def no_trace_cache() -> Iterator[None]:
+    """``INTROSPECT_NO_CACHE=1`` for the duration: every trace is a real one."""
+    before = os.environ.get("INTROSPECT_NO_CACHE")
+    os.environ["INTROSPECT_NO_CACHE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["INTROSPECT_NO_CACHE"]
+        else:
+            os.environ["INTROSPECT_NO_CACHE"] = before
 
 
 def drawing_svg(graph: Any, full: bool) -> bytes:
@@ -52,7 +91,13 @@ def drawing_svg(graph: Any, full: bool) -> bytes:
 
 
 def diff(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs) -> Any:
-    """``introspect.diff``: align the two graphs and compare every node's output."""
+    """``introspect.diff``: trace both (no cache), align, compare every node's output."""
+    with no_trace_cache():
+        return introspect.diff(reference, candidate, inputs.for_introspect)
+
+
+def diff_cached(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs) -> Any:
+    """``introspect.diff`` with both graphs in the trace cache (a re-run in a notebook)."""
     return introspect.diff(reference, candidate, inputs.for_introspect)
 
 
@@ -67,12 +112,22 @@ def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Input
     def trace_once() -> None:
         traced.setdefault("graph", trace_with_shapes(hf, inputs))
 
+    def warm_cache() -> None:
+        introspect.trace(hf, inputs.for_introspect)
+
     return [
         Work(TRACE, TOOL, lambda: trace_graph(hf, inputs), units=0.5),
+        Work(TRACE_FULL, TOOL, lambda: trace_full(hf, inputs), units=1.0),
         Work(TRACE_SHAPES, TOOL, lambda: trace_with_shapes(hf, inputs), units=1.2),
+        Work(CACHE_MEMORY, TOOL, lambda: trace_cached(hf, inputs, False), setup=warm_cache,
+             units=0.1),
+        Work(CACHE_DISK, TOOL, lambda: trace_cached(hf, inputs, True), setup=warm_cache,
+             units=0.2),
         Work(DRAW_FOLDED, TOOL, lambda: drawing_svg(traced["graph"], full=False),
              setup=trace_once, units=0.2, output_bytes=len),
         Work(DRAW_FULL, TOOL, lambda: drawing_svg(traced["graph"], full=True),
              setup=trace_once, teardown=traced.clear, units=1.0, output_bytes=len),
         Work(DIFF, TOOL, lambda: diff(hf, scratch, inputs), baseline=2, units=2.0),
+        Work(DIFF_CACHED, TOOL, lambda: diff_cached(hf, scratch, inputs), baseline=2,
+             units=2.0, setup=lambda: diff_cached(hf, scratch, inputs)),
     ]

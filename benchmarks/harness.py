@@ -57,6 +57,9 @@ class Settings:
     max_held_gib: float = 12.0  # skip a task that would keep more activations (hooks: 2 models)
     growth: bool = True
     startup_runs: Repetitions = Repetitions(warmup=1, runs=5)
+    peak_sizes: tuple[tuple[int, int], ...] = ()  # sizes measured for peak memory only
+    whole_process: bool = True  # `introspect diff` on MiniLM as a process, vs import + load
+    whole_process_runs: Repetitions = Repetitions(warmup=1, runs=3)
 
 
 @dataclass
@@ -108,6 +111,14 @@ def run_benchmarks(settings: Settings, progress: Progress = print,
             if checkpoint is not None:
                 checkpoint(rows)
         del hf, scratch
+        for batch, seq in settings.peak_sizes:
+            if (batch, seq) in done:
+                continue
+            progress(f"{spec.name} {batch}x{seq}: peak memory only")
+            rows += peak_rows(spec, batch, seq, settings, Estimator(), 0.0, progress,
+                              tasks=PEAK_ONLY_TASKS)
+            if checkpoint is not None:
+                checkpoint(rows)
     resumed_growth = [r for r in resumed if r.section == GROWTH]
     if settings.growth and resumed_growth:
         rows += resumed_growth
@@ -118,8 +129,23 @@ def run_benchmarks(settings: Settings, progress: Progress = print,
     return rows
 
 
+PEAK_ONLY_TASKS = ((cases.FORWARD, "HF"), (cases.DIFF, cases.TOOL))
+
+# A script that does only what any user of the model must: import torch and transformers,
+# load the checkpoint `introspect diff` loads by default, and its tokenizer ({folder}).
+IMPORT_AND_LOAD = (
+    "import torch, transformers\n"
+    "transformers.BertTokenizerFast.from_pretrained({folder!r})\n"
+    "transformers.BertModel.from_pretrained({folder!r}).eval()\n"
+)
+WHOLE_DIFF = "start-up: introspect diff (minilm, whole process)"
+WHOLE_DIFF_CACHED = "start-up: introspect diff (minilm, whole process, graphs cached on disk)"
+IMPORT_LOAD = "start-up: python: import torch + transformers, load minilm"
+
+
 def startup_rows(settings: Settings, progress: Progress) -> list[Measurement]:
-    """``introspect --help`` in a new process, next to the interpreter starting alone."""
+    """``introspect --help`` in a new process, next to the interpreter starting alone;
+    ``introspect diff`` on MiniLM as a whole process, next to importing and loading."""
     progress("start-up: introspect --help")
     repetitions = Repetitions(0, 1) if settings.quick else settings.startup_runs
     script = Path(sys.executable).with_name("introspect")
@@ -128,7 +154,7 @@ def startup_rows(settings: Settings, progress: Progress) -> list[Measurement]:
     helped = time_median(lambda: _run_quietly([*command, "--help"]), repetitions)
     base = dict(section=STARTUP, model="", batch=0, seq=0, warmup=repetitions.warmup,
                 runs=repetitions.runs)
-    return [
+    rows = [
         Measurement(task="start-up: python -c pass", tool="python", status=OK,
                     seconds=python.median, **base),
         Measurement(task="start-up: introspect --help", tool="introspect", status=OK,
@@ -136,6 +162,78 @@ def startup_rows(settings: Settings, progress: Progress) -> list[Measurement]:
                     baseline_seconds=python.median, ratio=ratio(helped.median, python.median),
                     **base),
     ]
+    return rows + whole_process_rows(settings, command, progress)
+
+
+def whole_process_rows(settings: Settings, command: list[str],
+                       progress: Progress) -> list[Measurement]:
+    """`introspect diff` on MiniLM, cold (no trace cache) and with the graphs cached on
+    disk, each as a ratio of a process that imports torch and transformers and loads MiniLM.
+
+    Runs alternate between the commands, so that a change of the machine's load touches
+    each of them alike; the note gives the CPU seconds (user + system) too, steadier than
+    wall time on a shared machine.
+    """
+    tasks = (IMPORT_LOAD, WHOLE_DIFF, WHOLE_DIFF_CACHED)
+    base = dict(section=STARTUP, model="", batch=0, seq=0)
+    if not settings.whole_process or settings.quick:
+        return [Measurement(task=t, tool="introspect" if "diff" in t else "python",
+                            status=NOT_MEASURED, note="quick mode: not measured", **base)
+                for t in tasks]
+    import tempfile
+
+    progress("start-up: introspect diff on minilm, whole process (and import + load)")
+    with tempfile.TemporaryDirectory() as cache_home:
+        environments = {
+            IMPORT_LOAD: None,
+            WHOLE_DIFF: {"INTROSPECT_NO_CACHE": "1"},
+            WHOLE_DIFF_CACHED: {"XDG_CACHE_HOME": cache_home},
+        }
+        from introspect.load import minilm_folder
+
+        script = IMPORT_AND_LOAD.format(folder=str(minilm_folder()))
+        commands = {IMPORT_LOAD: [sys.executable, "-c", script],
+                    WHOLE_DIFF: [*command, "diff", "-q"],
+                    WHOLE_DIFF_CACHED: [*command, "diff", "-q"]}
+        walls: dict[str, list[float]] = {t: [] for t in tasks}
+        cpus: dict[str, list[float]] = {t: [] for t in tasks}
+        repetitions = settings.whole_process_runs
+        for round_ in range(repetitions.total):
+            for task in tasks:
+                wall, cpu = _timed_process(commands[task], environments[task])
+                if round_ >= repetitions.warmup:
+                    walls[task].append(wall)
+                    cpus[task].append(cpu)
+    wall_base = statistics.median(walls[IMPORT_LOAD])
+    cpu_base = statistics.median(cpus[IMPORT_LOAD])
+    rows = []
+    for task in tasks:
+        wall, cpu = statistics.median(walls[task]), statistics.median(cpus[task])
+        compared = task != IMPORT_LOAD
+        rows.append(Measurement(
+            task=task, tool="introspect" if compared else "python", status=OK, seconds=wall,
+            warmup=repetitions.warmup, runs=repetitions.runs,
+            baseline="import + load" if compared else "",
+            baseline_seconds=wall_base if compared else None,
+            ratio=ratio(wall, wall_base) if compared else None,
+            note=(f"CPU {cpu:.2f} s" + (f", {cpu / cpu_base:.2f}x the import + load's CPU"
+                                        if compared else "")), **base))
+    return rows
+
+
+def _timed_process(command: list[str], environment: dict[str, str] | None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one process run to its end."""
+    import os
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, timeout=600,
+                   env={**os.environ, **(environment or {})})
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def _run_quietly(command: list[str]) -> None:

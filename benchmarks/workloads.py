@@ -2,9 +2,12 @@
 
 Models are introspect's random-init BERTs (``bert-tiny``, ``bert-base``, ``bert-large``),
 optionally with fewer or more layers for the growth curves, each with its from-scratch
-twin (``introspect.scratch``) holding the same weights. Inputs are the tutorial's two
-sentences at 2 x 9 (that is exactly their tokenized size), and seeded token ids elsewhere,
-padded a little more on every row so the attention mask matters.
+twin (``introspect.scratch``) holding the same weights. Inputs are seeded token ids at
+every size, 2 x 9 included, padded a little more on every row so the attention mask
+matters. (The tutorial's two sentences tokenize to 2 x 8 with the embedded vocabulary,
+not 2 x 9, so no case of the grid uses them; ``make_inputs`` takes the tokenizer's output
+only where it has exactly the size asked for, which keeps the tokens on drawings of a
+2 x 8 case.)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from introspect.load import DEFAULT_TEXTS, INIT_SEED, RANDOM_SIZES, load_model, 
 INPUT_SEED = 0
 CLS, SEP, PAD = 101, 102, 0  # the uncased WordPiece vocab's special tokens
 FIRST_WORD, VOCAB = 1000, 30522  # seeded ids are drawn from ordinary words
+SENTENCES = (2, 8)  # the tutorial's two sentences, tokenized with the embedded vocabulary
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Inputs:
     """One batch: the tensors by name, and the tokenizer's output when there is one."""
 
     tensors: dict[str, torch.Tensor]
-    tokenized: Any = None  # introspect.load.TokenizedInputs at 2 x 9 (drawings show tokens)
+    tokenized: Any = None  # introspect.load.TokenizedInputs at 2 x 8 (drawings show tokens)
 
     @property
     def for_introspect(self) -> Any:
@@ -90,8 +94,8 @@ def scratch_twin(hf_model: torch.nn.Module) -> torch.nn.Module:
 
 
 def make_inputs(batch: int, seq: int, tokenizer: Any = None) -> Inputs:
-    """Inputs of shape (batch, seq): the tutorial's sentences at 2 x 9, seeded ids elsewhere."""
-    if tokenizer is not None and (batch, seq) == (2, 9):
+    """Inputs of shape (batch, seq): seeded ids, or the tutorial's sentences at their 2 x 8."""
+    if tokenizer is not None and (batch, seq) == SENTENCES:
         tokenized = tokenize(tokenizer, DEFAULT_TEXTS)
         if tuple(tokenized.tensors["input_ids"].shape) == (2, 9):
             return Inputs(dict(tokenized.tensors), tokenized)

@@ -25,7 +25,7 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.load import TokenizedInputs
 from introspect.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.shapes import annotate_shapes
+from introspect.shapes import node_records
 from introspect.tracer import Decision, trace_module
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def summarise_layers(records: list[NodeRecord]) -> list[LayerSummary]:
 
 
 def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
-          *, title: str = "") -> IntrospectGraph:
+          *, title: str = "", cache: bool = True) -> IntrospectGraph:
     """Trace ``model`` with torch.fx and annotate every node with its shapes.
 
     Args:
@@ -166,6 +166,8 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
         inputs: ``introspect.tokenize(...)`` output (keeps the tokens for drawings) or a
             mapping of tensors by input name.
         title: a name for tables and drawings (default: the model's class).
+        cache: reuse a graph traced before for the same model class, configuration and
+            input shapes (``introspect.trace_cache``), bound to this model's weights.
 
     Returns:
         An ``IntrospectGraph``.
@@ -187,14 +189,14 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     was_training = model.training
     model.eval()  # train/eval is fixed at trace time; trace what people run
     try:
-        result = trace_module(model, tensors)
-        records = annotate_shapes(result.gm, [tensors[n] for n in result.input_names])
+        result = trace_module(model, tensors, cache=cache)  # ShapeProp ran on trace values
+        records = node_records(result.gm)
     finally:
         model.train(was_training)
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)
     return IntrospectGraph(result.gm, records, result.input_names, result.output_names,
-                           tokens, texts, result.decisions, notes,
+                           tokens, texts, result.decisions, notes + result.notes,
                            title or type(model).__name__)
 
 

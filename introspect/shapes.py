@@ -46,6 +46,40 @@ class ValueShapeProp(ShapeProp):
         return result
 
 
+class _TraceTimeValues(torch.fx.Interpreter):
+    """An Interpreter whose nodes "run" by returning the value computed while tracing."""
+
+    values: dict[torch.fx.Node, Any]
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "output":  # the graph's dict of outputs, from the values it returns
+            return torch.fx.node.map_arg(n.args[0], self.values.__getitem__)
+        return self.values[n]
+
+
+class TraceTimeShapeProp(ValueShapeProp, _TraceTimeValues):
+    """``ShapeProp`` on the values a trace already computed (FakeTensors, ints, sizes).
+
+    ShapeProp writes ``tensor_meta`` (and ``ValueShapeProp`` the ``value`` of shape
+    bookkeeping) as it always does; only running each node is replaced by looking up its
+    trace-time value, so no forward pass is spent for shapes.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, values: dict[torch.fx.Node, Any]) -> None:
+        self.values = values
+        super().__init__(gm)
+
+
+def propagate_trace_values(gm: torch.fx.GraphModule, values: dict[torch.fx.Node, Any]) -> None:
+    """Write ShapeProp's metadata on every node of ``gm`` from its trace-time ``values``.
+
+    Raises:
+        RuntimeError: ShapeProp's own error, naming the node that failed.
+    """
+    placeholders = [values[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    TraceTimeShapeProp(gm, values).propagate(*placeholders)
+
+
 def _is_shape_value(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -135,7 +169,7 @@ def _value_text(value: Any) -> str:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def _kind(node: torch.fx.Node, metas: list[Any], value: Any) -> str:

@@ -18,6 +18,21 @@ What it does, in the order of shared/DESIGN.md ("Tracing HF BERT with torch.fx")
    modules stay ``call_module`` leaves; attention math and masks are functions;
 5. dead code is removed and the GraphModule can be pickled and loaded again.
 
+Two shortcuts keep the trace cheap without changing the graph (``fast=False`` turns them
+off; a test compares both node for node):
+
+- leaf modules get their trace-time value from a shape rule (``introspect.leaf_shapes``)
+  instead of running on FakeTensors;
+- each repeated layer of a ``ModuleList`` is traced once and its nodes replayed for the
+  others (``introspect.layer_replay``); a layer that cannot be replayed is traced in
+  full and ``TraceResult.notes`` says why.
+
+The shapes on every node are then written by ``torch.fx``'s ``ShapeProp``, run on the
+values computed while tracing (``introspect.shapes.propagate_trace_values``): no forward
+pass is spent only for shapes. Tracing holds a process-wide lock: ``torch.fx`` patches
+``nn.Module.__call__`` and ``__getattr__`` for the whole process while it traces, so two
+traces at once would break each other (and every later forward).
+
 Every Python branch taken on a traced value (``if x.shape[1] > 512``) is recorded in
 ``TraceResult.decisions``: those are the places where the graph was specialised to the
 example inputs, and tools downstream say so instead of drawing a different graph in
@@ -32,7 +47,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +59,9 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.node import map_aggregate
 
+from introspect import layer_replay, trace_cache
 from introspect.errors import TraceError
+from introspect.leaf_shapes import NO_RULE, leaf_value
 
 # Attributes of a tensor that are fixed at trace time (DESIGN.md, point 6): answering them
 # as constants lets HF call torch.finfo(x.dtype) and build tensors on x.device.
@@ -52,6 +71,11 @@ _CONSTANT_TENSOR_ATTRIBUTES = frozenset(
 
 # Module types kept as single call_module nodes (besides torch.nn's own leaves).
 _EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
+
+# torch.fx patches process-wide state while it traces (see the module docstring); every
+# fx trace in this package runs under this lock. Re-entrant, so a trace that triggers
+# another fx trace in the same thread (unpickling a GraphModule) does not deadlock.
+TRACE_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,7 @@ class TraceResult:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     decisions: list[Decision] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # layers traced in full, and why
 
 
 class _MetaProxy(torch.fx.Proxy):
@@ -100,22 +125,90 @@ class MetaTracer(torch.fx.Tracer):
     Args:
         example_inputs: the inputs, by name, that fix the graph's placeholders and the
             dtypes and ranks seen while tracing. Only their shapes and dtypes are used.
+        fast: use shape rules for leaf modules and replay repeated layers (the same
+            graph; False traces every node in full, as a reference).
     """
 
     proxy_buffer_attributes = True
 
-    def __init__(self, example_inputs: Mapping[str, torch.Tensor] | None = None) -> None:
+    def __init__(self, example_inputs: Mapping[str, torch.Tensor] | None = None,
+                 fast: bool = True) -> None:
         super().__init__()
         self.example_inputs = dict(example_inputs or {})
+        self.fast = fast
         self.decisions: list[Decision] = []
+        self.notes: list[str] = []
+        self._decided_at: list[int] = []  # graph length at each decision (for replays)
+        self._layers: dict[tuple[str, Any], list[layer_replay.LayerRecord]] = {}
         self._fake_mode: FakeTensorMode | None = None
         self._computing_meta = False
+        self._names: dict[int, str] | None = None  # tensors of the root, by id
 
     # -- leaves -------------------------------------------------------------------
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if type(m).__module__.startswith(_EXTRA_LEAF_MODULE_PREFIXES):
             return True
         return super().is_leaf_module(m, module_qualified_name)
+
+    # -- repeated layers: trace one, replay the others --------------------------------
+    def call_module(self, m: torch.nn.Module, forward: Any, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+        path = self.path_of_module(m)
+        if not self.fast or self.is_leaf_module(m, path):
+            return super().call_module(m, forward, args, kwargs)
+        group = layer_replay.module_list_of(self.root, path)
+        signature = layer_replay.layer_signature(m) if group is not None else None
+        if group is None or signature is None:
+            return super().call_module(m, forward, args, kwargs)
+        described = layer_replay.describe_arguments(args, kwargs, _meta_of)
+        if isinstance(described, str):
+            self._note_full_trace(path, group, signature, m, described)
+            return super().call_module(m, forward, args, kwargs)
+        records = self._layers.setdefault((group, signature), [])
+        reason = ""
+        for record in records:
+            if record.module is not m and not record.unreplayable \
+                    and record.arguments == described[0]:
+                mapping = layer_replay.argument_mapping(record, described[1])
+                if mapping is not None:
+                    return layer_replay.replay(record, path, mapping, self)
+                reason = f"it reads one node where {record.path} read two, or the reverse"
+        if records:
+            self._note_full_trace(path, group, signature, m, reason)
+        return self._trace_and_record(m, path, records, described, forward, args, kwargs)
+
+    def _note_full_trace(self, path: str, group: str, signature: Any, m: torch.nn.Module,
+                         reason: str) -> None:
+        """Say why a layer like one traced before was traced again in full."""
+        others = [r for r in self._layers.get((group, signature), []) if r.module is not m]
+        if not others:
+            return  # the first of its kind, or the same module called again (ALBERT)
+        first = others[0]
+        if not reason:
+            reason = (f"{first.path} cannot be replayed: {first.unreplayable}"
+                      if first.unreplayable
+                      else f"its arguments differ from those of {first.path}")
+        self.notes.append(f"layer {path} was traced in full: {reason}")
+
+    def _trace_and_record(self, m: torch.nn.Module, path: str,
+                          records: list[layer_replay.LayerRecord],
+                          described: tuple[tuple[Any, ...], list[torch.fx.Node | None]],
+                          forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        record = layer_replay.LayerRecord(m, path, described[0], described[1])
+        last = next(iter(reversed(self.graph.nodes)), None)
+        length, decided = len(self.graph.nodes), len(self.decisions)
+        calls = dict(self.num_calls)
+        record.output = super().call_module(m, forward, args, kwargs)
+        first_new = last.next if last is not None else next(iter(self.graph.nodes), None)
+        layer_replay.finish_record(record, first_new, self.graph)
+        record.decisions = [(at - length, decision) for at, decision in
+                            zip(self._decided_at[decided:], self.decisions[decided:],
+                                strict=True)]
+        record.calls = {owner: count - calls.get(owner, 0)
+                        for owner, count in self.num_calls.items()
+                        if count != calls.get(owner, 0)}
+        records.append(record)
+        return record.output
 
     # -- root arguments -------------------------------------------------------------
     def create_args_for_root(
@@ -134,7 +227,26 @@ class MetaTracer(torch.fx.Tracer):
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if self._computing_meta:  # a leaf running on FakeTensors wants its real weight
             return attr_val
-        return super().getattr(attr, attr_val, parameter_proxy_cache)
+        if not isinstance(attr_val, torch.Tensor):
+            return attr_val
+        # What fx's Tracer.getattr does, with the tensors' names looked up in a table made
+        # once per trace instead of a scan of every parameter at every access.
+        name = self._tensor_names().get(id(attr_val))
+        if name is None:
+            return attr_val
+        if name not in parameter_proxy_cache:
+            parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+        return parameter_proxy_cache[name]
+
+    def _tensor_names(self) -> dict[int, str]:
+        """Parameters, then buffers, by id: the first name fx's own scan would find."""
+        if self._names is None:
+            self._names = {}
+            for name, parameter in self.root.named_parameters():
+                self._names.setdefault(id(parameter), name)
+            for name, buffer in self.root.named_buffers():
+                self._names.setdefault(id(buffer), name)
+        return self._names
 
     # -- proxies carry values -----------------------------------------------------------
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
@@ -169,6 +281,11 @@ class MetaTracer(torch.fx.Tracer):
             return self._fake_mode.from_tensor(value) if isinstance(value, torch.Tensor) else value
         args = map_aggregate(args, _node_to_meta)
         kwargs = map_aggregate(kwargs, _node_to_meta)
+        if kind == "call_module" and self.fast:
+            with self._fake_mode:
+                value = leaf_value(self.root.get_submodule(target), args, kwargs)
+            if value is not NO_RULE:
+                return value
         self._computing_meta = True
         try:
             with self._fake_mode:
@@ -191,6 +308,7 @@ class MetaTracer(torch.fx.Tracer):
                 f"({obj.node.format_node()}); a graph cannot hold that branch"
             ) from e
         self.decisions.append(Decision(obj.node.name, str(obj.node.format_node()), answer))
+        self._decided_at.append(len(self.graph.nodes))
         return answer
 
     def iter(self, obj: torch.fx.Proxy) -> Iterator[Any]:
@@ -203,11 +321,14 @@ class MetaTracer(torch.fx.Tracer):
     # -- entry point ------------------------------------------------------------------------
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
-        self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        try:
-            return super().trace(root, concrete_args)
-        finally:
-            self._fake_mode = None
+        with TRACE_LOCK, _patches_restored():
+            self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            try:
+                return super().trace(root, concrete_args)
+            finally:
+                self._fake_mode = None
+                self._layers.clear()  # records hold the user's modules; drop them
+                self._names = None
 
 
 class ReloadableTracer(torch.fx.Tracer):
@@ -218,6 +339,27 @@ class ReloadableTracer(torch.fx.Tracer):
     """
 
     proxy_buffer_attributes = True
+
+    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        with TRACE_LOCK, _patches_restored():
+            return super().trace(root, concrete_args)
+
+
+@contextlib.contextmanager
+def _patches_restored() -> Iterator[None]:
+    """Put back ``nn.Module.__call__``/``__getattr__`` if a trace left them patched.
+
+    torch.fx's patcher restores them itself when a trace ends or raises; this is the
+    guard for the case it does not (a trace interrupted in a way it did not expect).
+    """
+    module_call, module_getattr = torch.nn.Module.__call__, torch.nn.Module.__getattr__
+    try:
+        yield
+    finally:
+        if torch.nn.Module.__call__ is not module_call:
+            torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
+        if torch.nn.Module.__getattr__ is not module_getattr:
+            torch.nn.Module.__getattr__ = module_getattr  # type: ignore[method-assign]
 
 
 def _node_to_meta(value: Any) -> Any:
@@ -240,22 +382,35 @@ def _outputs_as_dict(outputs: Any) -> Any:
     return {"output": outputs}
 
 
-def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor]) -> TraceResult:
+def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor],
+                 *, fast: bool = True, cache: bool = True) -> TraceResult:
     """Trace ``model`` into a GraphModule whose placeholders are ``example_inputs``' names.
+
+    Every node gets the shapes ``ShapeProp`` writes (``tensor_meta``, and ``value`` for
+    ints and sizes), from the values computed while tracing: the model is not run.
 
     Args:
         model: any ``nn.Module`` whose ``forward`` takes the inputs as keyword arguments
             (HF ``BertFor*``, the from-scratch BERT, a user's own port).
         example_inputs: input tensors by name; only their shapes and dtypes are used.
+        fast: shape rules for leaves and one trace per repeated layer (the same graph);
+            False traces every node in full.
+        cache: look the graph up in the trace cache (``introspect.trace_cache``: the same
+            model class, configuration and input shapes traced before, in this process
+            or on disk) and bind it to ``model``'s own weights; off with
+            ``INTROSPECT_NO_CACHE=1``.
 
     Returns:
         A ``TraceResult``: the GraphModule (it returns a dict of the model's outputs),
-        the input and output names, and the branches specialised on example values.
+        the input and output names, the branches specialised on example values, and
+        notes on layers that had to be traced in full.
 
     Raises:
         TraceError: the model does something a graph cannot hold; the message names the
             node and keeps the cause.
     """
+    from introspect.shapes import propagate_trace_values
+
     if not example_inputs:
         raise TraceError("tracing needs at least one example input, got none")
     unknown = [n for n in example_inputs if n not in inspect.signature(model.forward).parameters
@@ -264,7 +419,16 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         raise TraceError(
             f"{type(model).__name__}.forward takes no argument named {', '.join(unknown)}"
         )
-    tracer = MetaTracer(example_inputs)
+    key = trace_cache.cache_key(model, example_inputs, fast) \
+        if cache and trace_cache.enabled() else None
+    if key is not None:
+        with TRACE_LOCK:
+            entry = trace_cache.recall(key)
+            if entry is not None and entry.input_names == tuple(example_inputs):
+                return TraceResult(trace_cache.bind(entry, model), entry.input_names,
+                                   entry.output_names, [Decision(*d) for d in entry.decisions],
+                                   list(entry.notes))
+    tracer = MetaTracer(example_inputs, fast=fast)
     attributes_before = set(vars(model))
     try:
         graph = tracer.trace(model)
@@ -274,41 +438,30 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         raise TraceError(f"torch.fx could not trace {type(model).__name__}: {e}") from e
     finally:
         added = set(vars(model)) - attributes_before
-    # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
-    # GraphModule keeps its own copy, so take them off the user's model again.
+    values = {}
     for node in graph.nodes:
-        _keep_shapes(node, node.meta.pop("fake", None))  # FakeTensors only live while tracing
+        values[node] = node.meta.pop("fake", None)  # FakeTensors only live while tracing
         if isinstance(node.type, str):  # a postponed annotation ("Any") cannot be pickled
             node.type = None
     graph._tracer_cls = ReloadableTracer
-    gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)
+    graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
+    graph.eliminate_dead_code()
+    gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)  # codegen
+    # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
+    # GraphModule keeps its own copy, so take them off the user's model again.
     for name in added:
         delattr(model, name)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    propagate_trace_values(gm, values)
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = output_node.args[0]
     output_names = tuple(returned) if isinstance(returned, dict) else ("output",)
-    return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions))
-
-
-def _keep_shapes(node: torch.fx.Node, fake: Any) -> None:
-    """Keep what ShapeProp would record from a trace-time value: shapes are known unrun.
-
-    Tensors (and tuples of them) as ``tensor_meta``; ints and sizes as ``value``.
-    """
-    from torch.fx.passes.shape_prop import _extract_tensor_metadata
-
-    if isinstance(fake, torch.Tensor):
-        node.meta["tensor_meta"] = _extract_tensor_metadata(fake)
-    elif isinstance(fake, (tuple, list)) and fake and all(
-            isinstance(v, torch.Tensor) for v in fake):
-        node.meta["tensor_meta"] = type(fake)(_extract_tensor_metadata(v) for v in fake)
-    elif isinstance(fake, int) and not isinstance(fake, bool):
-        node.meta["value"] = fake
-    elif isinstance(fake, tuple) and fake and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in fake):
-        node.meta["value"] = fake
+    if key is not None:
+        with TRACE_LOCK:
+            entry = trace_cache.remember(key, gm, tuple(example_inputs), output_names,
+                                         tracer.decisions, tracer.notes)
+            trace_cache.write_entry(key, entry)
+    return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions),
+                       list(tracer.notes))
 
 
 def _takes_var_keywords(fn: Any) -> bool:

@@ -129,6 +129,8 @@ def render_drawing(args: argparse.Namespace, fmt: str) -> bytes:
     loaded, inputs = load_model_and_inputs(args)
     with step(args, "tracing and propagating shapes"):
         graph = trace(loaded.model, inputs, title=f"{args.model} {args.head} ({args.attn})")
+    for note in graph.notes if args.verbose else ():  # layers traced in full, the mask
+        say(args, note)
     with step(args, f"drawing ({fmt})"):
         digraph = draw_graph(
             graph,

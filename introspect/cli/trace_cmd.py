@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from introspect.cli.options import add_model_options, add_verbosity_options, check_texts
+from introspect.cli.options import add_model_options, add_verbosity_options, check_texts, say
 
 FORMATS = ("table", "csv", "json", "graphml")
 
@@ -54,7 +54,10 @@ def trace_graph(args: argparse.Namespace) -> Any:
 
     loaded, inputs = load_model_and_inputs(args)
     with step(args, "tracing and propagating shapes"):
-        return trace(loaded.model, inputs, title=f"{args.model} {args.head} ({args.attn})")
+        graph = trace(loaded.model, inputs, title=f"{args.model} {args.head} ({args.attn})")
+    for note in graph.notes if args.verbose else ():  # layers traced in full, the mask
+        say(args, note)
+    return graph
 
 
 def render_trace(graph: Any, args: argparse.Namespace) -> str:
