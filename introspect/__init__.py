@@ -22,10 +22,11 @@ _LAZY_API = {
     "tokenize": "introspect.load:tokenize",
     "diff": "introspect.differ:diff",
     "DiffResult": "introspect.differ:DiffResult",
+    "AttentionMaps": "introspect.attention:AttentionMaps",
 }
 
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
-_LAZY_SUBMODULES = ("scratch", "render", "testing")
+_LAZY_SUBMODULES = ("scratch", "render", "testing", "attention")  # attention is callable
 
 __all__ = ["__version__", *_LAZY_API, *_LAZY_SUBMODULES]
 
