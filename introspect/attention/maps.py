@@ -100,13 +100,14 @@ class AttentionMaps:
     def check(self, layers: list[int] | None = None, heads: list[int] | None = None,
               batch: int | None = None) -> None:
         """Raise ``InputError`` naming the first index out of range."""
-        for name, values, count in (("layer", layers, self.num_layers),
-                                    ("head", heads, self.num_heads),
-                                    ("batch row", None if batch is None else [batch],
-                                     self.batch_size)):
+        for name, values, count, owner in (
+                ("layer", layers, self.num_layers, "this model has"),
+                ("head", heads, self.num_heads, "this model has"),
+                ("batch row", None if batch is None else [batch], self.batch_size,
+                 "the input has")):
             for value in values or ():
                 if not 0 <= value < count:
-                    raise InputError(f"{name} {value} is out of range: this model has "
+                    raise InputError(f"{name} {value} is out of range: {owner} "
                                      f"{count} {name}s (0 to {count - 1})")
 
     def frame(self, *, padding: bool = False) -> pandas.DataFrame:
