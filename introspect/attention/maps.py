@@ -317,8 +317,8 @@ def _unpack(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[
     if isinstance(inputs, TokenizedInputs):
         return dict(inputs.tensors), inputs.tokens, inputs.texts, list(inputs.notes)
     if not isinstance(inputs, Mapping) or not inputs:
-        raise InputError("attention needs inputs: introspect.tokenize(...) output or a "
-                         f"non-empty mapping of input names to tensors, got {type(inputs).__name__}")
+        raise InputError("attention needs inputs: introspect.tokenize(...) output or a non-empty "
+                         f"mapping of input names to tensors, got {type(inputs).__name__}")
     bad = [str(k) for k, v in inputs.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise InputError(f"inputs must be tensors; {', '.join(bad)} is not")

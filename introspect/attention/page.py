@@ -136,7 +136,8 @@ function matrixView(l, h) {
   }
   if (cell >= 8) D.tokens.forEach((t, i) => {
     const c = (i + 0.5) * cell + 4;
-    s += '<text x="' + (left - 4) + '" y="' + (top + c) + '" text-anchor="end">' + esc(t) + "</text>";
+    s += '<text x="' + (left - 4) + '" y="' + (top + c) + '" text-anchor="end">' + esc(t) +
+      "</text>";
     s += '<text transform="rotate(-90 ' + (left + c) + " " + (top - 4) + ')" x="' + (left + c) +
       '" y="' + (top - 4) + '">' + esc(t) + "</text>";
   });

@@ -72,13 +72,13 @@ def _mix(colour: tuple[int, int, int], weight: float) -> tuple[int, int, int]:
 
 def blue(weight: float) -> str:
     """The fill of a weight in [0, 1]: white to dark blue, quantised to 8 bits."""
-    return "#%02x%02x%02x" % _mix(_HIGH, weight)
+    return "#{:02x}{:02x}{:02x}".format(*_mix(_HIGH, weight))
 
 
 def diverging(value: float, scale: float) -> str:
     """The fill of a signed difference: red below zero, blue above, white at zero."""
     w = abs(value) / scale if scale > 0 else 0.0
-    return "#%02x%02x%02x" % _mix(_HIGH if value > 0 else _NEGATIVE, w)
+    return "#{:02x}{:02x}{:02x}".format(*_mix(_HIGH if value > 0 else _NEGATIVE, w))
 
 
 def label(token: str) -> str:
@@ -295,9 +295,9 @@ def thumbnail_pixels(weights: torch.Tensor, cells: int = THUMBNAIL_MAX_CELLS) ->
 
 def _thumbnail_png(weights: torch.Tensor) -> bytes:
     """The heatmap as PNG, each cell a square of pixels: rasterisers smooth scaled images."""
-    from introspect.attention.raster import png_rgb
-
     import numpy as np
+
+    from introspect.attention.raster import png_rgb
 
     factor = max(1, math.ceil(2 * _THUMB / weights.shape[-1]))
     levels = np.rint(np.clip(weights.numpy(), 0.0, 1.0) * 255).astype(np.intp)
