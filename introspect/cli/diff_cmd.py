@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(path, text)
     if not args.quiet:
         sys.stdout.write(_terminal_text(result, args))
+    from introspect.cli.attention_cmd import report_head_parity  # issue 14: attention heads
+    report_head_parity(getattr(args, "head_parity", None), args)
     return 0 if result.passed else 1
 
 
@@ -106,9 +108,12 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         candidate = candidate.to(getattr(torch, args.candidate_dtype))
         candidate_label = f"{candidate_label}, {args.candidate_dtype}"
     with step(args, f"diffing {candidate_label} against {reference_label}"):
-        return diff(reference, candidate, inputs, atol=atol, rtol=rtol,
-                    noise_budget=args.noise_budget, reference_label=reference_label,
-                    candidate_label=candidate_label)
+        result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
+                      noise_budget=args.noise_budget, reference_label=reference_label,
+                      candidate_label=candidate_label)
+    from introspect.cli.attention_cmd import head_parity_for_diff  # issue 14: attention heads
+    args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+    return result
 
 
 def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
