@@ -126,3 +126,26 @@ def test_diff_command_prints_the_head_verdict(tmp_path, capsys):
     assert "attention heads: all 2x2 heads within budget" in capsys.readouterr().out
     assert (tmp_path / "r" / "heads.csv").exists()
     assert not list((tmp_path / "r").glob("head_*.svg"))
+
+
+def test_notebook_attention_section_runs(minilm):
+    """The cells of section 8 in scripts/build_notebook.py run on the embedded model."""
+    import importlib.util
+    from pathlib import Path
+
+    import introspect
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "build_notebook.py"
+    spec = importlib.util.spec_from_file_location("build_notebook", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    start = next(i for i, (_, text) in enumerate(module.CELLS) if "## 8. What the heads" in text)
+    cells = [text for kind, text in module.CELLS[start:] if kind == "code"]
+    namespace = {"introspect": introspect, "hf": minilm}
+    for cell in cells:
+        *body, last = cell.strip().splitlines()
+        exec("\n".join(body), namespace)
+        namespace["_"] = eval(last.replace("SVG(", "str(") if last.startswith("SVG(")
+                              else last, namespace)
+    assert "layer 0" in namespace["maps"].svg("head", layers=[0], heads=[8])
+    assert len(namespace["stats"]) == 6 * 12
