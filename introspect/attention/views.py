@@ -299,7 +299,8 @@ def _thumbnail_png(weights: torch.Tensor) -> bytes:
 
     from introspect.attention.raster import png_rgb
 
-    factor = max(1, math.ceil(2 * _THUMB / weights.shape[-1]))
+    cells = weights.shape[-1]
+    factor = 1 if cells >= _THUMB else math.ceil(2 * _THUMB / cells)  # few cells: sharp edges
     levels = np.rint(np.clip(weights.numpy(), 0.0, 1.0) * 255).astype(np.intp)
     levels = levels.repeat(factor, axis=0).repeat(factor, axis=1)
     return png_rgb(_blue_levels()[levels])
