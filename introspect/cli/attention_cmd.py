@@ -125,9 +125,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{fmt} does not go to stdout; give a file name with -o")
     if output:
         check_writable(output)
-    layers, heads = _check_indices(args, texts)  # before loading, where sizes are known
+    chosen_layers, chosen_heads = _check_indices(args, texts)  # before loading: sizes known
     maps = compute_maps(args, texts)
-    layers, heads = _resolve(layers, maps.num_layers), _resolve(heads, maps.num_heads)
+    layers = _resolve(chosen_layers, maps.num_layers)
+    heads = _resolve(chosen_heads, maps.num_heads)
     maps.check(layers=layers, heads=heads, batch=args.row)
     data = render(maps, args, fmt, layers, heads)
     if to_stdout:
