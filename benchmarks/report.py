@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from benchmarks import alternatives, cases
+from benchmarks.attention_bench import ATTENTION_MAPS
 from benchmarks.machine import Machine
 from benchmarks.records import GRID, GROWTH, OK, SKIPPED, STARTUP, Measurement
 from introspect.files import write_atomic
@@ -46,6 +47,8 @@ TARGETS = (
            cases.DIFF, cases.TOOL, "ratio", 1.5),
     Target("diff peak memory at 8 x 512 under 2x one plain forward's (fresh processes)", 8, 512,
            f"peak memory: {cases.DIFF}", cases.TOOL, "rss_ratio", 2.0),
+    Target("attention maps at 8 x 128 under 1.3x one plain forward", 8, 128,
+           ATTENTION_MAPS, cases.TOOL, "ratio", 1.3),
     Target("`introspect --help` under 0.3 s", 0, 0, "start-up: introspect --help", "introspect",
            "seconds", 0.3),
 )
