@@ -54,7 +54,11 @@ def svg_to_png(svg: str, scale: float = PNG_SCALE) -> bytes:
             "PNG output needs cairosvg and the cairo library: pip install cairosvg "
             f"(and apt-get install libcairo2); or write .svg or .html instead ({e})"
         ) from e
-    return bytes(cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale))
+    try:
+        return bytes(cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale))
+    except Exception as e:  # cairo refuses sizes it cannot hold; say so in one line
+        raise IntrospectError(f"cannot rasterise this picture to PNG ({e}); "
+                              "write .svg or .html instead") from e
 
 
 def check_png_converter() -> None:

@@ -180,8 +180,14 @@ def panels(maps: AttentionMaps, layers: Sequence[int], heads: Sequence[int], bat
     return result
 
 
+MAX_CAPTION_CHARS = 80
+
+
 def _caption(maps: AttentionMaps, batch: int) -> str:
+    """Model and row, with the row's text shortened: a 512-token text is no title."""
     text = maps.texts[batch] if batch < len(maps.texts) else ""
+    if len(text) > MAX_CAPTION_CHARS:
+        text = text[: MAX_CAPTION_CHARS - 1] + "…"
     row = f"batch row {batch}" + (f": {text}" if text else "")
     return f"{maps.title} · {row}" if maps.title else row
 
@@ -299,8 +305,7 @@ def _thumbnail_png(weights: torch.Tensor) -> bytes:
 
     from introspect.attention.raster import png_rgb
 
-    cells = weights.shape[-1]
-    factor = 1 if cells >= _THUMB else math.ceil(2 * _THUMB / cells)  # few cells: sharp edges
+    factor = math.ceil(2 * _THUMB / weights.shape[-1])  # at least 2 pixels per cell
     levels = np.rint(np.clip(weights.numpy(), 0.0, 1.0) * 255).astype(np.intp)
     levels = levels.repeat(factor, axis=0).repeat(factor, axis=1)
     return png_rgb(_blue_levels()[levels])
