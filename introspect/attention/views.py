@@ -117,12 +117,13 @@ class Svg:
             attributes += ' font-weight="bold"'
         if rotate:
             attributes += f' transform="rotate(-90 {num(x)} {num(y)})"'
-        elif anchor == "start":
-            self.right = max(self.right, x + text_width(content, size))
+        else:
+            shown = text_width(content, size) * (1.1 if bold else 1.0)
+            self.right = max(self.right, x + {"start": shown, "middle": shown / 2}.get(anchor, 0))
         self.add(f"<text {attributes}>{esc(content)}</text>")
 
     def document(self, width: float, height: float, title: str) -> str:
-        width = max(width, self.right + 24)  # bold text runs a little wider than estimated
+        width = max(width, self.right + 12)
         head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{num(width)}" '
                 f'height="{num(height)}" viewBox="0 0 {num(width)} {num(height)}" '
                 f'font-family="{FONT}">\n<title>{esc(title)}</title>\n'
@@ -249,7 +250,7 @@ def _matrix_panel(svg: Svg, panel: Panel, x0: float, y0: float,
     for i, t in enumerate(labels):
         if i % every == 0:
             svg.text(left - 4, top + (i + 0.5) * cell + size * 0.35, t, size=size, anchor="end")
-    values_fit = cell >= 24
+    values_fit = cell >= 24 and fill == "weight"  # differences: colour and tooltip only
     tooltips = n <= 32
     for i, row in enumerate(panel.weights):
         for j, w in enumerate(row):
