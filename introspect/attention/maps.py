@@ -56,6 +56,7 @@ class AttentionMaps:
         modules: per layer, the module path of the attention it was read from.
         texts: the texts behind the rows, when known.
         title: a name for pictures and tables (the model's class by default).
+        notes: what a user should know about the inputs (e.g. a text truncated).
     """
 
     probs: torch.Tensor
@@ -203,9 +204,9 @@ def is_sdpa(node: torch.fx.Node) -> bool:
 
 def is_attention_softmax(node: torch.fx.Node) -> bool:
     """A softmax over the last axis of a 4-D tensor: eager attention's probabilities."""
-    if node.op == "call_function" and node.target in _SOFTMAX_FUNCTIONS:
-        pass
-    elif not (node.op == "call_method" and node.target == "softmax"):
+    is_softmax = (node.op == "call_function" and node.target in _SOFTMAX_FUNCTIONS) or \
+        (node.op == "call_method" and node.target == "softmax")
+    if not is_softmax:
         return False
     dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
     meta = node.meta.get("tensor_meta")
@@ -279,24 +280,22 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
         >>> maps = introspect.attention(model, inputs)
         >>> maps.head(layer=0, head=8)       # (query, key) of the real tokens of row 0
     """
-    tensors, tokens, texts, notes = _unpack(inputs)
-    if isinstance(model, torch.fx.GraphModule):
-        gm = model
-        taken = {n.target: tensors[n.target] for n in gm.graph.nodes
-                 if n.op == "placeholder" and n.target in tensors}
-    else:
-        from introspect.tracer import trace_module
+    from introspect.tracer import trace_module
 
-        taken = _accepted(model, tensors)
-        was_training = model.training
-        model.eval()  # maps are read in eval mode: no dropout on the probabilities
-        try:
-            gm = trace_module(model, taken).gm
-        finally:
-            model.train(was_training)
-    rewritten, modules = probability_graph(gm)
-    with torch.no_grad():
-        per_layer = rewritten(**taken)
+    tensors, tokens, texts, notes = _unpack(inputs)
+    traced = isinstance(model, torch.fx.GraphModule)
+    taken = {n.target: tensors[n.target] for n in model.graph.nodes  # type: ignore[union-attr]
+             if n.op == "placeholder" and n.target in tensors} if traced \
+        else _accepted(model, tensors)
+    was_training = model.training
+    model.eval()  # maps are read in eval mode: no dropout on the probabilities
+    try:
+        gm = model if traced else trace_module(model, taken).gm
+        rewritten, modules = probability_graph(gm)  # type: ignore[arg-type]
+        with torch.no_grad():  # the rewritten graph calls the model's own modules
+            per_layer = rewritten(**taken)
+    finally:
+        model.train(was_training)
     shapes = {tuple(p.shape) for p in per_layer}
     if len(shapes) != 1:
         raise TraceError(f"the attention maps of the layers differ in shape: {sorted(shapes)}")

@@ -151,3 +151,20 @@ def test_stats_on_known_maps():
     assert stats.loc[2, "to_sep"] == 0.25
     assert list(maps.stats().columns) == ["layer", "head", "entropy", "to_cls", "to_sep",
                                           "to_self", "to_prev", "to_next", "max_weight"]
+
+
+def test_a_model_in_training_mode_is_read_in_eval_and_left_training():
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.5)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config)
+    tensors = {"input_ids": torch.tensor([[101, 2051, 10029, 102]]),
+               "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    model.train()
+    first = introspect.attention(model, tensors)
+    assert model.training
+    second = introspect.attention(model.eval(), tensors)
+    assert torch.equal(first.probs, second.probs)  # no dropout in either
