@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from benchmarks import alternatives, cases, jobs
+from benchmarks.attention_bench import attention_work
 from benchmarks.memory import FreshProcessError, run_fresh, run_interpreter, start_server
 from benchmarks.records import (
     FAILED,
@@ -270,7 +271,7 @@ def case_rows(spec: ModelSpec, hf: torch.nn.Module, scratch: torch.nn.Module, in
 
     outcomes = []
     graph = None
-    for work in cases.introspect_work(hf, scratch, inputs) + \
+    for work in cases.introspect_work(hf, scratch, inputs) + attention_work(hf, inputs) + \
             alternatives.alternative_work(hf, scratch, inputs):
         held = work.held_activations * _activation_bytes(graph)
         if held > settings.max_held_gib * GIB:

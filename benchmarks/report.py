@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from benchmarks import alternatives, cases
+from benchmarks.attention_bench import ATTENTION_MAPS
 from benchmarks.machine import Machine
 from benchmarks.records import GRID, GROWTH, OK, SKIPPED, STARTUP, Measurement
 from introspect.files import write_atomic
@@ -66,6 +67,8 @@ TARGETS = (
            512, f"peak memory: {cases.DIFF}", cases.TOOL, "rss_ratio", 1.5),
     Target("`introspect diff` on MiniLM, whole process: at most 1.3x import + load", 0, 0,
            _STARTUP_DIFF, "introspect", "ratio", 1.3, model=""),
+    Target("attention maps, 8 x 128: at most 1.3x one plain forward", 8, 128,
+           ATTENTION_MAPS, cases.TOOL, "ratio", 1.3),
     Target("`introspect --help` under 0.3 s", 0, 0, "start-up: introspect --help", "introspect",
            "seconds", 0.3, model=""),
 )

@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
     from introspect import render, scratch, testing
+    from introspect.attention.maps import AttentionMaps, attention
     from introspect.diff.api import diff
     from introspect.diff.result import DiffResult
     from introspect.graph import IntrospectGraph, trace
@@ -32,14 +33,15 @@ _LAZY_API = {
     "tokenize": "introspect.load:tokenize",
     "diff": "introspect.diff.api:diff",
     "DiffResult": "introspect.diff.result:DiffResult",
+    "AttentionMaps": "introspect.attention:AttentionMaps",
 }
 
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
-_LAZY_SUBMODULES = ("scratch", "render", "testing")
+_LAZY_SUBMODULES = ("scratch", "render", "testing", "attention")  # attention is callable
 
 # Spelled out (not built from the two above) so that linters and type checkers read it.
 __all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "diff",
-           "DiffResult", "scratch", "render", "testing"]
+           "DiffResult", "attention", "AttentionMaps", "scratch", "render", "testing"]
 
 
 def __getattr__(name: str) -> Any:

@@ -133,6 +133,32 @@ within, red far beyond): the fault lights up in layer 3 alone, drawn open while 
 healthy layers stay folded."""),
     ("code", """\
 result.draw(depth=2)"""),
+    # -- 8. Attention maps (issue 14): one contiguous block ------------------------------
+    ("markdown", """\
+## 8. What the heads look at
+
+The tutorial opens with bertviz's picture of "time flies like an arrow", layer 0, head 8.
+`introspect.attention` reads the attention probabilities of every layer and head from the
+traced graph, softmax(q·kᵀ·scale + mask) at each attention, so it works under `sdpa` (the
+default here, where HF itself returns no probabilities) and needs no JavaScript."""),
+    ("code", """\
+from IPython.display import SVG
+
+seed = introspect.tokenize(hf.tokenizer, ["time flies like an arrow"])
+maps = introspect.attention(hf.model, seed, title="all-MiniLM-L6-v2")
+print(maps, tuple(maps.probs.shape))  # (layers, batch, heads, query, key)
+SVG(maps.svg("head", layers=[0], heads=[8]))"""),
+    ("markdown", """\
+The same head as a matrix with the weights written in, and the whole model at a glance:
+six layers by twelve heads. Some heads look at the previous or next token, many at
+`[CLS]` or `[SEP]`; the per-head statistics say which."""),
+    ("code", """\
+SVG(maps.svg("matrix", layers=[0], heads=[8]))"""),
+    ("code", """\
+SVG(maps.svg("model"))"""),
+    ("code", """\
+stats = maps.stats()
+stats.sort_values("to_prev", ascending=False).head(5)"""),
 ]
 
 

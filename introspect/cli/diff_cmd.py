@@ -88,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect.cli.attention_cmd import print_head_parity
     from introspect.cli.diff_view import print_diff
     from introspect.cli.outputs import check_outputs, human_stream, write_output
     from introspect.diff.tolerance import parse_tolerance
@@ -111,13 +112,16 @@ def run(args: argparse.Namespace) -> int:
         check_model_source(args.candidate_model)
     result = compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.out:
+        from introspect.cli.attention_cmd import head_parity_files
         from introspect.report import write_reports
 
-        write_reports(result, args.out)
+        write_reports(result, args.out,
+                      extra=head_parity_files(getattr(args, "head_parity", None)))
     for path, text in _render(result, args).items():
         write_output(path, text)
-    print_diff(result, human_stream(args.json, args.junit), quiet=args.quiet,
-               all_nodes=args.nodes, out=args.out)
+    stream = human_stream(args.json, args.junit)
+    print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out)
+    print_head_parity(getattr(args, "head_parity", None), stream, quiet=args.quiet)
     return 0 if result.passed else 1
 
 
@@ -187,9 +191,13 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         candidate = candidate.to(getattr(torch, args.candidate_dtype))
         candidate_label = f"{candidate_label}, {args.candidate_dtype}"
     with step(args, f"diffing {candidate_label} against {reference_label}"):
-        return diff(reference, candidate, inputs, atol=atol, rtol=rtol,
-                    noise_budget=args.noise_budget, reference_label=reference_label,
-                    candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
+        result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
+                      noise_budget=args.noise_budget, reference_label=reference_label,
+                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
+    from introspect.cli.attention_cmd import head_parity_for_diff  # issue 14: attention heads
+
+    args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+    return result
 
 
 def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,

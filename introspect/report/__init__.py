@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ __all__ = ["SCHEMA_VERSION", "html_report", "json_report", "junit_xml", "layers_
 
 # Every file a report set may hold; write_folder replaces them as one set.
 REPORT_FILES = ("diff.json", "nodes.csv", "layers.csv", "diff.md", "junit.xml", "diff.html",
-                "diff.svg")
+                "diff.svg", "heads.csv", "heads.svg")
 
 
 def render_reports(result: DiffResult, *, drawing: bool = True) -> dict[str, str | bytes]:
@@ -55,13 +56,17 @@ def render_reports(result: DiffResult, *, drawing: bool = True) -> dict[str, str
 
 
 def write_reports(result: DiffResult, folder: str | os.PathLike[str], *,
-                  drawing: bool = True) -> list[Path]:
+                  drawing: bool = True, extra: Mapping[str, str | bytes] | None = None
+                  ) -> list[Path]:
     """Write every report into ``folder`` (created if its parent exists); return the paths.
+
+    ``extra`` adds files of ``REPORT_FILES``' other names (the attention heads' table and
+    drawing) to the same all-or-nothing set.
 
     Raises:
         InputError: the folder cannot be created or written.
     """
     check_writable_folder(folder, REPORT_FILES)
-    reports = render_reports(result, drawing=drawing)  # all rendered before any is written
+    reports = render_reports(result, drawing=drawing) | dict(extra or {})  # all in memory first
     # the whole set or, on any failure, the previous one; an old diff.svg does not linger
     return write_folder(folder, reports, owned=REPORT_FILES)

@@ -1,0 +1,344 @@
+"""Attention probabilities of every layer and head, read from a model's own traced graph.
+
+HF's ``output_attentions`` needs eager attention; under ``sdpa`` (the default) the
+probabilities never exist as a tensor. Here the model is traced once with torch.fx and
+the graph is rewritten so that it returns them instead of its outputs:
+
+- at each ``scaled_dot_product_attention`` node, a node computing
+  ``softmax(q·kᵀ·scale + mask)`` from that node's own query, key, mask and scale;
+- at each softmax over the last axis of a 4-D tensor (eager attention), that softmax.
+
+So sdpa and eager models, HF and the from-scratch BERT alike, give the probabilities from
+one run of the traced graph; the layers after the last attention are dropped as dead code.
+
+Example::
+
+    >>> loaded = introspect.load_model("bert-tiny")
+    >>> maps = introspect.attention(loaded.model, introspect.tokenize(loaded.tokenizer))
+    >>> maps.probs.shape                     # (layers, batch, heads, query, key)
+    torch.Size([2, 2, 2, 9, 9])
+    >>> maps.frame().columns.tolist()
+    ['layer', 'head', 'batch', 'query', 'query_token', 'key', 'key_token', 'weight']
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from introspect.errors import InputError, TraceError
+from introspect.load import TokenizedInputs
+
+if TYPE_CHECKING:
+    import pandas
+
+_SOFTMAX_FUNCTIONS = (F.softmax, torch.softmax, torch.Tensor.softmax)
+
+
+@dataclass
+class AttentionMaps:
+    """The attention probabilities of a model on a batch, with the tokens behind them.
+
+    Attributes:
+        probs: float32 tensor ``(layers, batch, heads, query, key)``; each query row sums
+            to 1 over the real keys; padded keys have weight 0.
+        tokens: the tokens of each batch row, padding included (ids as text when the
+            inputs came without a tokenizer).
+        keep: bool ``(batch, seq)``, True for real tokens, False for padding.
+        modules: per layer, the module path of the attention it was read from.
+        texts: the texts behind the rows, when known.
+        title: a name for pictures and tables (the model's class by default).
+        notes: what a user should know about the inputs (e.g. a text truncated).
+    """
+
+    probs: torch.Tensor
+    tokens: tuple[tuple[str, ...], ...]
+    keep: torch.Tensor
+    modules: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()
+    title: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.probs.shape[0])
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.probs.shape[1])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.probs.shape[2])
+
+    def length(self, batch: int = 0) -> int:
+        """Real tokens in batch row ``batch`` (padding is always at the end for BERT)."""
+        return int(self.keep[batch].sum())
+
+    def real_tokens(self, batch: int = 0) -> tuple[str, ...]:
+        """The tokens of row ``batch`` without padding."""
+        return tuple(t for t, k in zip(self.tokens[batch], self.keep[batch].tolist(),
+                                       strict=True) if k)
+
+    def head(self, layer: int, head: int, batch: int = 0) -> torch.Tensor:
+        """``(query, key)`` probabilities of one head on the real tokens of one row.
+
+        Raises:
+            InputError: a layer, head or batch index out of range.
+        """
+        self.check(layers=[layer], heads=[head], batch=batch)
+        index = self.keep[batch].nonzero().flatten()
+        return self.probs[layer, batch, head][index][:, index]
+
+    def check(self, layers: list[int] | None = None, heads: list[int] | None = None,
+              batch: int | None = None) -> None:
+        """Raise ``InputError`` naming the first index out of range."""
+        for name, values, count, owner in (
+                ("layer", layers, self.num_layers, "this model has"),
+                ("head", heads, self.num_heads, "this model has"),
+                ("batch row", None if batch is None else [batch], self.batch_size,
+                 "the input has")):
+            for value in values or ():
+                if not 0 <= value < count:
+                    raise InputError(f"{name} {value} is out of range: {owner} "
+                                     f"{count} {name}s (0 to {count - 1})")
+
+    def frame(self, *, padding: bool = False) -> pandas.DataFrame:
+        """A long table, one row per (layer, head, batch, query, key).
+
+        Args:
+            padding: keep rows whose query or key is a padding token (default: drop them).
+
+        Returns:
+            Columns layer, head, batch, query, query_token, key, key_token, weight.
+        """
+        import numpy as np
+        import pandas as pd
+
+        L, B, nh, S, _ = self.probs.shape
+        grid = np.indices((L, nh, B, S, S)).reshape(5, -1)  # layer, head, batch, query, key
+        weights = self.probs.permute(0, 2, 1, 3, 4).reshape(-1).numpy()
+        layer, head, batch, query, key = grid
+        if not padding:
+            keep = self.keep.numpy()
+            chosen = keep[batch, query] & keep[batch, key]
+            layer, head, batch, query, key = (a[chosen] for a in (layer, head, batch, query, key))
+            weights = weights[chosen]
+        tokens = np.array([list(row) for row in self.tokens], dtype=object)
+        return pd.DataFrame({
+            "layer": layer, "head": head, "batch": batch,
+            "query": query, "query_token": tokens[batch, query],
+            "key": key, "key_token": tokens[batch, key],
+            "weight": weights,
+        })
+
+    def stats(self) -> pandas.DataFrame:
+        """Per-head statistics (entropy, attention to [CLS]/[SEP]/self/neighbours, max).
+
+        See ``introspect.attention.stats.head_stats``.
+        """
+        from introspect.attention.stats import head_stats
+
+        return head_stats(self)
+
+    def svg(self, view: str = "head", **options: Any) -> str:
+        """A static SVG picture: ``head``, ``matrix`` or ``model`` view (see ``views``)."""
+        from introspect.attention.views import render_view
+
+        return render_view(self, view, **options)
+
+    def html(self, batch: int = 0) -> str:
+        """A self-contained HTML page to pick layer and head (see ``page``)."""
+        from introspect.attention.page import html_page
+
+        return html_page(self, batch=batch)
+
+    def _repr_html_(self) -> str:
+        return self.svg("model") if self.num_layers * self.num_heads <= 144 else repr(self)
+
+    def __repr__(self) -> str:
+        return (f"AttentionMaps({self.title or 'model'}: {self.num_layers} layers x "
+                f"{self.num_heads} heads, batch {self.batch_size}, "
+                f"{self.probs.shape[-1]} tokens)")
+
+
+def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                       is_causal: bool = False, scale: float | None = None,
+                       enable_gqa: bool = False) -> torch.Tensor:
+    """The probabilities ``F.scaled_dot_product_attention`` weighs ``value`` with.
+
+    Computed as HF's eager attention does (matmul, scale, additive mask, softmax), so an
+    sdpa model gives what the same model under eager returns as ``attentions``. Dropout is
+    left out: the maps are read in eval mode.
+    """
+    del value, dropout_p  # same signature as sdpa, so the node's arguments pass unchanged
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    if key.shape[-3] != query.shape[-3]:  # grouped-query attention: share key heads
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (B, nh, S, S)
+    S, T = scores.shape[-2], scores.shape[-1]
+    if is_causal:
+        causal = torch.ones(S, T, dtype=torch.bool, device=scores.device).tril()
+        attn_mask = causal if attn_mask is None else attn_mask & causal
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+            attn_mask = torch.where(attn_mask, zero, torch.finfo(scores.dtype).min)
+        scores = scores + attn_mask
+    return F.softmax(scores, dim=-1)
+
+
+def is_sdpa(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is F.scaled_dot_product_attention
+
+
+def is_attention_softmax(node: torch.fx.Node) -> bool:
+    """A softmax over the last axis of a 4-D tensor: eager attention's probabilities."""
+    is_softmax = (node.op == "call_function" and node.target in _SOFTMAX_FUNCTIONS) or \
+        (node.op == "call_method" and node.target == "softmax")
+    if not is_softmax:
+        return False
+    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    meta = node.meta.get("tensor_meta")
+    ndim = len(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+    return ndim == 4 and dim in (-1, 3)
+
+
+def attention_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The sdpa calls and attention softmaxes of a graph, in execution order."""
+    return [n for n in graph.nodes if is_sdpa(n) or is_attention_softmax(n)]
+
+
+def probability_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, tuple[str, ...]]:
+    """A copy of ``gm`` that returns a tuple of attention probabilities, one per layer.
+
+    Returns:
+        The rewritten GraphModule (sharing ``gm``'s parameters) and, per layer, the
+        module path the attention runs in.
+
+    Raises:
+        TraceError: the graph holds no attention (no sdpa call, no 4-D softmax).
+    """
+    graph = copy.deepcopy(gm.graph)
+    found = attention_nodes(graph)
+    if not found:
+        raise TraceError("found no attention in the traced graph: no "
+                         "scaled_dot_product_attention call and no softmax over a 4-D tensor")
+    probabilities = []
+    for node in found:
+        if is_sdpa(node):
+            with graph.inserting_after(node):
+                node = graph.call_function(sdpa_probabilities, node.args, dict(node.kwargs))
+        probabilities.append(node)
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    graph.erase_node(output)
+    graph.output(tuple(probabilities))
+    rewritten = torch.fx.GraphModule(gm, graph, class_name=f"{type(gm).__name__}Attention")
+    rewritten.graph.eliminate_dead_code()  # the layers after the last attention
+    rewritten.recompile()
+    return rewritten, tuple(_module_of(n) for n in found)
+
+
+def _module_of(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path, _ = list(stack.values())[-1]
+    return str(path)
+
+
+def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
+              *, title: str = "") -> AttentionMaps:
+    """The attention probabilities of every layer and head of ``model`` on ``inputs``.
+
+    Args:
+        model: an HF ``BertFor*`` (sdpa or eager), the from-scratch BERT, any module the
+            tracer handles, or an already traced ``torch.fx.GraphModule``.
+        inputs: ``introspect.tokenize(...)`` output (keeps the tokens) or a mapping of
+            tensors by input name; the model gets those its ``forward`` takes.
+        title: a name for pictures and tables (default: the model's class).
+
+    Returns:
+        ``AttentionMaps`` with ``probs`` ``(layers, batch, heads, query, key)``.
+
+    Raises:
+        InputError: empty inputs or inputs that are not tensors.
+        TraceError: the model cannot be traced, or holds no attention.
+
+    Example::
+
+        >>> maps = introspect.attention(model, inputs)
+        >>> maps.head(layer=0, head=8)       # (query, key) of the real tokens of row 0
+    """
+    from introspect.tracer import trace_module
+
+    tensors, tokens, texts, notes = _unpack(inputs)
+    traced = isinstance(model, torch.fx.GraphModule)
+    taken = {n.target: tensors[n.target] for n in model.graph.nodes  # type: ignore[union-attr]
+             if n.op == "placeholder" and n.target in tensors} if traced \
+        else _accepted(model, tensors)
+    was_training = model.training
+    model.eval()  # maps are read in eval mode: no dropout on the probabilities
+    try:
+        gm = model if traced else trace_module(model, taken).gm
+        rewritten, modules = probability_graph(gm)  # type: ignore[arg-type]
+        with torch.no_grad():  # the rewritten graph calls the model's own modules
+            per_layer = rewritten(**taken)
+    finally:
+        model.train(was_training)
+    shapes = {tuple(p.shape) for p in per_layer}
+    if len(shapes) != 1:
+        raise TraceError(f"the attention maps of the layers differ in shape: {sorted(shapes)}")
+    probs = torch.stack([p.float() for p in per_layer])  # (L, B, nh, S, S)
+    B, S = probs.shape[1], probs.shape[-1]
+    keep = _keep_mask(tensors, B, S)
+    if not tokens:
+        ids = tensors.get("input_ids")
+        tokens = tuple(tuple(str(i) for i in row) for row in ids.reshape(B, S).tolist()) \
+            if ids is not None and ids.numel() == B * S else \
+            tuple(tuple(str(i) for i in range(S)) for _ in range(B))
+    return AttentionMaps(probs, tokens, keep, modules, texts,
+                         title or type(model).__name__, notes)
+
+
+def _unpack(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[
+        dict[str, torch.Tensor], tuple[tuple[str, ...], ...], tuple[str, ...], list[str]]:
+    if isinstance(inputs, TokenizedInputs):
+        return dict(inputs.tensors), inputs.tokens, inputs.texts, list(inputs.notes)
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise InputError("attention needs inputs: introspect.tokenize(...) output or a non-empty "
+                         f"mapping of input names to tensors, got {type(inputs).__name__}")
+    bad = [str(k) for k, v in inputs.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise InputError(f"inputs must be tensors; {', '.join(bad)} is not")
+    return dict(inputs), (), (), []
+
+
+def _accepted(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs ``model.forward`` takes by name (all of them when it takes ``**kwargs``)."""
+    parameters = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return tensors
+    taken = {name: t for name, t in tensors.items() if name in parameters}
+    if not taken:
+        raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
+                         f"{', '.join(tensors)}")
+    return taken
+
+
+def _keep_mask(tensors: Mapping[str, torch.Tensor], batch: int, seq: int) -> torch.Tensor:
+    """``(batch, seq)`` True for real tokens; all True without an attention mask."""
+    mask = tensors.get("attention_mask")
+    if mask is None or mask.numel() != batch * seq:
+        return torch.ones(batch, seq, dtype=torch.bool)
+    return mask.reshape(batch, seq).bool()
