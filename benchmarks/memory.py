@@ -26,7 +26,7 @@ from typing import Any
 PRELOAD = ["torch", "transformers", "transformers.models.bert.modeling_bert",
            "transformers.models.bert.tokenization_bert",
            "transformers.tokenization_utils_tokenizers",
-           "introspect.graph", "introspect.differ", "introspect.scratch", "introspect.render",
+           "introspect.graph", "introspect.diff.api", "introspect.scratch", "introspect.render",
            "benchmarks.cases", "benchmarks.alternatives", "benchmarks.jobs"]
 
 

@@ -10,6 +10,8 @@ torch (see ``__getattr__`` below)::
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -20,8 +22,8 @@ _LAZY_API = {
     "IntrospectGraph": "introspect.graph:IntrospectGraph",
     "load_model": "introspect.load:load_model",
     "tokenize": "introspect.load:tokenize",
-    "diff": "introspect.differ:diff",
-    "DiffResult": "introspect.differ:DiffResult",
+    "diff": "introspect.diff.api:diff",
+    "DiffResult": "introspect.diff.result:DiffResult",
 }
 
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
@@ -41,3 +43,21 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module_name), attribute)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """This package's module type: ``introspect.diff`` stays the function.
+
+    The diff engine lives in the subpackage ``introspect/diff/``. Importing any of its
+    modules makes Python set the attribute ``diff`` of this package to the subpackage,
+    which would hide the function ``introspect.diff``; that one assignment is dropped (the
+    subpackage stays in ``sys.modules``, so ``from introspect.diff.api import diff`` works).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "diff" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

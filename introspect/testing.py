@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from introspect.differ import DiffResult, diff
+from introspect.diff.api import diff
+from introspect.diff.result import DiffResult
 from introspect.load import TokenizedInputs
 
 

@@ -62,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect.diff.tolerance import parse_tolerance
     from introspect.files import check_writable, check_writable_folder, write_atomic
-    from introspect.tolerance import parse_tolerance
 
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
@@ -89,7 +89,7 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     """Load both models and the inputs the options name, and diff them."""
     from introspect.cli.options import load_model_and_inputs
     from introspect.cli.progress import step
-    from introspect.differ import diff
+    from introspect.diff.api import diff
 
     loaded, inputs = load_model_and_inputs(args)
     candidate_attn = args.candidate_attn or args.attn
@@ -155,7 +155,7 @@ def _render(result: Any, args: argparse.Namespace) -> dict[str, str]:
 
 
 def _terminal_text(result: Any, args: argparse.Namespace) -> str:
-    from introspect.diff_records import STATUS_DRIFT, STATUS_FAIL
+    from introspect.diff.records import STATUS_DRIFT, STATUS_FAIL
 
     lines = [result.summary(), "", result.layer_table()]
     shown = [r for r in result.rows if r.status in (STATUS_FAIL,)

@@ -27,7 +27,7 @@ from introspect.report.markdown import markdown_summary
 from introspect.report.overlay import overlay_svg
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 __all__ = ["SCHEMA_VERSION", "html_report", "json_report", "junit_xml", "layers_csv",
            "markdown_summary", "nodes_csv", "overlay_svg", "render_reports", "write_reports"]

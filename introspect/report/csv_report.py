@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 
 def nodes_csv(result: DiffResult) -> str:

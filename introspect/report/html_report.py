@@ -6,10 +6,10 @@ import html
 from typing import TYPE_CHECKING
 
 from introspect import __version__
-from introspect.diff_records import STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.diff.records import STATUS_SKIPPED, STATUS_UNMATCHED
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
@@ -26,7 +26,7 @@ code { background: #f6f8fa; padding: 0 3px; }
 
 def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
     """The whole report as one HTML page."""
-    from introspect.differ import html_table
+    from introspect.diff.result import html_table
 
     verdict = ("<span class='pass'>parity holds</span>" if result.passed
                else "<span class='fail'>parity fails</span>")

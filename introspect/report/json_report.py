@@ -27,11 +27,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from introspect import __version__
-from introspect.diff_records import STATUS_SKIPPED
-from introspect.tolerance import DEFAULTS
+from introspect.diff.records import STATUS_SKIPPED
+from introspect.diff.tolerance import DEFAULTS
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 SCHEMA_VERSION = 1
 

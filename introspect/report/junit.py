@@ -5,10 +5,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from introspect.diff_records import STATUS_FAIL
+from introspect.diff.records import STATUS_FAIL
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 
 def junit_xml(result: DiffResult) -> str:

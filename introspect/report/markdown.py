@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from introspect.diff_records import STATUS_FAIL
+from introspect.diff.records import STATUS_FAIL
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 _MAX_FAILING_ROWS = 15
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from introspect.errors import IntrospectError
 
 if TYPE_CHECKING:
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
 
 def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:

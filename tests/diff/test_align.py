@@ -7,9 +7,9 @@ import torch
 
 import introspect
 import introspect.scratch as scratch
-from introspect.align import align_graphs
-from introspect.diff_records import BY_CONSUMER, BY_INPUT, BY_OUTPUT, BY_STRUCTURE, BY_WEIGHTS
-from introspect.differ import trace_for_diff
+from introspect.diff.align import align_graphs
+from introspect.diff.api import trace_for_diff
+from introspect.diff.records import BY_CONSUMER, BY_INPUT, BY_OUTPUT, BY_STRUCTURE, BY_WEIGHTS
 from introspect.errors import InputError
 from tests.fixtures.candidates import PerHeadBert, fuse_qkv
 

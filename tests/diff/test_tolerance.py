@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import introspect
-from introspect.compare import Padding, measure
+from introspect.diff.compare import Padding, measure
+from introspect.diff.tolerance import Budget, Tolerance, compare_dtype, parse_tolerance
 from introspect.errors import InputError
-from introspect.tolerance import Budget, Tolerance, compare_dtype, parse_tolerance
 
 
 def test_defaults_follow_assert_close():

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from introspect.diff_records import Pair, WeightRelation
+from introspect.diff.records import Pair, WeightRelation
 
 _SEARCH_DEPTH = 12  # nodes walked back from a pair to find attention scales
 

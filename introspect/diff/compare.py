@@ -30,10 +30,10 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from introspect.diff_records import ErrorStats, Pair
+from introspect.diff.records import ErrorStats, Pair
+from introspect.diff.tolerance import Budget
 from introspect.errors import InputError
 from introspect.shapes import ValueShapeProp
-from introspect.tolerance import Budget
 
 _SAME = object()  # the substituted value is the candidate's own (bit-identical to the reference's)
 _MAX_LAYOUT_DIMS = 5  # permutations tried when two paired values differ by layout

@@ -1,0 +1,165 @@
+"""Align two traced graphs node by node, without trusting names or positions.
+
+shared/DESIGN.md, "Aligning two graphs": a node that reads weights corresponds to the
+node of the other graph that reads the same weights, and the nodes between such anchors
+correspond when they do the same kind of thing to corresponding inputs. In order:
+
+1. **Weights** (``weights``): every weight the candidate reads is related to the
+   reference's by value (same, transposed, a slice, a fusion), or by name as a last
+   resort. Equal values read by several nodes (LayerNorm weights at initialisation) are
+   left to the next steps unless the names settle them.
+2. **Anchors** (``matcher``): nodes that read related weights are paired; a slice or a
+   fusion becomes a pair on a region of the output's last dimension, and the nodes that
+   cut a fused output apart (``split``, ``chunk``, ``[..., a:b]``) pair with the parts.
+3. **Structure, forward** (``propagate``): a node pairs with the first unpaired node of
+   the same kind and shape whose inputs are the partners of its own inputs.
+4. **Consumers, backward** (``propagate``): the arguments of a paired node pair with the
+   same arguments of its partner, through chains of layout ops aligned by shape.
+   Steps 3 and 4 repeat until nothing changes.
+5. **Leftovers** (``leftovers``): every node left over gets a reason, naming the compared
+   node its effect reaches.
+
+No step pairs two nodes by position alone: weights, inputs or consumers always decide.
+
+Example::
+
+    >>> alignment = align_graphs(reference_graph, candidate_graph)
+    >>> alignment.pairs[0]
+    Pair(reference='input_ids', candidate='input_ids', matched_by='input', ...)
+    >>> alignment.coverage
+    1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from introspect.diff.align.leftovers import leftovers
+from introspect.diff.align.matcher import Matcher
+from introspect.diff.align.propagate import backward, forward
+from introspect.diff.align.view import GraphView
+from introspect.diff.align.weights import relate_weights, unique_weights
+from introspect.diff.records import Pair, Unmatched, WeightRelation
+from introspect.errors import InputError
+
+# Below this share of weighted reference nodes paired, the models are not the same kind.
+_MIN_WEIGHT_COVERAGE = 0.5
+
+
+@dataclass
+class Alignment:
+    """Which node of the candidate computes what node of the reference, and what is left.
+
+    Attributes:
+        pairs: aligned pairs, in the reference's graph order (several pairs may share a
+            reference node: one per head of a per-head candidate).
+        unmatched: tensor nodes of either graph with no counterpart, with the reason.
+        skipped: nodes not compared at all (shape bookkeeping, constants), with the reason.
+        relations: how each of the candidate's weights relates to the reference's.
+        notes: what a user should know (an output with no counterpart, name fallbacks).
+    """
+
+    pairs: list[Pair]
+    unmatched: list[Unmatched]
+    skipped: list[Unmatched]
+    relations: list[WeightRelation]
+    notes: list[str] = field(default_factory=list)
+    reference_tensor_nodes: int = 0
+
+    @property
+    def coverage(self) -> float:
+        """Share of the reference's tensor nodes that are paired."""
+        paired = {p.reference for p in self.pairs}
+        return len(paired) / self.reference_tensor_nodes if self.reference_tensor_nodes else 1.0
+
+    def pairs_of(self, side: str, name: str) -> list[Pair]:
+        """The pairs that hold node ``name`` of ``side`` ("reference" or "candidate")."""
+        return [p for p in self.pairs if getattr(p, side) == name]
+
+
+
+def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] | None = None,
+                 ) -> Alignment:
+    """Pair the nodes of two traced graphs (``IntrospectGraph``) that compute the same values.
+
+    Args:
+        reference: the reference's ``IntrospectGraph`` (its ``gm`` and ``records``).
+        candidate: the candidate's ``IntrospectGraph``.
+        name_map: optional help: candidate node name -> reference node name (pairs them
+            outright), or candidate parameter/module path prefix -> reference prefix
+            (settles weights that do not relate by value, or relate to several).
+
+    Returns:
+        An ``Alignment``: pairs, nodes without counterpart (with reasons), skipped nodes,
+        and how each candidate weight relates to the reference's.
+
+    Raises:
+        InputError: the two models do not implement the same model: no output in common,
+            or fewer than half of the reference's weighted nodes find a counterpart.
+
+    Example::
+
+        >>> alignment = align_graphs(introspect.trace(hf, inputs), introspect.trace(port, inputs))
+        >>> query = "encoder_layer_0_attention_self_query"
+        >>> [p.candidate for p in alignment.pairs_of("reference", query)]
+        ['encoder_layer_0_attention_self_qkv']
+    """
+    name_map = dict(name_map or {})
+    ref = GraphView(reference.gm, reference.records, "reference")
+    node_map = {k: v for k, v in name_map.items() if k in {r.name for r in candidate.records}}
+    prefix_map = {k: v for k, v in name_map.items() if k not in node_map}
+    cand = GraphView(candidate.gm, candidate.records, "candidate", prefix_map)
+    for c_name, r_name in node_map.items():
+        if r_name not in ref.nodes:
+            raise InputError(f"name_map maps {c_name!r} to {r_name!r}, which is no node of the "
+                             "reference; use names from the reference's graph.nodes['name']")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # comparing weights reads memory once: threads only wait
+    try:
+        relations = relate_weights(ref, cand)
+    finally:
+        torch.set_num_threads(threads)
+    matcher = Matcher(ref, cand, relations)
+    for c_name, r_name in node_map.items():
+        matcher.add(Pair(r_name, c_name, "name map"))
+    matcher.inputs()
+    matcher.anchors()
+    _check_same_model(matcher)
+    notes = matcher.outputs()
+    for _ in range(8):
+        if not (forward(matcher) | backward(matcher)):
+            break
+    unmatched, skipped = leftovers(matcher)
+    pairs = sorted(matcher.pairs, key=lambda p: (ref.order[p.reference], cand.order[p.candidate]))
+    flat = [r for found in relations.values() for r in found]
+    by_name = [r for r in flat if r.kind.startswith("by-name") and r.max_abs_diff > 0]
+    if by_name:
+        notes.append(f"{len(by_name)} candidate weight(s) relate to the reference's by name only, "
+                     f"with other values: {', '.join(r.candidate for r in by_name[:4])}"
+                     f"{' ...' if len(by_name) > 4 else ''}")
+    tensors = sum(1 for name in ref.nodes if ref.compared(name))
+    return Alignment(pairs, unmatched, skipped, flat, notes, tensors)
+
+
+def _check_same_model(matcher: Matcher) -> None:
+    weighted = [r for r, found in matcher.ref.weights.items()
+                if matcher.ref.compared(r) and any(t.ndim >= 2 for _, t in found)]
+    if not weighted:
+        return
+    anchored = sum(1 for r in weighted if r in matcher.ref_paired)
+    if anchored / len(weighted) < _MIN_WEIGHT_COVERAGE:
+        ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
+        cand_params = sum(t.numel() for t in unique_weights(matcher.cand).values())
+        raise InputError(
+            f"the candidate shares weights with only {anchored} of the reference's "
+            f"{len(weighted)} weighted nodes (reference: {ref_params:,} weights, candidate: "
+            f"{cand_params:,}): the two are different architectures or sizes, or the "
+            "candidate's weights were not loaded from the reference; pass name_map to help"
+        )
+
+
+__all__ = ["Alignment", "align_graphs", "relate_weights"]

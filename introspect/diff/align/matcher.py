@@ -1,0 +1,216 @@
+"""The matcher's state and step 2 of alignment: anchors on inputs, weights and outputs.
+
+Nodes that read related weights are paired; a slice or a fusion becomes a pair on a
+region of the output's last dimension, and the candidate's nodes that cut a fused output
+apart (``split``, ``chunk``, ``[..., a:b]``) are paired with the parts. The graphs'
+inputs pair by name and their outputs by key.
+"""
+
+from __future__ import annotations
+
+from introspect.diff.align.cuts import parts_cut
+from introspect.diff.align.view import GraphView, graph_outputs
+from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
+from introspect.errors import InputError
+
+
+class Matcher:
+    """The pairs found so far and the indexes that steps 2 to 5 read and extend."""
+
+    def __init__(self, reference: GraphView, candidate: GraphView,
+                 relations: dict[str, list[WeightRelation]]) -> None:
+        self.ref = reference
+        self.cand = candidate
+        self.relations = relations
+        self.pairs: list[Pair] = []
+        self.ref_partners: dict[str, set[str]] = {}  # identity pairs only
+        self.cand_partners: dict[str, set[str]] = {}
+        self.ref_paired: set[str] = set()  # in any pair, regions included
+        self.cand_paired: set[str] = set()
+        self.superseded: dict[str, str] = {}  # candidate node -> the later node of the same anchor
+        self.taken: set[tuple[str, Region | None]] = set()  # (candidate node, its region)
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def add(self, pair: Pair) -> None:
+        self.pairs.append(pair)
+        self.ref_paired.add(pair.reference)
+        self.cand_paired.add(pair.candidate)
+        if pair.reference_region is None and pair.candidate_region is None:
+            self.ref_partners.setdefault(pair.reference, set()).add(pair.candidate)
+            self.cand_partners.setdefault(pair.candidate, set()).add(pair.reference)
+
+    def remove(self, pair: Pair) -> None:
+        self.pairs.remove(pair)
+        self.ref_paired = {p.reference for p in self.pairs}
+        self.cand_paired = {p.candidate for p in self.pairs}
+        self.ref_partners.get(pair.reference, set()).discard(pair.candidate)
+        self.cand_partners.get(pair.candidate, set()).discard(pair.reference)
+
+    def free(self, r: str, c: str) -> bool:
+        return r not in self.ref_paired and c not in self.cand_paired
+
+    def same_value_kind(self, r: str, c: str) -> bool:
+        return self.ref.value_kind(r) == self.cand.value_kind(c)
+
+    # -- step 2: anchors -------------------------------------------------------------
+    def inputs(self) -> None:
+        ref_inputs = {n.target: n.name for n in self.ref.nodes.values() if n.op == "placeholder"}
+        for node in self.cand.nodes.values():
+            if node.op == "placeholder" and node.target in ref_inputs:
+                self.add(Pair(ref_inputs[node.target], node.name, BY_INPUT))
+
+    def anchors(self) -> None:
+        weighted = sorted((c for c in self.cand.weights if self.cand.compared(c)),
+                          key=self.cand.order.__getitem__)
+        reads_matrix = {c: any(t.ndim >= 2 for _, t in self.cand.weights[c]) for c in weighted}
+        self._claim([c for c in weighted if reads_matrix[c]])
+        self._claim([c for c in weighted if not reads_matrix[c]])  # biases, LayerNorms
+        self._cut_parts()
+
+    def _claim(self, nodes: list[str]) -> None:
+        claims: dict[tuple[str, Region | None], list[tuple[str, WeightRelation]]] = {}
+        for c in nodes:
+            for relation, r in self._anchor_options(c):
+                claims.setdefault((r, _ref_region(relation)), []).append((c, relation))
+        for (r, ref_region), options in sorted(
+                claims.items(), key=lambda item: self.ref.order[item[0][0]]):
+            options = [o for o in options if (o[0], _cand_region(o[1])) not in self.taken]
+            if not options:
+                continue
+            c, relation = max(options, key=lambda o: self.cand.order[o[0]])  # the complete one
+            earlier = [p for p in self.pairs if p.reference == r and p.matched_by == BY_WEIGHTS
+                       and p.reference_region == ref_region]
+            if earlier:  # a bias added after the matmul: the later node holds the result
+                if self.cand.order[c] < self.cand.order[earlier[0].candidate] or \
+                        earlier[0].candidate_region != _cand_region(relation):
+                    continue
+                self.remove(earlier[0])
+                options.append((earlier[0].candidate, relation))
+            for other, _ in options:
+                if other != c:
+                    self.superseded.setdefault(other, c)
+            self.taken.add((c, _cand_region(relation)))
+            self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), ref_region,
+                          _cand_region(relation)))
+
+    def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
+        """(relation, reference node) for the weights ``c`` reads, primary weight first."""
+        found = self.cand.weights[c]
+        matrices = [w for w in found if w[1].ndim >= 2]
+        primary = max(matrices or found, key=lambda w: (w[1].ndim >= 2, w[1].numel()))
+        options = []
+        for relation in self.relations.get(primary[0], []):
+            consumers = [r for r, weights in self.ref.weights.items()
+                         if any(label == relation.reference for label, _ in weights)
+                         and self.ref.compared(r)]
+            fitting = [r for r in consumers if self._fits(r, c, relation)]
+            same_kind = [r for r in fitting if self.ref.kinds[r] == self.cand.kinds[c]]
+            options += [(relation, r) for r in (same_kind or fitting)]
+        if primary[1].ndim < 2 and len({r for _, r in options}) > 1:
+            return self._settle_vector(c, options)
+        return options
+
+    def _settle_vector(self, c: str, options: list[tuple[WeightRelation, str]],
+                       ) -> list[tuple[WeightRelation, str]]:
+        """A vector (bias, LayerNorm) read by many nodes: keep the one ``c``'s input leads to."""
+        sources = {r for i in self.cand.data_inputs(c) for r in self.cand_partners.get(i, ())}
+        continued = [(rel, r) for rel, r in options
+                     if any(self.ref.order[s] <= self.ref.order[r] and r in self._reach(s, 2)
+                            for s in sources)]
+        return continued if len({r for _, r in continued}) == 1 else []
+
+    def _reach(self, name: str, depth: int) -> set[str]:
+        seen, frontier = {name}, [name]
+        for _ in range(depth):
+            frontier = [u for f in frontier for u in self.ref.users[f] if u not in seen]
+            seen.update(frontier)
+        return seen
+
+    def _fits(self, r: str, c: str, relation: WeightRelation) -> bool:
+        ref_shape, cand_shape = self.ref.records[r].shape, self.cand.records[c].shape
+        if ref_shape is None or cand_shape is None or not self.same_value_kind(r, c):
+            return False
+        region = relation.region
+        if region is None:
+            return ref_shape == cand_shape
+        size = region.stop - region.start
+        if relation.kind.startswith("fused"):  # the candidate's output holds the reference's
+            return ref_shape[:-1] == cand_shape[:-1] and ref_shape[-1] == size
+        return ref_shape[:-1] == cand_shape[:-1] and cand_shape[-1] == size
+
+    def _cut_parts(self) -> None:
+        """Nodes that cut a fused output into the parts the other graph computes apart."""
+        for pair in list(self.pairs):
+            if pair.candidate_region is not None:
+                for part in parts_cut(self.cand, pair.candidate, pair.candidate_region):
+                    if part not in self.cand_paired:
+                        self.add(Pair(pair.reference, part, BY_WEIGHTS,
+                                      f"{pair.candidate}{pair.candidate_region}: "
+                                      f"part of a fused output"))
+            if pair.reference_region is not None:
+                for part in parts_cut(self.ref, pair.reference, pair.reference_region):
+                    if part not in self.ref_paired:
+                        self.add(Pair(part, pair.candidate, BY_WEIGHTS,
+                                      f"{pair.reference}{pair.reference_region}: "
+                                      f"part of a fused output"))
+
+    def outputs(self) -> list[str]:
+        notes = []
+        ref_out, cand_out = graph_outputs(self.ref), graph_outputs(self.cand)
+        unpaired_cand = dict(cand_out)
+        found = 0
+        for key, r in ref_out.items():
+            c = cand_out.get(key)
+            if c is None or self.ref.shape(r) != self.cand.shape(c):
+                c = next((n for k, n in unpaired_cand.items() if k not in ref_out
+                          and self.ref.shape(r) == self.cand.shape(n)), None)
+            if c is None:
+                notes.append(f"the reference's output {key!r} has no counterpart in the candidate")
+                continue
+            unpaired_cand = {k: n for k, n in unpaired_cand.items() if n != c}
+            found += 1
+            if c in self.ref_partners.get(r, set()):
+                continue
+            if c not in self.cand_paired and self.same_value_kind(r, c):  # r may pair twice
+                self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))
+        if not found:
+            ref_shapes = ", ".join(f"{k}={self.ref.records[n].shapes}" for k, n in ref_out.items())
+            cand_shapes = ", ".join(f"{k}={self.cand.records[n].shapes}"
+                                    for k, n in cand_out.items())
+            raise InputError(
+                f"the two models return different outputs: reference ({ref_shapes}), "
+                f"candidate ({cand_shapes}); diff compares two implementations of the same "
+                "model, head and size"
+            )
+        return notes
+
+
+
+def _ref_region(relation: WeightRelation) -> Region | None:
+    if relation.region is None or relation.kind.startswith("fused"):
+        return None
+    return Region(-1, relation.region.start, relation.region.stop)
+
+
+def _cand_region(relation: WeightRelation) -> Region | None:
+    if relation.region is None or not relation.kind.startswith("fused"):
+        return None
+    return Region(-1, relation.region.start, relation.region.stop)
+
+
+def _relation_note(relation: WeightRelation) -> str:
+    if relation.kind == "same":
+        return ""
+    if relation.kind.startswith("by-name"):
+        return (f"weights related by name only: {relation.candidate} differs from "
+                f"{relation.reference} by up to {relation.max_abs_diff:.3g}")
+    if relation.kind.startswith("fused"):
+        return (f"{relation.reference} is rows {relation.region} of {relation.candidate} "
+                f"({relation.kind})")
+    if relation.kind == "transposed":
+        return f"{relation.candidate} is {relation.reference} transposed"
+    return (f"{relation.candidate} is rows {relation.region} of {relation.reference} "
+            f"({relation.kind})")
+
+
+__all__ = ["Matcher"]

@@ -1,0 +1,244 @@
+"""Relate the candidate's weights to the reference's, by value first and by name last.
+
+Every weight the candidate reads (a module's parameters, or a constant computed from
+``get_attr`` nodes, such as ``torch.cat`` of three projections) is related to the
+reference's weights by value: the same tensor, its transpose, a slice of it (one head of
+a projection) or a concatenation holding it (a fused QKV projection, its fused bias).
+Values are compared after casting both to the lower precision of the two, so a bfloat16
+copy relates too. A weight with no relation by value falls back to its name (a
+fine-tune, an unloaded weight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from introspect.diff.align.view import GraphView
+from introspect.diff.records import Region, WeightRelation
+
+# A row key shared by more rows than this says nothing (zero rows, constant rows).
+_MAX_ROWS_PER_KEY = 64
+
+
+def _lowest_float(tensors: Iterable[torch.Tensor]) -> torch.dtype:
+    order = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+    dtypes = {t.dtype for t in tensors if t.is_floating_point()}
+    return next((d for d in order if d in dtypes), torch.float32)
+
+
+def _as_rows(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    t = tensor.detach()
+    if t.is_floating_point():
+        t = t.to(dtype)
+    return t.reshape(t.shape[0], -1)
+
+
+def _key_columns(width: int) -> list[int]:
+    return sorted({0, 1, width // 3, width // 2, width - 1} & set(range(width)))
+
+
+class _RowIndex:
+    """Rows of many 2-D weights, keyed by a few of their values, to find slices fast.
+
+    Each row is reduced to one 64-bit hash of a few of its values; the hashes of every
+    indexed weight of one row width are kept sorted, so finding where a row occurs is a
+    binary search.
+    """
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._parts: dict[int, list[tuple[str, torch.Tensor]]] = {}
+        self._tables: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]] = {}
+
+    def add(self, label: str, rows: torch.Tensor) -> None:
+        self.tensors[label] = rows
+        width = rows.shape[1]
+        self._parts.setdefault(width, []).append((label, _row_hashes(rows)))
+        self._tables.pop(width, None)
+
+    def _table(self, width: int) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]] | None:
+        if width not in self._tables and width in self._parts:
+            parts = self._parts[width]
+            owners = [(label, i) for label, hashes in parts for i in range(hashes.shape[0])]
+            hashes, order = torch.sort(torch.cat([h for _, h in parts]))
+            self._tables[width] = (hashes, order, owners)
+        return self._tables.get(width)
+
+    def find(self, rows: torch.Tensor) -> list[tuple[str, int]]:
+        """(label, offset) of every indexed weight that holds ``rows`` as consecutive rows."""
+        width, count = rows.shape[1], rows.shape[0]
+        table = self._table(width)
+        if table is None:
+            return []
+        hashes, order, owners = table
+        probe = int(rows[: min(count, 8)].double().abs().sum(dim=1).argmax())
+        key = _row_hashes(rows[probe:probe + 1])
+        first = int(torch.searchsorted(hashes, key))
+        last = int(torch.searchsorted(hashes, key, right=True))
+        if last - first > _MAX_ROWS_PER_KEY:
+            return []
+        found: list[tuple[str, int]] = []
+        for hit in order[first:last].tolist():
+            label, row = owners[hit]
+            start = row - probe
+            big = self.tensors[label]
+            if start < 0 or start + count > big.shape[0] or (label, start) in found:
+                continue
+            if torch.equal(big[start:start + count], rows):
+                found.append((label, start))
+        return found
+
+
+_HASH_MULTIPLIERS = torch.tensor([0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019,
+                                  0x4CF5AD432745937F, 0x2545F4914F6CDD1D, 0x1B873593],
+                                 dtype=torch.int64)
+
+
+def _row_hashes(rows: torch.Tensor) -> torch.Tensor:
+    """One int64 per row, from the bits of a few of its values (equal rows, equal hashes)."""
+    columns = _key_columns(rows.shape[1])
+    bits = (rows[:, columns].double() + 0.0).view(torch.int64)  # exact; -0.0 becomes 0.0
+    return (bits * _HASH_MULTIPLIERS[: len(columns)]).sum(dim=1)  # wraps around: a hash
+
+
+def relate_weights(reference: GraphView,
+                   candidate: GraphView) -> dict[str, list[WeightRelation]]:
+    """For every weight the candidate reads, the reference weights it relates to."""
+    ref_weights = unique_weights(reference)
+    cand_weights = unique_weights(candidate)
+    dtype = _lowest_float([*ref_weights.values(), *cand_weights.values()])
+    relations: dict[str, list[WeightRelation]] = {label: [] for label in cand_weights}
+
+    # Most ports keep the reference's names: one comparison settles those weights.
+    ref_by_name = {reference.normalized(label): label for label in ref_weights}
+    unsettled: dict[str, torch.Tensor] = {}
+    for label, tensor in cand_weights.items():
+        ref = ref_by_name.get(candidate.normalized(label))
+        if ref is not None and ref_weights[ref].shape == tensor.shape and torch.equal(
+                _as_rows(tensor, dtype), _as_rows(ref_weights[ref], dtype)):
+            relations[label].append(WeightRelation(label, ref, "same", None, 0.0))
+        else:
+            unsettled[label] = tensor
+
+    index = _RowIndex()
+    by_bytes: dict[tuple[Any, ...], list[str]] = {}
+    matrices = any(t.ndim >= 2 for t in unsettled.values())
+    vectors = any(t.ndim < 2 for t in unsettled.values())
+    for label, tensor in ref_weights.items():
+        if tensor.ndim >= 2 and matrices:
+            index.add(label, _as_rows(tensor, dtype))
+        elif tensor.ndim < 2 and vectors:
+            by_bytes.setdefault(_vector_key(_as_rows(tensor, dtype)), []).append(label)
+
+    for label, tensor in unsettled.items():
+        rows = _as_rows(tensor, dtype)
+        if tensor.ndim >= 2:
+            relations[label] += _matrix_relations(label, rows, index, ref_weights, transposed=False)
+            if tensor.ndim == 2:
+                relations[label] += _matrix_relations(label, rows.t().contiguous(), index,
+                                                      ref_weights, transposed=True)
+        else:
+            relations[label] += [WeightRelation(label, ref, "same", None, 0.0)
+                                 for ref in by_bytes.get(_vector_key(rows), [])]
+
+    _relate_fused(reference, candidate, ref_weights, cand_weights, dtype, relations)
+    _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
+    return relations
+
+
+def unique_weights(graph: GraphView) -> dict[str, torch.Tensor]:
+    unique: dict[str, torch.Tensor] = {}
+    for found in graph.weights.values():
+        for label, tensor in found:
+            unique.setdefault(label, tensor)
+    return unique
+
+
+def _vector_key(rows: torch.Tensor) -> tuple[Any, ...]:
+    flat = rows.reshape(-1)
+    return (str(flat.dtype), flat.numel(), flat.numpy().tobytes() if flat.dtype != torch.bfloat16
+            else flat.view(torch.int16).numpy().tobytes())
+
+
+def _matrix_relations(label: str, rows: torch.Tensor, index: _RowIndex,
+                      ref_weights: Mapping[str, torch.Tensor], *, transposed: bool,
+                      ) -> list[WeightRelation]:
+    found = []
+    for ref, start in index.find(rows):
+        ref_rows = index.tensors[ref].shape[0]
+        whole = start == 0 and rows.shape[0] == ref_rows
+        if whole:
+            if transposed and ref_weights[ref].ndim == 2 and rows.shape[0] == rows.shape[1] \
+                    and torch.equal(rows, rows.t()):
+                continue  # a symmetric matrix: "transposed" says nothing
+            kind = "transposed" if transposed else "same"
+            found.append(WeightRelation(label, ref, kind, None, 0.0))
+        else:
+            region = Region(0, start, start + rows.shape[0])
+            kind = "transposed slice" if transposed else "slice"
+            found.append(WeightRelation(label, ref, kind, region, 0.0))
+    return found
+
+
+def _relate_fused(reference: GraphView, candidate: GraphView,
+                  ref_weights: Mapping[str, torch.Tensor],
+                  cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                  relations: dict[str, list[WeightRelation]]) -> None:
+    """Reference weights that are rows of a larger candidate weight (fused projections)."""
+    related = {r.reference for found in relations.values() for r in found}
+    missing = [label for label, t in ref_weights.items() if label not in related and t.ndim == 2]
+    if not missing:
+        return
+    index = _RowIndex()
+    for label, tensor in cand_weights.items():
+        if tensor.ndim == 2 and not relations[label]:
+            rows = _as_rows(tensor, dtype)
+            index.add(label, rows)
+            index.add(f"{label}\x00T", rows.t().contiguous())
+    for ref in missing:
+        rows = _as_rows(ref_weights[ref], dtype)
+        for cand, start in index.find(rows):
+            if cand.endswith("\x00T"):
+                cand, kind = cand[:-2], "fused transposed"
+            else:
+                kind = "fused"
+            region = Region(0, start, start + rows.shape[0])
+            relations[cand].append(WeightRelation(cand, ref, kind, region, 0.0))
+
+
+def _relate_by_name(reference: GraphView, candidate: GraphView,
+                    ref_weights: Mapping[str, torch.Tensor],
+                    cand_weights: Mapping[str, torch.Tensor],
+                    relations: dict[str, list[WeightRelation]]) -> None:
+    """Weights with no relation by value, or several: settle them by name where it fits."""
+    ref_by_name = {reference.normalized(label): label for label in ref_weights}
+    for label, tensor in cand_weights.items():
+        ref = ref_by_name.get(candidate.normalized(label))
+        found = relations[label]
+        if len(found) > 1 and ref is not None:
+            named = [r for r in found if r.reference == ref]
+            if named:
+                relations[label] = named
+            continue
+        if found or ref is None:
+            continue
+        ref_tensor = ref_weights[ref]
+        if ref_tensor.shape == tensor.shape:
+            difference = _max_abs_diff(tensor, ref_tensor)
+            relations[label] = [WeightRelation(label, ref, "by-name", None, difference)]
+        elif tensor.ndim == 2 and ref_tensor.shape == tensor.t().shape:
+            difference = _max_abs_diff(tensor.t(), ref_tensor)
+            relations[label] = [WeightRelation(label, ref, "by-name transposed", None, difference)]
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if not (a.is_floating_point() and b.is_floating_point()):
+        return float((a != b).any())
+    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
+
+
+
+__all__ = ["relate_weights", "unique_weights"]

@@ -1,0 +1,217 @@
+"""``introspect.diff``: node-by-node parity between two implementations of one model.
+
+The flow (shared/DESIGN.md): trace both models, align their graphs (``align``), run them
+side by side measuring every pair (``compare``), and turn the measurements into tables,
+the first divergence and its likely cause (``hints``). Reports are written by
+``introspect.report``; this module only returns values.
+
+Example::
+
+    >>> import introspect
+    >>> loaded = introspect.load_model("bert-tiny")
+    >>> port = introspect.scratch.BertModel.from_hf(loaded.model)
+    >>> result = introspect.diff(loaded.model, port, introspect.tokenize(loaded.tokenizer))
+    >>> result.passed, result.first_divergence
+    (True, None)
+    >>> result.layers[["layer", "max_abs_err", "passed"]].head(3)
+            layer  max_abs_err  passed
+    0      inputs          0.0    True
+    1  embeddings          0.0    True
+    2        mask          0.0    True
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from introspect.diff.align import Alignment, align_graphs
+from introspect.diff.compare import Padding, run_side_by_side
+from introspect.diff.divergence import first_divergence
+from introspect.diff.records import STATUS_FAIL
+from introspect.diff.result import DiffResult
+from introspect.diff.tables import layer_rows, node_rows
+from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
+from introspect.errors import InputError
+from introspect.graph import MASK_NOTE, IntrospectGraph
+from introspect.load import TokenizedInputs
+from introspect.shapes import node_records
+from introspect.tracer import trace_module
+
+# ---------------------------------------------------------------------------------------
+# Tracing for a diff
+
+
+def _accepted_inputs(model: torch.nn.Module,
+                     tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs ``model.forward`` takes by name (all of them when it takes ``**kwargs``)."""
+    parameters = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(tensors)
+    return {name: t for name, t in tensors.items() if name in parameters}
+
+
+def trace_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
+                   title: str) -> tuple[IntrospectGraph, dict[str, torch.Tensor]]:
+    """Trace ``model``; its records hold the shapes seen while tracing (no run needed)."""
+    accepted = _accepted_inputs(model, tensors)
+    if not accepted:
+        raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
+                         f"{', '.join(tensors)}")
+    result = trace_module(model, accepted)
+    records = node_records(result.gm)  # the shapes seen while tracing; the run refreshes them
+    graph = IntrospectGraph(result.gm, records, result.input_names, result.output_names,
+                            decisions=result.decisions, title=title)
+    return graph, accepted
+
+
+# ---------------------------------------------------------------------------------------
+# The diff
+
+
+def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
+         inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
+         atol: float | None = None, rtol: float | None = None, noise_budget: bool = False,
+         noise_factor: float = 4.0, name_map: Mapping[str, str] | None = None,
+         reference_label: str = "", candidate_label: str = "") -> DiffResult:
+    """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
+
+    Both models are traced with torch.fx, their graphs aligned on the weights they read
+    (no name map needed), and run side by side; every aligned pair gets its propagated
+    error (each model on its own) and its local error (the candidate's node fed the
+    reference's values). Only per-node summaries are kept.
+
+    Args:
+        reference: the implementation trusted (HF ``BertFor*``, any ``nn.Module``).
+        candidate: the implementation checked: any module holding the reference's weights
+            (loaded through a key mapping, fused, transposed or cast), or another
+            checkpoint of the same architecture.
+        inputs: ``introspect.tokenize(...)`` output or a mapping of tensors by input name;
+            each model gets the inputs its ``forward`` takes.
+        atol, rtol: override the per-dtype budgets (``introspect.diff.tolerance.DEFAULTS``).
+        noise_budget: also run the reference in float64; each node's budget becomes
+            ``noise_factor`` times its own noise in the candidate's dtype (its local error
+            when the reference runs in that dtype, against float64), at least ``atol``.
+        name_map: help for alignment: candidate node name -> reference node name, or
+            candidate parameter path prefix -> reference prefix.
+        reference_label, candidate_label: names for tables and reports.
+
+    Returns:
+        A ``DiffResult``.
+
+    Raises:
+        InputError: a tolerance that is negative or not a number; inputs a model cannot
+            take; two models of different architectures or sizes.
+        TraceError: a model torch.fx cannot trace.
+
+    Example::
+
+        >>> result = introspect.diff(hf_model, my_port, inputs)
+        >>> result.first_divergence.layer
+        'encoder.layer.3'
+    """
+    tolerance = Tolerance(atol=atol, rtol=rtol, noise_factor=noise_factor)
+    tensors = _tensors(inputs)
+    reference_label = reference_label or type(reference).__name__
+    candidate_label = candidate_label or type(candidate).__name__
+    modes = (reference.training, candidate.training)
+    reference.eval()
+    candidate.eval()
+    try:
+        noise: dict[str, float] | None = None
+        notes: list[str] = []
+        if noise_budget:
+            reference, noise = _measure_noise(reference, candidate, tensors)
+            notes.append("the reference ran in float64; each node's budget is at least "
+                         f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
+        ref_graph, ref_inputs = trace_for_diff(reference, tensors, reference_label)
+        cand_graph, cand_inputs = trace_for_diff(candidate, tensors, candidate_label)
+        notes += _input_notes(tensors, ref_inputs, cand_inputs)
+        alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
+        budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise)
+        padding = Padding(tensors.get("attention_mask"))
+        run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
+                               ref_inputs, cand_inputs, padding=padding)
+    finally:
+        reference.train(modes[0])
+        candidate.train(modes[1])
+    ref_graph.records = node_records(ref_graph.gm)  # the shapes of this run, not the probe's
+    cand_graph.records = node_records(cand_graph.gm)
+    if any(r.layer == "mask" for r in ref_graph.records):
+        ref_graph.notes.append(MASK_NOTE)
+    notes += alignment.notes
+    rows = node_rows(alignment, run, budgets, ref_graph, cand_graph)
+    layers = layer_rows(rows, ref_graph.records)
+    divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
+                                   budgets)
+    passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows)
+    return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
+                      tolerance, notes, reference_label, candidate_label, noise_budget)
+
+
+def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if isinstance(inputs, TokenizedInputs):
+        return dict(inputs.tensors)
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise InputError("diff needs inputs: introspect.tokenize(...) output or a non-empty "
+                         f"mapping of input names to tensors, got {type(inputs).__name__}")
+    bad = [k for k, v in inputs.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise InputError(f"inputs must be tensors; {', '.join(map(str, bad))} is not")
+    return dict(inputs)
+
+
+def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],
+                 cand_inputs: Mapping[str, Any]) -> list[str]:
+    notes = []
+    for side, taken in (("reference", ref_inputs), ("candidate", cand_inputs)):
+        left = [n for n in tensors if n not in taken]
+        if left:
+            notes.append(f"the {side}'s forward takes no {', '.join(left)}; it ran without")
+    return notes
+
+
+def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
+                   tensors: Mapping[str, torch.Tensor]) -> tuple[torch.nn.Module, dict[str, float]]:
+    """The reference in float64, and each of its nodes' noise in the candidate's dtype."""
+    dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), torch.float32)
+    exact = copy.deepcopy(reference).to(torch.float64).eval()
+    rounded = copy.deepcopy(reference).to(dtype).eval()
+    ref_graph, ref_inputs = trace_for_diff(exact, tensors, "float64")
+    low_graph, low_inputs = trace_for_diff(rounded, tensors, str(dtype))
+    alignment = align_graphs(ref_graph, low_graph)
+    unlimited = [Budget(math.inf, 0.0)] * len(alignment.pairs)
+    run = run_side_by_side(ref_graph.gm, low_graph.gm, alignment.pairs, unlimited,
+                           ref_inputs, low_inputs, snapshots=0)
+    noise: dict[str, float] = {}
+    for i, pair in enumerate(alignment.pairs):
+        stats = run.local.get(i)
+        if stats is not None:
+            noise[pair.reference] = max(noise.get(pair.reference, 0.0), stats.max_abs)
+    return exact, noise
+
+
+def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: IntrospectGraph,
+             tolerance: Tolerance, noise: Mapping[str, float] | None) -> list[Budget]:
+    ref_records = {r.name: r for r in reference.records}
+    cand_records = {r.name: r for r in candidate.records}
+    budgets = []
+    for pair in alignment.pairs:
+        dtype = compare_dtype(ref_records[pair.reference].dtype, cand_records[pair.candidate].dtype)
+        if noise is not None and dtype == "float64":  # the candidate's dtype sets the noise
+            dtype = cand_records[pair.candidate].dtype or dtype
+        budgets.append(tolerance.budget(dtype, noise.get(pair.reference, 0.0)
+                                        if noise is not None else None))
+    return budgets
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+
+
+__all__ = ["DiffResult", "diff", "trace_for_diff"]

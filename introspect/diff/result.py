@@ -1,0 +1,185 @@
+"""``DiffResult``: what ``introspect.diff`` returns, as tables, text and HTML.
+
+The result holds records only (``introspect.diff.records``); pandas frames are built on
+demand, at the edge.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from introspect.diff.align import Alignment
+from introspect.diff.records import (
+    STATUS_DRIFT,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_SKIPPED,
+    STATUS_UNMATCHED,
+    Divergence,
+    LayerDiff,
+    NodeDiff,
+)
+from introspect.diff.tolerance import Tolerance
+from introspect.graph import IntrospectGraph
+
+if TYPE_CHECKING:
+    import pandas
+
+_FAIL_STYLE = "background-color:#f8d7da"
+_DRIFT_STYLE = "background-color:#fff3cd"
+_UNMATCHED_STYLE = "color:#777"
+
+
+@dataclass
+class DiffResult:
+    """Node-by-node comparison of a candidate against a reference.
+
+    Attributes:
+        passed: no aligned node's local error is over budget.
+        first_divergence: the first node, in the reference's graph order, whose local
+            error is over budget, with hints at known causes; None when parity holds.
+        rows: one ``NodeDiff`` per aligned pair and per node without counterpart, in the
+            reference's graph order (candidate-only nodes after the node they feed), then
+            the skipped nodes (shape bookkeeping, constants).
+        layer_rows: one ``LayerDiff`` per layer of the reference.
+        alignment: the pairs and the reasons, as ``align_graphs`` found them.
+        reference, candidate: the traced graphs (with the shapes of this run).
+        notes: what a user should know (dtype, inputs a model does not take, ...).
+    """
+
+    passed: bool
+    first_divergence: Divergence | None
+    rows: list[NodeDiff]
+    layer_rows: list[LayerDiff]
+    alignment: Alignment
+    reference: IntrospectGraph
+    candidate: IntrospectGraph
+    tolerance: Tolerance
+    notes: list[str] = field(default_factory=list)
+    reference_label: str = "reference"
+    candidate_label: str = "candidate"
+    noise_budget: bool = False
+
+    @property
+    def nodes(self) -> pandas.DataFrame:
+        """Aligned pairs and unmatched nodes, in graph order (skipped nodes left out)."""
+        import pandas as pd
+
+        rows = [asdict(r) for r in self.rows if r.status != STATUS_SKIPPED]
+        return pd.DataFrame(rows, columns=list(NodeDiff.__dataclass_fields__))
+
+    @property
+    def skipped(self) -> pandas.DataFrame:
+        """Nodes not compared: shape bookkeeping (ints, sizes) and constants."""
+        import pandas as pd
+
+        rows = [asdict(r) for r in self.rows if r.status == STATUS_SKIPPED]
+        return pd.DataFrame(rows, columns=list(NodeDiff.__dataclass_fields__))
+
+    @property
+    def layers(self) -> pandas.DataFrame:
+        """One row per layer: its output's error, its worst node, pass or fail."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.layer_rows],
+                            columns=list(LayerDiff.__dataclass_fields__))
+
+    @property
+    def failing(self) -> list[NodeDiff]:
+        return [r for r in self.rows if r.status == STATUS_FAIL]
+
+    @property
+    def max_abs_err(self) -> float:
+        """The largest propagated error over all aligned pairs (real tokens)."""
+        return max((r.max_abs_err for r in self.rows if r.max_abs_err is not None), default=0.0)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per status, and pairs."""
+        counts = {s: 0 for s in (STATUS_OK, STATUS_DRIFT, STATUS_FAIL, STATUS_UNMATCHED,
+                                 STATUS_SKIPPED)}
+        for r in self.rows:
+            counts[r.status] += 1
+        counts["pairs"] = len(self.alignment.pairs)
+        return counts
+
+    def summary(self) -> str:
+        """A few lines of plain text: verdict, first divergence and hints, coverage."""
+        verdict = "parity holds" if self.passed else "parity FAILS"
+        lines = [f"{self.candidate_label} vs {self.reference_label}: {verdict} "
+                 f"(max abs error {self.max_abs_err:.3g}; {len(self.alignment.pairs)} pairs, "
+                 f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned)"]
+        d = self.first_divergence
+        if d is not None:
+            lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "
+                         f"({d.op} in {d.module or d.layer}), local max abs error "
+                         f"{d.local_max_abs_err:.3g} over budget {d.budget}")
+            lines += [f"  hint: {h}" for h in d.hints]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def layer_table(self) -> str:
+        """The per-layer table as fixed-width text (for terminals and assertion messages)."""
+        header = f"{'layer':<18} {'max_abs_err':>11} {'local_max':>11} {'nodes':>5} " \
+                 f"{'fail':>4}  {'status':<6} worst node"
+        lines = [header]
+        for r in self.layer_rows:
+            lines.append(f"{r.layer:<18} {r.max_abs_err:>11.3g} {r.local_max_abs_err:>11.3g} "
+                         f"{r.nodes:>5} {r.failing:>4}  {'pass' if r.passed else 'FAIL':<6} "
+                         f"{r.worst_node}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        verdict = ("<b style='color:#1a7f37'>parity holds</b>" if self.passed
+                   else "<b style='color:#cf222e'>parity fails</b>")
+        parts = [f"<p>{html.escape(self.candidate_label)} vs "
+                 f"{html.escape(self.reference_label)}: {verdict}</p>"]
+        d = self.first_divergence
+        if d is not None:
+            parts.append(f"<p>First divergence: <code>{html.escape(d.reference_node)}</code> "
+                         f"({html.escape(d.op)} in {html.escape(d.module or d.layer)}), local "
+                         f"max abs error {d.local_max_abs_err:.3g}</p>")
+            parts += [f"<p>&rarr; {html.escape(h)}</p>" for h in d.hints]
+        parts.append(html_table(self.layers, status_column="passed"))
+        shown = self.nodes
+        shown = shown[shown["status"].isin([STATUS_FAIL, STATUS_DRIFT])] if not self.passed \
+            else shown.head(0)
+        if len(shown):
+            parts.append(f"<p>{len(shown)} node(s) over budget:</p>")
+            parts.append(html_table(shown[_BRIEF_COLUMNS]))
+        return "\n".join(parts)
+
+    def __repr__(self) -> str:
+        return f"DiffResult({self.summary().splitlines()[0]})"
+
+
+_BRIEF_COLUMNS = ["reference_node", "candidate_node", "module", "layer", "op", "shape",
+                  "max_abs_err", "local_max_abs_err", "atol", "rtol", "status", "note"]
+
+
+def html_table(frame: pandas.DataFrame, *, status_column: str = "status") -> str:
+    """A DataFrame as an HTML table, failing rows highlighted (no jinja2 needed)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for _, row in frame.iterrows():
+        status = row.get(status_column)
+        style = (_FAIL_STYLE if status in (STATUS_FAIL, False) else
+                 _DRIFT_STYLE if status == STATUS_DRIFT else
+                 _UNMATCHED_STYLE if status in (STATUS_UNMATCHED, STATUS_SKIPPED) else "")
+        cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
+        body.append(f"<tr style='{style}'>{cells}</tr>" if style else f"<tr>{cells}</tr>")
+    return (f"<table class='introspect-diff'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+__all__ = ["DiffResult", "html_table"]
