@@ -29,6 +29,7 @@ import argparse
 import sys
 from typing import Any
 
+from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import add_model_options, add_verbosity_options, say
 
 IMPLEMENTATIONS = ("hf", "scratch")
@@ -58,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     parser.add_argument("--nodes", action="store_true",
                         help="print every aligned node, not only those over budget")
+    add_dump_arguments(parser)
     add_verbosity_options(parser)
 
 
@@ -72,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.json, args.junit):
         if path:
             check_writable(path)
-    result = compute_diff(args, atol, rtol)
+    result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
+        compute_diff(args, atol, rtol)
     reports = _render(result, args)
     if args.out:
         from introspect.report import write_reports
 
-        write_reports(result, args.out)
+        write_reports(result, args.out, drawing=not uses_dumps(args))  # a drawing needs graphs
     for path, text in reports.items():
         write_atomic(path, text)
     if not args.quiet:

@@ -22,6 +22,7 @@ COMMANDS = {
     "trace": "introspect.cli.trace_cmd",
     "draw": "introspect.cli.draw_cmd",
     "diff": "introspect.cli.diff_cmd",
+    "capture": "introspect.cli.capture_cmd",
 }
 
 EXIT_OK, EXIT_PARITY_FAILS, EXIT_BAD_INPUT = 0, 1, 2

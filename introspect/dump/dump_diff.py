@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from introspect.compare import Padding, measure
-from introspect.diff_records import (
+from introspect.diff.compare import Padding, measure
+from introspect.diff.records import (
     STATUS_FAIL,
     STATUS_OK,
     STATUS_UNMATCHED,
@@ -33,11 +33,11 @@ from introspect.diff_records import (
     LayerDiff,
     NodeDiff,
 )
+from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.dump.capture import Capture
 from introspect.dump.formats import Dump
 from introspect.dump.match import BY_VALUE, DumpMatch, match_dump
 from introspect.errors import InputError
-from introspect.tolerance import Budget, Tolerance, compare_dtype
 
 
 @dataclass
@@ -81,7 +81,7 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
             shown), a dump no tensor of which has the size of a reference value, or
             ``noise_budget`` with a capture that holds no noise measurements.
     """
-    from introspect.differ import DiffResult
+    from introspect.diff.result import DiffResult
 
     tolerance = Tolerance(atol=atol, rtol=rtol, noise_factor=noise_factor)
     notes = check_inputs(reference.inputs, dump)
@@ -108,6 +108,8 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
     rows = [_row(m, reference, dump, budget(m.reference, m.name) if m.reference else None,
                  padding) for m in matches]
     rows.sort(key=lambda r: (r.reference_index < 0, r.reference_index, r.candidate_index))
+    notes.append("a dump holds each value as the port computed it from its own earlier values: "
+                 "every error is propagated (the local columns repeat it)")
     if not dump.ordered:
         notes.append("the dump carries no order; its tensors were aligned by value alone")
     unpaired = [m for m in matches if not m.reference]
@@ -117,7 +119,8 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
     divergence = _first_divergence(rows, reference)
     layer_rows = _layers(rows, reference)
     passed = divergence is None
-    return DiffResult(passed, divergence, rows, layer_rows, DumpAlignment(matches, notes),
+    return DiffResult(passed, divergence, rows, layer_rows,
+                      DumpAlignment(matches, notes),  # type: ignore[arg-type]
                       None, None, tolerance, notes,  # type: ignore[arg-type]
                       reference_label or reference.model or "reference",
                       candidate_label or dump.path, noise_budget)
@@ -196,7 +199,9 @@ def _row(match: DumpMatch, reference: Capture, dump: Dump, budget: Budget | None
         f"paired by {match.matched_by}; {match.layout}"
     return NodeDiff(match.reference, match.name, entry.module, entry.layer, entry.op,
                     str(tuple(target.shape)), dtype, stats.max_abs, stats.mean_abs,
-                    stats.max_rel, stats.mismatched, stats.nonfinite, None, None, None, None,
+                    stats.max_rel, stats.mismatched, stats.nonfinite,
+                    # no local error without the port's code: the local columns repeat these
+                    stats.max_abs, stats.mean_abs, stats.max_rel, stats.mismatched,
                     stats.pad_max_abs, budget.atol, budget.rtol, status, match.matched_by,
                     note, entry.index, match.position)
 

@@ -56,9 +56,7 @@ class Dump:
 
 
 def capture_bytes(capture: Capture) -> bytes:
-    """The capture as one safetensors file, inputs and metadata included."""
-    from safetensors.torch import save
-
+    """The capture as one safetensors file, inputs and metadata included (byte-stable)."""
     tensors = {f"{INPUT_PREFIX}{k}": v.contiguous() for k, v in capture.inputs.items()}
     tensors.update({k: v.contiguous() for k, v in capture.values.items()})
     metadata = {
@@ -70,7 +68,30 @@ def capture_bytes(capture: Capture) -> bytes:
         "noise": json.dumps(capture.noise),
         **{f"version.{k}": v for k, v in capture.metadata.items()},
     }
-    return save(tensors, metadata=metadata)
+    return safetensors_bytes(tensors, metadata)
+
+
+# safetensors' own writer keeps its metadata in a hash map, whose order changes from run to
+# run; the format is simple enough to write here, in a fixed order.
+_SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+                       torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
+                       torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+                       torch.bool: "BOOL"}
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """A safetensors file: 8-byte header length, JSON header, then the data, in order."""
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
+    chunks, offset = [], 0
+    for name, tensor in tensors.items():
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
 
 
 def index_rows(capture: Capture) -> list[dict[str, Any]]:

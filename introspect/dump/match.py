@@ -35,19 +35,32 @@ _MAX_PERMUTED_DIMS = 5  # up to 120 permutations of a dumped tensor's dims are t
 
 @dataclass(frozen=True)
 class Layout:
-    """How a dumped tensor maps onto its reference node: permute its dims, then reshape."""
+    """How a dumped tensor maps onto its reference node.
+
+    Either its own dims are permuted and the result reshaped to the node's shape (heads
+    split where the port merged them), or it is first reshaped to the node's dims in
+    another order and then permuted (heads merged where the reference keeps them apart).
+    """
 
     permutation: tuple[int, ...]
     dump_shape: tuple[int, ...]
     reference_shape: tuple[int, ...]
+    reshape_first: bool = False
 
     def apply(self, value: torch.Tensor) -> torch.Tensor:
+        if self.reshape_first:
+            order = [self.reference_shape[i] for i in self.permutation]
+            inverse = sorted(range(len(self.permutation)), key=self.permutation.__getitem__)
+            return value.reshape(order).permute(inverse).reshape(self.reference_shape)
         return value.permute(self.permutation).reshape(self.reference_shape)
 
     def __str__(self) -> str:
-        steps = []
-        if self.permutation != tuple(range(len(self.permutation))):
-            steps.append(f"dims permuted {self.permutation}")
+        identity = self.permutation == tuple(range(len(self.permutation)))
+        if self.reshape_first:
+            order = tuple(self.reference_shape[i] for i in self.permutation)
+            return "same layout" if identity and self.dump_shape == self.reference_shape else \
+                f"reshaped {self.dump_shape} -> {order}, dims permuted to {self.reference_shape}"
+        steps = [] if identity else [f"dims permuted {self.permutation}"]
         permuted = tuple(self.dump_shape[i] for i in self.permutation)
         if permuted != self.reference_shape:
             steps.append(f"reshaped {permuted} -> {self.reference_shape}")
@@ -75,17 +88,26 @@ def best_layout(value: torch.Tensor, reference: torch.Tensor) -> tuple[Layout, f
     if value.numel() != reference.numel():
         return None
     wide, target = value.double(), reference.double()
-    dims = range(value.dim())
-    orders = itertools.permutations(dims) if value.dim() <= _MAX_PERMUTED_DIMS else [tuple(dims)]
     best: tuple[Layout, float] | None = None
-    for order in orders:
-        layout = Layout(tuple(order), tuple(value.shape), tuple(reference.shape))
+    for layout in _layouts(tuple(value.shape), tuple(reference.shape)):
         error = _max_abs(layout.apply(wide), target)
         if best is None or error < best[1]:
             best = (layout, error)
             if error == 0.0:
                 break
     return best
+
+
+def _layouts(dump_shape: tuple[int, ...], reference_shape: tuple[int, ...]) -> list[Layout]:
+    """Every layout tried, the plain reshape first."""
+    def orders(n: int) -> list[tuple[int, ...]]:
+        return list(itertools.permutations(range(n))) if n <= _MAX_PERMUTED_DIMS \
+            else [tuple(range(n))]
+
+    layouts = [Layout(p, dump_shape, reference_shape) for p in orders(len(dump_shape))]
+    layouts += [Layout(p, dump_shape, reference_shape, reshape_first=True)
+                for p in orders(len(reference_shape))[1:]]
+    return layouts
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -129,7 +151,8 @@ def match_dump(dump: Mapping[str, torch.Tensor], reference: Mapping[str, torch.T
     names, ref_names = list(dump), list(reference)
     fixed = _named_pairs(name_map or {}, dump, reference)
     dump_sorted, ref_sorted = _Sorted(dump), _Sorted(reference)
-    cost = {(i, j): _cost(dump_sorted.bound(a, ref_sorted, b), ref_sorted.scale[b])
+    cost = {(i, j): _cost(dump_sorted.bound(a, ref_sorted, b),
+                          max(dump_sorted.scale[a], ref_sorted.scale[b]))
             for i, a in enumerate(names) for j, b in enumerate(ref_names)
             if a not in fixed and b not in fixed.values()
             and dump[a].numel() == reference[b].numel()}
