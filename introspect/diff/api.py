@@ -32,8 +32,9 @@ import torch
 
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import Padding, run_side_by_side
-from introspect.diff.divergence import first_divergence
-from introspect.diff.records import STATUS_FAIL
+from introspect.diff.divergence import confirm_failures, first_divergence
+from introspect.diff.exercised import unexercised_notes
+from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult
 from introspect.diff.tables import layer_rows, node_rows
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
@@ -78,7 +79,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
          atol: float | None = None, rtol: float | None = None, noise_budget: bool = False,
          noise_factor: float = 4.0, name_map: Mapping[str, str] | None = None,
-         reference_label: str = "", candidate_label: str = "") -> DiffResult:
+         reference_label: str = "", candidate_label: str = "",
+         allow_nonfinite: bool = False) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models are traced with torch.fx, their graphs aligned on the weights they read
@@ -100,6 +102,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         name_map: help for alignment: candidate node name -> reference node name, or
             candidate parameter path prefix -> reference prefix.
         reference_label, candidate_label: names for tables and reports.
+        allow_nonfinite: NaN or Inf in a compared value is a warning in the notes, not a
+            failure (by default it fails the diff: equal NaNs prove nothing).
 
     Returns:
         A ``DiffResult``.
@@ -120,11 +124,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     reference_label = reference_label or type(reference).__name__
     candidate_label = candidate_label or type(candidate).__name__
     modes = (reference.training, candidate.training)
+    notes = [f"the {side} was in training mode; diff ran it in eval mode (dropout off) and "
+             "put it back" for side, training in zip(("reference", "candidate"), modes,
+                                                     strict=True) if training]
+    original_reference = reference
     reference.eval()
     candidate.eval()
     try:
         noise: dict[str, float] | None = None
-        notes: list[str] = []
         if noise_budget:
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
@@ -132,26 +139,42 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         ref_graph, ref_inputs = trace_for_diff(reference, tensors, reference_label)
         cand_graph, cand_inputs = trace_for_diff(candidate, tensors, candidate_label)
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
+        notes += unexercised_notes(tensors, ref_graph, cand_graph)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
         budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise)
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
+        ref_graph.records = node_records(ref_graph.gm)  # this run's shapes, not the probe's
+        cand_graph.records = node_records(cand_graph.gm)
+        if any(r.layer == "mask" for r in ref_graph.records):
+            ref_graph.notes.append(MASK_NOTE)
+        notes += alignment.notes
+        rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
+                         allow_nonfinite=allow_nonfinite)
+        rows = confirm_failures(rows, ref_graph)
+        notes += _nonfinite_notes(rows, allow_nonfinite)
+        context = {"reference_model": reference, "candidate_model": candidate,
+                   "inputs": ref_inputs, "tolerance": tolerance}
+        divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
+                                      budgets, context=context)
     finally:
-        reference.train(modes[0])
+        original_reference.train(modes[0])
         candidate.train(modes[1])
-    ref_graph.records = node_records(ref_graph.gm)  # the shapes of this run, not the probe's
-    cand_graph.records = node_records(cand_graph.gm)
-    if any(r.layer == "mask" for r in ref_graph.records):
-        ref_graph.notes.append(MASK_NOTE)
-    notes += alignment.notes
-    rows = node_rows(alignment, run, budgets, ref_graph, cand_graph)
     layers = layer_rows(rows, ref_graph.records)
-    divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
-                                   budgets)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows)
     return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
                       tolerance, notes, reference_label, candidate_label, noise_budget)
+
+
+def _nonfinite_notes(rows: list[NodeDiff], allowed: bool) -> list[str]:
+    holding = [r for r in rows if r.nonfinite]
+    if not holding:
+        return []
+    first = holding[0]
+    verdict = "allowed by allow_nonfinite (--allow-nonfinite)" if allowed else "the diff fails"
+    return [f"NaN or Inf in {len(holding)} compared node(s), first at {first.reference_node} "
+            f"({first.op} in {first.module or first.layer}): {verdict}"]
 
 
 def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -153,7 +153,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     real_count = _real_count(reference.shape, pad)
     if candidate.dtype == reference.dtype and torch.equal(candidate, reference):
         nonfinite = 0 if known_finite else _nonfinite(candidate)
-        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0), True
+        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0, nonfinite), True
+    reference_nonfinite = _nonfinite(reference)
     dtype = torch.promote_types(candidate.dtype, reference.dtype)
     if not dtype.is_floating_point:
         dtype = torch.float64
@@ -166,7 +167,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     rel = d / magnitude.masked_fill(magnitude == 0, float("inf"))
     if pad is None:
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
-                           int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0)
+                           int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
+                           reference_nonfinite)
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -178,6 +180,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         elements=real_count,
         pad_max_abs=_max(d.masked_fill(~pad, 0.0)),
         pad_mismatched=int((over & pad).sum()),
+        reference_nonfinite=reference_nonfinite,
     )
     return stats, False
 
@@ -276,10 +279,12 @@ class _Runner:
             with _one_thread():
                 for i in indices:
                     exact &= self._compare(i, value, local)
-                    ref_node = self.pair_ref_node[i]
-                    self.ref_pending[ref_node.name] -= 1
-                    self._free_reference(ref_node)
+        # The substitution reads the paired reference values: free them only afterwards.
         self.substituted[node.name] = self._substitute(node, value, local, exact)
+        for i in indices:
+            ref_node = self.pair_ref_node[i]
+            self.ref_pending[ref_node.name] -= 1
+            self._free_reference(ref_node)
         for n in node.all_input_nodes:
             self.cand_uses[n.name] -= 1
             if self.cand_uses[n.name] <= 0:
@@ -329,8 +334,13 @@ class _Runner:
         assembled = (local if isinstance(local, torch.Tensor) else value).clone()
         for i in indices:
             ref_value = ref_env.get(self.pair_ref_node[i])
-            if ref_value is not None:
-                _narrow(assembled, self.pairs[i].candidate_region).copy_(ref_value)
+            if ref_value is None:
+                continue
+            part = _narrow(assembled, self.pairs[i].candidate_region)
+            if i in self.layouts:  # e.g. the candidate's rows flattened: (B*S, H) for (B, S, H)
+                ref_value = self.layouts[i].to_candidate(ref_value)
+            if ref_value.shape == part.shape:
+                part.copy_(ref_value)
         return assembled
 
     # -- comparing --------------------------------------------------------------------

@@ -1,32 +1,202 @@
-"""The first divergence: where the candidate starts computing something else, and why."""
+"""The first divergence: where the candidate starts computing something else, and why.
+
+A pair whose local error is over budget is only a *candidate* for the first divergence.
+It is confirmed when the candidate's own value differs there too and the difference
+reaches a later compared node or an output; otherwise the two nodes were not the same
+quantity (terms of a sum regrouped, a mis-pair) or the difference vanishes, and the row
+is marked ``unconfirmed`` with the reason, never blamed.
+
+When the confirmed node only moves data (view, transpose, contiguous, dropout, an item
+of a split), the blame goes to the op that computed the values: the first node up the
+chain of layout ops on each side, with the chain in ``Divergence.detail``.
+
+NaN or Inf in any compared value fails the diff (unless allowed) and the first node
+that holds them is named.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
 
 from introspect.diff.align import Alignment
 from introspect.diff.compare import Padding, RunResult
 from introspect.diff.hints import explain
-from introspect.diff.records import STATUS_FAIL, Divergence, NodeDiff
+from introspect.diff.records import (
+    STATUS_DRIFT,
+    STATUS_FAIL,
+    STATUS_UNCONFIRMED,
+    Divergence,
+    NodeDiff,
+)
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
+
+# Ops that move or select data without computing: a divergence there is blamed upstream.
+_MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten",
+          "squeeze", "unsqueeze", "t", "clone", "expand", "expand_as", "view_as", "reshape_as",
+          "movedim", "swapaxes", "getitem", "split", "chunk", "unbind", "narrow", "Dropout",
+          "dropout", "to", "type", "float", "type_as"}
+_MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed without a search
+
+
+def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[NodeDiff]:
+    """Rows with a local error over budget that nothing confirms become ``unconfirmed``.
+
+    Confirmed: the candidate's own value is over budget at the node (propagated error),
+    and the node is an output or feeds, through any path, a compared node whose own value
+    is over budget too. Rows that fail on NaN or Inf stay failing.
+    """
+    over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
+            and r.mismatched}
+    users = {n.name: [u.name for u in n.users] for n in reference.gm.graph.nodes}
+    outputs = {n.name for n in reference.gm.graph.nodes
+               if any(u.op == "output" for u in n.users)}
+    checked = 0
+    confirmed: list[NodeDiff] = []
+    for row in rows:
+        if row.status != STATUS_FAIL or (row.nonfinite or 0) > 0 or checked >= _MAX_CONFIRMED:
+            confirmed.append(row)
+            continue
+        checked += 1
+        reason = _unconfirmed_reason(row, over, users, outputs)
+        if reason:
+            note = f"{row.note}; {reason}" if row.note else reason
+            row = dataclasses.replace(row, status=STATUS_UNCONFIRMED, note=note)
+        confirmed.append(row)
+    return confirmed
+
+
+def _unconfirmed_reason(row: NodeDiff, over: set[str], users: Mapping[str, list[str]],
+                        outputs: set[str]) -> str:
+    if not row.mismatched:
+        return ("unconfirmed: the local error is over budget but the candidate's own value "
+                "agrees here; the two nodes hold different quantities (terms regrouped), "
+                "not a bug")
+    if row.reference_node in outputs:
+        return ""
+    seen, frontier = {row.reference_node}, [row.reference_node]
+    while frontier:
+        nxt = []
+        for name in frontier:
+            for user in users.get(name, ()):
+                if user in over or user in outputs and user != row.reference_node:
+                    return ""
+                if user not in seen:
+                    seen.add(user)
+                    nxt.append(user)
+        frontier = nxt
+    return ("unconfirmed: the difference reaches no later compared node and no output "
+            "(it is undone later, or only padded positions differ)")
 
 
 def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunResult,
                      reference: IntrospectGraph, candidate: IntrospectGraph,
-                     padding: Padding, budgets: Sequence[Budget]) -> Divergence | None:
+                     padding: Padding, budgets: Sequence[Budget], *,
+                     context: Mapping[str, Any] | None = None) -> Divergence | None:
+    """The first failing row, blamed on the op that computed its values, with hints.
+
+    Args:
+        rows: the diff's rows, unconfirmed failures already marked.
+        alignment, run, budgets: the alignment, the run's measurements and budgets.
+        reference, candidate: the two traced graphs.
+        padding: which positions are padding (for the mask hint).
+        context: the models, the reference's inputs and the tolerance, for the hints
+            tested on values (``introspect.diff.hypotheses``); None skips them.
+
+    Returns:
+        The ``Divergence``, or None when no row fails.
+    """
     first = next((r for r in rows if r.status == STATUS_FAIL), None)
     if first is None:
         return None
     index = next(i for i, p in enumerate(alignment.pairs)
                  if p.reference == first.reference_node and p.candidate == first.candidate_node)
     pair = alignment.pairs[index]
+    if first.nonfinite and not first.local_mismatched:
+        stats = run.propagated[index]
+        detail = (f"NaN or Inf first appear here: {stats.reference_nonfinite} value(s) in the "
+                  f"reference, {stats.nonfinite} in the candidate")
+        return Divergence(first.reference_node, first.candidate_node, first.module, first.layer,
+                          first.op, float(first.local_max_abs_err or 0.0), str(budgets[index]),
+                          (), detail)
     padded_rows = tuple(bool(x) for x in padding.padded.any(dim=1)) \
         if padding.padded is not None else ()
-    hints = explain(pair, reference, candidate, alignment.relations, run.snapshots.get(index),
-                    padded_rows)
-    return Divergence(first.reference_node, first.candidate_node, first.module, first.layer,
-                      first.op, float(first.local_max_abs_err or 0.0), str(budgets[index]), hints)
+    snapshot = run.snapshots.get(index)
+    hints = explain(pair, reference, candidate, alignment.relations, snapshot, padded_rows)
+    if context is not None and snapshot is not None:
+        tested = _tested_hints(context, first, snapshot)
+        hints = tuple(dict.fromkeys([*tested, *hints]))
+    ref_node, cand_node, op, detail = _computing_op(first, reference, candidate)
+    ref_record = next(r for r in reference.records if r.name == ref_node)
+    return Divergence(ref_node, cand_node, ref_record.module, ref_record.layer or first.layer,
+                      op, float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
+                      detail)
 
 
-__all__ = ["first_divergence"]
+def _computing_op(row: NodeDiff, reference: IntrospectGraph,
+                  candidate: IntrospectGraph) -> tuple[str, str, str, str]:
+    """(reference node, candidate node, op, detail): layout ops looked through."""
+    ref_chain = _chain(reference, row.reference_node)
+    cand_chain = _chain(candidate, row.candidate_node)
+    if len(ref_chain) == 1 and len(cand_chain) == 1:
+        return row.reference_node, row.candidate_node, row.op, ""
+    cand_records = {r.name: r for r in candidate.records}
+    ref_records = {r.name: r for r in reference.records}
+    op = cand_records[cand_chain[-1]].op_type
+    parts = [f"values first differ at {row.reference_node} ({row.op}), which only moves data"]
+    if len(cand_chain) > 1:
+        parts.append("candidate: " + " <- ".join(
+            f"{n} ({cand_records[n].op_type})" for n in cand_chain))
+    if len(ref_chain) > 1:
+        parts.append("reference: " + " <- ".join(
+            f"{n} ({ref_records[n].op_type})" for n in ref_chain))
+    return ref_chain[-1], cand_chain[-1], op, "; ".join(parts)
+
+
+def _chain(graph: IntrospectGraph, name: str) -> list[str]:
+    """``name`` and the nodes up to the first one that computes (through layout ops)."""
+    records = {r.name: r for r in graph.records}
+    nodes = {n.name: n for n in graph.gm.graph.nodes}
+    chain = [name]
+    while records[chain[-1]].op_type in _MOVES:
+        node = nodes[chain[-1]]
+        inputs = [n.name for n in node.all_input_nodes
+                  if records.get(n.name) is not None and records[n.name].kind in ("tensor", "multi")
+                  and n.op not in ("get_attr", "placeholder")]
+        if len(inputs) != 1:
+            break
+        chain.append(inputs[0])
+    return chain
+
+
+def _tested_hints(context: Mapping[str, Any], row: NodeDiff, snapshot: Any) -> tuple[str, ...]:
+    """Hints from ``introspect.diff.hypotheses``: each tested on the captured values."""
+    try:
+        from introspect.diff.hypotheses import explain_divergence
+        from introspect.diff.hypotheses.context import DivergenceContext
+    except ImportError:  # the hypotheses package is optional
+        return ()
+    value = snapshot.local_output
+    reference_value = snapshot.reference_output
+    if not isinstance(value, torch.Tensor) or value.shape != reference_value.shape:
+        return ()
+    tolerance = context["tolerance"]
+    try:
+        return tuple(explain_divergence(DivergenceContext(
+            reference_model=context["reference_model"],
+            candidate_model=context["candidate_model"],
+            inputs=context["inputs"],
+            reference_node=row.reference_node, candidate_node=row.candidate_node,
+            module=row.module, layer=row.layer,
+            reference_value=reference_value, candidate_value=value,
+            atol=row.atol if row.atol is not None else tolerance.atol or 0.0,
+            rtol=row.rtol if row.rtol is not None else tolerance.rtol or 0.0)))
+    except Exception as e:  # a hint must never break the verdict it explains
+        return (f"(hypothesis tests failed: {type(e).__name__}: {e})",)
+
+
+__all__ = ["confirm_failures", "first_divergence"]

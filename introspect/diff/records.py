@@ -14,6 +14,9 @@ from dataclasses import dataclass
 STATUS_OK = "ok"  # local and propagated error within budget
 STATUS_DRIFT = "drift"  # local error within budget, propagated error over: accumulated noise
 STATUS_FAIL = "fail"  # local error over budget: this node computes something else
+# Local error over budget, but neither the node's own value nor anything it feeds differs:
+# two intermediates that are not the same quantity (regrouped terms), not a bug.
+STATUS_UNCONFIRMED = "unconfirmed"
 STATUS_UNMATCHED = "unmatched"  # no counterpart in the other graph; ``reason`` says why
 STATUS_SKIPPED = "skipped"  # shape bookkeeping or a constant: not compared
 
@@ -87,6 +90,7 @@ class ErrorStats:
     elements: int  # real-token elements compared
     pad_max_abs: float  # over padding positions (0.0 when nothing is padded)
     pad_mismatched: int
+    reference_nonfinite: int = 0  # NaN or Inf in the reference's value
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ class NodeDiff:
     mean_abs_err: float | None
     max_rel_err: float | None
     mismatched: int | None
-    nonfinite: int | None
+    nonfinite: int | None  # NaN or Inf in either side's value (the larger count)
     local_max_abs_err: float | None  # local: the candidate's node fed the reference's inputs
     local_mean_abs_err: float | None
     local_max_rel_err: float | None
@@ -146,3 +150,4 @@ class Divergence:
     local_max_abs_err: float
     budget: str  # "atol 1e-05 + rtol 1.3e-06 * |ref|"
     hints: tuple[str, ...]  # known causes that match, in order of confidence
+    detail: str = ""  # where the values first differ when that is a layout op, NaN, ...

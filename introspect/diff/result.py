@@ -17,6 +17,7 @@ from introspect.diff.records import (
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SKIPPED,
+    STATUS_UNCONFIRMED,
     STATUS_UNMATCHED,
     Divergence,
     LayerDiff,
@@ -98,8 +99,8 @@ class DiffResult:
 
     def counts(self) -> dict[str, int]:
         """Rows per status, and pairs."""
-        counts = {s: 0 for s in (STATUS_OK, STATUS_DRIFT, STATUS_FAIL, STATUS_UNMATCHED,
-                                 STATUS_SKIPPED)}
+        counts = {s: 0 for s in (STATUS_OK, STATUS_DRIFT, STATUS_FAIL, STATUS_UNCONFIRMED,
+                                 STATUS_UNMATCHED, STATUS_SKIPPED)}
         for r in self.rows:
             counts[r.status] += 1
         counts["pairs"] = len(self.alignment.pairs)
@@ -116,6 +117,8 @@ class DiffResult:
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "
                          f"({d.op} in {d.module or d.layer}), local max abs error "
                          f"{d.local_max_abs_err:.3g} over budget {d.budget}")
+            if d.detail:
+                lines.append(f"  detail: {d.detail}")
             lines += [f"  hint: {h}" for h in d.hints]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

@@ -27,7 +27,13 @@ def _shape_text(record: NodeRecord) -> str:
 
 
 def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
-          reference: IntrospectGraph, candidate: IntrospectGraph) -> list[NodeDiff]:
+              reference: IntrospectGraph, candidate: IntrospectGraph, *,
+              allow_nonfinite: bool = False) -> list[NodeDiff]:
+    """One row per pair, per node without counterpart and per skipped node, in graph order.
+
+    A pair fails when its local error is over budget, or when either side's value holds
+    NaN or Inf (unless ``allow_nonfinite``): equal NaNs on both sides prove nothing.
+    """
     ref_records = {r.name: r for r in reference.records}
     cand_records = {r.name: r for r in candidate.records}
     keyed: list[tuple[tuple[float, int, int], NodeDiff]] = []
@@ -36,9 +42,11 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
         propagated, local = run.propagated.get(i), run.local.get(i)
         note = "; ".join(n for n in (pair.note, _region_note(pair), run.layouts.get(i, ""),
                                      run.errors.get(i, "")) if n)
+        nonfinite = max(propagated.nonfinite, propagated.reference_nonfinite) \
+            if propagated else 0
         if propagated is None or local is None:
             status = STATUS_UNMATCHED
-        elif local.mismatched:
+        elif local.mismatched or (nonfinite and not allow_nonfinite):
             status = STATUS_FAIL
         elif propagated.mismatched:
             status = STATUS_DRIFT
@@ -55,7 +63,7 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
             mean_abs_err=propagated.mean_abs if propagated else None,
             max_rel_err=propagated.max_rel if propagated else None,
             mismatched=propagated.mismatched if propagated else None,
-            nonfinite=propagated.nonfinite if propagated else None,
+            nonfinite=nonfinite if propagated else None,
             local_max_abs_err=local.max_abs if local else None,
             local_mean_abs_err=local.mean_abs if local else None,
             local_max_rel_err=local.max_rel if local else None,

@@ -8,10 +8,15 @@ inputs pair by name and their outputs by key.
 
 from __future__ import annotations
 
+import math
+
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
 from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
 from introspect.errors import InputError
+
+# How far a vector's reader looks upstream for paired nodes, and downstream from them.
+_SETTLE_DEPTH = 10
 
 
 class Matcher:
@@ -106,37 +111,85 @@ class Matcher:
             fitting = [r for r in consumers if self._fits(r, c, relation)]
             same_kind = [r for r in fitting if self.ref.kinds[r] == self.cand.kinds[c]]
             options += [(relation, r) for r in (same_kind or fitting)]
-        if primary[1].ndim < 2 and len({r for _, r in options}) > 1:
-            return self._settle_vector(c, options)
-        return options
+        if primary[1].ndim >= 2:
+            return options
+        by_region: dict[Region | None, list[tuple[WeightRelation, str]]] = {}
+        for option in options:  # a fused bias: one reference vector per region
+            by_region.setdefault(option[0].region, []).append(option)
+        settled: list[tuple[WeightRelation, str]] = []
+        for group in by_region.values():
+            settled += group if len({r for _, r in group}) == 1 else self._settle_vector(c, group)
+        return settled
 
     def _settle_vector(self, c: str, options: list[tuple[WeightRelation, str]],
                        ) -> list[tuple[WeightRelation, str]]:
-        """A vector (bias, LayerNorm) read by many nodes: keep the one ``c``'s input leads to."""
-        sources = {r for i in self.cand.data_inputs(c) for r in self.cand_partners.get(i, ())}
-        continued = [(rel, r) for rel, r in options
-                     if any(self.ref.order[s] <= self.ref.order[r] and r in self._reach(s, 2)
-                            for s in sources)]
-        return continued if len({r for _, r in continued}) == 1 else []
+        """A vector (bias, LayerNorm) read by many nodes: keep the one at ``c``'s place.
 
-    def _reach(self, name: str, depth: int) -> set[str]:
-        seen, frontier = {name}, [name]
-        for _ in range(depth):
-            frontier = [u for f in frontier for u in self.ref.users[f] if u not in seen]
-            seen.update(frontier)
-        return seen
+        Graph order brackets it: ``c`` sits between two nodes anchored on matrices, so its
+        partner sits between theirs in the reference. A bias added right after its
+        matmul belongs to the matmul's own partner; anything else (a hand-written
+        LayerNorm's shift) to the first option after it.
+        """
+        anchored = sorted((self.cand.order[p.candidate], p.reference) for p in self.pairs
+                          if p.matched_by == BY_WEIGHTS)
+        position = self.cand.order[c]
+        before = [r for o, r in anchored if o < position]
+        after = [r for o, r in anchored if o > position]
+        low = max((self.ref.order[r] for r in before), default=-1)
+        high = min((self.ref.order[r] for r in after), default=len(self.ref.order) + 1)
+        inside = [(rel, r) for rel, r in options if low <= self.ref.order[r] < high]
+        ancestors, steps = self._paired_ancestors(c)
+        own = {p.reference for p in self.pairs if p.candidate in ancestors}
+        if steps == 1:
+            inside = [(rel, r) for rel, r in inside if r in own] or inside
+        else:
+            inside = [(rel, r) for rel, r in inside if self.ref.order[r] > low]
+        if not inside:
+            return []
+        first = min(self.ref.order[r] for _, r in inside)
+        return [(rel, r) for rel, r in inside if self.ref.order[r] == first]
+
+    def _paired_ancestors(self, c: str) -> tuple[set[str], int]:
+        """The paired nodes nearest upstream of ``c``, and how many steps up they are."""
+        found: set[str] = set()
+        seen, frontier = {c}, [c]
+        for step in range(1, _SETTLE_DEPTH + 1):
+            nxt = []
+            for name in frontier:
+                for i in self.cand.data_inputs(name):
+                    if i in seen:
+                        continue
+                    seen.add(i)
+                    (found.add(i) if i in self.cand_paired else nxt.append(i))
+            if found:  # the nearest level only: farther ones lead everywhere
+                return found, step
+            frontier = nxt
+        return found, 0
 
     def _fits(self, r: str, c: str, relation: WeightRelation) -> bool:
+        """Whether ``c``'s output can hold ``r``'s (or a region of it) up to a reshape.
+
+        The rows may be laid out differently (a port that flattens the batch before an
+        ``addmm``: (B*S, H) against (B, S, H); a position lookup (S, H) against (1, S, H)),
+        but the feature dimension and the number of rows must agree.
+        """
         ref_shape, cand_shape = self.ref.records[r].shape, self.cand.records[c].shape
-        if ref_shape is None or cand_shape is None or not self.same_value_kind(r, c):
+        if not ref_shape or not cand_shape or not self.same_value_kind(r, c):
             return False
         region = relation.region
-        if region is None:
-            return ref_shape == cand_shape
-        size = region.stop - region.start
-        if relation.kind.startswith("fused"):  # the candidate's output holds the reference's
-            return ref_shape[:-1] == cand_shape[:-1] and ref_shape[-1] == size
-        return ref_shape[:-1] == cand_shape[:-1] and cand_shape[-1] == size
+        ref_last, cand_last = ref_shape[-1], cand_shape[-1]
+        if region is not None and relation.kind.startswith("fused"):
+            ref_last = region.stop - region.start  # the candidate's output holds the reference's
+            if ref_shape[-1] != ref_last:
+                return False
+        elif region is not None:
+            cand_last = region.stop - region.start
+            if cand_shape[-1] != cand_last:
+                return False
+            cand_last = ref_shape[-1]
+        elif ref_last != cand_last:
+            return False
+        return math.prod(ref_shape[:-1]) == math.prod(cand_shape[:-1])
 
     def _cut_parts(self) -> None:
         """Nodes that cut a fused output into the parts the other graph computes apart."""

@@ -79,17 +79,53 @@ def backward(m: Matcher) -> bool:
 
 
 def _argument_pairs(m: Matcher, r: str, c: str) -> list[tuple[str, str]]:
+    """The arguments of a pair that hold the same quantities, argument by argument.
+
+    Two nodes of different kinds share no argument by position (a LayerNorm's input is
+    not the input of the ``x̂·γ`` inside a hand-written one), except two weighted ops that
+    read the same weights (a Linear and an einsum) whose data input is the same.
+    The two terms of a sum or a product pair only when one of them is known to pair:
+    ``word + token_type`` and ``word + position`` are not the same quantity, and which
+    operand comes first says nothing.
+    """
+    if m.ref.kinds[r] != m.cand.kinds[c]:  # a bias added after the matmul holds the result:
+        r, c = _weighted_op(m, m.ref, r), _weighted_op(m, m.cand, c)  # its input is the matmul's
     ref_inputs, cand_inputs = m.ref.data_inputs(r), m.cand.data_inputs(c)
     if len(ref_inputs) != len(cand_inputs):
         return []
-    if m.ref.kinds[r] != m.cand.kinds[c] and len(ref_inputs) != 1:
+    if m.ref.kinds[r] != m.cand.kinds[c] and not (
+            len(ref_inputs) == 1 and _reads_matrix(m.ref, r) and _reads_matrix(m.cand, c)):
         return []
     if m.ref.kinds[r] in COMMUTATIVE and len(ref_inputs) == 2:
-        first_partners = m.ref_partners.get(ref_inputs[0], set())
-        if cand_inputs[1] in first_partners or (
-                cand_inputs[0] in m.ref_partners.get(ref_inputs[1], set())):
+        ref_sources = [_source(m, m.ref, i) for i in ref_inputs]
+        cand_sources = [_source(m, m.cand, i) for i in cand_inputs]
+
+        def confirmed(order: list[str]) -> bool:
+            together = list(zip(ref_sources, order, strict=True))
+            known = [cs in m.ref_partners.get(rs, ()) for rs, cs in together]
+            contradicted = [not k and bool(m.ref_partners.get(rs) or m.cand_partners.get(cs))
+                            for k, (rs, cs) in zip(known, together, strict=True)]
+            return any(known) and not any(contradicted)
+
+        if confirmed(cand_sources):
+            pass
+        elif confirmed(cand_sources[::-1]):
             cand_inputs = cand_inputs[::-1]
+        else:
+            return []
     return list(zip(ref_inputs, cand_inputs, strict=True))
+
+
+def _weighted_op(m: Matcher, graph: GraphView, name: str) -> str:
+    """The node that reads the matrix of the weighted op whose result ``name`` holds."""
+    if graph is not m.cand or _reads_matrix(graph, name):
+        return name
+    earlier = [n for n, later in m.superseded.items() if later == name and _reads_matrix(graph, n)]
+    return earlier[0] if len(earlier) == 1 else name
+
+
+def _reads_matrix(graph: GraphView, name: str) -> bool:
+    return any(t.ndim >= 2 for _, t in graph.weights.get(name, ()))
 
 
 def _chain(m: Matcher, graph: GraphView, name: str, paired: set[str]) -> list[str]:

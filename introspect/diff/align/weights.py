@@ -145,6 +145,8 @@ def relate_weights(reference: GraphView,
                                  for ref in by_bytes.get(_vector_key(rows), [])]
 
     _relate_fused(reference, candidate, ref_weights, cand_weights, dtype, relations)
+    _relate_fused_vectors(by_bytes if vectors else {}, ref_weights, cand_weights, dtype,
+                          relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
     return relations
 
@@ -207,6 +209,29 @@ def _relate_fused(reference: GraphView, candidate: GraphView,
                 kind = "fused"
             region = Region(0, start, start + rows.shape[0])
             relations[cand].append(WeightRelation(cand, ref, kind, region, 0.0))
+
+
+def _relate_fused_vectors(by_bytes: Mapping[tuple[Any, ...], list[str]],
+                          ref_weights: Mapping[str, torch.Tensor],
+                          cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                          relations: dict[str, list[WeightRelation]]) -> None:
+    """A candidate vector that is reference vectors end to end (a fused QKV bias)."""
+    lengths = sorted({t.numel() for t in ref_weights.values() if t.ndim < 2}, reverse=True)
+    for label, tensor in cand_weights.items():
+        if tensor.ndim >= 2 or relations[label]:
+            continue
+        flat = _as_rows(tensor, dtype).reshape(-1)
+        for length in lengths:
+            if length >= flat.numel() or flat.numel() % length:
+                continue
+            parts = [by_bytes.get(_vector_key(flat[start:start + length].reshape(-1, 1)), [])
+                     for start in range(0, flat.numel(), length)]
+            if all(parts):
+                relations[label] = [
+                    WeightRelation(label, ref, "fused", Region(0, i * length, (i + 1) * length),
+                                   0.0)
+                    for i, found in enumerate(parts) for ref in found]
+                break
 
 
 def _relate_by_name(reference: GraphView, candidate: GraphView,

@@ -1,0 +1,65 @@
+"""What the inputs never exercised: a diff that passes says nothing about those paths.
+
+A port that ignores ``token_type_ids`` agrees with HF on single-segment texts; a port
+that never applies the attention mask agrees on a batch without padding. These notes say
+so, and say which input the reference reads but the candidate never reads (or reads only
+for its shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from introspect.graph import IntrospectGraph
+from introspect.records import KIND_MULTI, KIND_TENSOR
+
+
+def unexercised_notes(tensors: Mapping[str, torch.Tensor], reference: IntrospectGraph,
+                      candidate: IntrospectGraph) -> list[str]:
+    """Notes on inputs the candidate never reads, and on paths these inputs leave untested.
+
+    Args:
+        tensors: the inputs of the diff, by name.
+        reference, candidate: the two traced graphs.
+
+    Returns:
+        One sentence per finding, in input order.
+    """
+    notes = []
+    ref_reads, cand_reads = values_read(reference), values_read(candidate)
+    for name in tensors:
+        if name in ref_reads and name not in cand_reads and name in _placeholders(candidate):
+            notes.append(f"the candidate never reads the values of {name} (at most its shape), "
+                         f"while the reference does: the {name} path is not compared")
+    token_types = tensors.get("token_type_ids")
+    if token_types is not None and token_types.numel() and \
+            bool((token_types == token_types.reshape(-1)[0]).all()):
+        notes.append(f"every token_type_id is {int(token_types.reshape(-1)[0])}: the "
+                     "token-type (segment) path was never exercised; a port that ignores "
+                     "token_type_ids would pass; add a text pair to test it")
+    mask = tensors.get("attention_mask")
+    if mask is not None and mask.numel() and bool((mask != 0).all()):
+        notes.append("no padding in the batch: the attention mask was never exercised; "
+                     "add texts of different lengths to test it")
+    return notes
+
+
+def values_read(graph: IntrospectGraph) -> set[str]:
+    """Inputs whose values reach a tensor the graph computes (not only their shape)."""
+    records = {r.name: r for r in graph.records}
+    read = set()
+    for node in graph.gm.graph.nodes:
+        if node.op == "placeholder" and any(
+                user.op == "output" or records.get(user.name) is not None
+                and records[user.name].kind in (KIND_TENSOR, KIND_MULTI) for user in node.users):
+            read.add(str(node.target))  # a user that only takes its size reads no value
+    return read
+
+
+def _placeholders(graph: IntrospectGraph) -> set[str]:
+    return {str(n.target) for n in graph.gm.graph.nodes if n.op == "placeholder"}
+
+
+__all__ = ["unexercised_notes", "values_read"]

@@ -1,0 +1,49 @@
+"""Attention bugs: projections swapped, the mask, the softmax's dim, the scale."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from introspect.diff.hypotheses.blocks import LayerOptions
+from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
+from introspect.diff.hypotheses.site import Site
+
+_FILLS = (-1.0, -2.0, -5.0, -10.0, -100.0, -1e4, -1e9, 1.0)
+_NAMES = {"query": "queries", "key": "keys", "value": "values"}
+
+
+def hypotheses(site: Site) -> Iterator[Hypothesis]:
+    if site.kind != "layer":
+        return
+    for a, b in (("query", "key"), ("key", "value"), ("query", "value")):
+        yield Hypothesis(f"{_NAMES[a]} and {_NAMES[b]} are swapped in the candidate's "
+                         f"attention (its {a} projection holds the reference's {b} weights)",
+                         "swapping them in the reference",
+                         lambda s=(a, b): run_layer(site, LayerOptions(swap=s)), "attention")
+    yield Hypothesis("the candidate does not apply the attention mask",
+                     "leaving the mask out of the reference",
+                     lambda: run_layer(site, LayerOptions(mask="none")), "mask")
+    yield Hypothesis("the candidate applies the attention mask on the query axis instead of "
+                     "the key axis", "masking the padded queries' rows in the reference",
+                     lambda: run_layer(site, LayerOptions(mask="query")), "mask")
+    for fill in _FILLS:
+        for added in (True, False):
+            yield Hypothesis(
+                f"the attention mask's fill value differs: the candidate "
+                f"{'adds' if added else 'sets'} {fill:g} at padded keys instead of the "
+                "dtype's minimum",
+                f"{'adding' if added else 'setting'} {fill:g} in the reference",
+                lambda f=fill, a=added: run_layer(site, LayerOptions(fill=f, fill_added=a)),
+                "mask")
+    yield Hypothesis("the candidate's softmax runs over the query axis (dim -2) instead of "
+                     "the key axis (dim -1)", "taking the reference's softmax over dim -2",
+                     lambda: run_layer(site, LayerOptions(softmax_dim=-2)), "softmax")
+    hd = site.block_input.shape[-1] // site.heads if site.block_input is not None else 1
+    for scale, words in ((1.0 / hd, f"1/d = 1/{hd}"), (1.0, "1 (no scaling)"),
+                         (1.0 / math.sqrt(site.block_input.shape[-1] if site.block_input
+                                          is not None else 1), "1/sqrt(hidden size)")):
+        yield Hypothesis(f"the attention scale differs: the candidate multiplies q·kᵀ by "
+                         f"{words} instead of 1/sqrt(d) = 1/sqrt({hd})",
+                         "scaling the reference's scores so",
+                         lambda c=scale: run_layer(site, LayerOptions(scale=c)), "scale")

@@ -1,0 +1,49 @@
+"""A hypothesis: a named variant of the divergent block, and the runner of the block."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from introspect.diff.hypotheses import blocks
+from introspect.diff.hypotheses.site import Site
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """``what`` differs in the candidate, ``how`` the reference was changed to test it."""
+
+    what: str  # "keys and values are swapped in the candidate's attention"
+    how: str  # "swapping them in the reference"
+    run: Callable[[], dict[str, torch.Tensor]]  # the block's intermediates under the variant
+    family: str = ""  # e.g. "attention"; hypotheses of one family exclude one another
+
+
+def run_layer(site: Site, options: blocks.LayerOptions | None = None,
+              weights=None) -> dict[str, torch.Tensor]:
+    """The encoder layer at ``site`` under ``options`` (and other ``weights``, if given)."""
+    assert site.block_input is not None
+    return blocks.encoder_layer(site.weights if weights is None else weights, site.block_input,
+                                site.keep, site.heads, site.eps, site.activation,
+                                options or blocks.LayerOptions())
+
+
+def run_embeddings(site: Site, **options) -> dict[str, torch.Tensor]:
+    return blocks.embeddings(site.weights, site.input_ids, site.token_type_ids,
+                             site.embeddings_eps, **options)
+
+
+def run_pooler(site: Site, **options) -> dict[str, torch.Tensor]:
+    assert site.block_input is not None
+    return blocks.pooler(site.weights, site.block_input, site.keep, **options)
+
+
+def run_base(site: Site) -> dict[str, torch.Tensor]:
+    """The block as the reference computes it."""
+    if site.kind == "layer":
+        return run_layer(site)
+    if site.kind == "embeddings":
+        return run_embeddings(site)
+    return run_pooler(site)

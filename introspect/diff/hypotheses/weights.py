@@ -1,0 +1,87 @@
+"""Weight bugs: transposed, loaded from another layer, or left unloaded.
+
+Transposed and other-layer weights are tested like every hypothesis, by re-running the
+block with the suspected weight. An unloaded weight cannot be reproduced (it holds random
+values), so it is tested on the candidate's parameters: none of them holds the reference
+weight's values, as they are, transposed, or as a block of a fused weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from introspect.diff.hypotheses.blocks import READS, LayerOptions
+from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
+from introspect.diff.hypotheses.site import Site
+
+
+def hypotheses(site: Site) -> Iterator[Hypothesis]:
+    if site.kind != "layer":
+        return
+    for name, value in site.weights.items():
+        if value.dim() == 2 and value.shape[0] == value.shape[1]:
+            yield Hypothesis(f"weight {_path(site, name)} is the reference's transposed",
+                             "transposing it in the reference",
+                             lambda n=name, v=value: run_layer(site, _with(site, n, v.t())),
+                             "weights")
+    for other, weights in enumerate(site.layers):
+        if other == site.index:
+            continue
+        for name in site.weights:
+            if name in weights and weights[name].shape == site.weights[name].shape:
+                yield Hypothesis(f"weight {_path(site, name)} holds the values of "
+                                 f"encoder.layer.{other}.{name}: loaded from another layer",
+                                 "loading that one in the reference",
+                                 lambda n=name, v=weights[name]: run_layer(
+                                     site, _with(site, n, v)), "weights")
+
+
+def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
+    return LayerOptions(overrides={name: value})
+
+
+def _path(site: Site, name: str) -> str:
+    return f"{site.prefix}encoder.layer.{site.index}.{name}"
+
+
+def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]:
+    """Hints for reference weights read up to ``quantity`` that the candidate holds nowhere."""
+    hints = []
+    params = [p.detach() for p in candidate.parameters()]
+    for module in READS.get(quantity, ()):
+        for kind in ("weight", "bias"):
+            name = f"{module}.{kind}"
+            value = site.weights.get(name)
+            if value is None or value.dim() == 0 or _held(value, params):
+                continue
+            where = (f"encoder.layer.{site.index}." if site.kind == "layer"
+                     else "pooler." if site.kind == "pooler" else "embeddings.")
+            hints.append(f"weight {site.prefix}{where}{name} has no counterpart in the "
+                         "candidate (no parameter holds its values, as they are, transposed, "
+                         "or as a block of a fused weight): left unloaded, still at its "
+                         "initial values")
+    return hints
+
+
+def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
+    value = value.float()
+    for p in params:
+        p = p.float()
+        for view in (p, p.t()) if p.dim() == 2 else (p,):
+            if view.dim() != value.dim() or view.numel() < value.numel():
+                continue
+            if value.dim() == 1:
+                blocks = [view[i:i + len(value)] for i in range(0, len(view) - len(value) + 1,
+                                                                len(value))]
+            elif view.shape[1] == value.shape[1] and view.shape[0] % value.shape[0] == 0:
+                blocks = list(view.split(value.shape[0]))
+            elif view.shape[0] == value.shape[0] and view.shape[1] % value.shape[1] == 0:
+                blocks = list(view.split(value.shape[1], dim=1))
+            else:
+                continue
+            if any(b.shape == value.shape and torch.allclose(b, value, rtol=1e-3, atol=1e-6)
+                   for b in blocks):
+                return True
+    return False
