@@ -41,6 +41,7 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
     name_map = _name_map(args.name_map) if args.name_map else None
     candidate_dump = read_dump(args.candidate_dump, args.dump_order) \
         if args.candidate_dump else None
+    reference_model = None
     if args.reference_dump:
         if args.text:
             raise InputError("--text goes with a live reference; a capture holds its own "
@@ -64,7 +65,8 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
     with step(args, f"aligning {candidate_label} to {reference_label}"):
         return diff_dump(reference, candidate_dump, atol=atol, rtol=rtol,
                          noise_budget=args.noise_budget, name_map=name_map,
-                         reference_label=reference_label, candidate_label=candidate_label)
+                         reference_label=reference_label, candidate_label=candidate_label,
+                         reference_model=reference_model)
 
 
 def _live_reference(args: argparse.Namespace) -> tuple[Any, str, Any]:

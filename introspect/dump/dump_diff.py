@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -60,7 +60,8 @@ class DumpAlignment:
 def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
               rtol: float | None = None, noise_budget: bool = False, noise_factor: float = 4.0,
               name_map: Mapping[str, str] | None = None, reference_label: str = "",
-              candidate_label: str = "") -> object:
+              candidate_label: str = "", reference_model: torch.nn.Module | None = None
+              ) -> object:
     """Compare a port's dumped tensors with the reference's captured values.
 
     Args:
@@ -72,6 +73,9 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
             float32 noise, which the capture must hold (``capture(..., noise=True)``).
         name_map: optional help: dump name -> reference node name.
         reference_label, candidate_label: names for tables and reports.
+        reference_model: the model the capture was taken from, when at hand: the first
+            divergence is then explained by re-running its block with each classic
+            porting bug (``introspect.diff.hypotheses``) against the dumped value.
 
     Returns:
         A ``DiffResult`` whose rows are the dumped tensors.
@@ -116,7 +120,11 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
     if unpaired:
         notes.append(f"{len(unpaired)} dumped tensor(s) pair with no reference node; each row "
                      "names the closest node of the same size, if any")
-    divergence = _first_divergence(rows, reference)
+    divergence = _first_divergence(rows)
+    if divergence is not None and reference_model is not None:
+        match = next(m for m in matches if m.name == divergence.candidate_node)
+        divergence = replace(divergence, hints=_hints(reference_model, reference, dump, match,
+                                                      divergence, tolerance))
     layer_rows = _layers(rows, reference)
     passed = divergence is None
     return DiffResult(passed, divergence, rows, layer_rows,
@@ -206,13 +214,31 @@ def _row(match: DumpMatch, reference: Capture, dump: Dump, budget: Budget | None
                     note, entry.index, match.position)
 
 
-def _first_divergence(rows: list[NodeDiff], reference: Capture) -> Divergence | None:
+def _first_divergence(rows: list[NodeDiff]) -> Divergence | None:
     for r in rows:
         if r.status == STATUS_FAIL:
             return Divergence(r.reference_node, r.candidate_node, r.module, r.layer, r.op,
                               r.max_abs_err or 0.0, f"atol {r.atol:.3g} + rtol {r.rtol:.3g} "
                               "* |ref|", ())
     return None
+
+
+def _hints(model: torch.nn.Module, reference: Capture, dump: Dump, match: DumpMatch,
+           divergence: Divergence, tolerance: Tolerance) -> tuple[str, ...]:
+    """Hypothesis-tested hints for the first dumped tensor over budget."""
+    from introspect.diff.hypotheses import explain_divergence
+    from introspect.diff.hypotheses.context import DivergenceContext
+
+    assert match.layout is not None  # a divergence is a paired tensor
+    target = reference.values[match.reference]
+    value = match.layout.apply(dump.values[match.name]).to(target.dtype)
+    budget = tolerance.budget(str(target.dtype).split(".")[-1])
+    try:
+        return explain_divergence(DivergenceContext(
+            model, None, reference.inputs, divergence.reference_node, match.name,
+            divergence.module, divergence.layer, target, value, budget.atol, budget.rtol))
+    except Exception as e:  # a hint must never break the verdict it explains
+        return (f"(hypothesis tests failed: {type(e).__name__}: {e})",)
 
 
 def _layers(rows: list[NodeDiff], reference: Capture) -> list[LayerDiff]:

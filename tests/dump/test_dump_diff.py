@@ -186,3 +186,19 @@ def test_numpy_port_passes_and_its_faults_are_found(tmp_path, minilm_capture_fil
         else:
             assert not result.passed
             assert result.first_divergence.candidate_node == tensor, result.summary()
+
+
+def test_a_dump_divergence_gets_tested_hints_from_the_live_reference(minilm,
+                                                                    minilm_capture_file,
+                                                                    tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "examples" / "numpy_port" / "bert_numpy.py"
+    out = tmp_path / "tanh.npz"
+    subprocess.run([sys.executable, str(script), "--capture", str(minilm_capture_file), "-o",
+                    str(out), "--fault", "gelu-tanh"], check=True, capture_output=True)
+    result = diff_dump(read_capture(minilm_capture_file), read_dump(out),
+                       reference_model=minilm.model)
+    assert any("tanh approximation of GELU" in h for h in result.first_divergence.hints)
