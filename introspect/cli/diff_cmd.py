@@ -38,6 +38,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
     add_model_options,
     add_verbosity_options,
@@ -83,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here ('-': stdout)")
     parser.add_argument("--nodes", action="store_true",
                         help="print every compared node, not only those over budget")
+    add_dump_arguments(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
 
@@ -110,12 +112,13 @@ def run(args: argparse.Namespace) -> int:
         from introspect.load import check_model_source
 
         check_model_source(args.candidate_model)
-    result = compute_diff(args, atol, rtol, reference_spec, candidate_spec)
+    result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
+        compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.out:
         from introspect.cli.attention_cmd import head_parity_files
         from introspect.report import write_reports
 
-        write_reports(result, args.out,
+        write_reports(result, args.out, drawing=not uses_dumps(args),  # a drawing needs graphs
                       extra=head_parity_files(getattr(args, "head_parity", None)))
     for path, text in _render(result, args).items():
         write_output(path, text)

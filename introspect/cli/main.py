@@ -23,6 +23,7 @@ COMMANDS = {
     "draw": "introspect.cli.draw_cmd",
     "diff": "introspect.cli.diff_cmd",
     "attention": "introspect.cli.attention_cmd",
+    "capture": "introspect.cli.capture_cmd",
 }
 
 EXIT_OK, EXIT_PARITY_FAILS, EXIT_BAD_INPUT = 0, 1, 2

@@ -57,7 +57,8 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         reference's pooler reproduces the candidate's values (max abs error 0 vs 0.41)".
     """
     with torch.no_grad():
-        hints = dropout.hints(context.candidate_model, context.inputs)
+        hints = [] if context.candidate_model is None else \
+            dropout.hints(context.candidate_model, context.inputs)
         site = locate(context)
         if site is None or (site.kind != "embeddings" and site.block_input is None):
             return tuple(hints)
@@ -67,7 +68,7 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
             return tuple(hints)
         reproduced = _reproduced(context, site, base, quantity)
         hints += reproduced
-        if not reproduced:  # random values cannot be reproduced; look for them last
+        if not reproduced and context.candidate_model is not None:  # random values: last
             hints += weights.unloaded(site, quantity.name, context.candidate_model)
     return tuple(dict.fromkeys(hints))
 

@@ -13,7 +13,7 @@ class DivergenceContext:
     """The first divergent pair of a diff, with the models and inputs to re-run it."""
 
     reference_model: torch.nn.Module  # the reference as given to diff, in eval mode
-    candidate_model: torch.nn.Module
+    candidate_model: torch.nn.Module | None  # None for a dump: only its values are at hand
     inputs: Mapping[str, torch.Tensor]  # the reference's inputs (input_ids, token_type_ids, ...)
     reference_node: str  # the first divergent node in the reference's fx graph
     candidate_node: str  # its pair in the candidate's graph ("" if none)

@@ -1,0 +1,79 @@
+"""Run the reference and write its inputs and activations to one .safetensors file.
+
+Examples:
+  introspect capture -o ref.safetensors                    # MiniLM on the tutorial's texts
+  introspect capture --model bert-large --select layers -o ref.safetensors
+  introspect capture --layers 0,5 --noise -o ref.safetensors
+
+The file holds the token ids under input.<name> and the value of every node that
+computes (layout-only nodes and identities left out), named after the reference's fx
+nodes; its metadata says what each tensor is (module path, layer, op, shape, dtype), the
+texts, the tokens and the versions. FILE.index.json and FILE.index.csv describe each
+tensor. A port in any framework feeds the ids and dumps its own activations; then
+'introspect diff --reference-dump FILE --candidate-dump PORT' finds where it parts.
+
+--select layers keeps each layer's output only; --layers keeps chosen layers (indices or
+embeddings, pooler, the head); --noise also stores each node's float32 rounding noise
+(a float64 run), so that --noise-budget works against the file alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from introspect.cli.options import add_model_options, add_verbosity_options, say
+
+SELECTIONS = ("all", "layers")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_options(parser)
+    parser.add_argument("-o", "--output", metavar="FILE", required=True,
+                        help="the .safetensors file to write")
+    parser.add_argument("--select", default="all", choices=SELECTIONS,
+                        help="all computing nodes (default) or each layer's output only")
+    parser.add_argument("--layers", metavar="L",
+                        help="only these layers: indices and names, comma-separated (0,3,pooler)")
+    parser.add_argument("--noise", action="store_true",
+                        help="also store each node's float32 noise (one float64 run)")
+    add_verbosity_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from introspect.cli.options import load_model_and_inputs
+    from introspect.cli.progress import step
+    from introspect.dump.capture import capture
+    from introspect.dump.formats import capture_bytes, index_csv, index_json
+    from introspect.errors import InputError
+    from introspect.files import check_writable, write_atomic
+
+    target = Path(args.output)
+    if target.suffix != ".safetensors":
+        raise InputError(f"capture writes .safetensors; got {args.output!r}")
+    index_paths = [target.with_suffix(".index.json"), target.with_suffix(".index.csv")]
+    for path in (target, *index_paths):
+        check_writable(path)  # fail before the slow part
+    layers = [w for w in args.layers.split(",") if w.strip()] if args.layers else None
+    if layers == []:
+        raise InputError("--layers names no layer; give indices or names like 0,3,pooler")
+    loaded, inputs = load_model_and_inputs(args)
+    with step(args, "running the reference and capturing its activations"):
+        captured = capture(loaded.model, inputs, select=args.select, layers=layers,
+                           label=f"{args.model} {args.head} ({args.attn})", noise=args.noise)
+    payload = capture_bytes(captured)
+    write_atomic(target, payload)
+    write_atomic(index_paths[0], index_json(captured))
+    write_atomic(index_paths[1], index_csv(captured))
+    say(args, f"wrote {len(captured.entries)} tensors and the inputs to {target} "
+              f"({_size(len(payload))}), described in {index_paths[0].name} and "
+              f"{index_paths[1].name}")
+    return 0
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024  # type: ignore[assignment]
+    return ""
