@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from introspect.attention.maps import AttentionMaps, attention
+from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.load import TokenizedInputs
-from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 
 if TYPE_CHECKING:
     import pandas

@@ -275,8 +275,8 @@ def head_parity_for_diff(reference: Any, candidate: Any, inputs: Any,
     or cannot be compared head by head (the diff itself has said what matters)."""
     from introspect.attention import compare_heads
     from introspect.cli.progress import step
-    from introspect.errors import IntrospectError
     from introspect.diff.tolerance import parse_tolerance
+    from introspect.errors import IntrospectError
 
     atol = parse_tolerance("--atol", args.atol) if getattr(args, "atol", None) else None
     rtol = parse_tolerance("--rtol", args.rtol) if getattr(args, "rtol", None) else None
