@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,16 @@ def _median_seconds(work: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
+def _capture_into(taken: list[Any], model: Any, inputs: Any, select: str) -> None:
+    from introspect.dump import capture
+
+    taken.append(capture(model, inputs, select=select))
+
+
 def measure(repeat: int, batch: int = 8, seq: int = 128) -> list[dict[str, Any]]:
     import torch
 
-    from introspect.dump import capture, capture_bytes
+    from introspect.dump import capture_bytes
     from introspect.load import load_model
 
     model = load_model("bert-base").model
@@ -54,8 +61,7 @@ def measure(repeat: int, batch: int = 8, seq: int = 128) -> list[dict[str, Any]]
     rows = []
     for select in ("all", "layers"):
         taken: list[Any] = []
-        seconds = _median_seconds(lambda s=select: taken.append(capture(model, inputs, select=s)),
-                                  repeat)
+        seconds = _median_seconds(partial(_capture_into, taken, model, inputs, select), repeat)
         size = len(capture_bytes(taken[-1]))
         rows.append({"case": f"capture BERT-base {batch}x{seq}", "select": select,
                      "tensors": len(taken[-1].entries), "seconds": round(seconds, 3),

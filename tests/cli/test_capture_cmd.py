@@ -1,4 +1,4 @@
-"""`introspect capture` and `introspect diff --candidate-dump / --reference-dump`, as a user runs them."""
+"""introspect capture, and diff --candidate-dump and --reference-dump, as users run them."""
 
 from __future__ import annotations
 
