@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         from introspect.cli.attention_cmd import head_parity_files
         from introspect.report import write_reports
 
-        write_reports(result, args.out, drawing=not uses_dumps(args),  # a drawing needs graphs
+        write_reports(result, args.out, drawing=result.reference is not None,  # no graph in a file
                       extra=head_parity_files(getattr(args, "head_parity", None)))
     for path, text in _render(result, args).items():
         write_output(path, text)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from introspect.diff.align import Alignment
 from introspect.diff.records import (
@@ -34,6 +35,16 @@ _DRIFT_STYLE = "background-color:#fff3cd"
 _UNMATCHED_STYLE = "color:#777"
 
 
+class PairsSummary(Protocol):
+    """What tables and reports read of an alignment: its pairs and its coverage."""
+
+    @property
+    def pairs(self) -> Sequence[object]: ...
+
+    @property
+    def coverage(self) -> float: ...
+
+
 @dataclass
 class DiffResult:
     """Node-by-node comparison of a candidate against a reference.
@@ -46,8 +57,10 @@ class DiffResult:
             reference's graph order (candidate-only nodes after the node they feed), then
             the skipped nodes (shape bookkeeping, constants).
         layer_rows: one ``LayerDiff`` per layer of the reference.
-        alignment: the pairs and the reasons, as ``align_graphs`` found them.
-        reference, candidate: the traced graphs (with the shapes of this run).
+        alignment: the pairs and the reasons, as ``align_graphs`` found them (for a dump,
+            where each dumped tensor went: ``introspect.dump.dump_diff.DumpAlignment``).
+        reference, candidate: the traced graphs (with the shapes of this run); None for
+            a side that is a file of activations rather than a model.
         notes: what a user should know (dtype, inputs a model does not take, ...).
     """
 
@@ -55,9 +68,9 @@ class DiffResult:
     first_divergence: Divergence | None
     rows: list[NodeDiff]
     layer_rows: list[LayerDiff]
-    alignment: Alignment
-    reference: IntrospectGraph
-    candidate: IntrospectGraph
+    alignment: Alignment | PairsSummary
+    reference: IntrospectGraph | None  # None where a side is a file (introspect.dump)
+    candidate: IntrospectGraph | None
     tolerance: Tolerance
     notes: list[str] = field(default_factory=list)
     reference_label: str = "reference"

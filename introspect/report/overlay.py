@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from introspect.errors import IntrospectError
+from introspect.errors import InputError, IntrospectError
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -56,4 +56,7 @@ def overlay_digraph(result: DiffResult, *, depth: Any = None, **options: Any) ->
     failing = sorted({int(r.layer.rpartition(".")[2]) for r in result.layer_rows
                       if not r.passed and r.layer.startswith("encoder.layer.")})
     options.setdefault("expand", failing)
+    if result.reference is None:
+        raise InputError("this diff's reference is a capture file, which holds no graph to "
+                         "draw; diff against the live model to draw it")
     return draw_graph(result.reference, depth, overlay=overlay, **options)
