@@ -60,6 +60,8 @@ class Capture:
         model: a label for the reference (its source or class).
         metadata: versions and anything else worth carrying (strings).
         noise: node name -> its numerical noise in float32 (``|fp32 - fp64|``), when measured.
+        graph: the traced ``IntrospectGraph`` of a live capture (so a dump diff can be
+            drawn); None for a capture read from a file.
     """
 
     entries: list[CaptureEntry]
@@ -70,6 +72,7 @@ class Capture:
     model: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     noise: dict[str, float] = field(default_factory=dict)
+    graph: Any = None  # the IntrospectGraph it was taken from, when live (never written)
 
     def entry(self, name: str) -> CaptureEntry:
         return next(e for e in self.entries if e.name == name)
@@ -184,7 +187,7 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
                     for e in entries if e.name in exact}
     return Capture(entries, {e.name: values[e.name] for e in entries}, tensors,
                    tuple(getattr(inputs, "texts", ())), tuple(getattr(inputs, "tokens", ())),
-                   label or type(model).__name__, _versions(), noise_of)
+                   label or type(model).__name__, _versions(), noise_of, graph)
 
 
 def _is_identity(gm: torch.fx.GraphModule, record: NodeRecord,

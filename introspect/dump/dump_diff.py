@@ -128,8 +128,8 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
     layer_rows = _layers(rows, reference)
     passed = divergence is None
     return DiffResult(passed, divergence, rows, layer_rows,
-                      DumpAlignment(matches, notes),  # type: ignore[arg-type]
-                      None, None, tolerance, notes,  # type: ignore[arg-type]
+                      DumpAlignment(matches, notes),
+                      reference.graph, None, tolerance, notes,
                       reference_label or reference.model or "reference",
                       candidate_label or dump.path, noise_budget)
 
