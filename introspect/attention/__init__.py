@@ -8,7 +8,8 @@
     >>> parity.first_divergence                              # (layer, head) or None
 
 Modules, one job each: ``maps`` (probabilities from the traced graph), ``stats`` (per-head
-statistics), ``views`` (static SVG: head, matrix and model views), ``raster`` (PNG),
+statistics), ``views`` (static pictures: head, matrix and model views), ``svg`` (the SVG
+text: stable numbers, escaping, colours), ``raster`` (PNG),
 ``page`` (self-contained HTML), ``heads`` (head-by-head parity of two models).
 """
 

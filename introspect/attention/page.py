@@ -14,7 +14,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from introspect.attention.views import HEAD_COLOURS
+from introspect.attention.svg import HEAD_COLOURS
 
 if TYPE_CHECKING:
     from introspect.attention.maps import AttentionMaps

@@ -13,15 +13,14 @@ views show a window of tokens (the first ``HEAD_VIEW_MAX_TOKENS`` / ``MATRIX_MAX
 unless ``window`` says which) and say so on the picture; the model view averages blocks
 of tokens down to at most ``THUMBNAIL_MAX_CELLS`` per side.
 
-Numbers are written with fixed decimals and colours are quantised, so the same maps give
-the same bytes.
+The SVG text itself (stable numbers, escaping, colours) is written by ``svg``, so the same
+maps give the same bytes.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from introspect.attention.svg import (
+    HEAD_COLOURS,
+    HIGH,
+    MUTED,
+    Svg,
+    blue,
+    diverging,
+    label,
+    mix,
+    num,
+    text_width,
+)
 from introspect.errors import InputError
 
 if TYPE_CHECKING:
@@ -42,93 +53,6 @@ HEAD_VIEW_MAX_TOKENS = 64
 MATRIX_MAX_TOKENS = 128
 THUMBNAIL_MAX_CELLS = 64
 MIN_LINE_WEIGHT = 0.01  # lighter lines are invisible anyway; leaving them out keeps files small
-MAX_LABEL_CHARS = 24
-
-FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
-CHAR_WIDTH = 0.6  # of the font size, for a monospace font
-INK, MUTED = "#24292f", "#57606a"
-# One colour per head (cycled), as bertviz colours heads.
-HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                "#e377c2", "#17becf", "#6b8e23", "#7f7f7f", "#393b79", "#ad494a")
-_LOW, _HIGH = (255, 255, 255), (8, 48, 107)  # white to dark blue
-_NEGATIVE = (178, 24, 43)  # difference views: red below zero, blue above
-
-
-def num(x: float) -> str:
-    """A coordinate with at most two decimals and no trailing zeros: stable text."""
-    text = f"{x:.2f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
-
-
-def esc(text: str) -> str:
-    """Text safe inside an SVG/XML element or attribute."""
-    return html.escape(text, quote=True)
-
-
-def _mix(colour: tuple[int, int, int], weight: float) -> tuple[int, int, int]:
-    w = min(max(weight, 0.0), 1.0)
-    return tuple(round(lo + (hi - lo) * w) for lo, hi in zip(_LOW, colour, strict=True))  # type: ignore[return-value]
-
-
-def blue(weight: float) -> str:
-    """The fill of a weight in [0, 1]: white to dark blue, quantised to 8 bits."""
-    return "#{:02x}{:02x}{:02x}".format(*_mix(_HIGH, weight))
-
-
-def diverging(value: float, scale: float) -> str:
-    """The fill of a signed difference: red below zero, blue above, white at zero."""
-    w = abs(value) / scale if scale > 0 else 0.0
-    return "#{:02x}{:02x}{:02x}".format(*_mix(_HIGH if value > 0 else _NEGATIVE, w))
-
-
-def label(token: str) -> str:
-    """A token as drawn: shortened to ``MAX_LABEL_CHARS``, control characters shown."""
-    text = "".join(c if c.isprintable() else "?" for c in token)
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
-
-
-def text_width(text: str, size: float) -> float:
-    return len(text) * size * CHAR_WIDTH
-
-
-class Svg:
-    """An SVG document built element by element, in drawing order."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.right = 0.0  # the rightmost end of any text, so the page is wide enough
-
-    def add(self, element: str) -> None:
-        self.parts.append(element)
-
-    def rect(self, x: float, y: float, w: float, h: float, fill: str, tip: str = "") -> None:
-        element = (f'<rect x="{num(x)}" y="{num(y)}" width="{num(w)}" height="{num(h)}" '
-                   f'fill="{fill}"')
-        self.add(f"{element}><title>{esc(tip)}</title></rect>" if tip else f"{element}/>")
-
-    def text(self, x: float, y: float, content: str, *, size: float = 12, anchor: str = "start",
-             fill: str = INK, bold: bool = False, rotate: bool = False) -> None:
-        attributes = f'x="{num(x)}" y="{num(y)}" font-size="{num(size)}"'
-        if anchor != "start":
-            attributes += f' text-anchor="{anchor}"'
-        if fill != INK:
-            attributes += f' fill="{fill}"'
-        if bold:
-            attributes += ' font-weight="bold"'
-        if rotate:
-            attributes += f' transform="rotate(-90 {num(x)} {num(y)})"'
-        else:
-            shown = text_width(content, size) * (1.1 if bold else 1.0)
-            self.right = max(self.right, x + {"start": shown, "middle": shown / 2}.get(anchor, 0))
-        self.add(f"<text {attributes}>{esc(content)}</text>")
-
-    def document(self, width: float, height: float, title: str) -> str:
-        width = max(width, self.right + 12)
-        head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{num(width)}" '
-                f'height="{num(height)}" viewBox="0 0 {num(width)} {num(height)}" '
-                f'font-family="{FONT}">\n<title>{esc(title)}</title>\n'
-                f'<rect width="100%" height="100%" fill="#ffffff"/>\n')
-        return head + "\n".join(self.parts) + "\n</svg>\n"
 
 
 @dataclass(frozen=True)
@@ -317,7 +241,7 @@ def _blue_levels() -> numpy.ndarray:
     """The 256 colours of ``blue()`` as a (256, 3) uint8 lookup table."""
     import numpy as np
 
-    return np.array([_mix(_HIGH, level / 255) for level in range(256)], dtype=np.uint8)
+    return np.array([mix(HIGH, level / 255) for level in range(256)], dtype=np.uint8)
 
 
 def model_svg(maps: AttentionMaps, layers: Sequence[int], heads: Sequence[int],
