@@ -197,9 +197,10 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
                       candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
-    from introspect.cli.attention_cmd import head_parity_for_diff  # issue 14: attention heads
+    if args.out or not result.passed:  # which head parts: for the reports, or a failure
+        from introspect.cli.attention_cmd import head_parity_for_diff
 
-    args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+        args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
     return result
 
 
