@@ -424,3 +424,25 @@ def test_a_really_full_disk_keeps_the_old_file_and_the_old_set(small_tmpfs):
         files.write_folder(folder, {**NEW_SET, "diff.svg": big})
     assert _contents(folder) == OLD_SET
     assert _leftovers(small_tmpfs) == []
+
+
+@pytest.mark.parametrize("code, advice", [
+    (errno.ENOSPC, "the disk is full"),
+    (errno.EACCES, "permission denied; choose a place you can write to"),
+    (errno.EROFS, "the file system is read-only"),
+    (errno.ENAMETOOLONG, "choose a shorter one"),
+    (errno.EDQUOT, "quota"),
+])
+def test_each_os_error_is_one_line_naming_the_file_and_what_to_do(tmp_path, monkeypatch,
+                                                                  code, advice):
+    def failing(fd, payload):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(files, "_write_all", failing)
+    with pytest.raises(InputError) as caught:
+        files.write_file(tmp_path / "out.json", "x")
+    message = str(caught.value)
+    assert message.startswith(f"cannot write '{tmp_path / 'out.json'}': {os.strerror(code)} "
+                              f"({errno.errorcode[code]}); ")
+    assert advice in message and "\n" not in message
+    assert _leftovers(tmp_path) == []
