@@ -393,3 +393,56 @@ def test_the_current_folder_is_refused_as_a_report_folder(tmp_path, monkeypatch)
             files.write_folder(folder, NEW_SET)
     files.write_folder("report", NEW_SET)
     assert _contents(tmp_path / "report") == NEW_SET
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 256 KiB tmpfs: a real full disk, where mounting is permitted (root, a container)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+                       check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"cannot mount a tmpfs here: {e}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=30)
+
+
+def test_a_really_full_disk_keeps_the_old_file_and_the_old_set(small_tmpfs):
+    target = small_tmpfs / "d.json"
+    target.write_text("old")
+    big = "x" * 400_000
+    with pytest.raises(InputError, match=r"No space left on device \(ENOSPC\)"):
+        files.write_file(target, big)
+    assert target.read_text() == "old"
+    folder = small_tmpfs / "report"
+    files.write_folder(folder, OLD_SET)
+    with pytest.raises(InputError, match=r"ENOSPC.*previous reports in it are unchanged"):
+        files.write_folder(folder, {**NEW_SET, "diff.svg": big})
+    assert _contents(folder) == OLD_SET
+    assert _leftovers(small_tmpfs) == []
+
+
+@pytest.mark.parametrize("code, advice", [
+    (errno.ENOSPC, "the disk is full"),
+    (errno.EACCES, "permission denied; choose a place you can write to"),
+    (errno.EROFS, "the file system is read-only"),
+    (errno.ENAMETOOLONG, "choose a shorter one"),
+    (errno.EDQUOT, "quota"),
+])
+def test_each_os_error_is_one_line_naming_the_file_and_what_to_do(tmp_path, monkeypatch,
+                                                                  code, advice):
+    def failing(fd, payload):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(files, "_write_all", failing)
+    with pytest.raises(InputError) as caught:
+        files.write_file(tmp_path / "out.json", "x")
+    message = str(caught.value)
+    assert message.startswith(f"cannot write '{tmp_path / 'out.json'}': {os.strerror(code)} "
+                              f"({errno.errorcode[code]}); ")
+    assert advice in message and "\n" not in message
+    assert _leftovers(tmp_path) == []

@@ -201,3 +201,30 @@ def test_a_rerun_without_a_drawing_leaves_no_old_drawing(old_report, tmp_path, c
     now = _snapshot(folder)
     assert "diff.svg" not in now and now["notes.txt"] == b"mine"
     assert now["diff.json"] != old_report[1]["diff.json"]
+
+
+def test_a_really_full_disk_exits_2_with_the_old_set_intact(old_report, tmp_path, capsys):
+    """A tmpfs with room for the old set and half another: the new set cannot fit."""
+    import math
+    import shutil
+
+    pages = sum(math.ceil(len(data) / 4096) for data in old_report[1].values())
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    size = f"size={(pages * 3 // 2 + 2) * 4}k"
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(mount_point)],
+                       check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"cannot mount a tmpfs here: {e}")
+    try:
+        folder = mount_point / "report"
+        shutil.copytree(old_report[0], folder)
+        assert main([*DIFF, "--out", str(folder)]) == 2
+        line = _one_line(capsys.readouterr().err, "diff")
+        assert "No space left on device (ENOSPC)" in line
+        assert "the previous reports in it are unchanged" in line
+        assert _snapshot(folder) == old_report[1]
+        _no_temp(folder)
+    finally:
+        subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=30)
