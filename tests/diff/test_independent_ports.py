@@ -136,6 +136,8 @@ KNOWN_WRONG: dict[str, dict[tuple[str, str], str]] = {
     "minilm": {
         ("nanogpt_style", "correct"): "verdict",
         ("functional", "correct"): "verdict",
+        ("hf_like", "kv_swapped"): "hint",
+        ("functional", "position_offset"): "local hint",
     },
 }
 
