@@ -39,8 +39,8 @@ from introspect.diff.hypotheses import (
 )
 from introspect.diff.hypotheses.context import DivergenceContext
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_base
-from introspect.diff.hypotheses.matching import identify, judge
-from introspect.diff.hypotheses.site import locate
+from introspect.diff.hypotheses.matching import Quantity, Verdict, identify, judge
+from introspect.diff.hypotheses.site import Site, locate
 
 FAMILIES = (embeddings, attention, norm, activation, structure, pooler, weights)
 
@@ -59,7 +59,10 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
     with torch.no_grad():
         hints = [] if context.candidate_model is None else \
             dropout.hints(context.candidate_model, context.inputs)
-        site = locate(context)
+        try:
+            site = locate(context)
+        except (AttributeError, IndexError, TypeError):  # BERT-like in name only: stay silent
+            site = None
         if site is None or (site.kind != "embeddings" and site.block_input is None):
             return tuple(hints)
         base = run_base(site)
@@ -73,8 +76,9 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
     return tuple(dict.fromkeys(hints))
 
 
-def _reproduced(context, site, base, quantity) -> list[str]:
-    found: list[tuple[bool, float, Hypothesis, object]] = []
+def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor],
+                quantity: Quantity) -> list[str]:
+    found: list[tuple[bool, float, Hypothesis, Verdict]] = []
     base_value = quantity.layout(base[quantity.name])
     for family in FAMILIES:
         for hypothesis in family.hypotheses(site):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from functools import partial
 
 from introspect.diff.hypotheses.blocks import LayerOptions
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
@@ -20,7 +21,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
         yield Hypothesis(f"{_NAMES[a]} and {_NAMES[b]} are swapped in the candidate's "
                          f"attention (its {a} projection holds the reference's {b} weights)",
                          "swapping them in the reference",
-                         lambda s=(a, b): run_layer(site, LayerOptions(swap=s)), "attention")
+                         partial(run_layer, site, LayerOptions(swap=(a, b))), "attention")
     yield Hypothesis("the candidate does not apply the attention mask",
                      "leaving the mask out of the reference",
                      lambda: run_layer(site, LayerOptions(mask="none")), "mask")
@@ -34,7 +35,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                 f"{'adds' if added else 'sets'} {fill:g} at padded keys instead of the "
                 "dtype's minimum",
                 f"{'adding' if added else 'setting'} {fill:g} in the reference",
-                lambda f=fill, a=added: run_layer(site, LayerOptions(fill=f, fill_added=a)),
+                partial(run_layer, site, LayerOptions(fill=fill, fill_added=added)),
                 "mask")
     yield Hypothesis("the candidate's softmax runs over the query axis (dim -2) instead of "
                      "the key axis (dim -1)", "taking the reference's softmax over dim -2",
@@ -46,4 +47,4 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
         yield Hypothesis(f"the attention scale differs: the candidate multiplies q·kᵀ by "
                          f"{words} instead of 1/sqrt(d) = 1/sqrt({hd})",
                          "scaling the reference's scores so",
-                         lambda c=scale: run_layer(site, LayerOptions(scale=c)), "scale")
+                         partial(run_layer, site, LayerOptions(scale=scale)), "scale")

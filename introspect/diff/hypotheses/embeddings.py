@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_embeddings
 from introspect.diff.hypotheses.site import Site
@@ -16,7 +17,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                 site.weights["position_embeddings.weight"]) and offset:
             yield Hypothesis(f"the candidate's position ids are offset by {offset:+d}",
                              f"looking positions up at {offset:+d} in the reference",
-                             lambda o=offset: run_embeddings(site, position_offset=o),
+                             partial(run_embeddings, site, position_offset=offset),
                              "embeddings")
     yield Hypothesis("the candidate leaves out the token type (segment) embeddings",
                      "dropping them from the reference's sum",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from introspect.diff.hypotheses.blocks import LayerOptions
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_embeddings, run_layer
@@ -19,7 +20,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                 yield Hypothesis(f"LayerNorm eps differs in embeddings.LayerNorm: reference "
                                  f"{site.embeddings_eps:g}, candidate {eps:g}",
                                  f"using eps {eps:g} in the reference",
-                                 lambda e=eps: run_embeddings(site, ln_eps=e), "norm")
+                                 partial(run_embeddings, site, ln_eps=eps), "norm")
         yield Hypothesis("the candidate's LayerNorm (embeddings.LayerNorm) divides by the "
                          "unbiased variance (n - 1)", "using the unbiased variance in the "
                          "reference", lambda: run_embeddings(site, unbiased=True), "norm")
@@ -33,8 +34,8 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             pair = (eps, None) if i == 0 else (None, eps)
             yield Hypothesis(f"LayerNorm eps differs in {where}: reference {site.eps:g}, "
                              f"candidate {eps:g}", f"using eps {eps:g} in the reference",
-                             lambda p=pair: run_layer(site, LayerOptions(eps=p)), "norm")
+                             partial(run_layer, site, LayerOptions(eps=pair)), "norm")
         flags = (True, False) if i == 0 else (False, True)
         yield Hypothesis(f"the candidate's LayerNorm ({where}) divides by the unbiased variance "
                          "(n - 1) instead of n", "using the unbiased variance in the reference",
-                         lambda f=flags: run_layer(site, LayerOptions(unbiased=f)), "norm")
+                         partial(run_layer, site, LayerOptions(unbiased=flags)), "norm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_pooler
 from introspect.diff.hypotheses.site import Site
@@ -25,4 +26,4 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
         yield Hypothesis(f"the candidate's pooler takes the mean over {words} instead of the "
                          "first token ([CLS]) and leaves out the tanh",
                          "mean-pooling without tanh in the reference",
-                         lambda m=mode: run_pooler(site, mode=m, tanh=False), "pooler")
+                         partial(run_pooler, site, mode=mode, tanh=False), "pooler")

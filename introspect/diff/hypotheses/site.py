@@ -12,6 +12,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -83,7 +84,7 @@ def locate(context: DivergenceContext) -> Site | None:
     ids = context.inputs.get("input_ids")
     if prefix is None or ids is None or ids.dim() != 2:
         return None
-    body = model.get_submodule(prefix.rstrip(".")) if prefix else model
+    body: Any = model.get_submodule(prefix.rstrip(".")) if prefix else model  # HF-like
     layers = getattr(body.encoder, "layer", None)
     if layers is None or not hasattr(layers[0], "attention"):
         return None
@@ -106,6 +107,7 @@ def locate(context: DivergenceContext) -> Site | None:
         return Site("layer", n, weights=common["layers"][n],
                     block_input=_capture_input(model, layers[n], context.inputs), **common)
     if context.layer == "pooler" and getattr(body, "pooler", None) is not None:
-        return Site("pooler", -1, weights=_parameters(body.pooler),
-                    block_input=_capture_input(model, body.pooler, context.inputs), **common)
+        pooler = body.pooler
+        return Site("pooler", -1, weights=_parameters(pooler),
+                    block_input=_capture_input(model, pooler, context.inputs), **common)
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from introspect.diff.hypotheses.blocks import LayerOptions
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
@@ -27,4 +28,4 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             yield Hypothesis(f"layers out of order: the candidate's encoder.layer.{site.index} "
                              f"computes with encoder.layer.{other}'s weights",
                              f"running the reference's layer {other} in its place",
-                             lambda w=weights: run_layer(site, weights=w), "order")
+                             partial(run_layer, site, weights=weights), "order")

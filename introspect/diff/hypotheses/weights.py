@@ -9,6 +9,7 @@ weight's values, as they are, transposed, or as a block of a fused weight.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
 
 import torch
 
@@ -24,7 +25,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
         if value.dim() == 2 and value.shape[0] == value.shape[1]:
             yield Hypothesis(f"weight {_path(site, name)} is the reference's transposed",
                              "transposing it in the reference",
-                             lambda n=name, v=value: run_layer(site, _with(site, n, v.t())),
+                             partial(run_layer, site, _with(site, name, value.t())),
                              "weights")
     for other, weights in enumerate(site.layers):
         if other == site.index:
@@ -34,8 +35,8 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                 yield Hypothesis(f"weight {_path(site, name)} holds the values of "
                                  f"encoder.layer.{other}.{name}: loaded from another layer",
                                  "loading that one in the reference",
-                                 lambda n=name, v=weights[name]: run_layer(
-                                     site, _with(site, n, v)), "weights")
+                                 partial(run_layer, site, _with(site, name, weights[name])),
+                                 "weights")
 
 
 def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
