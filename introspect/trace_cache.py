@@ -42,7 +42,7 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-FORMAT = 1  # bump when the file layout changes
+FORMAT = 2  # bump when the file layout changes
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _IMPORTABLE = ("torch", "transformers", "introspect", "operator", "_operator", "builtins",
                "math")
@@ -262,8 +262,10 @@ class _NotSerialisable(Exception):
 def write_entry(key: str, entry: CachedTrace) -> bool:
     """Write ``entry`` as JSON under the cache folder; False (nothing written) if it cannot."""
     try:
+        values: dict[str, int] = {}  # metadata repeat (module stacks, shapes): stored once
+        nodes = [_encode_node(n, values) for n in entry.graph.nodes]
         document = {"format": FORMAT, "key": key, "versions": list(_versions()),
-                    "nodes": [_encode_node(n) for n in entry.graph.nodes],
+                    "nodes": nodes, "values": [json.loads(v) for v in values],
                     "input_names": list(entry.input_names),
                     "output_names": list(entry.output_names),
                     "decisions": [list(d) for d in entry.decisions],
@@ -296,13 +298,14 @@ def read_entry(key: str) -> CachedTrace | None:
             return None
         graph = torch.fx.Graph()
         nodes: dict[str, torch.fx.Node] = {}
+        values = [_decode(v, nodes) for v in document["values"]]  # no node inside these
         for row in document["nodes"]:
             node = graph.create_node(row["op"], _decode(row["target"], nodes),
                                      _decode(row["args"], nodes), _decode(row["kwargs"], nodes),
                                      row["name"], _decode(row["type"], nodes))
             if node.name != row["name"]:
                 return None
-            node.meta = _decode(row["meta"], nodes)
+            node.meta = {str(k): copy.copy(values[i]) for k, i in row["meta"].items()}
             nodes[node.name] = node
         from introspect.tracer import ReloadableTracer
 
@@ -315,10 +318,15 @@ def read_entry(key: str) -> CachedTrace | None:
         return None
 
 
-def _encode_node(node: torch.fx.Node) -> dict[str, Any]:
+def _encode_node(node: torch.fx.Node, values: dict[str, int]) -> dict[str, Any]:
+    """A node as JSON; each metadata value is an index into ``values`` (shared by nodes)."""
+    meta = {}
+    for name, value in node.meta.items():
+        text = json.dumps(_encode(value), sort_keys=True)
+        meta[name] = values.setdefault(text, len(values))
     return {"op": node.op, "name": node.name, "target": _encode(node.target),
             "args": _encode(node.args), "kwargs": _encode(node.kwargs),
-            "type": _encode(node.type), "meta": _encode(node.meta)}
+            "type": _encode(node.type), "meta": meta}
 
 
 def _encode(value: Any) -> Any:
