@@ -67,8 +67,11 @@ def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]
 
 
 def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
-    value = value.float()
+    reference = value
     for p in params:
+        # Compared after rounding the reference's weight to the candidate's dtype: a
+        # bfloat16 copy holds the same weights, rounded.
+        value = reference.to(p.dtype).float()
         p = p.float()
         for view in (p, p.t()) if p.dim() == 2 else (p,):
             if view.dim() != value.dim() or view.numel() < value.numel():
