@@ -210,11 +210,16 @@ def test_the_scratch_loader_and_the_cli_refuse_it_with_one_line(hostile, capsys)
 
 
 def _real_cli(argv: list[str]) -> tuple[int, str, int]:
-    """Exit code, stderr and peak memory (KiB) of the real CLI in a fresh process."""
-    script = ("import resource, sys\n"
+    """Exit code, stderr and peak memory (KiB) of the real CLI in a fresh process.
+
+    The peak is VmHWM, the high-water mark of this process's own memory: ru_maxrss would
+    carry over the size of the forked test runner (Linux keeps it across exec).
+    """
+    script = ("import re, sys\n"
               "from introspect.cli.main import main\n"
               "code = main(sys.argv[1:])\n"
-              "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+              "status = open('/proc/self/status').read()\n"
+              "print('peak', re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1))\n"
               "sys.exit(code)\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE",
                                                              "TRANSFORMERS_OFFLINE")}
