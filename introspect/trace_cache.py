@@ -19,6 +19,10 @@ only from torch, transformers, introspect and the standard library's operator, b
 and math), arguments and metadata. Nothing is unpickled or executed from it; the code is
 generated again from the graph. An entry that cannot be read or does not match its key
 is ignored and traced again. ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
+
+What the key cannot see: a function replaced at run time in a model's Python module
+(``modeling_bert.some_function = patched``). A method set on a module instance is seen
+(its code is part of the key). Code that monkeypatches model modules turns the cache off.
 """
 
 from __future__ import annotations
