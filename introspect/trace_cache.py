@@ -17,8 +17,9 @@ On disk an entry is one JSON file, ``$XDG_CACHE_HOME/introspect/graphs/<key>.jso
 ``~/.cache/introspect/...``, or ``$INTROSPECT_CACHE_DIR/graphs/...``): nodes, targets
 (functions by module and name, imported only from torch, transformers, introspect and
 the standard library's operator, builtins and math), arguments and metadata. Nothing
-is unpickled or executed from it; the code is generated again from the graph. An entry that cannot be read or does not match its key
-is ignored and traced again. ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
+is unpickled or executed from it; the code is generated again from the graph. An entry
+that cannot be read or does not match its key is ignored and traced again.
+``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 
 What the key cannot see: a function replaced at run time in a model's Python module
 (``modeling_bert.some_function = patched``). A method set on a module instance is seen
