@@ -106,4 +106,7 @@ def _new(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype,
     requires_grad = torch.is_grad_enabled() and (
         like.requires_grad or any(p.requires_grad for p in parameters))
     meta = torch.empty(shape, dtype=dtype, device="meta")
-    return FakeTensor(like.fake_mode, meta, like.device, requires_grad=requires_grad)
+    try:
+        return FakeTensor(like.fake_mode, meta, like.device, requires_grad=requires_grad)
+    except TypeError:  # FakeTensor's constructor is torch-internal: run the module instead
+        return NO_RULE

@@ -14,11 +14,16 @@ size), autograd's grad mode, and the versions of torch, transformers and introsp
 a hash of introspect's tracing code.
 
 On disk an entry is one JSON file, ``$XDG_CACHE_HOME/introspect/graphs/<key>.json`` (or
-``~/.cache/introspect/...``): nodes, targets (functions by module and name, imported
-only from torch, transformers, introspect and the standard library's operator, builtins
-and math), arguments and metadata. Nothing is unpickled or executed from it; the code is
-generated again from the graph. An entry that cannot be read or does not match its key
-is ignored and traced again. ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
+``~/.cache/introspect/...``, or ``$INTROSPECT_CACHE_DIR/graphs/...``): nodes, targets
+(functions by module and name, imported only from torch, transformers, introspect and
+the standard library's operator, builtins and math), arguments and metadata. Nothing
+is unpickled or executed from it; the code is generated again from the graph. An entry
+that cannot be read or does not match its key is ignored and traced again.
+``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
+
+What the key cannot see: a function replaced at run time in a model's Python module
+(``modeling_bert.some_function = patched``). A method set on a module instance is seen
+(its code is part of the key). Code that monkeypatches model modules turns the cache off.
 """
 
 from __future__ import annotations
@@ -69,7 +74,10 @@ def enabled() -> bool:
 
 
 def cache_folder() -> Path:
-    """``$XDG_CACHE_HOME/introspect`` or ``~/.cache/introspect``."""
+    """``$INTROSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/introspect`` or ``~/.cache/introspect``."""
+    own = os.environ.get("INTROSPECT_CACHE_DIR")
+    if own:
+        return Path(own)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "introspect"
 

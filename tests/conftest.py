@@ -6,8 +6,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# The trace cache writes under $XDG_CACHE_HOME: keep the tests' entries out of the user's.
-os.environ["XDG_CACHE_HOME"] = __import__("tempfile").mkdtemp(prefix="introspect-tests-")
+# Keep the trace cache's entries of the tests out of the user's cache folder.
+os.environ["INTROSPECT_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="introspect-tests-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -18,6 +18,7 @@ from tests.test_fast_trace import _node_rows
 def cache_folder(tmp_path, monkeypatch):
     """A cache of this test's own, empty in memory and on disk."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("INTROSPECT_CACHE_DIR", raising=False)
     monkeypatch.delenv("INTROSPECT_NO_CACHE", raising=False)
     trace_cache.clear_memory()
     yield tmp_path / "introspect" / "graphs"
