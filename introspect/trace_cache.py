@@ -108,19 +108,37 @@ def cache_key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: 
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _attribute_identity(value: Any) -> str:
-    """What of an attribute can change the graph: its value, or a function's code."""
-    if isinstance(value, (bool, int, float, str, tuple, type(None), torch.dtype)):
+def _attribute_identity(value: Any, depth: int = 0) -> str:
+    """What of an attribute can change the graph: its value, or a function's code.
+
+    Containers and plain objects are looked into (a port's ``self.opts = {"fault": ...}``
+    steers its control flow as much as a flag does), a few levels deep.
+    """
+    if isinstance(value, (bool, int, float, str, type(None), torch.dtype)):
         return repr(value)
+    if depth < _ATTRIBUTE_DEPTH:
+        inner = depth + 1
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(_attribute_identity(v, inner) for v in value) + "]"
+        if isinstance(value, (set, frozenset)):
+            return "{" + ", ".join(sorted(_attribute_identity(v, inner) for v in value)) + "}"
+        if isinstance(value, dict):
+            items = sorted((repr(k), _attribute_identity(v, inner)) for k, v in value.items())
+            return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
     code = getattr(getattr(value, "__func__", value), "__code__", None)
     if code is not None:  # a function or method set on the instance (a patched forward)
         digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()
         return f"code {code.co_filename}:{code.co_qualname} {digest}"
     if callable(value) and not isinstance(value, torch.nn.Module):
         return f"callable {getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
-    return type(value).__qualname__  # a config or other object: its fields are keyed apart
+    if (depth < _ATTRIBUTE_DEPTH and hasattr(value, "__dict__")
+            and not isinstance(value, (torch.nn.Module, torch.Tensor, type))):
+        fields = sorted((k, _attribute_identity(v, depth + 1)) for k, v in vars(value).items())
+        return f"{type(value).__qualname__}{fields}"  # a SimpleNamespace, a dataclass, a config
+    return type(value).__qualname__
 
 
+_ATTRIBUTE_DEPTH = 4  # containers inside attributes looked into, this many levels
 _VERSIONS: list[Any] = []
 _SOURCE_HASHES: dict[type, str] = {}
 

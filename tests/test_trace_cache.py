@@ -129,3 +129,34 @@ def test_an_entry_is_plain_json_naming_functions_by_module(cache_folder):
         or any(name[1] == "scaled_dot_product_attention" for name in names)
     assert all(module.split(".")[0] in ("torch", "operator", "_operator", "builtins")
                for module, _ in names)
+
+
+class _Flagged(torch.nn.Module):
+    """A port whose control flow reads plain attributes, as hand-written ports do."""
+
+    def __init__(self, opts: dict, mode=None) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.opts = opts
+        self.mode = mode
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.linear(input_ids.float())
+        if self.opts["fault"] == "tanh":
+            x = torch.tanh(x)
+        if self.mode is not None and self.mode.scale:
+            x = x * 2
+        return x
+
+
+def test_attributes_in_containers_and_objects_key_the_graph(cache_folder):
+    import types
+
+    inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    plain = trace_module(_Flagged({"fault": None}), inputs).gm.code
+    assert "tanh" in trace_module(_Flagged({"fault": "tanh"}), inputs).gm.code
+    assert trace_module(_Flagged({"fault": None}), inputs).gm.code == plain  # a hit again
+    scaled = _Flagged({"fault": None}, types.SimpleNamespace(scale=True))
+    assert "mul" in trace_module(scaled, inputs).gm.code
+    assert "mul" not in trace_module(
+        _Flagged({"fault": None}, types.SimpleNamespace(scale=False)), inputs).gm.code
