@@ -25,7 +25,7 @@ system-deps:
 	@(command -v dot && (command -v chromium || command -v chromium-browser)) >/dev/null 2>&1 \
 		|| sh scripts/install-system-deps.sh
 
-# The main job on the embedded model: tables (and, as they land, the diagram and the diff).
+# The main job on the embedded model: tables, the diagram, the diff and the attention maps.
 demo: setup
 	$(BIN)/introspect trace --head sequence-classification --format csv -o reports/minilm_nodes.csv
 	$(BIN)/introspect trace --head sequence-classification --layers --format csv -o reports/minilm_layers.csv
@@ -33,7 +33,11 @@ demo: setup
 	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.svg
 	$(BIN)/introspect draw --head sequence-classification -o reports/minilm.png
 	$(BIN)/introspect diff --head sequence-classification --out reports/diff
-	@echo "demo: wrote reports/minilm.svg (open it in a browser), the tables, and reports/diff/"
+	$(BIN)/introspect attention --text "time flies like an arrow" --layer 0 --heads 8 -o reports/attention_head.svg
+	$(BIN)/introspect attention --text "time flies like an arrow" --layer 0 --heads 8 -o reports/attention_head.png
+	$(BIN)/introspect attention --text "time flies like an arrow" --view model -o reports/attention_model.svg
+	$(BIN)/introspect attention --view matrix --layer 0 --heads 8 -o reports/attention_matrix.svg
+	@echo "demo: wrote reports/minilm.svg (open it in a browser), the tables, reports/diff/ and the attention maps"
 
 # pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.
 test: setup
