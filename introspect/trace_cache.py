@@ -125,10 +125,18 @@ def _attribute_identity(value: Any, depth: int = 0) -> str:
         if isinstance(value, dict):
             items = sorted((repr(k), _attribute_identity(v, inner)) for k, v in value.items())
             return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    function = getattr(value, "__func__", value)
+    code = getattr(function, "__code__", None)
     if code is not None:  # a function or method set on the instance (a patched forward)
         digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()
-        return f"code {code.co_filename}:{code.co_qualname} {digest}"
+        # What the function closes over and its defaults steer it as much as its code does
+        # (a fault chosen by a closure variable).
+        cells = [_attribute_identity(c.cell_contents, depth + 1)
+                 for c in getattr(function, "__closure__", None) or ()
+                 if depth < _ATTRIBUTE_DEPTH and _filled(c)
+                 and not isinstance(c.cell_contents, torch.nn.Module)]
+        defaults = _attribute_identity(getattr(function, "__defaults__", None), depth + 1)
+        return f"code {code.co_filename}:{code.co_qualname} {digest} {cells} {defaults}"
     if callable(value) and not isinstance(value, torch.nn.Module):
         return f"callable {getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
     if (depth < _ATTRIBUTE_DEPTH and hasattr(value, "__dict__")
@@ -136,6 +144,14 @@ def _attribute_identity(value: Any, depth: int = 0) -> str:
         fields = sorted((k, _attribute_identity(v, depth + 1)) for k, v in vars(value).items())
         return f"{type(value).__qualname__}{fields}"  # a SimpleNamespace, a dataclass, a config
     return type(value).__qualname__
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018  (an empty cell raises)
+    except ValueError:
+        return False
+    return True
 
 
 _ATTRIBUTE_DEPTH = 4  # containers inside attributes looked into, this many levels

@@ -160,3 +160,20 @@ def test_attributes_in_containers_and_objects_key_the_graph(cache_folder):
     assert "mul" in trace_module(scaled, inputs).gm.code
     assert "mul" not in trace_module(
         _Flagged({"fault": None}, types.SimpleNamespace(scale=False)), inputs).gm.code
+
+
+def test_a_forward_set_on_the_instance_is_keyed_by_what_it_closes_over(cache_folder):
+    inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+
+    def flagged(fault: str | None) -> torch.nn.Module:
+        module = _Flagged({"fault": None})
+
+        def forward(input_ids: torch.Tensor) -> torch.Tensor:
+            x = module.linear(input_ids.float())
+            return torch.sigmoid(x) if fault == "sigmoid" else x
+
+        module.forward = forward
+        return module
+
+    assert "sigmoid" not in trace_module(flagged(None), inputs).gm.code
+    assert "sigmoid" in trace_module(flagged("sigmoid"), inputs).gm.code
