@@ -153,6 +153,10 @@ class MetaTracer(torch.fx.Tracer):
     # -- repeated layers: trace one, replay the others --------------------------------
     def call_module(self, m: torch.nn.Module, forward: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
+        if self.submodule_paths is not None and m not in self.submodule_paths:
+            # a module made inline (DistilBERT's ``nn.ReLU()(x)``, RoBERTa's LM head gelu)
+            # has no path for a call_module node: trace through its forward instead
+            return forward(*args, **kwargs)
         path = self.path_of_module(m)
         if not self.fast or self.is_leaf_module(m, path):
             return super().call_module(m, forward, args, kwargs)
