@@ -413,10 +413,14 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         TraceError: the model does something a graph cannot hold; the message names the
             node and keeps the cause.
     """
+    from introspect.families import untraceable_reason
     from introspect.shapes import propagate_trace_values
 
     if not example_inputs:
         raise TraceError("tracing needs at least one example input, got none")
+    untraceable = untraceable_reason(model)  # a known family fx cannot trace: say why
+    if untraceable is not None:
+        raise TraceError(untraceable)
     unknown = [n for n in example_inputs if n not in inspect.signature(model.forward).parameters
                and not _takes_var_keywords(model.forward)]
     if unknown:
