@@ -8,27 +8,20 @@ import sys
 
 import pytest
 import torch
-import transformers
 
 import introspect
 from introspect.errors import ModelSourceError, TraceError
 from introspect.load import load_model
+from tests.fixtures.families import tiny_deberta
 
 REASON = r"DeBERTa-v2 cannot be traced with torch.fx: its attention makes a tensor from a traced"
-
-
-def _deberta() -> torch.nn.Module:
-    config = transformers.DebertaV2Config(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                                          num_attention_heads=4, intermediate_size=64)
-    torch.manual_seed(0)
-    return transformers.DebertaV2Model(config).eval()
 
 
 def test_tracing_deberta_v2_raises_a_trace_error_naming_the_reason():
     inputs = {"input_ids": torch.randint(5, 90, (2, 7)),
               "attention_mask": torch.ones(2, 7, dtype=torch.long)}
     with pytest.raises(TraceError, match=REASON):
-        introspect.trace(_deberta(), inputs, cache=False)
+        introspect.trace(tiny_deberta(), inputs, cache=False)
 
 
 def test_the_reason_is_true_fx_fails_on_it_as_said():
@@ -37,7 +30,7 @@ def test_the_reason_is_true_fx_fails_on_it_as_said():
     inputs = {"input_ids": torch.randint(5, 90, (2, 7)),
               "attention_mask": torch.ones(2, 7, dtype=torch.long)}
     with pytest.raises(Exception, match="__cuda_array_interface__"):
-        MetaTracer(inputs, fast=False).trace(_deberta())
+        MetaTracer(inputs, fast=False).trace(tiny_deberta())
 
 
 def test_a_deberta_v2_folder_is_refused_before_loading(tmp_path):
