@@ -34,6 +34,7 @@ from introspect.diff.hypotheses import (
     embeddings,
     norm,
     pooler,
+    rmsnorm,
     structure,
     weights,
 )
@@ -61,7 +62,7 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
             dropout.hints(context.candidate_model, context.inputs)
         site = locate(context)
         if site is None or (site.kind != "embeddings" and site.block_input is None):
-            return tuple(hints)
+            return tuple(hints + rmsnorm.hints(context))  # a decoder's RMSNorm (Llama)
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
