@@ -106,7 +106,8 @@ def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
     """One record per node, from the shapes a ``ValueShapeProp`` run left in ``node.meta``."""
     modules = dict(gm.named_modules())
     backbone = backbone_path(gm)
-    prefix = layer_prefix(modules[backbone]) if backbone is not None else DEFAULT_LAYER_PREFIX
+    prefix = (layer_prefix(modules[backbone]) if backbone is not None else None) \
+        or DEFAULT_LAYER_PREFIX
     records = [_record(index, node, gm, modules, backbone, prefix)
                for index, node in enumerate(gm.graph.nodes)]
     # ALBERT runs one shared layer N times: its nodes are labelled by call (encoder.layer.N)

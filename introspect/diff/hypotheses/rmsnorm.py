@@ -22,13 +22,13 @@ def hints(context: DivergenceContext) -> list[str]:
     """A hint when another RMSNorm eps reproduces the candidate's values; else none."""
     module = _module(context.reference_model, context.module)
     eps = _eps_of(module)
-    if module is None or eps is None or not isinstance(getattr(module, "weight", None),
-                                                        torch.Tensor):
+    weight = getattr(module, "weight", None)
+    if module is None or eps is None or not isinstance(weight, torch.Tensor):
         return []
     x = _captured_input(context.reference_model, module, context.inputs)
     if x is None:
         return []
-    base = _steps(x, module.weight, eps)
+    base = _steps(x, weight, eps)
     step = next((name for name, value in base.items()
                  if value.shape == context.reference_value.shape
                  and torch.allclose(value, context.reference_value.to(value.dtype),
@@ -41,7 +41,7 @@ def hints(context: DivergenceContext) -> list[str]:
     for guess in _guesses(step, x, candidate):
         if guess == eps or guess < 0:
             continue
-        error = float((_steps(x, module.weight, guess)[step] - candidate).abs().max())
+        error = float((_steps(x, weight, guess)[step] - candidate).abs().max())
         if error <= budget and error * 10 < base_error:
             return [f"the candidate's RMSNorm ({context.module}) uses eps {guess:g}, not the "
                     f"reference's {eps:g}: recomputing it with eps {guess:g} reproduces the "
