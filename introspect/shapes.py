@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -110,8 +111,24 @@ def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
         or DEFAULT_LAYER_PREFIX
     records = [_record(index, node, gm, modules, backbone, prefix)
                for index, node in enumerate(gm.graph.nodes)]
+    if prefix == "h":
+        records = _embeddings_summed_in_backbone(records)
     # ALBERT runs one shared layer N times: its nodes are labelled by call (encoder.layer.N)
     return label_repeated_calls(records, gm)
+
+
+def _embeddings_summed_in_backbone(records: list[NodeRecord]) -> list[NodeRecord]:
+    """GPT-2 adds token and position embeddings in its backbone's own forward: those
+    (B, S, H) nodes, fed by the embeddings, belong to the embeddings, not to the mask."""
+    layers = {r.name: r.layer for r in records}
+    relabelled = []
+    for r in records:
+        if r.layer == "mask" and r.kind == KIND_TENSOR and r.shape is not None \
+                and len(r.shape) == 3 and any(layers[n] == "embeddings" for n in r.inputs):
+            r = dataclasses.replace(r, layer="embeddings")
+            layers[r.name] = "embeddings"
+        relabelled.append(r)
+    return relabelled
 
 
 def _record(index: int, node: torch.fx.Node, gm: torch.fx.GraphModule,

@@ -57,3 +57,10 @@ def test_the_drawing_folds_identical_layers_and_renders(family):
     prefix = LAYERS[family][0].rpartition(".")[0]
     assert f"{prefix}.0–{last} ×{last + 1}" in svg  # ALBERT's shared layer: once, ×3
     assert "input_ids" in svg and "logits" in svg or head == "base"
+
+
+def test_gpt2_token_and_position_embeddings_are_summed_in_the_embeddings():
+    graph = introspect.trace(tiny_model("gpt2"), tiny_inputs("gpt2"), cache=False)
+    sums = [r for r in graph.records if r.op_type == "add" and "wte" in r.inputs]
+    assert sums and all(r.layer == "embeddings" for r in sums)
+    assert all(len(r.shape or ()) != 3 for r in graph.records if r.layer == "mask")
