@@ -118,15 +118,17 @@ def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
 
 
 def _embeddings_summed_in_backbone(records: list[NodeRecord]) -> list[NodeRecord]:
-    """GPT-2 adds token and position embeddings in its backbone's own forward: those
-    (B, S, H) nodes, fed by the embeddings, belong to the embeddings, not to the mask."""
+    """GPT-2 adds token and position embeddings (and reshapes the final norm's output) in
+    its backbone's own forward: those (B, S, H) nodes belong to the block that feeds them
+    (``embeddings``, ``ln_f``), not to the mask."""
     layers = {r.name: r.layer for r in records}
     relabelled = []
     for r in records:
+        feeding = [layers[n] for n in r.inputs if layers.get(n) not in (None, "mask", "inputs")]
         if r.layer == "mask" and r.kind == KIND_TENSOR and r.shape is not None \
-                and len(r.shape) == 3 and any(layers[n] == "embeddings" for n in r.inputs):
-            r = dataclasses.replace(r, layer="embeddings")
-            layers[r.name] = "embeddings"
+                and len(r.shape) == 3 and feeding:
+            r = dataclasses.replace(r, layer=feeding[0])
+            layers[r.name] = r.layer
         relabelled.append(r)
     return relabelled
 
