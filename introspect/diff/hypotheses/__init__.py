@@ -30,6 +30,7 @@ import torch
 from introspect.diff.hypotheses import (
     activation,
     attention,
+    decoder_attention,
     dropout,
     embeddings,
     norm,
@@ -62,7 +63,8 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
             dropout.hints(context.candidate_model, context.inputs)
         site = locate(context)
         if site is None or (site.kind != "embeddings" and site.block_input is None):
-            return tuple(hints + rmsnorm.hints(context))  # a decoder's RMSNorm (Llama)
+            # a decoder's (Llama): RMSNorm eps, rotary, causal mask, grouped-query heads
+            return tuple(hints + rmsnorm.hints(context) + decoder_attention.hints(context))
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
