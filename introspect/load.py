@@ -39,6 +39,14 @@ import torch
 
 from introspect import validate
 from introspect.errors import ModelSourceError
+from introspect.families import (
+    EMBEDDED_VOCAB,
+    FAMILIES,
+    RANDOM_MODELS,
+    UNTRACEABLE,
+    Family,
+    build_config,
+)
 
 DEFAULT_MODEL = "minilm"
 DEFAULT_TEXTS = ("I love cats!", "He hates pineapple pizza.")
@@ -58,6 +66,8 @@ HEADS: dict[str, str] = {
     "next-sentence": "BertForNextSentencePrediction",
     "pretraining": "BertForPreTraining",
 }
+# Every head some family has (the cousins' own heads are in introspect.families).
+ALL_HEADS = (*HEADS, "causal-lm")
 
 # Random-init sizes: (hidden, layers, heads, intermediate), as the Google BERT releases.
 RANDOM_SIZES: dict[str, tuple[int, int, int, int]] = {
@@ -65,14 +75,17 @@ RANDOM_SIZES: dict[str, tuple[int, int, int, int]] = {
     "bert-base": (768, 12, 12, 3072),
     "bert-large": (1024, 24, 16, 4096),
 }
-MODEL_NAMES = (DEFAULT_MODEL, *RANDOM_SIZES)
+MODEL_NAMES = (DEFAULT_MODEL, *RANDOM_SIZES, *RANDOM_MODELS)
 
 # Weights files of a checkpoint folder, in the order transformers looks for them.
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 # Checkpoint keys of parts a model may lack or a checkpoint may miss (heads, the pooler),
 # and buffers the model rebuilds; every other key must fit the model exactly.
-_HEAD_KEY = re.compile(r"^(bert\.)?(pooler|cls|classifier|qa_outputs)\.")
+_HEAD_KEY = re.compile(
+    r"^(\w+\.)?(pooler|cls|classifier|qa_outputs|lm_head|score|pre_classifier|vocab_transform|"
+    r"vocab_layer_norm|vocab_projector|predictions|sop_classifier|discriminator_predictions|"
+    r"generator_predictions)\.")
 _REBUILT_BUFFER = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
 _SHOWN = 6
 
@@ -84,7 +97,7 @@ class LoadedModel:
     model: torch.nn.Module
     tokenizer: Any
     source: str  # the name or folder it came from
-    head: str  # a key of HEADS
+    head: str  # a key of HEADS, or a cousin's head (causal-lm)
     attn: str  # "sdpa" or "eager"
     folder: Path | None  # the checkpoint folder, None for random-init models
     notes: list[str] = field(default_factory=list)  # e.g. head weights freshly initialised
@@ -130,8 +143,8 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
         ModelSourceError: unknown name or head, a folder that is not an HF BERT
             checkpoint, or a checkpoint that cannot be read.
     """
-    if head not in HEADS:
-        raise ModelSourceError(f"unknown head {head!r}; choose one of: {', '.join(HEADS)}")
+    if head not in ALL_HEADS:
+        raise ModelSourceError(f"unknown head {head!r}; choose one of: {', '.join(ALL_HEADS)}")
     if attn not in ATTENTION_IMPLEMENTATIONS:
         raise ModelSourceError(
             f"unknown attention implementation {attn!r}; choose sdpa or eager"
@@ -139,6 +152,8 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     name = str(source)
     if name in RANDOM_SIZES:
         loaded = _load_random(name, head, attn)
+    elif name in RANDOM_MODELS:
+        loaded = _load_random_cousin(name, head, attn)
     else:
         folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
         loaded = _load_folder(folder, name, head, attn)
@@ -160,10 +175,13 @@ def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
     name = str(source)
     if name in RANDOM_SIZES:
         return RANDOM_SIZES[name][1]
+    if name in RANDOM_MODELS:
+        family = FAMILIES[RANDOM_MODELS[name]]
+        return int(validate.bert_names(family.random_config)["num_hidden_layers"])
     folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
     with _quiet_transformers():
         values, _ = check_checkpoint(folder)
-    return int(values.get("num_hidden_layers", 12))
+    return int(validate.bert_names(values).get("num_hidden_layers", 12))
 
 
 def _checkpoint_folder(name: str) -> Path:
@@ -187,10 +205,14 @@ def _checkpoint_folder(name: str) -> Path:
         )
     config = validate.read_config(folder)
     model_type = config.get("model_type")
-    if model_type != "bert":
+    why = next((w for prefix, w in UNTRACEABLE.items()
+                if str(model_type).replace("-", "").lower() == prefix.lower()), None)
+    if why is not None:
+        raise ModelSourceError(f"{name!r} holds a {model_type} model: {why}")
+    if model_type != "bert" and model_type not in FAMILIES:
         raise ModelSourceError(
-            f"{name!r} holds a {model_type or 'unknown'!s} model; only BERT checkpoints "
-            "(model_type 'bert') are supported"
+            f"{name!r} holds a {model_type or 'unknown'!s} model; supported checkpoints: "
+            f"model_type {', '.join(['bert', *FAMILIES])}"
         )
     if not any(os.path.lexists(folder / w) for w in WEIGHTS_FILES):
         raise ModelSourceError(
@@ -215,7 +237,7 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
     """
     path = Path(folder)
     root = validate.checkpoint_root(path)
-    values = validate.read_config(path)
+    values = validate.bert_names(validate.read_config(path))
     if activations is None:
         from transformers.activations import ACT2FN
 
@@ -253,7 +275,7 @@ def _load_random(name: str, head: str, attn: str) -> LoadedModel:
         num_attention_heads=heads, intermediate_size=intermediate,
         max_position_embeddings=512, attn_implementation=attn,  # type: ignore[call-arg]
     )
-    model_class = getattr(transformers, HEADS[head])
+    model_class = getattr(transformers, _head_class(None, head, name))
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(INIT_SEED)
         model = model_class(config)
@@ -266,8 +288,9 @@ def _load_folder(folder: Path, source: str, head: str, attn: str) -> LoadedModel
     with _quiet_transformers():
         import transformers
 
-        check_checkpoint(folder)
-        model_class = getattr(transformers, HEADS[head])
+        values, _ = check_checkpoint(folder)
+        family = FAMILIES.get(values.get("model_type", "bert"))
+        model_class = getattr(transformers, _head_class(family, head, str(folder)))
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(INIT_SEED)  # head weights the checkpoint lacks
@@ -282,8 +305,49 @@ def _load_folder(folder: Path, source: str, head: str, attn: str) -> LoadedModel
     notes = _loading_notes(info, folder, type(model).__name__)
     tokenizer_folder = folder if (folder / "vocab.txt").is_file() else minilm_folder()
     if tokenizer_folder != folder:
-        notes.append(f"{folder} has no vocab.txt; using the embedded uncased vocab")
-    return LoadedModel(model, _load_tokenizer(tokenizer_folder), source, head, attn, folder, notes)
+        vocab = int(values.get("vocab_size", EMBEDDED_VOCAB))
+        if vocab < EMBEDDED_VOCAB:
+            raise ModelSourceError(
+                f"{folder} has no vocab.txt (WordPiece), and its vocab_size {vocab} is smaller "
+                f"than the embedded vocab's {EMBEDDED_VOCAB}: its own tokenizer (SentencePiece "
+                f"or BPE) is not supported; add a vocab.txt"
+            )
+        notes.append(f"{folder} has no vocab.txt; using the embedded uncased vocab (WordPiece)")
+    if family is not None and family.decoder:
+        model.config.use_cache = False
+        notes.append(f"{type(model).__name__}: traced with use_cache=False (no key/value cache)")
+    tokenizer = _load_tokenizer(tokenizer_folder, family)
+    return LoadedModel(model, tokenizer, source, head, attn, folder, notes)
+
+
+def _head_class(family: Family | None, head: str, source: str) -> str:
+    """The HF class of ``head`` for ``family`` (None: BERT), or a one-line refusal."""
+    heads = HEADS if family is None else family.heads
+    if head not in heads:
+        raise ModelSourceError(
+            f"{source} ({family.model_type if family else 'bert'}) has no {head} head in "
+            f"transformers; its heads: {', '.join(heads)}"
+        )
+    return heads[head]
+
+
+def _load_random_cousin(name: str, head: str, attn: str) -> LoadedModel:
+    """A seeded random-init model of a cousin family, of its published size."""
+    family = FAMILIES[RANDOM_MODELS[name]]
+    with _quiet_transformers():
+        import transformers
+
+        model_class = getattr(transformers, _head_class(family, head, name))
+        config = build_config(family, attn)
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
+            torch.manual_seed(INIT_SEED)
+            model = model_class(config)
+    notes = [f"{name}: random weights (seed {INIT_SEED}), not a trained model; the embedded "
+             f"uncased WordPiece vocab stands in for its own tokenizer"]
+    if family.decoder:
+        notes.append(f"{name}: traced with use_cache=False (no key/value cache)")
+    return LoadedModel(model, _load_tokenizer(minilm_folder(), family), name, head, attn, None,
+                       notes)
 
 
 def _loading_notes(info: dict[str, Any], folder: Path, owner: str) -> list[str]:
@@ -353,7 +417,7 @@ def _quiet_transformers() -> Iterator[None]:
                 hf_logging.enable_progress_bar()
 
 
-def _load_tokenizer(folder: Path) -> Any:
+def _load_tokenizer(folder: Path, family: Family | None = None) -> Any:
     with _quiet_transformers():
         from transformers import BertTokenizerFast  # type: ignore[attr-defined]  # lazy module
 
@@ -369,6 +433,8 @@ def _load_tokenizer(folder: Path) -> Any:
     if absent:
         raise ModelSourceError(f"the tokenizer in {folder} has no {', '.join(absent)}; BERT "
                                f"needs [UNK], [CLS], [SEP] and [PAD] in its vocab")
+    if family is not None:  # the inputs its forward takes: no token_type_ids for some
+        tokenizer.model_input_names = list(family.inputs)
     return tokenizer
 
 
@@ -398,7 +464,9 @@ def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
     for i, length in enumerate(lengths, 1):
         if length > max_length:
             notes.append(f"input {i} has {length} tokens; truncated to {max_length}")
-    tensors = {name: encoded[name] for name in ("input_ids", "token_type_ids", "attention_mask")}
+    names = [n for n in ("input_ids", "token_type_ids", "attention_mask")
+             if n in getattr(tokenizer, "model_input_names", ()) and n in encoded]
+    tensors = {name: encoded[name] for name in names}
     tokens = tuple(tuple(tokenizer.convert_ids_to_tokens(row)) for row in tensors["input_ids"])
     if head == "multiple-choice":
         tensors = {name: t.unsqueeze(0) for name, t in tensors.items()}  # (1, C, S)

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -24,6 +25,7 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
+from introspect.diff.calls import label_repeated_calls
 from introspect.records import (
     KIND_MULTI,
     KIND_OTHER,
@@ -105,12 +107,35 @@ def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
     """One record per node, from the shapes a ``ValueShapeProp`` run left in ``node.meta``."""
     modules = dict(gm.named_modules())
     backbone = backbone_path(gm)
-    return [_record(index, node, gm, modules, backbone)
-            for index, node in enumerate(gm.graph.nodes)]
+    prefix = (layer_prefix(modules[backbone]) if backbone is not None else None) \
+        or DEFAULT_LAYER_PREFIX
+    records = [_record(index, node, gm, modules, backbone, prefix)
+               for index, node in enumerate(gm.graph.nodes)]
+    if prefix == "h":
+        records = _embeddings_summed_in_backbone(records)
+    # ALBERT runs one shared layer N times: its nodes are labelled by call (encoder.layer.N)
+    return label_repeated_calls(records, gm)
+
+
+def _embeddings_summed_in_backbone(records: list[NodeRecord]) -> list[NodeRecord]:
+    """GPT-2 adds token and position embeddings (and reshapes the final norm's output) in
+    its backbone's own forward: those (B, S, H) nodes belong to the block that feeds them
+    (``embeddings``, ``ln_f``), not to the mask."""
+    layers = {r.name: r.layer for r in records}
+    relabelled = []
+    for r in records:
+        feeding = [layers[n] for n in r.inputs if layers.get(n) not in (None, "mask", "inputs")]
+        if r.layer == "mask" and r.kind == KIND_TENSOR and r.shape is not None \
+                and len(r.shape) == 3 and feeding:
+            r = dataclasses.replace(r, layer=feeding[0])
+            layers[r.name] = r.layer
+        relabelled.append(r)
+    return relabelled
 
 
 def _record(index: int, node: torch.fx.Node, gm: torch.fx.GraphModule,
-            modules: dict[str, torch.nn.Module], backbone: str | None) -> NodeRecord:
+            modules: dict[str, torch.nn.Module], backbone: str | None,
+            prefix: str = "encoder.layer") -> NodeRecord:
     metas = _tensor_metas(node.meta.get("tensor_meta"))
     value = node.meta.get("value")
     first = metas[0][1] if metas else None
@@ -122,7 +147,7 @@ def _record(index: int, node: torch.fx.Node, gm: torch.fx.GraphModule,
         target=_target_name(node),
         op_type=_op_type(node, modules),
         module=module,
-        layer=layer_of(node, module, backbone),
+        layer=layer_of(node, module, backbone, prefix),
         kind=_kind(node, metas, value),
         shape=tuple(first.shape) if first is not None else None,
         shapes=_shapes_text(node.meta.get("tensor_meta"), metas),
@@ -198,18 +223,47 @@ def _module_path(node: torch.fx.Node) -> str:
     return str(path)
 
 
+DEFAULT_LAYER_PREFIX = "encoder.layer"
+# The children that make a module a backbone, and its layers' label (introspect.families):
+# BERT, RoBERTa, ELECTRA, ALBERT; DistilBERT; GPT-2; Llama.
+_BACKBONES = ((("embeddings", "encoder"), "encoder.layer"),
+              (("embeddings", "transformer"), "transformer.layer"),
+              (("wte", "h"), "h"),
+              (("embed_tokens", "layers"), "layers"))
+# Children of a decoder backbone that embed tokens and positions (GPT-2 drops out after).
+_EMBEDDING_CHILDREN = {"wte", "wpe", "drop", "embed_tokens", "rotary_emb"}
+
+
 def backbone_path(model: torch.nn.Module) -> str | None:
-    """Path of the BERT backbone (the module holding embeddings and encoder), if any."""
+    """Path of the backbone (the module holding embeddings and layers), if any.
+
+    BERT, RoBERTa, ELECTRA, ALBERT (``embeddings``, ``encoder``), DistilBERT
+    (``embeddings``, ``transformer``), GPT-2 (``wte``, ``h``), Llama (``embed_tokens``,
+    ``layers``).
+    """
     for path, module in model.named_modules():
-        if hasattr(module, "embeddings") and hasattr(module, "encoder"):
+        if layer_prefix(module) is not None:
             return path
     return None
 
 
-def layer_of(node: torch.fx.Node, module: str, backbone: str | None) -> str:
+def layer_prefix(backbone: torch.nn.Module) -> str | None:
+    """The label of ``backbone``'s layers before their index, None if it is no backbone."""
+    for children, prefix in _BACKBONES:
+        if all(hasattr(backbone, child) for child in children):
+            return prefix
+    return None
+
+
+def layer_of(node: torch.fx.Node, module: str, backbone: str | None,
+             prefix: str = DEFAULT_LAYER_PREFIX) -> str:
     """The block a node belongs to: embeddings, encoder.layer.N, pooler, mask, head, ...
 
-    Nodes run by the backbone itself (outside its children) build the attention mask.
+    Layers are labelled as the family names them (``prefix``: ``encoder.layer``,
+    ``transformer.layer``, ``h``, ``layers``). Nodes run by the backbone itself (outside
+    its children) build the attention mask; other children of the backbone (the pooler,
+    a decoder's final norm) are labelled by their own name; only what lies outside the
+    backbone is the head.
     """
     if node.op == "placeholder":
         return "inputs"
@@ -220,11 +274,14 @@ def layer_of(node: torch.fx.Node, module: str, backbone: str | None) -> str:
         return "embeddings"
     match = _LAYER_INDEX.search(module)
     if match:
-        return f"encoder.layer.{match.group(1)}"
-    if "pooler" in parts:
+        return f"{prefix}.{match.group(1)}"
+    if any(part.startswith("pooler") for part in parts):  # ALBERT: pooler_activation too
         return "pooler"
     if backbone is not None and module == backbone:
         return "mask"
+    if backbone is not None and (module + ".").startswith(f"{backbone}." if backbone else ""):
+        child = module.removeprefix(f"{backbone}." if backbone else "").split(".")[0]
+        return "embeddings" if child in _EMBEDDING_CHILDREN else child
     return "head"
 
 

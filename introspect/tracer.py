@@ -154,6 +154,10 @@ class MetaTracer(torch.fx.Tracer):
     # -- repeated layers: trace one, replay the others --------------------------------
     def call_module(self, m: torch.nn.Module, forward: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
+        if self.submodule_paths is not None and m not in self.submodule_paths:
+            # a module made inline (DistilBERT's ``nn.ReLU()(x)``, RoBERTa's LM head gelu)
+            # has no path for a call_module node: trace through its forward instead
+            return forward(*args, **kwargs)
         path = self.path_of_module(m)
         if not self.fast or self.is_leaf_module(m, path):
             return super().call_module(m, forward, args, kwargs)
@@ -430,10 +434,14 @@ def _collector_paused() -> Iterator[None]:
 def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor],
                   *, fast: bool, cache: bool) -> TraceResult:
     """``trace_module`` itself (the collector paused)."""
+    from introspect.families import untraceable_reason
     from introspect.shapes import propagate_trace_values
 
     if not example_inputs:
         raise TraceError("tracing needs at least one example input, got none")
+    untraceable = untraceable_reason(model)  # a known family fx cannot trace: say why
+    if untraceable is not None:
+        raise TraceError(untraceable)
     unknown = [n for n in example_inputs if n not in inspect.signature(model.forward).parameters
                and not _takes_var_keywords(model.forward)]
     if unknown:

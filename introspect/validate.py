@@ -50,7 +50,33 @@ _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classi
 _SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
                        "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1,
                        "F8_E4M3": 1, "F8_E5M2": 1}
-_LAYER_KEY = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
+# Per-layer weights: BERT, RoBERTa, ELECTRA (encoder.layer.N), DistilBERT
+# (transformer.layer.N), GPT-2 (h.N), Llama (layers.N); ALBERT's one shared layer has none.
+_LAYER_KEY = re.compile(r"(?:^|\.)(?:encoder\.layer|transformer\.layer|h|layers)\.(\d+)\.")
+# The cousins' config keys under BERT's names (DistilBERT, GPT-2, Llama), for the checks.
+_BERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers",
+               "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
+               "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
+               "n_head": "num_attention_heads", "n_inner": "intermediate_size",
+               "n_positions": "max_position_embeddings", "activation": "hidden_act",
+               "activation_function": "hidden_act", "layer_norm_epsilon": "layer_norm_eps",
+               "rms_norm_eps": "layer_norm_eps", "dropout": "hidden_dropout_prob",
+               "attention_dropout": "attention_probs_dropout_prob"}
+
+
+def bert_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A config with the cousins' own keys (``n_layer``, ``dim``, ...) renamed to BERT's.
+
+    BERT's own keys win where a config has both; values are not touched, so every check
+    of ``check_config`` applies to the cousins' values as it does to BERT's.
+    """
+    renamed = dict(values)
+    for key, bert_key in _BERT_NAMES.items():
+        if key in values and bert_key not in values:
+            renamed[bert_key] = values[key]
+    if renamed.get("n_inner", 0) is None:  # GPT-2: None means 4 x hidden
+        renamed.pop("intermediate_size", None)
+    return renamed
 
 
 # ----------------------------------------------------------------------------------------
@@ -525,7 +551,8 @@ def check_weights_fit(values: Mapping[str, Any], shapes: Mapping[str, tuple[int,
             f"{len(present)} (encoder.layer.{_span(present)}): encoder.layer.{_span(missing)} "
             f"would be random; make config.json and the weights match"
         )
-    hidden = values.get("hidden_size", 768)
+    # ALBERT and ELECTRA embed in a smaller size and project up to hidden_size
+    hidden = values.get("embedding_size", values.get("hidden_size", 768))
     for suffix, rows_key in (("word_embeddings.weight", "vocab_size"),
                              ("position_embeddings.weight", "max_position_embeddings"),
                              ("token_type_embeddings.weight", "type_vocab_size")):

@@ -63,8 +63,9 @@ def test_folder_without_config(tmp_path):
 
 
 def test_non_bert_architecture_says_what_is_supported(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(ModelSourceError, match="holds a gpt2 model; only BERT"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ModelSourceError, match="holds a t5 model; supported checkpoints: "
+                                               "model_type bert, roberta, distilbert"):
         load_model(str(tmp_path))
 
 

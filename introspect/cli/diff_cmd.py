@@ -227,7 +227,14 @@ def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
     from introspect.load import HEADS, load_model
 
     source = folder or args.model
-    label = f"{kind} {HEADS[args.head]} ({source}, {attn})"
+    label = f"{kind} {type(loaded.model).__name__} ({source}, {attn})"
+    if kind != "hf" and (args.head not in HEADS
+                         or getattr(loaded.model.config, "model_type", "bert") != "bert"):
+        from introspect.errors import InputError
+
+        raise InputError(f"the from-scratch model is a BERT; {source} is a "
+                         f"{loaded.model.config.model_type} ({type(loaded.model).__name__}): "
+                         f"use --candidate hf, or pass your own port as --candidate FILE.py:NAME")
     if kind == "hf":
         if folder is None and attn == loaded.attn:
             return loaded.model, label

@@ -7,9 +7,12 @@ import sys
 from typing import Any
 
 # Kept here (not imported from introspect.load) so that --help never imports torch.
-MODEL_HELP = "minilm (default, real pretrained), bert-tiny, bert-base, bert-large, or a folder"
+MODEL_HELP = ("minilm (default, real pretrained), bert-tiny, bert-base, bert-large, "
+              "roberta-base, distilbert-base, electra-small, albert-base, gpt2, llama-tiny "
+              "(random-init), or a checkpoint folder of these families")
 HEAD_CHOICES = ("base", "sequence-classification", "masked-lm", "token-classification",
-                "question-answering", "multiple-choice", "next-sentence", "pretraining")
+                "question-answering", "multiple-choice", "next-sentence", "pretraining",
+                "causal-lm")
 DEFAULT_TEXTS = ("I love cats!", "He hates pineapple pizza.")
 
 

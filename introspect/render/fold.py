@@ -22,7 +22,8 @@ from introspect.errors import InputError
 from introspect.records import NodeRecord
 from introspect.render.labels import LAYOUT_OPS
 
-_LAYER = re.compile(r"^encoder\.layer\.(\d+)$")
+# Layer labels of every family (introspect.shapes): BERT, DistilBERT, GPT-2, Llama.
+_LAYER = re.compile(r"^(encoder\.layer|transformer\.layer|h|layers)\.(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,13 @@ class LayerGroup:
     first: int
     last: int
     count: int
+    prefix: str = "encoder.layer"  # the layers' label before the index: "h", "layers"
 
     @property
     def name(self) -> str:
         """``encoder.layer.3`` or ``encoder.layer.1–10`` (an en dash, as in the label)."""
         span = f"{self.first}" if self.count == 1 else f"{self.first}–{self.last}"
-        return f"encoder.layer.{span}"
+        return f"{self.prefix}.{span}"
 
     @property
     def key(self) -> str:
@@ -53,7 +55,13 @@ class LayerGroup:
 def layer_index(layer: str) -> int | None:
     """3 for ``encoder.layer.3``; None for any other layer."""
     match = _LAYER.match(layer)
-    return int(match.group(1)) if match else None
+    return int(match.group(2)) if match else None
+
+
+def layer_label_prefix(layer: str) -> str:
+    """``h`` for ``h.3``, ``encoder.layer`` for ``encoder.layer.3`` (and for other labels)."""
+    match = _LAYER.match(layer)
+    return match.group(1) if match else "encoder.layer"
 
 
 def layer_members(records: Sequence[NodeRecord]) -> dict[int, list[NodeRecord]]:
@@ -110,6 +118,7 @@ def layer_groups(
     previous: tuple[object, ...] | None = None
     for position, index in enumerate(indices):
         prefix = _layer_prefix(members[index], index)
+        label = layer_label_prefix(members[index][0].layer)
         signature = layer_signature(members[index], prefix)
         can_join = (
             fold
@@ -120,16 +129,17 @@ def layer_groups(
         )
         if can_join:
             last = groups[-1]
-            groups[-1] = LayerGroup(last.first, index, last.count + 1)
+            groups[-1] = LayerGroup(last.first, index, last.count + 1, label)
         else:
-            groups.append(LayerGroup(index, index, 1))
+            groups.append(LayerGroup(index, index, 1, label))
         previous = signature
     return groups
 
 
 def _layer_prefix(members: Sequence[NodeRecord], index: int) -> str:
     """The module path up to and including ``layer.N.`` (``bert.encoder.layer.3.``)."""
-    marker = f"layer.{index}"
+    marker = f"{layer_label_prefix(members[0].layer).rpartition('.')[2]}.{index}" \
+        if members else f"layer.{index}"
     for r in members:
         head, found, _ = f"{r.module}.".partition(f"{marker}.")
         if found:

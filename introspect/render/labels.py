@@ -95,12 +95,61 @@ def op_title(
     the pooler selecting the [CLS] token, and the position ids cut to the sequence.
     """
     first = input_shapes[0] if input_shapes else None
+    decoder_title = _decoder_title(op_type, module, input_shapes, shape, input_names)
+    if decoder_title:
+        return decoder_title
     if op_type == "getitem" and first and shape:
         if module.endswith("pooler") and len(first) == 3 and len(shape) == 2:
             return "select [CLS] (token 0)"
         if input_names and input_names[0].endswith("position_ids"):
             return "position_ids[:, :S]"
     return _OP_TITLES.get(op_type, op_type)
+
+
+# Comparisons that build a causal mask from position indices (HF's masking_utils).
+_CAUSAL_COMPARISONS = {"le": "≤", "lt": "<", "ge": "≥", "gt": ">"}
+
+
+def _decoder_title(
+    op_type: str,
+    module: str,
+    input_shapes: Sequence[tuple[int, ...] | None],
+    shape: tuple[int, ...] | None,
+    input_names: Sequence[str],
+) -> str:
+    """Titles for the parts of decoders (Llama, GPT-2) that their bare op names hide.
+
+    Causal mask, RMSNorm, rotary embeddings, SwiGLU and grouped-query attention, each
+    recognised by its op and shapes (the module path only says where it runs).
+    """
+    first = input_shapes[0] if input_shapes else None
+    if op_type in _CAUSAL_COMPARISONS and shape and len(shape) == 4 and shape[-1] == shape[-2] \
+            and len(input_shapes) == 2 and all(s and len(s) == 4 for s in input_shapes):
+        return f"causal mask (key {_CAUSAL_COMPARISONS[op_type]} query)"
+    if op_type == "rsqrt" and shape and shape[-1] == 1:
+        return "RMSNorm: 1/√(mean x² + eps)"
+    if op_type in ("cos", "sin") and module.endswith("rotary_emb"):
+        return f"rotary {op_type}(position × freq)"
+    if op_type == "neg" and shape and len(shape) == 4:
+        return "rotary: −(second half)"
+    if op_type == "cat" and input_names and input_names[0].startswith("neg"):
+        return "rotary: rotate half [−x₂, x₁]"
+    if op_type == "expand" and shape and first and len(shape) == 5 and first[2] == 1:
+        return f"repeat kv heads ×{shape[2]} (grouped-query)"
+    if op_type == "mul" and module.endswith("mlp") and any("act" in n for n in input_names):
+        return "SwiGLU: act(gate) × up"
+    return ""
+
+
+def mask_title(layers_and_ops: Sequence[tuple[str, str, tuple[int, ...] | None]]) -> str:
+    """``causal attention mask`` when the mask compares positions, else ``attention mask``.
+
+    Args:
+        layers_and_ops: (layer, op type, shape) of the drawn records.
+    """
+    causal = any(layer == "mask" and op in _CAUSAL_COMPARISONS and shape and len(shape) >= 2
+                 and shape[-1] == shape[-2] for layer, op, shape in layers_and_ops)
+    return "causal attention mask" if causal else "attention mask"
 
 
 def layout_title(

@@ -35,7 +35,7 @@ from introspect.render.fold import (
     layer_members,
     layout_chains,
 )
-from introspect.render.labels import layout_title, op_title
+from introspect.render.labels import layout_title, mask_title, op_title
 
 if TYPE_CHECKING:
     from introspect.graph import IntrospectGraph
@@ -173,6 +173,7 @@ class _Builder:
     ) -> None:
         self.title = title
         self.by_name = {r.name: r for r in drawn}
+        self.mask_title = mask_title([(r.layer, r.op_type, r.shape) for r in drawn])
         self.full, self.limit = full, limit
         members = layer_members(drawn)
         self.groups = layer_groups(members, fold=fold, expand=expand)
@@ -238,7 +239,7 @@ class _Builder:
         return self._node(
             reference,
             style="maskref",
-            title="attention mask",
+            title=self.mask_title,
             subtitle="the same mask as above",
             shape=record.shape,
             shape_text=record.shapes,
@@ -295,7 +296,7 @@ class _Builder:
             return self._box(
                 MASK_ID,
                 c,
-                title="attention mask",
+                title=self.mask_title,
                 subtitle="mask building",
                 cluster=(),
                 style="mask",
@@ -455,7 +456,7 @@ class _Builder:
                 group = self.group_of[index]
                 label, folded = group.label, group.count > 1
             elif level == 1:
-                label, folded = ("attention mask" if path[0] == "mask" else path[0]), False
+                label, folded = (self.mask_title if path[0] == "mask" else path[0]), False
             else:
                 label, folded = ".".join(path[1:level]), False
             self._cluster(key, label, folded=folded)

@@ -72,8 +72,9 @@ def test_folder_that_is_not_bert_through_the_real_cli(tmp_path):
     done = subprocess.run([sys.executable, "-m", "introspect", "trace", "--model", str(tmp_path)],
                           capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.strip().endswith("holds a t5 model; only BERT checkpoints "
-                                        "(model_type 'bert') are supported")
+    assert done.stderr.strip().endswith("holds a t5 model; supported checkpoints: model_type "
+                                        "bert, roberta, distilbert, electra, albert, gpt2, "
+                                        "llama")
     assert done.stderr.count("\n") == 1 and done.stdout == ""
 
 

@@ -30,10 +30,12 @@ import torch
 from introspect.diff.hypotheses import (
     activation,
     attention,
+    decoder_attention,
     dropout,
     embeddings,
     norm,
     pooler,
+    rmsnorm,
     structure,
     weights,
 )
@@ -64,7 +66,8 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         except (AttributeError, IndexError, TypeError):  # BERT-like in name only: stay silent
             site = None
         if site is None or (site.kind != "embeddings" and site.block_input is None):
-            return tuple(hints)
+            # a decoder's (Llama): RMSNorm eps, rotary, causal mask, grouped-query heads
+            return tuple(hints + rmsnorm.hints(context) + decoder_attention.hints(context))
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:

@@ -1,0 +1,26 @@
+"""The cousins through the real CLI: diff against HF, and the from-scratch BERT refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _introspect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "introspect", *args], capture_output=True,
+                          text=True)
+
+
+def test_a_decoder_diffs_sdpa_against_eager_through_the_cli():
+    done = _introspect("diff", "--model", "llama-tiny", "--head", "causal-lm",
+                       "--candidate", "hf", "--candidate-attn", "eager", "-q")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("hf LlamaForCausalLM (llama-tiny, eager) vs hf "
+                                  "LlamaForCausalLM (llama-tiny, sdpa): parity holds")
+
+
+def test_the_from_scratch_bert_is_no_candidate_for_a_cousin():
+    done = _introspect("diff", "--model", "llama-tiny", "--head", "causal-lm", "-q")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "the from-scratch model is a BERT; llama-tiny is a llama (LlamaForCausalLM)" \
+        in done.stderr
