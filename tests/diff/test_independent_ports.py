@@ -75,19 +75,15 @@ WHY = {
 # the entry must go.
 KNOWN_WRONG: dict[str, dict[tuple[str, str], str]] = {
     "bert-tiny": {
-        ("hf_like", "position_offset"): "hint",
         ("hf_like", "pre_ln"): "op",
         ("hf_like", "layers_out_of_order"): "layer op local hint",
-        ("nanogpt_style", "position_offset"): "hint",
         ("nanogpt_style", "pre_ln"): "op",
         ("nanogpt_style", "layers_out_of_order"): "hint",
-        ("functional", "position_offset"): "hint",
         ("functional", "pre_ln"): "op",
         ("functional", "layers_out_of_order"): "layer op local hint",
         ("functional", "weight_from_other_layer"): "local hint",
     },
     "minilm": {
-        ("functional", "position_offset"): "hint",
     },
 }
 

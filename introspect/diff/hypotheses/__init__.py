@@ -35,6 +35,7 @@ from introspect.diff.hypotheses import (
     embeddings,
     norm,
     pooler,
+    positions,
     rmsnorm,
     structure,
     weights,
@@ -61,6 +62,9 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
     with torch.no_grad():
         hints = [] if context.candidate_model is None else \
             dropout.hints(context.candidate_model, context.inputs)
+        shifted = positions.hints(context)  # an index tensor: nothing to re-run
+        if shifted:
+            return tuple(hints + shifted)
         try:
             site = locate(context)
         except (AttributeError, IndexError, TypeError):  # BERT-like in name only: stay silent
