@@ -11,8 +11,8 @@ Two figures:
 
 Usage::
 
-    python benchmarks/attention_bench.py              # both figures, one JSON line each
-    python benchmarks/attention_bench.py --repeat 5
+    python -m benchmarks.attention_bench              # both figures, one JSON line each
+    python -m benchmarks.attention_bench --repeat 5
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from benchmarks.timing import median_time
 
 ATTENTION_MAPS = "attention maps (every layer and head)"
 TOOL = "introspect"
@@ -37,15 +37,6 @@ def attention_work(hf: torch.nn.Module, inputs: Any) -> list[Any]:
 
     return [Work(ATTENTION_MAPS, TOOL, lambda: introspect.attention(hf, inputs.for_introspect),
                  units=1.3)]
-
-
-def median_time(work: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def main() -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from benchmarks.timing import median_time
 
 
 def _inputs(batch: int, seq: int) -> dict[str, Any]:
@@ -32,39 +32,23 @@ def _inputs(batch: int, seq: int) -> dict[str, Any]:
             "attention_mask": attention_mask}
 
 
-def _median_seconds(work: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def _capture_into(taken: list[Any], model: Any, inputs: Any, select: str) -> None:
-    from introspect.dump import capture
-
-    taken.append(capture(model, inputs, select=select))
-
-
 def measure(repeat: int, batch: int = 8, seq: int = 128) -> list[dict[str, Any]]:
     import torch
 
-    from introspect.dump import capture_bytes
+    from introspect.dump import capture, capture_bytes
     from introspect.load import load_model
 
     model = load_model("bert-base").model
     inputs = _inputs(batch, seq)
     with torch.no_grad():
         model(**inputs)  # warm-up
-        forward_s = _median_seconds(lambda: model(**inputs), repeat)
+        forward_s, _ = median_time(lambda: model(**inputs), repeat)
     rows = []
     for select in ("all", "layers"):
-        taken: list[Any] = []
-        seconds = _median_seconds(partial(_capture_into, taken, model, inputs, select), repeat)
-        size = len(capture_bytes(taken[-1]))
+        seconds, taken = median_time(partial(capture, model, inputs, select=select), repeat)
+        size = len(capture_bytes(taken))
         rows.append({"case": f"capture BERT-base {batch}x{seq}", "select": select,
-                     "tensors": len(taken[-1].entries), "seconds": round(seconds, 3),
+                     "tensors": len(taken.entries), "seconds": round(seconds, 3),
                      "forward_s": round(forward_s, 3), "ratio": round(seconds / forward_s, 2),
                      "file_bytes": size, "file_mib": round(size / 2**20, 1)})
     return rows

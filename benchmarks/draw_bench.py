@@ -5,24 +5,14 @@ drawing under 5 s; folded SVG under 100 KB. Model loading is not timed (it is th
 for every command). Each figure is the median of --repeat runs.
 
 Usage:
-    .venv/bin/python benchmarks/draw_bench.py [--repeat 3]
+    .venv/bin/python -m benchmarks.draw_bench [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
-
-def median_time(work: Callable[[], object], repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+from benchmarks.timing import median_time
 
 
 def main() -> None:

@@ -90,6 +90,17 @@ def time_median(work: Callable[[], Any], repetitions: Repetitions,
     return Timed(statistics.median(times), tuple(times), result, warmed)
 
 
+def median_time(work: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """The median seconds of ``repeat`` runs of ``work``, and what its last run returned
+    (for the stand-alone ``*_bench.py`` scripts, which time one thing a few times)."""
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
 def _over(budget_s: float | None, start: float, last: float) -> bool:
     """Whether one more run like the last would end past the budget."""
     return budget_s is not None and time.perf_counter() - start + last > budget_s
