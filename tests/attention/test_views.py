@@ -6,7 +6,6 @@ with ``INTROSPECT_UPDATE_GOLDEN=1 pytest tests/attention`` and review the diff.
 
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -23,6 +22,7 @@ from introspect.attention.views import (
     thumbnail_pixels,
 )
 from introspect.errors import InputError
+from tests.golden import check_golden
 
 from .conftest import HOSTILE_TEXT
 
@@ -30,20 +30,11 @@ GOLDEN = Path(__file__).parent / "golden"
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("INTROSPECT_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; run with INTROSPECT_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), (f"{name} differs from its golden file; if intended, "
-                                      "rerun with INTROSPECT_UPDATE_GOLDEN=1 and review")
-
-
 @pytest.mark.parametrize("view", ["head", "matrix", "model"])
 def test_golden_svg_of_bert_tiny(tiny_short_maps, view):
     svg = tiny_short_maps.svg(view, layers=[1] if view != "model" else None,
                               heads=[0, 1] if view != "model" else None)
-    _check_golden(f"bert_tiny_{view}.svg", svg)
+    check_golden(GOLDEN / f"bert_tiny_{view}.svg", svg)
     assert svg == tiny_short_maps.svg(view, layers=[1] if view != "model" else None,
                                       heads=[0, 1] if view != "model" else None)
 

@@ -7,7 +7,6 @@ Golden files live in tests/diff/golden/; after a deliberate change, regenerate t
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,6 +18,7 @@ import introspect
 from introspect.errors import InputError
 from introspect.report import SCHEMA_VERSION, markdown_summary, render_reports, write_reports
 from tests.fixtures.candidates import inject
+from tests.golden import check_golden
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = {"diff.json", "nodes.csv", "layers.csv", "diff.md", "junit.xml", "diff.html"}
@@ -30,17 +30,8 @@ def faulty_diff(tiny, port, inputs):
     return introspect.diff(tiny, faulty, inputs)
 
 
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("INTROSPECT_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; run with INTROSPECT_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), (f"{name} differs from its golden file; if intended, "
-                                      "rerun with INTROSPECT_UPDATE_GOLDEN=1 and review")
-
-
 def test_markdown_of_a_passing_bert_tiny_diff_is_stable(tiny_diff):
-    _check_golden("bert_tiny_scratch.md", markdown_summary(tiny_diff))
+    check_golden(GOLDEN / "bert_tiny_scratch.md", markdown_summary(tiny_diff))
 
 
 def test_every_report_is_written(faulty_diff, tmp_path):

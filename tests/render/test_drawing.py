@@ -6,13 +6,13 @@ Rewrite the golden files after an intended change with
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
 from introspect.render import draw_graph, render_bytes
+from tests.golden import check_golden
 
 ESCAPE_TEXT = "<script>alert('x')</script> \"quoted\" & more"  # as in conftest.py
 
@@ -31,14 +31,7 @@ needs_dot = pytest.mark.skipif(
 @pytest.mark.parametrize("name", sorted(VIEWS))
 def test_golden_dot(tiny_graph, name):
     source = draw_graph(tiny_graph, **VIEWS[name]).source
-    path = GOLDEN / f"{name}.dot"
-    if os.environ.get("INTROSPECT_UPDATE_GOLDEN"):
-        path.write_text(source, encoding="utf-8")
-    assert path.exists(), f"no golden file {path}; run with INTROSPECT_UPDATE_GOLDEN=1"
-    assert source == path.read_text(encoding="utf-8"), (
-        f"the drawing differs from {path.name}; if the change is intended, rewrite it with "
-        "INTROSPECT_UPDATE_GOLDEN=1 and review the diff"
-    )
+    check_golden(GOLDEN / f"{name}.dot", source)
 
 
 def test_same_graph_same_bytes(tiny_graph, trace_tiny):
