@@ -25,7 +25,6 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.load import TokenizedInputs
 from introspect.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.shapes import node_records
 from introspect.tracer import Decision, trace_module
 
 if TYPE_CHECKING:
@@ -190,9 +189,9 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     model.eval()  # train/eval is fixed at trace time; trace what people run
     try:
         result = trace_module(model, tensors, cache=cache)  # ShapeProp ran on trace values
-        records = node_records(result.gm)
     finally:
         model.train(was_training)
+    records = result.records
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)
     return IntrospectGraph(result.gm, records, result.input_names, result.output_names,

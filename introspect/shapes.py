@@ -117,6 +117,34 @@ def node_records(gm: torch.fx.GraphModule) -> list[NodeRecord]:
     return label_repeated_calls(records, gm)
 
 
+def refresh_records(records: Sequence[NodeRecord], gm: torch.fx.GraphModule,
+                    ) -> list[NodeRecord]:
+    """``records`` after a real run's ShapeProp: rebuilt only where the shapes differ.
+
+    A trace is specialised on its example inputs, so a run on those inputs sees the
+    shapes the trace saw and nothing is rebuilt; a record whose shapes, dtype or
+    bookkeeping value did change is built again from the node's new metadata.
+    """
+    nodes = list(gm.graph.nodes)
+    changed = [i for i, (record, node) in enumerate(zip(records, nodes, strict=True))
+               if _seen(node) != (record.shapes, record.dtype, record.value)]
+    if not changed:
+        return list(records)
+    fresh = node_records(gm)  # layer labels may hang on shapes: label the graph as a whole
+    changed_at = set(changed)
+    return [fresh[i] if i in changed_at else record for i, record in enumerate(records)]
+
+
+def _seen(node: torch.fx.Node) -> tuple[str, str, str]:
+    """What a record says of a node's outputs: shapes text, dtype and bookkeeping value."""
+    meta = node.meta.get("tensor_meta")
+    metas = _tensor_metas(meta)
+    value = node.meta.get("value")
+    dtype = str(metas[0][1].dtype).removeprefix("torch.") if metas else ""
+    return (_shapes_text(meta, metas), dtype,
+            _value_text(value) if value is not None and not metas else "")
+
+
 def _embeddings_summed_in_backbone(records: list[NodeRecord]) -> list[NodeRecord]:
     """GPT-2 adds token and position embeddings (and reshapes the final norm's output) in
     its backbone's own forward: those (B, S, H) nodes belong to the block that feeds them

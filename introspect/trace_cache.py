@@ -16,7 +16,8 @@ a hash of introspect's tracing code.
 On disk an entry is one JSON file, ``$XDG_CACHE_HOME/introspect/graphs/<key>.json`` (or
 ``~/.cache/introspect/...``, or ``$INTROSPECT_CACHE_DIR/graphs/...``): nodes, targets
 (functions by module and name, imported only from torch, transformers, introspect and
-the standard library's operator, builtins and math), arguments and metadata. Nothing
+the standard library's operator, builtins and math), arguments, metadata and the node
+records (``introspect.records``), so a hit builds no records either. Nothing
 is unpickled or executed from it; the code is generated again from the graph. An entry
 that cannot be read or does not match its key is ignored and traced again.
 ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -47,25 +49,31 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-FORMAT = 2  # bump when the file layout changes
+from introspect.fx_module import build_graph_module
+from introspect.records import NodeRecord
+
+FORMAT = 3  # bump when the file layout changes
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _IMPORTABLE = ("torch", "transformers", "introspect", "operator", "_operator", "builtins",
                "math")
-_TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "trace_cache")
+_TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "records", "trace_cache")
 
 
 @dataclass
 class CachedTrace:
     """What a trace produced, without weights: rebuild a GraphModule with ``bind``."""
 
-    graph: torch.fx.Graph
-    cls: type | None  # the GraphModule class holding the compiled forward (memory only)
-    state: dict[str, Any]  # the GraphModule's own attributes (code, tracer class)
+    graph: torch.fx.Graph | None  # None once a graph read from disk was handed out
     constants: dict[str, torch.Tensor]  # get_attr targets the graph owns (tensor constants)
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     decisions: tuple[tuple[str, str, bool], ...]
     notes: tuple[str, ...]
+    records: tuple[NodeRecord, ...]  # frozen rows, the same for every model the key fits
+    # A graph read from disk is handed to the first bind as it is (no copy); the document
+    # it came from rebuilds the entry's own graph if another bind follows.
+    document: dict[str, Any] | None = None
+    handed_out: bool = False
 
 
 def enabled() -> bool:
@@ -194,16 +202,15 @@ _MEMORY: collections.OrderedDict[str, CachedTrace] = collections.OrderedDict()
 
 
 def remember(key: str, gm: torch.fx.GraphModule, input_names: tuple[str, ...],
-             output_names: tuple[str, ...], decisions: list[Any], notes: list[str]) -> CachedTrace:
+             output_names: tuple[str, ...], decisions: list[Any], notes: list[str],
+             records: list[NodeRecord]) -> CachedTrace:
     """Keep what ``gm`` was traced into, without its weights, under ``key``."""
-    state = {k: v for k, v in vars(gm).items() if k not in _MODULE_STATE}
-    state.pop("_graph", None)
     constants = {n.target: _fetch(gm, n.target) for n in gm.graph.nodes
                  if n.op == "get_attr" and str(n.target).startswith("_tensor_constant")}
-    entry = CachedTrace(_copy_graph(gm.graph), type(gm), state, constants, tuple(input_names),
+    entry = CachedTrace(_copy_graph(gm.graph), constants, tuple(input_names),
                         tuple(output_names),
                         tuple((d.node, d.expression, d.answer) for d in decisions),
-                        tuple(notes))
+                        tuple(notes), tuple(records))
     _store(key, entry)
     return entry
 
@@ -232,30 +239,18 @@ def clear_memory() -> None:
     _MEMORY.clear()
 
 
-_MODULE_STATE = frozenset(vars(torch.nn.Module()))
-
-
 def bind(entry: CachedTrace, model: torch.nn.Module) -> torch.fx.GraphModule:
     """A GraphModule running ``entry``'s graph on ``model``'s own modules and weights."""
-    graph = _copy_graph(entry.graph)
-    if entry.cls is None:  # read from disk: generate the code once, then reuse its class
-        built = torch.fx.GraphModule(_Targets(model, entry.constants), graph,
-                                     class_name=type(model).__name__)
-        entry.cls = type(built)
-        entry.state = {k: v for k, v in vars(built).items() if k not in _MODULE_STATE}
-        entry.state.pop("_graph", None)
-        return built
-    gm: Any = object.__new__(entry.cls)  # the class holds the compiled forward: no codegen
-    torch.nn.Module.__init__(gm)
-    for key, value in entry.state.items():
-        gm.__dict__[key] = copy.copy(value)
+    if entry.graph is None:  # handed out to the first bind: rebuild the entry's own
+        assert entry.document is not None
+        entry.graph = _graph_from_document(entry.document)
+    if entry.document is not None and not entry.handed_out:
+        graph = entry.graph  # fresh from the file and held by nobody else: no copy
+        entry.graph, entry.handed_out = None, True
+    else:
+        graph = _copy_graph(entry.graph)
+    gm = build_graph_module(_Targets(model, entry.constants), graph, type(model).__name__)
     gm.training = model.training
-    targets = _Targets(model, entry.constants)
-    for node in graph.nodes:
-        if node.op in ("get_attr", "call_module"):
-            torch.fx.graph_module._copy_attr(targets, gm, node.target)
-    gm.__dict__["_graph"] = graph
-    graph.owning_module = gm
     return gm
 
 
@@ -305,13 +300,15 @@ def write_entry(key: str, entry: CachedTrace) -> bool:
     """Write ``entry`` as JSON under the cache folder; False (nothing written) if it cannot."""
     try:
         values: dict[str, int] = {}  # metadata repeat (module stacks, shapes): stored once
+        assert entry.graph is not None  # written right after the trace, before any bind
         nodes = [_encode_node(n, values) for n in entry.graph.nodes]
         document = {"format": FORMAT, "key": key, "versions": list(_versions()),
                     "nodes": nodes, "values": [json.loads(v) for v in values],
                     "input_names": list(entry.input_names),
                     "output_names": list(entry.output_names),
                     "decisions": [list(d) for d in entry.decisions],
-                    "notes": list(entry.notes)}
+                    "notes": list(entry.notes),
+                    "records": [list(vars(r).values()) for r in entry.records]}
         if entry.constants:
             raise _NotSerialisable("tensor constants")
         text = json.dumps(document, sort_keys=True)
@@ -338,26 +335,47 @@ def read_entry(key: str) -> CachedTrace | None:
         if document["format"] != FORMAT or document["key"] != key \
                 or tuple(document["versions"]) != _versions():
             return None
-        graph = torch.fx.Graph()
-        nodes: dict[str, torch.fx.Node] = {}
-        values = [_decode(v, nodes) for v in document["values"]]  # no node inside these
-        for row in document["nodes"]:
-            node = graph.create_node(row["op"], _decode(row["target"], nodes),
-                                     _decode(row["args"], nodes), _decode(row["kwargs"], nodes),
-                                     row["name"], _decode(row["type"], nodes))
-            if node.name != row["name"]:
-                return None
-            node.meta = {str(k): copy.copy(values[i]) for k, i in row["meta"].items()}
-            nodes[node.name] = node
-        from introspect.tracer import ReloadableTracer
-
-        graph._tracer_cls = ReloadableTracer
-        return CachedTrace(graph, None, {}, {}, tuple(document["input_names"]),
+        graph = _graph_from_document(document)
+        records = tuple(_record(row) for row in document["records"])
+        if len(records) != len(graph.nodes):
+            return None
+        return CachedTrace(graph, {}, tuple(document["input_names"]),
                            tuple(document["output_names"]),
                            tuple((str(a), str(b), bool(c)) for a, b, c in document["decisions"]),
-                           tuple(str(n) for n in document["notes"]))
+                           tuple(str(n) for n in document["notes"]), records, document)
     except Exception:  # noqa: BLE001 - any damage to a cache file means "trace again"
         return None
+
+
+def _graph_from_document(document: dict[str, Any]) -> torch.fx.Graph:
+    """The graph a cache file describes (ValueError where it does not hold together)."""
+    from introspect.tracer import ReloadableTracer
+
+    graph = torch.fx.Graph(tracer_cls=ReloadableTracer)
+    nodes: dict[str, torch.fx.Node] = {}
+    values = [_decode(v, nodes) for v in document["values"]]  # no node inside these
+    for row in document["nodes"]:
+        node = graph.create_node(row["op"], _decode(row["target"], nodes),
+                                 _decode(row["args"], nodes), _decode(row["kwargs"], nodes),
+                                 row["name"], _decode(row["type"], nodes))
+        if node.name != row["name"]:
+            raise ValueError(f"node {row['name']} was named {node.name}")
+        node.meta = {str(k): copy.copy(values[i]) for k, i in row["meta"].items()}
+        nodes[node.name] = node
+    return graph
+
+
+_TUPLE_FIELDS = frozenset({"shape", "inputs"})
+
+
+def _record(row: list[Any]) -> NodeRecord:
+    """A NodeRecord from its field values in order (lists back to tuples)."""
+    fields = [field.name for field in dataclasses.fields(NodeRecord)]
+    if len(row) != len(fields):
+        raise ValueError("a record of another layout")
+    values: list[Any] = [tuple(v) if name in _TUPLE_FIELDS and v is not None else v
+                         for name, v in zip(fields, row, strict=True)]
+    return NodeRecord(*values)
 
 
 def _encode_node(node: torch.fx.Node, values: dict[str, int]) -> dict[str, Any]:

@@ -62,7 +62,9 @@ from torch.fx.node import map_aggregate
 
 from introspect import layer_replay, trace_cache
 from introspect.errors import TraceError
+from introspect.fx_module import build_graph_module
 from introspect.leaf_shapes import NO_RULE, leaf_value
+from introspect.records import NodeRecord
 
 # Attributes of a tensor that are fixed at trace time (DESIGN.md, point 6): answering them
 # as constants lets HF call torch.finfo(x.dtype) and build tensors on x.device.
@@ -97,6 +99,8 @@ class TraceResult:
     output_names: tuple[str, ...]
     decisions: list[Decision] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # layers traced in full, and why
+    # One NodeRecord per node, from the shapes seen while tracing (kept by the cache too).
+    records: list[NodeRecord] = field(default_factory=list)
 
 
 class _MetaProxy(torch.fx.Proxy):
@@ -435,7 +439,7 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
                   *, fast: bool, cache: bool) -> TraceResult:
     """``trace_module`` itself (the collector paused)."""
     from introspect.families import untraceable_reason
-    from introspect.shapes import propagate_trace_values
+    from introspect.shapes import node_records, propagate_trace_values
 
     if not example_inputs:
         raise TraceError("tracing needs at least one example input, got none")
@@ -456,7 +460,7 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
             if entry is not None and entry.input_names == tuple(example_inputs):
                 return TraceResult(trace_cache.bind(entry, model), entry.input_names,
                                    entry.output_names, [Decision(*d) for d in entry.decisions],
-                                   list(entry.notes))
+                                   list(entry.notes), list(entry.records))
     tracer = MetaTracer(example_inputs, fast=fast)
     attributes_before = set(vars(model))
     try:
@@ -475,22 +479,23 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
     graph._tracer_cls = ReloadableTracer
     graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
     graph.eliminate_dead_code()
-    gm = torch.fx.GraphModule(tracer.root, graph, class_name=type(model).__name__)  # codegen
+    gm = build_graph_module(tracer.root, graph, type(model).__name__)  # no codegen yet
     # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
     # GraphModule keeps its own copy, so take them off the user's model again.
     for name in added:
         delattr(model, name)
     propagate_trace_values(gm, values)
+    records = node_records(gm)
     output_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = output_node.args[0]
     output_names = tuple(returned) if isinstance(returned, dict) else ("output",)
     if key is not None:
         with TRACE_LOCK:
             entry = trace_cache.remember(key, gm, tuple(example_inputs), output_names,
-                                         tracer.decisions, tracer.notes)
+                                         tracer.decisions, tracer.notes, records)
             trace_cache.write_entry(key, entry)
     return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions),
-                       list(tracer.notes))
+                       list(tracer.notes), records)
 
 
 def _takes_var_keywords(fn: Any) -> bool:

@@ -177,3 +177,39 @@ def test_a_forward_set_on_the_instance_is_keyed_by_what_it_closes_over(cache_fol
 
     assert "sigmoid" not in trace_module(flagged(None), inputs).gm.code
     assert "sigmoid" in trace_module(flagged("sigmoid"), inputs).gm.code
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_a_hit_carries_the_records_of_a_fresh_trace(cache_folder, where):
+    model, inputs = _model(), make_batch(2, 9, padded=True)
+    traced = trace_module(model, inputs)
+    if where == "disk":
+        trace_cache.clear_memory()
+    hit = trace_module(_with_other_weights(model), inputs)
+    assert hit.records == traced.records  # every field, the shapes and params included
+    assert hit.records == trace_module(model, inputs, cache=False).records
+    assert len(hit.records) == len(hit.gm.graph.nodes)
+
+
+def test_a_graph_read_from_disk_is_handed_out_once_and_never_shared(cache_folder):
+    model, inputs = _model(), make_batch(2, 9, padded=True)
+    traced = trace_module(model, inputs)
+    trace_cache.clear_memory()
+    first = trace_module(model, inputs)  # takes the graph read from the file as it is
+    for node in list(first.gm.graph.nodes):  # a user's graph surgery on the first hit
+        node.meta["touched"] = True
+    second, third = trace_module(model, inputs), trace_module(model, inputs)
+    assert len({id(r.gm.graph) for r in (first, second, third)}) == 3
+    assert not any("touched" in n.meta for n in second.gm.graph.nodes)
+    assert _same_graph(second, traced) and _same_graph(third, traced)
+
+
+def test_no_code_is_generated_until_the_graph_is_called_or_read(cache_folder):
+    model, inputs = _model(), make_batch(2, 9, padded=True)
+    traced = trace_module(model, inputs)
+    generated = type(traced.gm).forward is not type(traced.gm)._lazy_forward
+    assert not generated  # tables, drawings and the diff's Interpreter need no code
+    with torch.no_grad():
+        assert torch.equal(traced.gm(**inputs)["last_hidden_state"],
+                           model(**inputs).last_hidden_state)
+    assert "def forward(self, input_ids" in traced.gm.code

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.calls import label_repeated_calls
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
 from introspect.diff.exercised import unexercised_notes
@@ -42,7 +41,7 @@ from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.load import TokenizedInputs
-from introspect.shapes import node_records
+from introspect.shapes import refresh_records
 from introspect.tracer import trace_module
 
 # ---------------------------------------------------------------------------------------
@@ -66,9 +65,10 @@ def trace_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
         raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
                          f"{', '.join(tensors)}")
     result = trace_module(model, accepted)
-    records = node_records(result.gm)  # the shapes seen while tracing; the run refreshes them
-    graph = IntrospectGraph(result.gm, records, result.input_names, result.output_names,
-                            decisions=result.decisions, title=title)
+    # The records hold the shapes seen while tracing; the run refreshes those that differ.
+    graph = IntrospectGraph(result.gm, list(result.records), result.input_names,
+                            result.output_names, decisions=result.decisions,
+                            notes=list(result.notes), title=title)
     return graph, accepted
 
 
@@ -139,6 +139,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
         ref_graph, ref_inputs = trace_for_diff(reference, tensors, reference_label)
         cand_graph, cand_inputs = trace_for_diff(candidate, tensors, candidate_label)
+        notes += [f"the {side}'s {note}" for side, graph in
+                  (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
         notes += unexercised_notes(tensors, ref_graph, cand_graph)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
@@ -146,9 +148,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
-        # This run's shapes, not the probe's; a shared block's calls labelled by call.
-        ref_graph.records = label_repeated_calls(node_records(ref_graph.gm), ref_graph.gm)
-        cand_graph.records = label_repeated_calls(node_records(cand_graph.gm), cand_graph.gm)
+        # The run's ShapeProp rewrote every node's shapes; a record changes only where they
+        # differ from the trace's (a trace is specialised on these inputs: rarely if ever).
+        ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
+        cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
         if any(r.layer == "mask" for r in ref_graph.records):
             ref_graph.notes.append(MASK_NOTE)
         notes += alignment.notes

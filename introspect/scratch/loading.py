@@ -217,7 +217,7 @@ def _model_key(checkpoint_key: str, prefix: str) -> str:
     return key
 
 
-def _tied_aliases(model: nn.Module) -> dict[str, str]:
+def tied_aliases(model: nn.Module) -> dict[str, str]:
     """Second names of shared parameters (``cls.predictions.decoder.weight``) -> first name."""
     first_name: dict[int, str] = {}
     aliases: dict[str, str] = {}
@@ -249,7 +249,7 @@ def load_state(
             ``strict`` a missing or unused head parameter. Nothing is copied then.
     """
     params = dict(model.named_parameters())
-    aliases = _tied_aliases(model)
+    aliases = tied_aliases(model)
     prefix = "bert." if isinstance(getattr(model, "bert", None), nn.Module) else ""
     owner = type(model).__name__
     filled: dict[str, str] = {}  # model parameter -> checkpoint key

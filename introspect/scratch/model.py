@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -87,6 +88,12 @@ def activation(name: str) -> nn.Module:
 # Embeddings
 
 
+def _position_buffers(length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The position ids 0, 1, 2... and the all-zero segment ids, each (1, length)."""
+    positions = torch.arange(length).expand((1, -1))
+    return positions, torch.zeros_like(positions)
+
+
 class BertEmbeddings(nn.Module):
     """Token + segment + position embeddings, then LayerNorm and dropout."""
 
@@ -103,9 +110,13 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         # Buffers, not inputs: a traced graph slices them to the sequence length it is given.
-        positions = torch.arange(config.max_position_embeddings).expand((1, -1))
+        positions, segments = _position_buffers(config.max_position_embeddings)
         self.register_buffer("position_ids", positions, persistent=False)  # (1, max_pos)
-        self.register_buffer("token_type_ids", torch.zeros_like(positions), persistent=False)
+        self.register_buffer("token_type_ids", segments, persistent=False)
+
+    def reset_buffers(self) -> None:
+        """Fill the buffers again (a model built on the meta device has none to keep)."""
+        self.position_ids, self.token_type_ids = _position_buffers(self.position_ids.shape[-1])
 
     def forward(
         self,
@@ -454,8 +465,15 @@ class BertPreTrainedModel(nn.Module):
         dtype: torch.dtype | None,
     ) -> ModelT:
         loading.check_fits(config, state, source)  # before allocating the model
-        model = cls(config)
+        model = _materialised(cls, config)
         model.loading_report = loading.load_state(model, state, source, strict=strict)
+        if model.loading_report.initialized:
+            # Head weights the checkpoint lacks: drawn as a model built on the CPU draws
+            # them (from INIT_SEED, in module order), then the loaded values go back on top.
+            model.init_weights()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", loading.LoadingWarning)  # said once already
+                loading.load_state(model, state, source, strict=strict)
         if dtype is not None:
             model.to(dtype)
         return model.eval()
@@ -467,6 +485,27 @@ class BertPreTrainedModel(nn.Module):
             ModelSourceError: the folder cannot be written.
         """
         loading.save_checkpoint(self, folder)
+
+
+def _materialised(cls: type[ModelT], config: BertConfig) -> ModelT:
+    """``cls(config)`` with its memory allocated but no weight drawn or initialised.
+
+    A model about to be filled from a checkpoint need not draw weights that the
+    checkpoint replaces (a fifth of a second for MiniLM): it is built on the meta device,
+    then given real, uninitialised memory. ``to_empty`` gives shared parameters (the MLM
+    decoder tied to the word embeddings) one tensor each: they are shared again here.
+    """
+    with torch.device("meta"):
+        model = cls(config)
+    aliases = loading.tied_aliases(model)
+    model.to_empty(device="cpu")
+    for alias, first in aliases.items():
+        owner, _, leaf = alias.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, model.get_parameter(first))
+    for module in model.modules():
+        if isinstance(module, BertEmbeddings):
+            module.reset_buffers()
+    return model
 
 
 # ----------------------------------------------------------------------------------------

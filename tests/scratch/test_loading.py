@@ -448,3 +448,36 @@ def test_the_errors_are_input_errors_of_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         scratch.BertModel.from_pretrained(folder)
     assert "\n" not in str(caught.value) and "the file is empty" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", sorted(scratch.MODELS))
+def test_a_loaded_model_is_the_model_built_on_the_cpu_then_loaded(name: str) -> None:
+    # Loading builds on the meta device (no weight drawn that the checkpoint replaces):
+    # every parameter and buffer must be what building on the CPU, then loading, gives,
+    # the head weights the base checkpoint lacks drawn from the same seed, ties kept.
+    from introspect.load import minilm_folder
+    from introspect.scratch import loading
+
+    cls = scratch.MODELS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scratch.LoadingWarning)
+        loaded = cls.from_pretrained(minilm_folder())
+        config, state, source = loading.read_checkpoint(minilm_folder())
+        expected = cls(config)
+        loading.load_state(expected, state, source)
+    got, want = loaded.state_dict(keep_vars=True), expected.eval().state_dict(keep_vars=True)
+    assert list(got) == list(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+    assert loaded.loading_report == expected_report(expected, state, source)
+    # Parameters shared as on the CPU (the decoder's weight and bias, in an MLM head).
+    assert loading.tied_aliases(loaded) == loading.tied_aliases(expected)
+    assert bool(loading.tied_aliases(loaded)) == ("MaskedLM" in name or "PreTraining" in name)
+
+
+def expected_report(model: Any, state: Any, source: str) -> Any:
+    from introspect.scratch import loading
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scratch.LoadingWarning)
+        return loading.load_state(model, state, source)
