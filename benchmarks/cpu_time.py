@@ -69,6 +69,7 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
     disk_hit = cpu_median(lambda: cases.trace_cached(hf, inputs, True), runs)
     trace_cache.clear_memory()
     diffed = cpu_median(lambda: cases.diff(hf, scratch, inputs), runs)
+    aligned = cpu_median(_alignment(hf, scratch, inputs), runs)
     return {
         "size": size, "threads": 1, "runs": runs, "forward_cpu_s": round(forward, 4),
         "trace_shapes_over_forward": round(traced / forward, 3),
@@ -76,7 +77,18 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
         "cache_hit_memory_over_full_trace": round(memory_hit / full, 3),
         "cache_hit_disk_over_full_trace": round(disk_hit / full, 3),
         "diff_over_two_forwards": round(diffed / forwards, 3),
+        "alignment_share_of_diff": round(aligned / diffed, 3),
     }
+
+
+def _alignment(hf: Any, scratch: Any, inputs: Any) -> Callable[[], Any]:
+    """The diff's alignment step alone, on the two graphs the diff traces."""
+    from introspect.diff.align import align_graphs
+    from introspect.diff.api import trace_for_diff
+
+    reference, _ = trace_for_diff(hf, inputs.tensors, "hf")
+    candidate, _ = trace_for_diff(scratch, inputs.tensors, "scratch")
+    return lambda: align_graphs(reference, candidate)
 
 
 if __name__ == "__main__":
