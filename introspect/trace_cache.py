@@ -241,14 +241,15 @@ def clear_memory() -> None:
 
 def bind(entry: CachedTrace, model: torch.nn.Module) -> torch.fx.GraphModule:
     """A GraphModule running ``entry``'s graph on ``model``'s own modules and weights."""
-    if entry.graph is None:  # handed out to the first bind: rebuild the entry's own
-        assert entry.document is not None
-        entry.graph = _graph_from_document(entry.document)
     if entry.document is not None and not entry.handed_out:
-        graph = entry.graph  # fresh from the file and held by nobody else: no copy
-        entry.graph, entry.handed_out = None, True
+        # Fresh from the file and held by nobody else: the first bind takes it, no copy.
+        graph, entry.graph, entry.handed_out = entry.graph, None, True
     else:
+        if entry.graph is None:  # the first bind took it: rebuild the entry's own
+            assert entry.document is not None
+            entry.graph = _graph_from_document(entry.document)
         graph = _copy_graph(entry.graph)
+    assert graph is not None
     gm = build_graph_module(_Targets(model, entry.constants), graph, type(model).__name__)
     gm.training = model.training
     return gm
