@@ -20,7 +20,9 @@ the standard library's operator, builtins and math), arguments, metadata and the
 records (``introspect.records``), so a hit builds no records either. Nothing
 is unpickled or executed from it; the code is generated again from the graph. An entry
 that cannot be read or does not match its key is ignored and traced again.
-``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
+At most ``DISK_ENTRIES`` files are kept: writing one removes the least recently used
+beyond that (reading a file marks it used). ``INTROSPECT_NO_CACHE=1`` turns the cache
+off entirely.
 
 What the key cannot see: a function replaced at run time in a model's Python module
 (``modeling_bert.some_function = patched``). A method set on a module instance is seen
@@ -30,6 +32,7 @@ What the key cannot see: a function replaced at run time in a model's Python mod
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -54,6 +57,7 @@ from introspect.records import NodeRecord
 
 FORMAT = 3  # bump when the file layout changes
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
+DISK_ENTRIES = 256  # files kept on disk (each 0.1-0.2 MB for BERT); least recently used go
 _IMPORTABLE = ("torch", "transformers", "introspect", "operator", "_operator", "builtins",
                "math")
 _TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "records", "trace_cache")
@@ -323,9 +327,28 @@ def write_entry(key: str, entry: CachedTrace) -> bool:
         finally:
             if os.path.exists(temporary):
                 os.unlink(temporary)
+        _prune(folder)
     except (_NotSerialisable, OSError, TypeError, ValueError):
         return False  # a cache that cannot be written is only slower, never an error
     return True
+
+
+def _prune(folder: Path) -> None:
+    """Keep the ``DISK_ENTRIES`` most recently used files (a read touches its file).
+
+    A notebook that sweeps input shapes writes one entry per shape: without a bound the
+    folder would only grow.
+    """
+    entries = []
+    for path in folder.glob("*.json"):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:  # removed by another process meanwhile
+            continue
+    entries.sort()
+    for _, path in entries[:max(0, len(entries) - DISK_ENTRIES)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def read_entry(key: str) -> CachedTrace | None:
@@ -340,6 +363,8 @@ def read_entry(key: str) -> CachedTrace | None:
         records = tuple(_record(row) for row in document["records"])
         if len(records) != len(graph.nodes):
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: the last to be pruned
         return CachedTrace(graph, {}, tuple(document["input_names"]),
                            tuple(document["output_names"]),
                            tuple((str(a), str(b), bool(c)) for a, b, c in document["decisions"]),

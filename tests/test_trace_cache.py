@@ -213,3 +213,21 @@ def test_no_code_is_generated_until_the_graph_is_called_or_read(cache_folder):
         assert torch.equal(traced.gm(**inputs)["last_hidden_state"],
                            model(**inputs).last_hidden_state)
     assert "def forward(self, input_ids" in traced.gm.code
+
+
+def test_the_disk_keeps_the_most_recently_used_entries(cache_folder, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(trace_cache, "DISK_ENTRIES", 2)
+    model = _model()
+    first, second, third = (make_batch(2, n, padded=True) for n in (5, 6, 7))
+    trace_module(model, first)
+    trace_module(model, second)
+    keys = [trace_cache.cache_key(model, b, True) for b in (first, second, third)]
+    for i, key in enumerate(keys[:2]):  # written long ago, the first the older
+        os.utime(cache_folder / f"{key}.json", (time.time() - 100 + i, time.time() - 100 + i))
+    trace_cache.clear_memory()
+    trace_module(model, first)  # read from disk: the first is now the most recent
+    trace_module(model, third)  # a third entry: the least recently used (second) goes
+    assert sorted(p.stem for p in cache_folder.iterdir()) == sorted([keys[0], keys[2]])
