@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     reference_spec = implementation("--reference", args.reference)
     candidate_spec = implementation("--candidate", args.candidate)
     _check_candidate_options(args, candidate_spec)
+    _check_scratch_source(args, reference_spec, candidate_spec)
     from introspect.report import REPORT_FILES
 
     check_outputs({"--json": args.json, "--junit": args.junit}, folder=args.out,
@@ -167,6 +168,24 @@ def _check_candidate_options(args: argparse.Namespace, candidate: Implementation
                     else "the folder is the candidate's checkpoint"
                 raise InputError(f"{option} works with --candidate hf or scratch; {what} "
                                  f"({candidate.spec})")
+
+
+def _check_scratch_source(args: argparse.Namespace, *specs: Implementation) -> None:
+    """Refuse the from-scratch BERT for a cousin named by ``--model`` before it loads.
+
+    A random-init cousin takes seconds to build; its family is known from its name. (A
+    checkpoint folder's family is read when it loads, and refused then.)
+    """
+    from introspect.families import FAMILIES, RANDOM_MODELS
+
+    family = RANDOM_MODELS.get(str(args.model))
+    if family is None or not any(spec.kind == "scratch" for spec in specs) \
+            or args.head not in FAMILIES[family].heads:  # loading says the head is missing
+        return
+    model_class = FAMILIES[family].heads[args.head]
+    raise InputError(f"the from-scratch model is a BERT; {args.model} is a {family} "
+                     f"({model_class}): use --candidate hf, or pass your own port as "
+                     f"--candidate FILE.py:NAME")
 
 
 def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | None,

@@ -24,3 +24,17 @@ def test_the_from_scratch_bert_is_no_candidate_for_a_cousin():
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
     assert "the from-scratch model is a BERT; llama-tiny is a llama (LlamaForCausalLM)" \
         in done.stderr
+
+
+def test_the_refusal_comes_before_the_cousin_is_built(monkeypatch, capsys):
+    import introspect.load
+    from introspect.cli.main import main
+
+    def never(*args, **kwargs):
+        raise AssertionError("the cousin was loaded before the refusal")
+
+    monkeypatch.setattr(introspect.load, "load_model", never)  # 125M parameters to draw
+    assert main(["diff", "--model", "roberta-base", "-q"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "the from-scratch model is a BERT; roberta-base is a " \
+        "roberta (RobertaModel)" in error
