@@ -60,7 +60,8 @@ MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 DISK_ENTRIES = 256  # files kept on disk (each 0.1-0.2 MB for BERT); least recently used go
 _IMPORTABLE = ("torch", "transformers", "introspect", "operator", "_operator", "builtins",
                "math")
-_TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "records", "trace_cache")
+_TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "records", "traced_sizes",
+                    "trace_cache")
 
 
 @dataclass

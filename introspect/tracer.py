@@ -65,6 +65,7 @@ from introspect.errors import TraceError
 from introspect.fx_module import build_graph_module
 from introspect.leaf_shapes import NO_RULE, leaf_value
 from introspect.records import NodeRecord
+from introspect.traced_sizes import factories_take_traced_sizes
 
 # Attributes of a tensor that are fixed at trace time (DESIGN.md, point 6): answering them
 # as constants lets HF call torch.finfo(x.dtype) and build tensors on x.device.
@@ -111,11 +112,21 @@ class _MetaProxy(torch.fx.Proxy):
             value = _meta_of(self.node)
             if isinstance(value, torch.Tensor):
                 return getattr(value, name)
-        return super().__getattr__(name)
+        return _MetaAttribute(self, name)  # fx's Attribute: its node is made when used
 
     def __len__(self) -> int:
         # Ranks and tuple lengths are fixed for a graph; no decision worth recording.
         return len(_meta_of(self.node))
+
+
+class _MetaAttribute(torch.fx.proxy.Attribute):
+    """``x.shape`` and other attributes: ``len(x.shape)`` and ``*x.shape`` work too."""
+
+    def __len__(self) -> int:
+        return len(_meta_of(self.node))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([self[i] for i in range(len(self))])  # type: ignore[index]
 
 
 def _meta_of(node: torch.fx.Node) -> Any:
@@ -330,7 +341,7 @@ class MetaTracer(torch.fx.Tracer):
     # -- entry point ------------------------------------------------------------------------
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
-        with TRACE_LOCK, _patches_restored():
+        with TRACE_LOCK, _patches_restored(), factories_take_traced_sizes():
             self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             try:
                 return super().trace(root, concrete_args)
