@@ -33,6 +33,7 @@ from introspect.diff.hypotheses import (
     decoder_attention,
     dropout,
     embeddings,
+    gpt2,
     norm,
     pooler,
     positions,
@@ -70,8 +71,10 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         except (AttributeError, IndexError, TypeError):  # BERT-like in name only: stay silent
             site = None
         if site is None or (site.kind != "embeddings" and site.block_input is None):
-            # a decoder's (Llama): RMSNorm eps, rotary, causal mask, grouped-query heads
-            return tuple(hints + rmsnorm.hints(context) + decoder_attention.hints(context))
+            # a decoder's: RMSNorm eps, rotary, causal mask, grouped-query heads (Llama);
+            # a Conv1D weight transposed or its fused q/k/v blocks reordered (GPT-2)
+            return tuple(hints + rmsnorm.hints(context) + decoder_attention.hints(context)
+                         + gpt2.hints(context))
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
