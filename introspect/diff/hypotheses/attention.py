@@ -28,6 +28,11 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
     yield Hypothesis("the candidate applies the attention mask on the query axis instead of "
                      "the key axis", "masking the padded queries' rows in the reference",
                      lambda: run_layer(site, LayerOptions(mask="query")), "mask")
+    yield Hypothesis("the candidate masks each head with another row's padding (the mask "
+                     "repeated per head with repeat() where the heads were folded into the "
+                     "batch row by row, which needs repeat_interleave())",
+                     "masking the reference's heads so",
+                     lambda: run_layer(site, LayerOptions(mask="repeat")), "mask")
     for fill in _FILLS:
         for added in (True, False):
             yield Hypothesis(

@@ -23,7 +23,10 @@ class LayerOptions:
     """How one encoder layer is computed; the defaults are BERT's."""
 
     swap: tuple[str, str] | None = None  # projections exchanged, e.g. ("key", "value")
-    mask: str = "key"  # "key", "query" (the padded queries' rows) or "none"
+    # "key", "query" (the padded queries' rows), "none", or "repeat": each head masked
+    # with another row's padding, the mask repeated per head with ``repeat`` where the
+    # heads were folded into the batch row by row (B·nh, S, S)
+    mask: str = "key"
     fill: float | None = None  # value for padded positions; None: the dtype's minimum
     fill_added: bool = True  # the fill is added to the scores (else it replaces them)
     softmax_dim: int = -1
@@ -90,7 +93,11 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
     scores = q @ k.transpose(-1, -2) * scale  # (B, nh, S, S)
     if o.mask != "none":
         fill = torch.finfo(scores.dtype).min if o.fill is None else o.fill
-        padded = ~(keep[:, None, :, None] if o.mask == "query" else keep[:, None, None, :])
+        if o.mask == "repeat":  # folded index b·nh + h took the mask of row (b·nh + h) mod B
+            rows = torch.arange(B * heads).remainder(B).view(B, heads)
+            padded = ~keep[rows][:, :, None, :]  # (B, nh, 1, S)
+        else:
+            padded = ~(keep[:, None, :, None] if o.mask == "query" else keep[:, None, None, :])
         if o.fill_added:
             scores = scores + padded.to(scores.dtype) * fill
         else:
