@@ -75,11 +75,8 @@ WHY = {
 # the entry must go.
 KNOWN_WRONG: dict[str, dict[tuple[str, str], str]] = {
     "bert-tiny": {
-        ("hf_like", "pre_ln"): "op",
         ("hf_like", "layers_out_of_order"): "layer op local hint",
-        ("nanogpt_style", "pre_ln"): "op",
         ("nanogpt_style", "layers_out_of_order"): "hint",
-        ("functional", "pre_ln"): "op",
         ("functional", "layers_out_of_order"): "layer op local hint",
         ("functional", "weight_from_other_layer"): "local hint",
     },
@@ -121,6 +118,12 @@ def expectation(case: Case) -> Expectation | None:
         # one wrong mask feeds every layer's attention: each layer fails on its own
         return Expectation("encoder.layer.0", "encoder.layer.0.attention.self", hint,
                            ("mask", "encoder.layer.*"))
+    if case.fault == "pre_ln" and case.model == "bert-tiny":
+        # bert-tiny's LayerNorms are the identity at init (weight 1, bias 0): the extra
+        # LayerNorm a pre-LN layer puts before its attention meets an input already
+        # normalised and changes nothing (LN(LN(x)) = LN(x) to 5e-7). The first value that
+        # differs is the layer's output, where the pre-LN layer has no LayerNorm at all.
+        module = "output.LayerNorm"
     allowed: tuple[str, ...] = (layer,)
     if case.fault == "layers_out_of_order":
         allowed += (f"encoder.layer.{case.layer + 1}",)
