@@ -385,10 +385,23 @@ class _Runner:
         else:
             self.result.errors[i] = "the candidate's node cannot run on the reference's inputs"
         stats = self.result.local.get(i)
-        if stats is not None and (stats.mismatched or stats.nonfinite) and \
-                len(self.result.snapshots) < self.snapshot_limit:
+        if stats is not None and (stats.mismatched or stats.nonfinite) and self._room_for(i):
             self._snapshot(i, value if local is _SAME else local, reference, pad)
         return exact
+
+    def _room_for(self, i: int) -> bool:
+        """Whether pair ``i`` gets a snapshot: the first over-budget pairs in the
+        *reference's* order keep theirs (the first divergence is found in that order,
+        and a candidate that runs its layers in another order reaches them later)."""
+        snapshots = self.result.snapshots
+        if len(snapshots) < self.snapshot_limit:
+            return True
+        order = self.ref_index
+        latest = max(snapshots, key=lambda j: order[self.pairs[j].reference])
+        if order[self.pairs[latest].reference] <= order[self.pairs[i].reference]:
+            return False
+        del snapshots[latest]
+        return True
 
     def _snapshot(self, i: int, local: torch.Tensor, reference: torch.Tensor,
                   pad: torch.Tensor | None) -> None:

@@ -159,18 +159,24 @@ class Matcher:
                        ) -> list[tuple[WeightRelation, str]]:
         """A vector (bias, LayerNorm) read by many nodes: keep the one at ``c``'s place.
 
-        Graph order brackets it: ``c`` sits between two nodes anchored on matrices, so its
-        partner sits between theirs in the reference. A bias added right after its
-        matmul belongs to the matmul's own partner; anything else (a hand-written
-        LayerNorm's shift) to the first option after it.
+        Graph order brackets it: ``c`` sits between the two nearest nodes anchored on
+        matrices, so its partner sits between theirs in the reference. Where the
+        candidate runs blocks in another order than the reference (layers out of order),
+        the bracket is upside down: the partner is then the first option after the
+        anchor before ``c``. A bias added right after its matmul belongs to the matmul's
+        own partner; anything else (a hand-written LayerNorm's shift) to the first
+        option after it.
         """
         anchored = sorted((self.cand.order[p.candidate], p.reference) for p in self.pairs
                           if p.matched_by == BY_WEIGHTS)
         position = self.cand.order[c]
         before = [r for o, r in anchored if o < position]
         after = [r for o, r in anchored if o > position]
-        low = max((self.ref.order[r] for r in before), default=-1)
-        high = min((self.ref.order[r] for r in after), default=len(self.ref.order) + 1)
+        end = len(self.ref.order) + 1
+        low = self.ref.order[before[-1]] if before else -1
+        high = self.ref.order[after[0]] if after else end
+        if high <= low:
+            high = end
         inside = [(rel, r) for rel, r in options if low <= self.ref.order[r] < high]
         ancestors, steps = self._paired_ancestors(c)
         own = {p.reference for p in self.pairs if p.candidate in ancestors}

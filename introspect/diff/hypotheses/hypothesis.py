@@ -22,10 +22,11 @@ class Hypothesis:
 
 
 def run_layer(site: Site, options: blocks.LayerOptions | None = None,
-              weights=None) -> dict[str, torch.Tensor]:
-    """The encoder layer at ``site`` under ``options`` (and other ``weights``, if given)."""
-    assert site.block_input is not None
-    return blocks.encoder_layer(site.weights if weights is None else weights, site.block_input,
+              weights=None, block_input: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The encoder layer at ``site`` under ``options`` (and other ``weights`` or input)."""
+    x = site.block_input if block_input is None else block_input
+    assert x is not None
+    return blocks.encoder_layer(site.weights if weights is None else weights, x,
                                 site.keep, site.heads, site.eps, site.activation,
                                 options or blocks.LayerOptions())
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 
+import torch
+
 from introspect.diff.hypotheses.blocks import LayerOptions
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
 from introspect.diff.hypotheses.site import Site
@@ -29,3 +31,19 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                              f"computes with encoder.layer.{other}'s weights",
                              f"running the reference's layer {other} in its place",
                              partial(run_layer, site, weights=weights), "order")
+    # Weights pair each layer with its own: a layer run out of turn shows as a layer fed
+    # the output of one that the reference runs after it.
+    for later in range(site.index + 1, len(site.layers)):
+        yield Hypothesis(f"layers out of order: the candidate runs encoder.layer.{later} "
+                         f"before encoder.layer.{site.index}, which reads its output",
+                         f"feeding the reference's layer {site.index} with the output of its "
+                         f"layer {later}", partial(_fed_by, site, later), "order")
+
+
+def _fed_by(site: Site, later: int) -> dict[str, torch.Tensor]:
+    """The layer at ``site`` run on the reference's output of layer ``later`` (> index)."""
+    x = site.block_input
+    assert x is not None
+    for i in range(site.index, later + 1):
+        x = run_layer(site, weights=site.layers[i], block_input=x)["layer_output"]
+    return run_layer(site, block_input=x)
