@@ -200,7 +200,7 @@ def replay(record: LayerRecord, path: str, mapping: dict[torch.fx.Node, torch.fx
     graph: torch.fx.Graph = tracer.graph
     for index, old in enumerate(record.nodes):
         while pending is not None and pending[0] == index:
-            tracer.decisions.append(_renamed_decision(pending[1], mapping))
+            tracer.record_decision(_renamed_decision(pending[1], mapping))
             pending = next(decisions, None)
         target = rename(str(old.target)) if old.op in ("call_module", "get_attr") \
             else old.target
@@ -216,7 +216,7 @@ def replay(record: LayerRecord, path: str, mapping: dict[torch.fx.Node, torch.fx
         new.meta["fake"] = old.meta["fake"]
         mapping[old] = new
     while pending is not None:
-        tracer.decisions.append(_renamed_decision(pending[1], mapping))
+        tracer.record_decision(_renamed_decision(pending[1], mapping))
         pending = next(decisions, None)
     for owner, count in record.calls.items():
         renamed = rename(owner)

@@ -75,6 +75,12 @@ _CONSTANT_TENSOR_ATTRIBUTES = frozenset(
 
 # Module types kept as single call_module nodes (besides torch.nn's own leaves).
 _EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
+# torch.nn's composite modules, traced into rather than kept whole (fx keeps every torch.nn
+# module whole): a port built from nn.TransformerEncoderLayer must show its projections,
+# norms and attention as nodes, or nothing of it could be drawn or compared inside.
+_COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
+                            torch.nn.TransformerDecoderLayer, torch.nn.TransformerDecoder,
+                            torch.nn.Transformer, torch.nn.MultiheadAttention)
 
 # torch.fx patches process-wide state while it traces (see the module docstring); every
 # fx trace in this package runs under this lock. Re-entrant, so a trace that triggers
@@ -164,6 +170,8 @@ class MetaTracer(torch.fx.Tracer):
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if type(m).__module__.startswith(_EXTRA_LEAF_MODULE_PREFIXES):
             return True
+        if isinstance(m, _COMPOSITE_TORCH_MODULES):
+            return False
         return super().is_leaf_module(m, module_qualified_name)
 
     # -- repeated layers: trace one, replay the others --------------------------------
@@ -327,9 +335,13 @@ class MetaTracer(torch.fx.Tracer):
                 f"the model branches on the values of node {obj.node.name} "
                 f"({obj.node.format_node()}); a graph cannot hold that branch"
             ) from e
-        self.decisions.append(Decision(obj.node.name, str(obj.node.format_node()), answer))
-        self._decided_at.append(len(self.graph.nodes))
+        self.record_decision(Decision(obj.node.name, str(obj.node.format_node()), answer))
         return answer
+
+    def record_decision(self, decision: Decision) -> None:
+        """Keep a branch taken, and where in the graph (a replayed layer's are kept too)."""
+        self.decisions.append(decision)
+        self._decided_at.append(len(self.graph.nodes))
 
     def iter(self, obj: torch.fx.Proxy) -> Iterator[Any]:
         value = _meta_of(obj.node)
