@@ -262,8 +262,11 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
     """The attention probabilities of every layer and head of ``model`` on ``inputs``.
 
     Args:
-        model: an HF ``BertFor*`` (sdpa or eager), the from-scratch BERT, any module the
-            tracer handles, or an already traced ``torch.fx.GraphModule``.
+        model: an HF ``BertFor*`` or cousin (RoBERTa, DistilBERT, ELECTRA, ALBERT, GPT-2,
+            Llama; sdpa or eager), the from-scratch BERT, any module the tracer handles,
+            or an already traced ``torch.fx.GraphModule``. A layer is a call (ALBERT's
+            shared layer gives one map per call); heads are query heads (grouped-query
+            attention shares a key head among several).
         inputs: ``introspect.tokenize(...)`` output (keeps the tokens) or a mapping of
             tensors by input name; the model gets those its ``forward`` takes.
         title: a name for pictures and tables (default: the model's class).

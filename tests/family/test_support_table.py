@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import introspect
+from introspect.dump import capture
 from introspect.errors import TraceError
 from introspect.families import FAMILIES, RANDOM_MODELS
 from introspect.load import HEADS, RANDOM_SIZES, load_model, tokenize
@@ -44,7 +45,8 @@ def test_a_cousins_row_is_true(name):
     assert row["heads"].split(", ") == list(FAMILIES[family].heads)
     prefix = LAYERS[family][0].rpartition(".")[0]
     assert row["layers"].startswith(f"{prefix}.N")
-    assert (row["trace"], row["draw"], row["diff"]) == ("yes", "yes", "yes")
+    assert (row["trace"], row["draw"], row["diff"], row["attention"], row["capture"]) == \
+        ("yes",) * 5
     model, inputs = tiny_model(family), tiny_inputs(family)
     graph = introspect.trace(model, inputs, cache=False)  # trace: bit-exact
     with torch.no_grad():
@@ -53,6 +55,10 @@ def test_a_cousins_row_is_true(name):
     xml.dom.minidom.parseString(graph.draw().pipe(format="svg"))  # draw: renders
     result = introspect.diff(model, copy.deepcopy(model), inputs)  # diff: passes at 0.0
     assert result.passed and result.nodes["max_abs_err"].max() == 0.0
+    maps = introspect.attention(model, inputs)  # attention: one map per layer (call)
+    assert maps.num_layers == len(LAYERS[family]) and maps.num_heads == 4
+    assert {e.layer for e in capture(model, inputs).entries} >= set(LAYERS[family])  # capture
+    # (tests/family/test_attention_and_capture.py: the maps equal HF's own, captures at 0.0)
 
 
 def test_the_bert_row_is_true():
@@ -66,14 +72,22 @@ def test_the_bert_row_is_true():
                        loaded.model(**inputs.tensors).last_hidden_state)
     xml.dom.minidom.parseString(graph.draw().pipe(format="svg"))
     assert introspect.diff(loaded.model, copy.deepcopy(loaded.model), inputs).passed
+    assert (row["attention"], row["capture"]) == ("yes", "yes")
+    assert introspect.attention(loaded.model, inputs).num_layers == 2
+    assert capture(loaded.model, inputs).entries
 
 
 def test_the_deberta_row_is_true():
     row = _rows()["DeBERTa-v2"]
-    assert (row["trace"], row["draw"], row["diff"]) == ("refused", "refused", "refused")
+    assert (row["trace"], row["draw"], row["diff"], row["attention"], row["capture"]) == \
+        ("refused",) * 5
     inputs = {"input_ids": torch.randint(5, 90, (2, 7)),
               "attention_mask": torch.ones(2, 7, dtype=torch.long)}
     with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
         introspect.trace(tiny_deberta(), inputs, cache=False)  # and so neither drawn nor diffed
     with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
         introspect.diff(tiny_deberta(), tiny_deberta(), inputs)
+    with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
+        introspect.attention(tiny_deberta(), inputs)
+    with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
+        capture(tiny_deberta(), inputs)
