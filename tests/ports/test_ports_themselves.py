@@ -13,7 +13,7 @@ import torch
 
 from tests.ports.batch import port_batch
 
-STYLES = ("hf_like", "nanogpt_style", "functional")
+STYLES = ("hf_like", "nanogpt_style", "functional", "torch_builtin")
 NOISE = 1e-5  # torch.testing's fp32 atol
 
 
