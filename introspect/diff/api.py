@@ -124,10 +124,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     tensors = _tensors(inputs)
     reference_label = reference_label or type(reference).__name__
     candidate_label = candidate_label or type(candidate).__name__
-    modes = (reference.training, candidate.training)
-    notes = [f"the {side} was in training mode; diff ran it in eval mode (dropout off) and "
-             "put it back" for side, training in zip(("reference", "candidate"), modes,
-                                                     strict=True) if training]
+    modes = {side: _training_modes(model) for side, model in
+             (("reference", reference), ("candidate", candidate))}
+    notes = [_training_note(side, training) for side, training in modes.items()
+             if any(training.values())]
     original_reference = reference
     reference.eval()
     candidate.eval()
@@ -163,13 +163,33 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                    "inputs": ref_inputs, "tolerance": tolerance}
         divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                       budgets, context=context, noise_budget=noise_budget)
-    finally:
-        original_reference.train(modes[0])
-        candidate.train(modes[1])
+    finally:  # every module back in its own mode, not only the top one
+        _restore_modes(original_reference, modes["reference"])
+        _restore_modes(candidate, modes["candidate"])
     layers = layer_rows(rows, ref_graph.records)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows)
     return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
                       tolerance, notes, reference_label, candidate_label, noise_budget)
+
+
+def _training_modes(model: torch.nn.Module) -> dict[str, bool]:
+    return {name: module.training for name, module in model.named_modules()}
+
+
+def _restore_modes(model: torch.nn.Module, modes: Mapping[str, bool]) -> None:
+    for name, module in model.named_modules():
+        module.training = modes.get(name, module.training)
+
+
+def _training_note(side: str, training: Mapping[str, bool]) -> str:
+    """Which modules were in training mode (the whole model, or some of its parts)."""
+    if training.get(""):
+        return (f"the {side} was in training mode; diff ran it in eval mode (dropout off) "
+                "and put it back")
+    parts = [name for name, on in training.items() if on]
+    shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    return (f"the {side} had {len(parts)} module(s) in training mode ({shown}) inside a model "
+            "in eval mode; diff ran them in eval mode (dropout off) and put them back")
 
 
 def _nonfinite_notes(rows: list[NodeDiff], allowed: bool) -> list[str]:
