@@ -1,4 +1,4 @@
-"""A second BERT from ``nn.TransformerEncoderLayer``, written by another hand: tests/ports/torch_builtin.py.
+"""A second BERT from ``nn.TransformerEncoderLayer``, by another hand (ports/torch_builtin.py).
 
 It was written to the shared fault list by a helper who had not seen
 ``tests/ports/torch_layers.py`` nor the tracer change that makes such ports comparable.
