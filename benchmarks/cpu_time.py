@@ -82,12 +82,12 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
 
 
 def _alignment(hf: Any, scratch: Any, inputs: Any) -> Callable[[], Any]:
-    """The diff's alignment step alone, on the two graphs the diff traces."""
+    """The diff's alignment step alone, on the two graphs the diff records."""
     from introspect.diff.align import align_graphs
-    from introspect.diff.api import trace_for_diff
+    from introspect.diff.api import record_for_diff
 
-    reference, _ = trace_for_diff(hf, inputs.tensors, "hf")
-    candidate, _ = trace_for_diff(scratch, inputs.tensors, "scratch")
+    reference, _, _ = record_for_diff(hf, inputs.tensors, "hf")
+    candidate, _, _ = record_for_diff(scratch, inputs.tensors, "scratch")
     return lambda: align_graphs(reference, candidate)
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,16 +34,17 @@ import torch
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
+from introspect.diff.drift import find_drift, mark_drift
+from introspect.diff.eager import Recording, record_forward, replays_faithfully
 from introspect.diff.exercised import unexercised_notes
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult
 from introspect.diff.tables import layer_rows, node_rows
-from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
+from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.load import TokenizedInputs
-from introspect.shapes import refresh_records
-from introspect.tracer import trace_module
+from introspect.shapes import node_records, refresh_records
 
 # ---------------------------------------------------------------------------------------
 # Tracing for a diff
@@ -57,19 +59,22 @@ def _accepted_inputs(model: torch.nn.Module,
     return {name: t for name, t in tensors.items() if name in parameters}
 
 
-def trace_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
-                   title: str) -> tuple[IntrospectGraph, dict[str, torch.Tensor]]:
-    """Trace ``model``; its records hold the shapes seen while tracing (no run needed)."""
+def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
+                    title: str) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
+    """Run ``model`` once and record what it ran (``introspect.diff.eager``).
+
+    The diff works on what the model really computes on these inputs: its hooks,
+    private state, globals and Python branches included, and no graph is cached or
+    replayed from another layer.
+    """
     accepted = _accepted_inputs(model, tensors)
     if not accepted:
         raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
                          f"{', '.join(tensors)}")
-    result = trace_module(model, accepted)
-    # The records hold the shapes seen while tracing; the run refreshes those that differ.
-    graph = IntrospectGraph(result.gm, list(result.records), result.input_names,
-                            result.output_names, decisions=result.decisions,
-                            notes=list(result.notes), title=title)
-    return graph, accepted
+    recording = record_forward(model, accepted, title)
+    graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
+                            recording.output_names, notes=list(recording.notes), title=title)
+    return graph, accepted, recording
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,17 +142,22 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
-        ref_graph, ref_inputs = trace_for_diff(reference, tensors, reference_label)
-        cand_graph, cand_inputs = trace_for_diff(candidate, tensors, candidate_label)
+        ref_graph, ref_inputs, ref_recording = record_for_diff(reference, tensors,
+                                                               reference_label)
+        cand_graph, cand_inputs, cand_recording = record_for_diff(candidate, tensors,
+                                                                  candidate_label)
         notes += [f"the {side}'s {note}" for side, graph in
                   (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
         notes += unexercised_notes(tensors, ref_graph, cand_graph)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
-        budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise)
+        budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise,
+                           sorted(_model_dtypes(candidate)))
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
+        unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
+        notes += unfaithful
         # The run's ShapeProp rewrote every node's shapes; a record changes only where they
         # differ from the trace's (a trace is specialised on these inputs: rarely if ever).
         ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
@@ -158,6 +168,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
                          allow_nonfinite=allow_nonfinite)
         rows = confirm_failures(rows, ref_graph)
+        if not any(r.status == STATUS_FAIL for r in rows):
+            drift = find_drift(alignment, run, budgets,
+                               {r.name: r.index for r in ref_graph.records},
+                               _pair_dtypes(alignment, ref_graph, cand_graph),
+                               [*_model_dtypes(reference), *_model_dtypes(candidate)])
+            if drift is not None:
+                rows = mark_drift(rows, alignment, drift)
         notes += _nonfinite_notes(rows, allow_nonfinite)
         context = {"reference_model": reference, "candidate_model": candidate,
                    "inputs": ref_inputs, "tolerance": tolerance}
@@ -167,9 +184,44 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])
     layers = layer_rows(rows, ref_graph.records)
-    passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows)
+    passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
+        and not unfaithful
     return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
                       tolerance, notes, reference_label, candidate_label, noise_budget)
+
+
+def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,
+                 candidate: IntrospectGraph) -> list[tuple[str, str]]:
+    ref_dtypes = {r.name: r.dtype for r in reference.records}
+    cand_dtypes = {r.name: r.dtype for r in candidate.records}
+    return [(ref_dtypes[p.reference], cand_dtypes[p.candidate]) for p in alignment.pairs]
+
+
+def _model_dtypes(model: torch.nn.Module) -> set[str]:
+    """The floating dtypes a model's weights are held in."""
+    return {str(t.dtype).removeprefix("torch.")
+            for t in itertools.chain(model.parameters(), model.buffers())
+            if t.is_floating_point()}
+
+
+def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
+    """A side whose replay did not reproduce its own run: nothing it says can be trusted.
+
+    A recorded graph runs the same kernels in the same order as the model did, so its
+    outputs are the model's to the bit, unless the model draws random numbers (dropout
+    left on) or changes its own state as it runs.
+    """
+    notes = []
+    for side, recording in zip(("reference", "candidate"), recordings, strict=True):
+        replayed = run.outputs.get(side, {})
+        differing = replays_faithfully(recording, replayed)
+        if differing:
+            notes.append(f"the {side} computed other values when run again on the same "
+                         f"inputs ({', '.join(differing)} differ): its forward is not "
+                         "deterministic (dropout or random numbers left on?) or changes its "
+                         "own state as it runs; the diff fails, since no comparison of it "
+                         "can be trusted")
+    return notes
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:
@@ -230,8 +282,8 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), torch.float32)
     exact = copy.deepcopy(reference).to(torch.float64).eval()
     rounded = copy.deepcopy(reference).to(dtype).eval()
-    ref_graph, ref_inputs = trace_for_diff(exact, tensors, "float64")
-    low_graph, low_inputs = trace_for_diff(rounded, tensors, str(dtype))
+    ref_graph, ref_inputs, _ = record_for_diff(exact, tensors, "float64")
+    low_graph, low_inputs, _ = record_for_diff(rounded, tensors, str(dtype))
     alignment = align_graphs(ref_graph, low_graph)
     unlimited = [Budget(math.inf, 0.0)] * len(alignment.pairs)
     run = run_side_by_side(ref_graph.gm, low_graph.gm, alignment.pairs, unlimited,
@@ -245,12 +297,21 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
 
 
 def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: IntrospectGraph,
-             tolerance: Tolerance, noise: Mapping[str, float] | None) -> list[Budget]:
+             tolerance: Tolerance, noise: Mapping[str, float] | None,
+             candidate_dtypes: Sequence[str] = ()) -> list[Budget]:
+    """Each pair's budget, in the lower precision of its two values.
+
+    A candidate holding its weights in bf16 rounds to bf16 even where it computes in
+    fp32 (an RMSNorm's float32 island): its weights' dtype lowers every float budget.
+    """
     ref_records = {r.name: r for r in reference.records}
     cand_records = {r.name: r for r in candidate.records}
     budgets = []
     for pair in alignment.pairs:
         dtype = compare_dtype(ref_records[pair.reference].dtype, cand_records[pair.candidate].dtype)
+        if noise is None and dtype in DEFAULTS:
+            for weights in candidate_dtypes:
+                dtype = compare_dtype(dtype, weights)
         if noise is not None and dtype == "float64":  # the candidate's dtype sets the noise
             dtype = cand_records[pair.candidate].dtype or dtype
         budgets.append(tolerance.budget(dtype, noise.get(pair.reference, 0.0)
@@ -262,4 +323,4 @@ def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: Intros
 # Tables
 
 
-__all__ = ["DiffResult", "diff", "trace_for_diff"]
+__all__ = ["DiffResult", "diff", "record_for_diff"]

@@ -101,7 +101,8 @@ class RunResult:
     layouts: dict[int, str] = field(default_factory=dict)  # pair index -> "permute (0, 2, 1, 3)"
     errors: dict[int, str] = field(default_factory=dict)  # pair index -> why it was not compared
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
-    outputs: dict[str, Any] = field(default_factory=dict)  # not kept: the run keeps no values
+    # Each side's outputs as replayed ("reference", "candidate"): the only values kept.
+    outputs: dict[str, Any] = field(default_factory=dict)
 
 
 class _Layout:
@@ -168,7 +169,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     if pad is None:
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
                            int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
-                           reference_nonfinite)
+                           reference_nonfinite, _max(magnitude.nan_to_num(posinf=0.0)))
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -181,6 +182,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         pad_max_abs=_max(d.masked_fill(~pad, 0.0)),
         pad_mismatched=int((over & pad).sum()),
         reference_nonfinite=reference_nonfinite,
+        reference_max_abs=_max(magnitude.nan_to_num(posinf=0.0).masked_fill(pad, 0.0)),
     )
     return stats, False
 
@@ -211,13 +213,24 @@ def _narrow(value: torch.Tensor, region: Any) -> torch.Tensor:
     return value.narrow(region.dim, region.start, region.stop - region.start)
 
 
+class _Replay(ValueShapeProp):
+    """Runs a recorded graph: a leaf module's node is its ``forward`` alone.
+
+    A recorded graph already holds what the module's hooks did, as nodes of their own;
+    calling the module would run its hooks a second time.
+    """
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self.fetch_attr(target).forward(*args, **kwargs)
+
+
 class _Runner:
     def __init__(self, reference: torch.fx.GraphModule, candidate: torch.fx.GraphModule,
                  pairs: Sequence[Pair], budgets: Sequence[Budget], padding: Padding,
                  snapshots: int) -> None:
         # ValueShapeProp records each node's real shape in node.meta as it runs.
-        self.ref_interp = ValueShapeProp(reference)
-        self.cand_interp = ValueShapeProp(candidate)
+        self.ref_interp = _Replay(reference)
+        self.cand_interp = _Replay(candidate)
         self.ref_nodes = [n for n in reference.graph.nodes if n.op != "output"]
         self.cand_nodes = [n for n in candidate.graph.nodes if n.op != "output"]
         ref_by_name = {n.name: n for n in self.ref_nodes}
@@ -234,8 +247,11 @@ class _Runner:
             self.by_candidate.setdefault(p.candidate, []).append(i)
             self.ref_pending[p.reference] = self.ref_pending.get(p.reference, 0) + 1
         self.pair_ref_node = [ref_by_name[p.reference] for p in self.pairs]
-        self.ref_uses = {n.name: sum(u.op != "output" for u in n.users) for n in self.ref_nodes}
-        self.cand_uses = {n.name: sum(u.op != "output" for u in n.users) for n in self.cand_nodes}
+        # The outputs are kept to the end: the diff proves the replay against the model's run.
+        self.ref_uses = {n.name: len(n.users) for n in self.ref_nodes}
+        self.cand_uses = {n.name: len(n.users) for n in self.cand_nodes}
+        self.ref_output = next(n for n in reference.graph.nodes if n.op == "output")
+        self.cand_output = next(n for n in candidate.graph.nodes if n.op == "output")
         self.substituted: dict[str, Any] = {}
         self.layouts: dict[int, _Layout] = {}
         self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
@@ -255,6 +271,9 @@ class _Runner:
             while position < len(self.ref_nodes):
                 self._run_reference(self.ref_nodes[position], ref_inputs)
                 position += 1
+        self.result.outputs = {
+            "reference": map_arg(self.ref_output.args[0], self.ref_interp.env.__getitem__),
+            "candidate": map_arg(self.cand_output.args[0], self.cand_interp.env.__getitem__)}
         return self.result
 
     def _run_reference(self, node: torch.fx.Node, inputs: Mapping[str, torch.Tensor]) -> None:

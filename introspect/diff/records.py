@@ -91,6 +91,7 @@ class ErrorStats:
     pad_max_abs: float  # over padding positions (0.0 when nothing is padded)
     pad_mismatched: int
     reference_nonfinite: int = 0  # NaN or Inf in the reference's value
+    reference_max_abs: float = 0.0  # the reference's largest magnitude (real tokens)
 
 
 @dataclass(frozen=True)

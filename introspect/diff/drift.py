@@ -1,0 +1,99 @@
+"""Drift: an error that no single node's budget sees, but that rounding cannot explain.
+
+A bug can hide below every node's local budget and still change the model's answer: an
+RMSNorm eps of 1e-5 instead of 1e-6 changes ``var + eps`` by 9e-6, under fp32's atol of
+1e-5, yet moves Llama's outputs by 1e-2. Each compared value's own (propagated) error is
+therefore also held against what rounding can do to a value of its size: its largest
+error relative to its largest magnitude must stay under ``DRIFT_RTOL`` of the lowest
+precision either model computes in.
+
+The limits were calibrated on correct implementations against the fp32 reference
+(MiniLM: sdpa vs eager, our from-scratch BERT, the model cast to bf16 and fp16; Llama
+cast to bf16 and fp16): the worst relative error measured anywhere in those graphs was
+1.9e-6 in fp32, 1.9e-3 in fp16 and 1.3e-2 in bf16. Each limit sits 7x to 50x above it.
+The faults they must catch measured 6e-3 (Llama's RMSNorm eps off by a decade, at its
+output) and 1.6e-3 (BERT's LayerNorm eps at the torch default 1e-5 instead of 1e-12).
+
+When drift fails a diff that no local error failed, the first divergence is the node
+where the drift starts: of the pairs up to the first drifting one, the one whose local
+error is largest against its own budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from introspect.diff.align import Alignment
+from introspect.diff.compare import RunResult
+from introspect.diff.records import STATUS_FAIL, NodeDiff
+from introspect.diff.tolerance import Budget
+
+# Largest error relative to the value's largest magnitude that rounding explains.
+DRIFT_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """The first pair, in the reference's order, whose error rounding cannot explain."""
+
+    pair_index: int
+    max_abs: float
+    limit: float
+    start_index: int  # the pair where it starts: largest local error against its budget
+    start_ratio: float  # that pair's local error in units of its budget
+
+
+def drift_limit(dtypes: Sequence[str], scale: float, atol: float) -> float:
+    """What rounding explains for a value of largest magnitude ``scale``."""
+    rtol = max((DRIFT_RTOL[d] for d in dtypes if d in DRIFT_RTOL), default=0.0)
+    return atol + rtol * scale
+
+
+def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
+               reference_order: dict[str, int], pair_dtypes: Sequence[Sequence[str]],
+               model_dtypes: Sequence[str]) -> Drift | None:
+    """The first drifting pair and where its drift starts, or None.
+
+    Args:
+        alignment, run, budgets: the diff's pairs, measurements and budgets.
+        reference_order: each reference node's position in its graph.
+        pair_dtypes: each pair's dtypes (reference, candidate).
+        model_dtypes: the floating dtypes the two models hold their weights in (a value
+            computed in fp32 from bf16 weights carries bf16's rounding).
+    """
+    order = sorted(range(len(alignment.pairs)),
+                   key=lambda i: reference_order[alignment.pairs[i].reference])
+    best: tuple[float, int] | None = None
+    for i in order:
+        stats, local, budget = run.propagated.get(i), run.local.get(i), budgets[i]
+        if stats is None or (budget.atol == 0.0 and budget.rtol == 0.0):
+            continue  # integers are compared exactly: the local budget says it all
+        if local is not None:
+            ratio = local.max_abs / (budget.atol + budget.rtol * stats.reference_max_abs)
+            if best is None or ratio > best[0]:
+                best = (ratio, i)
+        limit = drift_limit([*model_dtypes, *pair_dtypes[i]], stats.reference_max_abs,
+                            budget.atol)
+        if stats.max_abs > limit and best is not None:
+            return Drift(i, stats.max_abs, limit, best[1], best[0])
+    return None
+
+
+def mark_drift(rows: list[NodeDiff], alignment: Alignment, drift: Drift) -> list[NodeDiff]:
+    """The row where drift starts fails, with a note that says why."""
+    start = alignment.pairs[drift.start_index]
+    seen = alignment.pairs[drift.pair_index]
+    note = (f"drift starts here: its local error is {drift.start_ratio:.2g}x its budget, the "
+            f"largest before {seen.reference}, whose error {drift.max_abs:.3g} is beyond what "
+            f"rounding explains ({drift.limit:.3g})")
+    marked = []
+    for row in rows:
+        if (row.reference_node, row.candidate_node) == (start.reference, start.candidate):
+            row = dataclasses.replace(row, status=STATUS_FAIL,
+                                      note=f"{row.note}; {note}" if row.note else note)
+        marked.append(row)
+    return marked
+
+
+__all__ = ["DRIFT_RTOL", "Drift", "drift_limit", "find_drift", "mark_drift"]

@@ -1,0 +1,399 @@
+"""Record what a model really runs, eagerly, as a graph the diff can align and replay.
+
+The diff's verdict must rest on the model's own execution on the diff's inputs
+(shared/DESIGN.md, "Soundness"). A symbolic trace is a prediction of that execution: a
+forward hook, a private attribute, a global, a closure or a class patch can make the
+model run something else than what fx saw, and a replayed or cached graph only widens
+the gap. So the diff runs each model once, for real, and writes down every torch call as
+it happens:
+
+- a ``TorchFunctionMode`` sees every torch function, tensor method and operator on
+  tensors, with its real arguments and results;
+- module hooks keep the module stack (every node knows the module it ran in, as fx's
+  ``nn_module_stack``), and turn torch's own leaf modules (``nn.Linear``,
+  ``nn.LayerNorm``, ...) into single ``call_module`` nodes, as the tracer does, so the
+  graph reads like a traced one and weights anchor the same way;
+- the user's own hooks run where they always run and are recorded like any other code.
+
+The record becomes a ``torch.fx.GraphModule`` (fx-style node names, tensor metadata on
+every node, shapes as constants: the graph holds exactly the path these inputs took).
+Replaying it runs the same kernels in the same order, so its outputs are the model's to
+the bit; ``recorded_outputs`` keeps the eager outputs so the diff can prove that.
+
+Example::
+
+    >>> recording = record_forward(model, {"input_ids": ids, "attention_mask": mask})
+    >>> [n.op for n in recording.gm.graph.nodes][:2]
+    ['placeholder', 'placeholder']
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import operator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
+from torch.utils.weak import WeakIdKeyDictionary
+
+from introspect.errors import InputError
+from introspect.fx_module import build_graph_module
+
+# Tensor dunders recorded as the operator fx would record (``x + y`` is operator.add).
+_BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+           "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod,
+           "pow": operator.pow, "matmul": operator.matmul, "and": operator.and_,
+           "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift,
+           "rshift": operator.rshift, "div": operator.truediv}
+_COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+                "gt": operator.gt, "ge": operator.ge}
+_UNARY = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs,
+          "invert": operator.invert}
+_INPLACE = {"iadd": operator.iadd, "isub": operator.isub, "imul": operator.imul,
+            "itruediv": operator.itruediv, "idiv": operator.itruediv,
+            "ifloordiv": operator.ifloordiv, "imod": operator.imod, "ipow": operator.ipow,
+            "imatmul": operator.imatmul, "iand": operator.iand, "ior": operator.ior,
+            "ixor": operator.ixor}
+
+# torch.nn's composite modules are recorded inside, as the tracer traces into them.
+_COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
+                            torch.nn.TransformerDecoderLayer, torch.nn.TransformerDecoder,
+                            torch.nn.Transformer, torch.nn.MultiheadAttention)
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+_EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
+
+
+@dataclass
+class Recording:
+    """A model's forward as it ran: the graph, its records' raw material, its outputs."""
+
+    gm: torch.fx.GraphModule
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    # The eager outputs, by output name: what a replay of ``gm`` must reproduce.
+    recorded_outputs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_leaf(module: torch.nn.Module) -> bool:
+    """A torch.nn (or HF activation) module whose own code runs unchanged: one node.
+
+    A subclass defined elsewhere, a forward set on the instance or patched on the class
+    is not a leaf: its code is the user's and is recorded op by op.
+    """
+    cls = type(module)
+    if "forward" in vars(module) or isinstance(module, _CONTAINERS + _COMPOSITE_TORCH_MODULES):
+        return False
+    if cls.__module__.startswith(_EXTRA_LEAF_MODULE_PREFIXES):
+        forward_home = getattr(cls.forward, "__module__", "") or ""
+        return forward_home.startswith(_EXTRA_LEAF_MODULE_PREFIXES)
+    if not cls.__module__.startswith(("torch.nn.", "torch.ao.nn.")):
+        return False
+    forward_home = getattr(cls.forward, "__module__", "") or ""
+    return forward_home.startswith(("torch.nn.", "torch.ao.nn."))
+
+
+class _Recorder(TorchFunctionMode):
+    """Writes every torch call on tensors into an fx graph, as it runs."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.graph = torch.fx.Graph()
+        self.model = model
+        self.nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> node
+        self.constants: dict[str, torch.Tensor] = {}
+        self.stack: list[tuple[str, type]] = []  # the modules running, outermost first
+        self.suspended = 0  # > 0 while a leaf module's own code runs
+        names: dict[int, str] = {}
+        for name, parameter in model.named_parameters():
+            names.setdefault(id(parameter), name)
+        for name, buffer in model.named_buffers():
+            names.setdefault(id(buffer), name)
+        self.tensor_names = names
+        self.attributes: dict[str, torch.fx.Node] = {}
+        self.paths = {module: path for path, module in model.named_modules()}
+
+    # -- nodes ------------------------------------------------------------------------
+    def node_for(self, tensor: torch.Tensor) -> torch.fx.Node:
+        """The node that made ``tensor``; a parameter, buffer or constant gets get_attr."""
+        node = self.nodes.get(tensor)
+        if node is not None:
+            return node
+        name = self.tensor_names.get(id(tensor))
+        if name is None:  # a tensor the model holds outside its state (or a global)
+            name = f"_tensor_constant{len(self.constants)}"
+            self.constants[name] = tensor
+        if name not in self.attributes:
+            self.attributes[name] = self._create("get_attr", name, (), {}, tensor)
+        return self.attributes[name]
+
+    def _create(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                value: Any) -> torch.fx.Node:
+        node = self.graph.create_node(op, target, args, kwargs)
+        if self.stack:
+            node.meta["nn_module_stack"] = {path: (path, cls) for path, cls in self.stack}
+        _write_metadata(node, value)
+        return node
+
+    def as_arguments(self, value: Any) -> Any:
+        """``value`` with every tensor in it replaced by its node."""
+        if isinstance(value, torch.Tensor):
+            return self.node_for(value)
+        if isinstance(value, (tuple, list)):
+            mapped = [self.as_arguments(v) for v in value]
+            if isinstance(value, torch.Size):
+                return value
+            return type(value)(mapped) if type(value) in (tuple, list) else tuple(mapped)
+        if isinstance(value, dict):
+            return {k: self.as_arguments(v) for k, v in value.items()}
+        if isinstance(value, slice):
+            return slice(self.as_arguments(value.start), self.as_arguments(value.stop),
+                         self.as_arguments(value.step))
+        return value
+
+    def record(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               result: Any) -> None:
+        """Add one call and point every tensor in its result at the new node(s)."""
+        node = self._create(op, target, self.as_arguments(args), self.as_arguments(kwargs),
+                            result)
+        self._claim(result, node)
+
+    def _claim(self, result: Any, node: torch.fx.Node) -> None:
+        if isinstance(result, torch.Tensor):
+            self.nodes[result] = node
+            return
+        if isinstance(result, (tuple, list)):
+            for i, item in enumerate(result):
+                if _holds_tensor(item):
+                    part = self._create("call_function", operator.getitem, (node, i), {}, item)
+                    self._claim(item, part)
+
+    # -- the mode -----------------------------------------------------------------------
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if self.suspended:
+            return result
+        mutates = _mutates(func)
+        if not mutates and not _holds_tensor(result):
+            return result  # sizes, dtypes, Python numbers: constants of this run
+        op, target, args = _describe(func, args)
+        self.record(op, target, args, kwargs, result)
+        return result
+
+    # -- modules --------------------------------------------------------------------------
+    def enter(self, module: torch.nn.Module) -> None:
+        path = self.paths.get(module)
+        if path:  # the root and modules made inline have no place of their own
+            self.stack.append((path, type(module)))
+
+    def leave(self, module: torch.nn.Module) -> None:
+        path = self.paths.get(module)
+        if path and self.stack and self.stack[-1][0] == path:
+            self.stack.pop()
+
+    def leaf_starts(self, module: torch.nn.Module, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> None:
+        if not self.suspended:  # a leaf inside a leaf is part of the outer one's node
+            self._leaf_inputs = (self.as_arguments(args), self.as_arguments(kwargs))
+        self.suspended += 1
+
+    def leaf_ends(self, module: torch.nn.Module, result: Any) -> None:
+        self.suspended -= 1
+        if self.suspended:
+            return
+        args, kwargs = self._leaf_inputs
+        node = self._create("call_module", self.paths[module], args, kwargs, result)
+        self._claim(result, node)
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+def _mutates(func: Any) -> bool:
+    """An in-place call: it must stay in the graph even when nobody reads its result."""
+    name = getattr(func, "__name__", "")
+    if name == "__get__":
+        return False
+    return name == "__setitem__" or (name.endswith("_") and not name.startswith("__")) \
+        or (name.startswith("__i") and name.strip("_") in _INPLACE)
+
+
+def _describe(func: Any, args: tuple[Any, ...]) -> tuple[str, Any, tuple[Any, ...]]:
+    """The fx opcode, target and arguments a call is recorded as (fx's own choices)."""
+    name = getattr(func, "__name__", "")
+    if name == "__get__":  # a tensor property: x.T, x.data
+        owner = getattr(func, "__self__", None)
+        return "call_function", builtins.getattr, (args[0], getattr(owner, "__name__", "?"))
+    if is_tensor_method_or_property(func):
+        if name.startswith("__") and name.endswith("__"):
+            bare = name[2:-2]
+            if bare == "getitem":
+                return "call_function", operator.getitem, args
+            if bare == "setitem":
+                return "call_function", operator.setitem, args
+            if bare in _BINARY:
+                return "call_function", _BINARY[bare], args
+            if bare.startswith("r") and bare[1:] in _BINARY:  # 1 - x calls x.__rsub__(1)
+                return "call_function", _BINARY[bare[1:]], (args[1], args[0])
+            if bare in _COMPARISONS:
+                return "call_function", _COMPARISONS[bare], args
+            if bare in _UNARY:
+                return "call_function", _UNARY[bare], args
+            if bare in _INPLACE:
+                return "call_function", _INPLACE[bare], args
+        return "call_method", name, args
+    return "call_function", func, args
+
+
+def _write_metadata(node: torch.fx.Node, value: Any) -> None:
+    """ShapeProp's ``tensor_meta`` from the real value (the records read only this)."""
+    meta = _tensor_meta(value)
+    if meta is not None:
+        node.meta["tensor_meta"] = meta
+
+
+def _tensor_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _extract_tensor_metadata(value)
+    if isinstance(value, (tuple, list)) and _holds_tensor(value):
+        return type(value)(_tensor_meta(v) for v in value) if type(value) in (tuple, list) \
+            else tuple(_tensor_meta(v) for v in value)
+    return None
+
+
+@contextlib.contextmanager
+def _module_hooks(recorder: _Recorder, model: torch.nn.Module) -> Iterator[None]:
+    """Hooks that keep the module stack and make torch's leaves single nodes.
+
+    Ours run innermost: the user's pre-hooks run before a module is entered (so what
+    they do is recorded, inside the module), the user's forward hooks after the leaf's
+    node is written (so they are recorded acting on its output). The hooks are added
+    last and removed whatever happens.
+    """
+    handles = []
+
+    def enter(module: torch.nn.Module, args: Any) -> None:
+        recorder.enter(module)
+
+    def leave(module: torch.nn.Module, args: Any, output: Any) -> None:
+        recorder.leave(module)
+
+    def leaf_starts(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        recorder.leaf_starts(module, args, kwargs)
+
+    def leaf_ends(module: torch.nn.Module, args: Any, output: Any) -> None:
+        recorder.leaf_ends(module, output)
+
+    try:
+        for module in model.modules():
+            handles.append(module.register_forward_pre_hook(enter, prepend=True))
+            if is_leaf(module) and module is not model:
+                handles.append(module.register_forward_pre_hook(leaf_starts, with_kwargs=True))
+                handles.append(module.register_forward_hook(leaf_ends, prepend=True))
+            handles.append(module.register_forward_hook(leave))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def outputs_as_dict(outputs: Any) -> dict[str, Any]:
+    """HF returns a ModelOutput, ports a tuple or a tensor: outputs by name, tensors only."""
+    if isinstance(outputs, Mapping):
+        items = list(outputs.items())
+    elif isinstance(outputs, (tuple, list)):
+        items = [(f"output_{i}", v) for i, v in enumerate(outputs)]
+    else:
+        items = [("output", outputs)]
+    return {name: value for name, value in items if _holds_tensor(value)}
+
+
+def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                   title: str = "") -> Recording:
+    """Run ``model(**inputs)`` once, for real, and record every torch call it makes.
+
+    Args:
+        model: any ``nn.Module`` (hooks, private state and Python branches included:
+            whatever this call runs is what is recorded).
+        inputs: the input tensors by keyword.
+        title: the GraphModule's class name.
+
+    Returns:
+        A ``Recording``: a GraphModule that replays this very call, with tensor
+        metadata and the module stack on every node, and the eager outputs.
+
+    Raises:
+        InputError: the model failed on the inputs (the cause is kept).
+    """
+    recorder = _Recorder(model)
+    placeholders = {}
+    for name, tensor in inputs.items():
+        placeholders[name] = recorder._create("placeholder", name, (), {}, tensor)
+        recorder.nodes[tensor] = placeholders[name]
+    try:
+        with torch.no_grad(), _module_hooks(recorder, model), recorder:
+            outputs = model(**inputs)
+    except Exception as e:
+        raise InputError(f"{type(model).__name__} could not run on the inputs: "
+                         f"{type(e).__name__}: {e}") from e
+    named = outputs_as_dict(outputs)
+    returned = {name: recorder.as_arguments(value) for name, value in named.items()}
+    recorder.graph.output(returned)
+    graph = recorder.graph
+    graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
+    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    for name, tensor in recorder.constants.items():  # GraphModule copies them from the root
+        setattr(model, name, tensor)
+    try:
+        gm = build_graph_module(model, graph, title or type(model).__name__)
+    finally:
+        for name in recorder.constants:
+            delattr(model, name)
+    return Recording(gm, tuple(inputs), tuple(returned), recorded_outputs=named)
+
+
+def _is_impure(node: torch.fx.Node) -> bool:
+    if node.op in ("placeholder", "output"):
+        return True
+    target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return node.op != "call_module" and (target.endswith("_") and not target.startswith("__")
+                                         or target in ("setitem", "iadd", "isub", "imul",
+                                                       "itruediv", "ifloordiv", "imod",
+                                                       "ipow", "iand", "ior", "ixor"))
+
+
+def replays_faithfully(recording: Recording, replayed: Mapping[str, Any]) -> list[str]:
+    """The outputs whose replayed value is not bit-identical to the eager one."""
+    differing = []
+    for name, eager in recording.recorded_outputs.items():
+        again = replayed.get(name)
+        if not _identical(eager, again):
+            differing.append(name)
+    return differing
+
+
+def _identical(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype \
+            and torch.equal(a.nan_to_num(), b.nan_to_num()) \
+            and torch.equal(a.isnan(), b.isnan())
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and all(
+            _identical(x, y) for x, y in zip(a, b, strict=True))
+    return True
+
+
+__all__ = ["Recording", "is_leaf", "outputs_as_dict", "record_forward", "replays_faithfully"]
