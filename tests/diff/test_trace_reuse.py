@@ -1,4 +1,4 @@
-"""The diff spends no pass on shapes: it keeps the trace's records and notes (issue 13)."""
+"""Records kept from the trace (issue 13), and a diff that replays no layer (issue 20)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,17 @@ def test_a_run_on_other_shapes_rebuilds_the_records_that_changed(tiny):
     assert next(r for r in refreshed if r.name == "input_ids").shape == (3, 9)
 
 
-def test_the_diff_keeps_the_trace_notes_of_each_side():
+def test_the_diff_replays_no_layer_a_layer_called_otherwise_is_compared_as_it_ran():
+    """The diff records each side as it runs (issue 20): no layer is replayed from another,
+    so a layer called with another scale is what it is on each side."""
     torch.manual_seed(0)
-    reference = _Stack(scales=(1.0, 2.0, 1.0))  # layer 1 is called differently: traced in full
-    result = introspect.diff(reference, copy.deepcopy(reference),
-                             {"input_ids": torch.randn(2, 5, 8)})
+    reference = _Stack(scales=(1.0, 2.0, 1.0))
+    inputs = {"input_ids": torch.randn(2, 5, 8)}
+    result = introspect.diff(reference, copy.deepcopy(reference), inputs)
     assert result.passed
-    for side in ("reference", "candidate"):
-        assert (f"the {side}'s layer layers.1 was traced in full: its arguments differ from "
-                "those of layers.0") in result.notes
+    assert not any("traced in full" in note for note in result.notes)
+    other = copy.deepcopy(reference)
+    other.scales = (1.0, 2.0, 1.5)  # only the last layer's call differs
+    failed = introspect.diff(reference, other, inputs)
+    assert not failed.passed
+    assert failed.first_divergence.module == "layers.2"

@@ -112,11 +112,30 @@ class GraphView:
 
     # -- constants and weights ---------------------------------------------------------
     def _data_dependent(self) -> set[str]:
+        """Nodes whose values depend on the inputs, their sizes included.
+
+        A recorded graph holds sizes as plain numbers, so what a trace derives from the
+        input's length (``arange(S)``, ``position_ids[:, :S]``) seems to depend on nothing:
+        tensors made from no tensor, and what is computed from a buffer (not a
+        parameter), count as depending on the inputs, as they do in a trace.
+        """
         dependent: set[str] = set()
         for node in self.gm.graph.nodes:
-            if node.op == "placeholder" or any(n.name in dependent for n in node.all_input_nodes):
+            inputs = node.all_input_nodes
+            if node.op == "placeholder" or any(n.name in dependent for n in inputs) \
+                    or self._made_from_sizes(node, inputs):
                 dependent.add(node.name)
         return dependent
+
+    def _made_from_sizes(self, node: torch.fx.Node, inputs: list[torch.fx.Node]) -> bool:
+        if node.op not in ("call_function", "call_method") \
+                or self.records.get(node.name) is None \
+                or self.records[node.name].kind not in (KIND_TENSOR, KIND_MULTI):
+            return False
+        if not inputs:
+            return True  # a tensor made from numbers: arange(S), ones(S, S)
+        return any(n.op == "get_attr" and self.records[n.name].op_type != "parameter"
+                   for n in inputs)
 
     def _evaluate_constants(self) -> dict[str, Any]:
         """Values of the nodes that depend on no input (weights, buffers, their slices)."""
