@@ -124,12 +124,19 @@ def select_records(records: Sequence[NodeRecord], select: str = "all",
 
 
 class _Recorder(torch.fx.Interpreter):
-    """Runs a traced graph once and keeps the values of the chosen nodes."""
+    """Runs a recorded graph once and keeps the values of the chosen nodes.
+
+    A leaf module's node runs its ``forward`` alone: the graph already holds what the
+    module's hooks did, as nodes of their own.
+    """
 
     def __init__(self, gm: torch.fx.GraphModule, keep: set[str]) -> None:
         super().__init__(gm)
         self.keep = keep
         self.kept: dict[str, torch.Tensor] = {}
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self.fetch_attr(target).forward(*args, **kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
@@ -152,6 +159,10 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
             noise: bool = False) -> Capture:
     """Run ``model`` on ``inputs`` and capture the value of every node that computes.
 
+    The model's forward is recorded as it runs (``introspect.diff.eager``, as the diff
+    does): hooks, private state and Python branches are what ran, never a cached or
+    replayed trace.
+
     Args:
         model: the reference (an HF ``BertFor*`` or any module the tracer handles).
         inputs: ``introspect.tokenize(...)`` output or a mapping of tensors by input name.
@@ -164,14 +175,14 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
         A ``Capture``.
 
     Raises:
-        InputError: bad selection or inputs. TraceError: a model the tracer cannot handle.
+        InputError: bad selection or inputs, or a model that fails on them.
     """
     import copy
 
-    from introspect.graph import trace
+    from introspect.diff.api import record_for_diff
 
-    graph = trace(model, inputs)
     tensors = dict(getattr(inputs, "tensors", inputs))
+    graph, _, _ = record_for_diff(model, tensors, label or type(model).__name__)
     chosen = select_records(graph.records, select, layers)
     values = record_values(graph.gm, graph.input_names, tensors, {r.name for r in chosen})
     chosen = [r for r in chosen if r.name in values and not _is_identity(graph.gm, r, values)]
