@@ -30,6 +30,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
+from introspect.diff.eager import mutates_in_place
 from introspect.diff.records import ErrorStats, Pair
 from introspect.diff.tolerance import Budget
 from introspect.errors import InputError
@@ -322,6 +323,10 @@ class _Runner:
             return _SAME
         args = map_arg(node.args, self._local_input)
         kwargs = map_arg(node.kwargs, self._local_input)
+        if mutates_in_place(node) and args and isinstance(args[0], torch.Tensor):
+            # ``scores -= 10000 * (1 - mask)`` run on the reference's scores would change
+            # the reference's own value: the candidate's op gets a copy
+            args = (args[0].clone(), *args[1:])
         try:
             return getattr(self.cand_interp, node.op)(node.target, args, kwargs)
         except Exception:  # a substituted input the op cannot take: no local value

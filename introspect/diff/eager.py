@@ -366,13 +366,18 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
 
 
 def _is_impure(node: torch.fx.Node) -> bool:
-    if node.op in ("placeholder", "output"):
-        return True
-    target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return node.op != "call_module" and (target.endswith("_") and not target.startswith("__")
-                                         or target in ("setitem", "iadd", "isub", "imul",
-                                                       "itruediv", "ifloordiv", "imod",
-                                                       "ipow", "iand", "ior", "ixor"))
+    return node.op in ("placeholder", "output") or mutates_in_place(node)
+
+
+_IN_PLACE_OPERATORS = {"setitem", *_INPLACE}
+
+
+def mutates_in_place(node: torch.fx.Node) -> bool:
+    """An in-place op: ``x.masked_fill_(...)``, ``x -= y``, ``x[i] = v``."""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if node.op == "call_method":
+        return name.endswith("_") and not name.startswith("__")
+    return node.op == "call_function" and name in _IN_PLACE_OPERATORS
 
 
 def replays_faithfully(recording: Recording, replayed: Mapping[str, Any]) -> list[str]:
@@ -396,4 +401,5 @@ def _identical(a: Any, b: Any) -> bool:
     return True
 
 
-__all__ = ["Recording", "is_leaf", "outputs_as_dict", "record_forward", "replays_faithfully"]
+__all__ = ["Recording", "is_leaf", "mutates_in_place", "outputs_as_dict", "record_forward",
+           "replays_faithfully"]
