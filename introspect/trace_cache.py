@@ -67,6 +67,7 @@ from introspect.records import NodeRecord
 
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _INSTALLED = ("torch", "transformers")  # version-pinned packages a cached model may use
+_REPLAYABLE = (*_INSTALLED, "introspect")  # a layer of these may be replayed (its BERT)
 # Modules the code of an HF model reads besides its own: their functions must be
 # installed ones, and a value replaced there misses the cache.
 _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
@@ -184,13 +185,40 @@ def _autocast_state() -> tuple[Any, ...]:
     return tuple(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
 
+def layer_state(module: torch.nn.Module, ignore: frozenset[str] = frozenset()) -> str | None:
+    """What a layer's graph depends on besides its arguments; None where that is not known.
+
+    For the layer replay (``introspect.layer_replay``): the layer and every module in it
+    are of classes from torch, transformers or introspect (at home, unpatched), carry no
+    hooks, and hold only plain values and configurations, compared by value (private ones
+    included; the names in ``ignore`` aside). A port's layer gives None: its graph may hang
+    on anything (a private flag, a dict keyed on ``id(self)``), so it is traced for real.
+    """
+    try:
+        if any(getattr(torch.nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
+            return None
+        parts: list[Any] = []
+        configs: dict[int, str] = {}
+        namespaces: dict[int, dict[str, Any]] = {}
+        for name, sub in module.named_modules(remove_duplicate=False):
+            if any(getattr(sub, hook, None) for hook in _HOOKS):
+                return None
+            for base in type(sub).__mro__:
+                if base not in (object, typing.Generic):
+                    parts.append((_token(base), _class_state(base, namespaces, _REPLAYABLE)))
+            parts.append((name, _instance_state(name, sub, configs, ignore)))
+    except Uncacheable:
+        return None
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 # -- classes: installed, at home, unpatched -------------------------------------------------
 
 @functools.cache
-def _package_roots() -> tuple[str, ...]:
+def _package_roots(packages: tuple[str, ...] = _INSTALLED) -> tuple[str, ...]:
     """The folders of the installed packages a cached model's classes may come from."""
     roots = []
-    for name in _INSTALLED:
+    for name in packages:
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):
             roots.append(str(Path(module.__file__).resolve().parent) + os.sep)
@@ -203,14 +231,15 @@ def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     folders = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
     folders.add(str(Path(__file__).parent))  # introspect itself (installed editable too)
-    return tuple(str(Path(f).resolve()) + os.sep for f in folders) + _package_roots()
+    return tuple(str(Path(f).resolve()) + os.sep for f in folders) \
+        + _package_roots(_REPLAYABLE)
 
 
 @functools.lru_cache(maxsize=4096)
 def _file_under(filename: str, roots: tuple[str, ...]) -> bool:
     if filename.startswith("<frozen ") and filename.endswith(">"):  # the stdlib's own
         return filename[8:-1].split(".")[0] in sys.stdlib_module_names \
-            and roots != _package_roots()
+            and roots == _library_roots()
     try:
         resolved = str(Path(filename).resolve())
     except (OSError, RuntimeError):
@@ -218,30 +247,31 @@ def _file_under(filename: str, roots: tuple[str, ...]) -> bool:
     return resolved.startswith(roots)
 
 
-def _class_state(cls: type, namespaces: dict[int, dict[str, Any]]) -> Any:
+def _class_state(cls: type, namespaces: dict[int, dict[str, Any]],
+                 packages: tuple[str, ...] = _INSTALLED) -> Any:
     """``cls``'s attributes by identity, after checking it is installed and unpatched."""
     where = f"{cls.__module__}.{cls.__qualname__}"
-    if cls.__module__.split(".")[0] not in _INSTALLED or "<locals>" in cls.__qualname__:
+    if cls.__module__.split(".")[0] not in packages or "<locals>" in cls.__qualname__:
         raise Uncacheable(f"class {where} is not from an installed package "
-                          f"({', '.join(_INSTALLED)}): a port's graph is never cached")
+                          f"({', '.join(packages)}): a port's graph is never cached")
     home = sys.modules.get(cls.__module__)
     found: Any = home
     for part in cls.__qualname__.split("."):
         found = getattr(found, part, None)
     if found is not cls or not _file_under(getattr(home, "__file__", "") or "",
-                                           _package_roots()):
+                                           _package_roots(packages)):
         raise Uncacheable(f"class {where} is not the class of that name in its package")
 
     def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
         snapshot = _Snapshot(cls, names, tuple(map(id, values)), values)
         for name, value in zip(names, values, strict=True):
             for function in _functions_in(value):
-                _check_class_function(cls, name, function)
+                _check_class_function(cls, name, function, packages)
                 snapshot.reads.append(function.__globals__)
         _fill(snapshot, where)
         return snapshot
 
-    snapshot = _snapshot(cls, vars(cls), build)
+    snapshot = _snapshot(cls, packages, vars(cls), build)
     for namespace in snapshot.reads:
         namespaces.setdefault(id(namespace), namespace)
     return _state(snapshot, where)
@@ -267,14 +297,15 @@ def _functions_in(value: Any) -> list[types.FunctionType]:
     return functions
 
 
-def _check_class_function(cls: type, name: str, function: types.FunctionType) -> None:
+def _check_class_function(cls: type, name: str, function: types.FunctionType,
+                          packages: tuple[str, ...]) -> None:
     """A function on an installed class must be the package's own, under its own name."""
     where = f"{cls.__module__}.{cls.__qualname__}.{name}"
     wrapper = getattr(function, "__wrapped__", None) is not None
     # A decorator's wrapper may come from the standard library (contextlib's, for
     # torch.no_grad); the function it wraps is checked next, and must be the package's.
     if not _file_under(function.__code__.co_filename,
-                       _library_roots() if wrapper else _package_roots()):
+                       _library_roots() if wrapper else _package_roots(packages)):
         raise Uncacheable(f"{where} is patched: it runs code from "
                           f"{function.__code__.co_filename}, outside the installed package")
     if wrapper:
@@ -293,11 +324,12 @@ def _check_class_function(cls: type, name: str, function: types.FunctionType) ->
 
 # -- instances: plain values and configurations only ---------------------------------------
 
-def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str]) -> list[Any]:
+def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
+                    ignore: frozenset[str] = frozenset()) -> list[Any]:
     """The instance's own attributes by value, or Uncacheable for anything not plain."""
     state = []
     for name, value in vars(module).items():
-        if name in _MODULE_STATE or name in _HOOKS:
+        if name in _MODULE_STATE or name in _HOOKS or name in ignore:
             continue
         where = f"{path or '(root)'}.{name}"
         if _is_config(value):
@@ -374,7 +406,7 @@ def _namespace_state(namespace: dict[str, Any]) -> Any:
         _fill(snapshot, where)
         return snapshot
 
-    return _state(_snapshot(namespace, namespace, build), where)
+    return _state(_snapshot(namespace, None, namespace, build), where)
 
 
 @dataclass
@@ -393,18 +425,19 @@ class _Snapshot:
     reads: list[dict[str, Any]] = field(default_factory=list)  # its functions' globals
 
 
-_SNAPSHOTS: dict[int, _Snapshot] = {}
+_SNAPSHOTS: dict[tuple[int, Any], _Snapshot] = {}
 
 
-def _snapshot(owner: Any, namespace: Mapping[str, Any], build: Any) -> _Snapshot:
+def _snapshot(owner: Any, rules: Any, namespace: Mapping[str, Any],
+              build: Any) -> _Snapshot:
     """The snapshot of ``namespace``, built again (and checked) when any value changed."""
     names, values = tuple(namespace), tuple(namespace.values())
-    held = _SNAPSHOTS.get(id(owner))
+    held = _SNAPSHOTS.get((id(owner), rules))
     if held is not None and held.owner is owner and held.names == names \
             and held.ids == tuple(map(id, values)):
         return held
     snapshot: _Snapshot = build(names, values)  # Uncacheable leaves nothing behind
-    _SNAPSHOTS[id(owner)] = snapshot
+    _SNAPSHOTS[(id(owner), rules)] = snapshot
     return snapshot
 
 
