@@ -152,27 +152,25 @@ def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool)
              if getattr(torch.nn.modules.module, name, None)]
     if hooks:
         raise Uncacheable(f"a global module hook is registered ({', '.join(hooks)})")
-    classes: dict[type, None] = {}
+    modules = list(model.named_modules(remove_duplicate=False))
+    namespaces: dict[int, Any] = {}
+    for cls in dict.fromkeys(type(module) for _, module in modules):  # classes first
+        for base in cls.__mro__:
+            if base not in (object, typing.Generic):
+                parts.append((_token(base), _class_state(base, namespaces)))
     configs: dict[int, str] = {}
-    for name, module in model.named_modules(remove_duplicate=False):
+    for name, module in modules:
         for hook in _HOOKS:
             if getattr(module, hook, None):
                 raise Uncacheable(f"module {name or '(root)'} has a hook ({hook})")
-        classes.setdefault(type(module))
         parts.append((name, _token(type(module)), _instance_state(name, module, configs)))
-    namespaces: dict[int, dict[str, Any]] = {}
-    for cls in classes:
-        for base in cls.__mro__:
-            if base in (object, typing.Generic):
-                continue
-            parts.append((_token(base), _class_state(base, namespaces)))
     for module_name in _READ_MODULES:
         module = sys.modules.get(module_name)
         if module is not None:
             namespaces.setdefault(id(vars(module)), vars(module))
-    namespaces.setdefault(id(vars(torch.Tensor)), dict(vars(torch.Tensor)))
     for namespace in namespaces.values():
         parts.append(_namespace_state(namespace))
+    parts.append(_namespace_state(torch.Tensor))  # its methods: x.softmax(...) and the like
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         parts.append((name, tuple(tensor.shape), str(tensor.dtype), str(tensor.device),
                       tensor.requires_grad, type(tensor).__qualname__))
@@ -397,16 +395,18 @@ def _plain(value: Any, depth: int, where: str) -> Any:
 
 # -- namespaces the code reads, and identities ---------------------------------------------
 
-def _namespace_state(namespace: dict[str, Any]) -> Any:
-    """Every value of a module's namespace by identity, its functions checked as installed."""
-    where = str(namespace.get("__name__", "a namespace"))
+def _namespace_state(owner: dict[str, Any] | type) -> Any:
+    """Every value of a module's namespace (or a class's) by identity, functions checked."""
+    namespace = vars(owner) if isinstance(owner, type) else owner
+    where = str(owner.__qualname__ if isinstance(owner, type)
+                else namespace.get("__name__", "a namespace"))
 
     def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
-        snapshot = _Snapshot(namespace, names, tuple(map(id, values)), values)
+        snapshot = _Snapshot(owner, names, tuple(map(id, values)), values)
         _fill(snapshot, where)
         return snapshot
 
-    return _state(_snapshot(namespace, None, namespace, build), where)
+    return _state(_snapshot(owner, "read", namespace, build), where)
 
 
 @dataclass
