@@ -52,6 +52,7 @@ import hashlib
 import os
 import sys
 import sysconfig
+import threading
 import types
 import typing
 from collections.abc import Mapping
@@ -97,6 +98,10 @@ _KNOWN_ALIASES = frozenset({
 _PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device,
           torch.memory_format, torch.layout)
 _DEPTH = 4  # levels of containers looked into (a config's nested dicts)
+# Keys are computed from threads at once (trace holds its own lock only around fx): the
+# snapshots and the identity serials are shared, and a serial given twice would make two
+# objects look the same.
+_LOCK = threading.RLock()
 
 
 class Uncacheable(Exception):
@@ -131,7 +136,8 @@ def cache_key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     rules of the module docstring; ``why_uncacheable`` says which rule.
     """
     try:
-        return _key(model, inputs, fast)
+        with _LOCK:
+            return _key(model, inputs, fast)
     except Uncacheable:
         return None
 
@@ -139,7 +145,8 @@ def cache_key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
 def why_uncacheable(model: torch.nn.Module) -> str | None:
     """The rule ``model`` breaks, in words, or None if its graph may be cached."""
     try:
-        _key(model, {}, True)
+        with _LOCK:
+            _key(model, {}, True)
     except Uncacheable as e:
         return str(e)
     return None
@@ -157,7 +164,7 @@ def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool)
     for cls in dict.fromkeys(type(module) for _, module in modules):  # classes first
         for base in cls.__mro__:
             if base not in (object, typing.Generic):
-                parts.append((_token(base), _class_state(base, namespaces)))
+                parts.append((_class_state(base, namespaces), _token(base)))
     configs: dict[int, str] = {}
     for name, module in modules:
         for hook in _HOOKS:
@@ -193,21 +200,28 @@ def layer_state(module: torch.nn.Module, ignore: frozenset[str] = frozenset()) -
     on anything (a private flag, a dict keyed on ``id(self)``), so it is traced for real.
     """
     try:
-        if any(getattr(torch.nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
-            return None
-        parts: list[Any] = []
-        configs: dict[int, str] = {}
-        namespaces: dict[int, dict[str, Any]] = {}
-        for name, sub in module.named_modules(remove_duplicate=False):
-            if any(getattr(sub, hook, None) for hook in _HOOKS):
-                return None
-            for base in type(sub).__mro__:
-                if base not in (object, typing.Generic):
-                    parts.append((_token(base), _class_state(base, namespaces, _REPLAYABLE)))
-            parts.append((name, _instance_state(name, sub, configs, ignore)))
+        with _LOCK:
+            parts = _layer_parts(module, ignore)
     except Uncacheable:
         return None
     return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _layer_parts(module: torch.nn.Module, ignore: frozenset[str]) -> list[Any]:
+    hooks = [name for name in _GLOBAL_HOOKS if getattr(torch.nn.modules.module, name, None)]
+    if hooks:
+        raise Uncacheable(f"a global module hook is registered ({', '.join(hooks)})")
+    parts: list[Any] = []
+    configs: dict[int, str] = {}
+    namespaces: dict[int, dict[str, Any]] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        if any(getattr(sub, hook, None) for hook in _HOOKS):
+            raise Uncacheable(f"module {name or '(root)'} has a hook")
+        for base in type(sub).__mro__:
+            if base not in (object, typing.Generic):
+                parts.append((_class_state(base, namespaces, _REPLAYABLE), _token(base)))
+        parts.append((name, _instance_state(name, sub, configs, ignore)))
+    return parts
 
 
 # -- classes: installed, at home, unpatched -------------------------------------------------
