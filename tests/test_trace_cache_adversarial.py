@@ -331,3 +331,29 @@ def test_a_port_is_never_cached_and_its_private_fault_is_traced(hits):
             assert torch.equal(traced, model(**inputs))
         assert not torch.equal(faulty(**inputs), plain(**inputs))
     assert hits == []
+
+
+def test_only_layers_of_installed_unpatched_classes_are_replayed(monkeypatch):
+    from introspect import layer_replay, scratch
+
+    replayed: list[str] = []
+    replay = layer_replay.replay
+
+    def counted(record, path, mapping, tracer):
+        replayed.append(path)
+        return replay(record, path, mapping, tracer)
+
+    monkeypatch.setattr(layer_replay, "replay", counted)
+    hf = _tiny()
+    trace_module(hf, INPUTS, cache=False)
+    assert replayed == ["encoder.layer.1"]  # HF's layers: replayed
+    replayed.clear()
+    trace_module(scratch.BertModel.from_hf(hf).eval(), INPUTS, cache=False)
+    assert replayed == ["encoder.layer.1"]  # introspect's own BERT: replayed
+    replayed.clear()
+    hf.encoder.layer[1].intermediate._approx = "tanh"  # a private difference: traced
+    trace_module(hf, INPUTS, cache=False)
+    assert replayed == []
+    port = _Port()
+    trace_module(port, {"input_ids": torch.arange(18).reshape(2, 9)}, cache=False)
+    assert replayed == []  # a port's layers, alike as they look, are each traced
