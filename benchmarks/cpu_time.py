@@ -64,9 +64,8 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
     forwards = forward + cpu_median(lambda: cases.forward(scratch, inputs), runs)
     full = cpu_median(lambda: cases.trace_full(hf, inputs), runs)
     traced = cpu_median(lambda: cases.trace_with_shapes(hf, inputs), runs)
-    cases.trace_cached(hf, inputs, from_disk=False)  # fills the cache
-    memory_hit = cpu_median(lambda: cases.trace_cached(hf, inputs, False), runs)
-    disk_hit = cpu_median(lambda: cases.trace_cached(hf, inputs, True), runs)
+    cases.trace_cached(hf, inputs)  # fills the cache
+    memory_hit = cpu_median(lambda: cases.trace_cached(hf, inputs), runs)
     trace_cache.clear_memory()
     diffed = cpu_median(lambda: cases.diff(hf, scratch, inputs), runs)
     aligned = cpu_median(_alignment(hf, scratch, inputs), runs)
@@ -75,7 +74,6 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
         "trace_shapes_over_forward": round(traced / forward, 3),
         "full_trace_over_forward": round(full / forward, 3),
         "cache_hit_memory_over_full_trace": round(memory_hit / full, 3),
-        "cache_hit_disk_over_full_trace": round(disk_hit / full, 3),
         "diff_over_two_forwards": round(diffed / forwards, 3),
         "alignment_share_of_diff": round(aligned / diffed, 3),
     }

@@ -10,11 +10,12 @@ would give; their trace-time values (FakeTensors) are the recorded layer's, whic
 sound because the arguments' metadata are identical.
 
 A layer is replayed only when it is a different module of the same ``ModuleList`` with
-the same class, parameter and buffer layout, plain attributes (``layer_idx`` aside) and
-no hooks, called with arguments of identical metadata, and when the recorded layer's
-nodes read nothing but its own arguments and targets nothing outside its own path.
-Anything else is traced in full; where a layer could not be replayed, ``replay_or_none``
-says why (the tracer keeps it as a note).
+the same class, parameter and buffer layout, plain attributes (``layer_idx`` aside, private
+ones included) and no hooks, all its classes torch's, HF's or introspect's own and
+unpatched (a port's layers are each traced: ``trace_cache.layer_state``), called with
+arguments of identical metadata, and when the recorded layer's nodes read nothing but
+its own arguments and target nothing outside its own path. Anything else is traced in
+full; where a layer like a recorded one could not be replayed, the tracer keeps a note.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 
 import torch
 import torch.fx
+
+from introspect import trace_cache
 
 # HF numbers its layers for the key/value cache; the number never reaches an encoder's graph.
 _PER_LAYER_COUNTERS = frozenset({"layer_idx", "layer_index", "layer_id"})
@@ -59,27 +62,20 @@ def module_list_of(root: torch.nn.Module, path: str) -> str | None:
 
 
 def layer_signature(module: torch.nn.Module) -> tuple[Any, ...] | None:
-    """Class, parameter and buffer layout and plain attributes; None when hooked."""
-    layout: list[Any] = [type(module)]
-    for name, sub in module.named_modules():
-        if sub._forward_hooks or sub._forward_pre_hooks:
-            return None  # a hook may do anything; trace it for real
-        # Plain attributes by value; anything else (a method patched on one layer, a
-        # config) by identity, so only layers sharing the very same object replay.
-        attributes = tuple(sorted(
-            (key, value if _is_plain(value) else ("object", id(value)))
-            for key, value in vars(sub).items()
-            if not key.startswith("_") and key not in _PER_LAYER_COUNTERS))
-        layout.append((name, type(sub), attributes))
+    """Class, state and parameter layout; None when the layer may not be replayed.
+
+    Only layers of torch's, HF's and introspect's own classes, unpatched, with no hooks and
+    only plain attributes (``trace_cache.layer_state``) are replayed: a port's layer may
+    pick its graph by anything (a private flag, a dict keyed on ``id(self)``, a global), so
+    each one is traced for real.
+    """
+    state = trace_cache.layer_state(module, _PER_LAYER_COUNTERS)
+    if state is None:
+        return None
+    layout: list[Any] = [type(module), state]
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         layout.append((name, tuple(tensor.shape), tensor.dtype, tensor.requires_grad))
     return tuple(layout)
-
-
-def _is_plain(value: Any) -> bool:
-    if type(value) in (tuple, list):
-        return all(_is_plain(v) for v in value)
-    return isinstance(value, _PLAIN)
 
 
 def describe_arguments(args: tuple[Any, ...], kwargs: dict[str, Any],

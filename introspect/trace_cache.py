@@ -1,84 +1,124 @@
-"""A cache of traced graphs: in memory per process, and on disk in the user's cache folder.
+"""A cache of traced graphs, in memory, for models made only of installed, unpatched code.
 
-A notebook that re-traces, ``make demo`` and CI re-runs trace the same model class with
-the same configuration and the same input shapes again and again; the graph is the same
-every time. The cache keeps the graph, never the weights: a hit builds a new
+A notebook that re-traces, or ``introspect.trace`` called twice on one model, traces the
+same HF model class with the same configuration and input shapes again; the graph is the
+same every time. The cache keeps the graph, never the weights: a hit builds a new
 GraphModule whose ``call_module``/``get_attr`` targets are the *new* model's own modules,
 parameters and buffers, so a hit can never serve stale weights.
 
-The key (``cache_key``) holds everything the graph depends on: the model's class and the
-sha256 of the source files of every module class in it, its configuration, its module
-tree (classes, plain attributes, train/eval, parameter and buffer names, shapes, dtypes),
-the input names, shapes and dtypes (the records hold shapes, and a branch may depend on a
-size), autograd's grad mode, and the versions of torch, transformers and introspect with
-a hash of introspect's tracing code.
+A graph is cached only where its key provably covers everything it depends on
+(``cache_key`` returns None for any other model, and the tracer then traces it):
 
-On disk an entry is one JSON file, ``$XDG_CACHE_HOME/introspect/graphs/<key>.json`` (or
-``~/.cache/introspect/...``, or ``$INTROSPECT_CACHE_DIR/graphs/...``): nodes, targets
-(functions by module and name, imported only from torch, transformers, introspect and
-the standard library's operator, builtins and math), arguments, metadata and the node
-records (``introspect.records``), so a hit builds no records either. Nothing
-is unpickled or executed from it; the code is generated again from the graph. An entry
-that cannot be read or does not match its key is ignored and traced again.
-At most ``DISK_ENTRIES`` files are kept: writing one removes the least recently used
-beyond that (reading a file marks it used). ``INTROSPECT_NO_CACHE=1`` turns the cache
-off entirely.
+- every module's class, and every class in its MRO (``object`` and ``typing.Generic``
+  aside), is defined in the installed ``torch`` or ``transformers`` package: found at its
+  home (``module.QualName`` is that very class), in a file inside the package, never in
+  ``__main__``, a notebook, ``exec`` or a function body. A user's port is never cached;
+- no class of those is patched: every function in their ``__dict__`` (and behind every
+  ``functools.wraps`` decorator, property, static and class method) is defined in the
+  package, under its own class's name (or a base class's, as
+  ``PreTrainedModel.cuda = Module.cuda``);
+- no forward, pre-forward or backward hook on any module, and none of torch's global ones;
+- every attribute on a module instance is a plain value (numbers, text, dtypes, and
+  containers of them), a configuration (keyed by its full current ``to_dict()`` and every
+  private field), or one of two things HF's activations hold: a torch built-in found at
+  its home, or a method of the module's own class. A function, partial, callable object
+  or anything else set on an instance makes the model uncacheable;
+- every function in the namespaces the model's code reads (the modules of those classes
+  and of their functions, torch, ``torch.nn.functional``, ``torch.Tensor``, HF's
+  activation, mask and attention registries) is defined in an installed package or the
+  standard library.
 
-What the key cannot see: a function replaced at run time in a model's Python module
-(``modeling_bert.some_function = patched``). A method set on a module instance is seen
-(its code is part of the key). Code that monkeypatches model modules turns the cache off.
+The key then holds the identity of each of those classes and of every value in their
+``__dict__`` and in those namespaces (one level into containers: ``ACT2FN``, the
+attention registry), so a function replaced at run time anywhere there misses the cache;
+the configuration and every plain attribute by value; parameter and buffer names, shapes,
+dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode, autocast,
+the default dtype and the environment. Identities are serials that are never reused
+(their objects are kept alive), so a new object at a freed address is never taken for
+the old one.
+
+Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
+earn its risk (README, "a graph cache": a warm disk cache saved nothing on a whole
+``introspect trace`` process). Nothing is read from or written to any folder.
+``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
-import dataclasses
 import functools
 import hashlib
-import importlib
-import inspect
-import json
 import os
 import sys
-import tempfile
+import sysconfig
+import threading
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.passes.shape_prop import TensorMetadata
 
 from introspect.fx_module import build_graph_module
 from introspect.records import NodeRecord
 
-FORMAT = 3  # bump when the file layout changes
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
-DISK_ENTRIES = 256  # files kept on disk (each 0.1-0.2 MB for BERT); least recently used go
-_IMPORTABLE = ("torch", "transformers", "introspect", "operator", "_operator", "builtins",
-               "math")
-_TRACING_MODULES = ("tracer", "layer_replay", "leaf_shapes", "shapes", "records", "traced_sizes",
-                    "trace_cache")
+_INSTALLED = ("torch", "transformers")  # version-pinned packages a cached model may use
+_REPLAYABLE = (*_INSTALLED, "introspect")  # a layer of these may be replayed (its BERT)
+# Modules the code of an HF model reads besides its own: their functions must be
+# installed ones, and a value replaced there misses the cache.
+_READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
+                 "transformers.activations", "transformers.masking_utils",
+                 "transformers.modeling_utils", "transformers.integrations.sdpa_attention",
+                 "transformers.pytorch_utils", "transformers.utils.generic",
+                 "transformers.modeling_layers", "introspect.tracer",
+                 "introspect.layer_replay", "introspect.leaf_shapes", "introspect.shapes",
+                 "introspect.traced_sizes")
+# torch.nn.Module's own bookkeeping on every instance (hooks checked apart).
+_MODULE_STATE = frozenset({
+    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks", "_is_full_backward_hook"})
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+          "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+          "_forward_pre_hooks_with_kwargs")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks",
+                 "_global_backward_hooks", "_global_backward_pre_hooks",
+                 "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs")
+# Class attributes defined elsewhere than under their own name, on purpose, by the package.
+_KNOWN_ALIASES = frozenset({
+    ("torch.nn.modules.module", "Module", "forward", "_forward_unimplemented"),
+    ("torch.nn.modules.module", "Module", "smart_apply",
+     "PreTrainedModel.initialize_weights.<locals>.smart_apply"),
+})
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device,
+          torch.memory_format, torch.layout)
+_DEPTH = 4  # levels of containers looked into (a config's nested dicts)
+# Keys are computed from threads at once (trace holds its own lock only around fx): the
+# snapshots and the identity serials are shared, and a serial given twice would make two
+# objects look the same.
+_LOCK = threading.RLock()
+
+
+class Uncacheable(Exception):
+    """Why a model's graph cannot be cached (its key would not cover what it depends on)."""
 
 
 @dataclass
 class CachedTrace:
     """What a trace produced, without weights: rebuild a GraphModule with ``bind``."""
 
-    graph: torch.fx.Graph | None  # None once a graph read from disk was handed out
+    graph: torch.fx.Graph
     constants: dict[str, torch.Tensor]  # get_attr targets the graph owns (tensor constants)
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     decisions: tuple[tuple[str, str, bool], ...]
     notes: tuple[str, ...]
     records: tuple[NodeRecord, ...]  # frozen rows, the same for every model the key fits
-    # A graph read from disk is handed to the first bind as it is (no copy); the document
-    # it came from rebuilds the entry's own graph if another bind follows.
-    document: dict[str, Any] | None = None
-    handed_out: bool = False
 
 
 def enabled() -> bool:
@@ -86,119 +126,389 @@ def enabled() -> bool:
     return os.environ.get("INTROSPECT_NO_CACHE", "") in ("", "0")
 
 
-def cache_folder() -> Path:
-    """``$INTROSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/introspect`` or ``~/.cache/introspect``."""
-    own = os.environ.get("INTROSPECT_CACHE_DIR")
-    if own:
-        return Path(own)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "introspect"
-
-
 # -- the key -------------------------------------------------------------------------------
 
-def cache_key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool) -> str:
-    """The sha256 of everything the traced graph depends on (see the module docstring)."""
-    parts: list[Any] = [FORMAT, _versions(), type(model).__module__, type(model).__qualname__,
-                        fast, torch.is_grad_enabled()]
-    config = getattr(model, "config", None)
-    if config is not None:  # HF's to_json_string deep-copies: 10x slower than this
-        fields = vars(config) if hasattr(config, "__dict__") else {"config": config}
-        parts.append(sorted((k, repr(v)) for k, v in fields.items()))
-        parts.append(getattr(config, "_attn_implementation", None))
-    classes = set()
-    for name, module in model.named_modules():
-        classes.add(type(module))
-        plain = sorted((k, _attribute_identity(v)) for k, v in vars(module).items()
-                       if not k.startswith("_"))
-        parts.append((name, type(module).__module__, type(module).__qualname__, plain))
+def cache_key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+              fast: bool) -> str | None:
+    """The sha256 of everything the traced graph depends on; None where that cannot be had.
+
+    None (the tracer then traces for real, and caches nothing) for any model outside the
+    rules of the module docstring; ``why_uncacheable`` says which rule.
+    """
+    try:
+        with _LOCK:
+            return _key(model, inputs, fast)
+    except Uncacheable:
+        return None
+
+
+def why_uncacheable(model: torch.nn.Module) -> str | None:
+    """The rule ``model`` breaks, in words, or None if its graph may be cached."""
+    try:
+        with _LOCK:
+            _key(model, {}, True)
+    except Uncacheable as e:
+        return str(e)
+    return None
+
+
+def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool) -> str:
+    parts: list[Any] = [fast, torch.is_grad_enabled(), torch.get_default_dtype(),
+                        _autocast_state(), sorted(os.environ.items())]
+    hooks = [name for name in _GLOBAL_HOOKS
+             if getattr(torch.nn.modules.module, name, None)]
+    if hooks:
+        raise Uncacheable(f"a global module hook is registered ({', '.join(hooks)})")
+    modules = list(model.named_modules(remove_duplicate=False))
+    namespaces: dict[int, Any] = {}
+    for cls in dict.fromkeys(type(module) for _, module in modules):  # classes first
+        for base in cls.__mro__:
+            if base not in (object, typing.Generic):
+                parts.append((_class_state(base, namespaces), _token(base)))
+    configs: dict[int, str] = {}
+    for name, module in modules:
+        for hook in _HOOKS:
+            if getattr(module, hook, None):
+                raise Uncacheable(f"module {name or '(root)'} has a hook ({hook})")
+        parts.append((name, _token(type(module)), _instance_state(name, module, configs)))
+    for module_name in _READ_MODULES:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            namespaces.setdefault(id(vars(module)), vars(module))
+    for namespace in namespaces.values():
+        parts.append(_namespace_state(namespace))
+    parts.append(_namespace_state(torch.Tensor))  # its methods: x.softmax(...) and the like
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         parts.append((name, tuple(tensor.shape), str(tensor.dtype), str(tensor.device),
-                      tensor.requires_grad))
-    parts.append(sorted(_source_hash(c) for c in classes))
+                      tensor.requires_grad, type(tensor).__qualname__))
     for name, tensor in inputs.items():
         parts.append((name, tuple(tensor.shape), str(tensor.dtype), str(tensor.device)))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _attribute_identity(value: Any, depth: int = 0) -> str:
-    """What of an attribute can change the graph: its value, or a function's code.
+def _autocast_state() -> tuple[Any, ...]:
+    return tuple(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
-    Containers and plain objects are looked into (a port's ``self.opts = {"fault": ...}``
-    steers its control flow as much as a flag does), a few levels deep.
+
+def layer_state(module: torch.nn.Module, ignore: frozenset[str] = frozenset()) -> str | None:
+    """What a layer's graph depends on besides its arguments; None where that is not known.
+
+    For the layer replay (``introspect.layer_replay``): the layer and every module in it
+    are of classes from torch, transformers or introspect (at home, unpatched), carry no
+    hooks, and hold only plain values and configurations, compared by value (private ones
+    included; the names in ``ignore`` aside). A port's layer gives None: its graph may hang
+    on anything (a private flag, a dict keyed on ``id(self)``), so it is traced for real.
     """
-    if isinstance(value, (bool, int, float, str, type(None), torch.dtype)):
-        return repr(value)
-    if depth < _ATTRIBUTE_DEPTH:
-        inner = depth + 1
-        if isinstance(value, (list, tuple)):
-            return "[" + ", ".join(_attribute_identity(v, inner) for v in value) + "]"
-        if isinstance(value, (set, frozenset)):
-            return "{" + ", ".join(sorted(_attribute_identity(v, inner) for v in value)) + "}"
-        if isinstance(value, dict):
-            items = sorted((repr(k), _attribute_identity(v, inner)) for k, v in value.items())
-            return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
-    function = getattr(value, "__func__", value)
-    code = getattr(function, "__code__", None)
-    if code is not None:  # a function or method set on the instance (a patched forward)
-        digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()
-        # What the function closes over and its defaults steer it as much as its code does
-        # (a fault chosen by a closure variable).
-        cells = [_attribute_identity(c.cell_contents, depth + 1)
-                 for c in getattr(function, "__closure__", None) or ()
-                 if depth < _ATTRIBUTE_DEPTH and _filled(c)
-                 and not isinstance(c.cell_contents, torch.nn.Module)]
-        defaults = _attribute_identity(getattr(function, "__defaults__", None), depth + 1)
-        return f"code {code.co_filename}:{code.co_qualname} {digest} {cells} {defaults}"
-    if callable(value) and not isinstance(value, torch.nn.Module):
-        return f"callable {getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
-    if (depth < _ATTRIBUTE_DEPTH and hasattr(value, "__dict__")
-            and not isinstance(value, (torch.nn.Module, torch.Tensor, type))):
-        fields = sorted((k, _attribute_identity(v, depth + 1)) for k, v in vars(value).items())
-        return f"{type(value).__qualname__}{fields}"  # a SimpleNamespace, a dataclass, a config
-    return type(value).__qualname__
-
-
-def _filled(cell: Any) -> bool:
     try:
-        cell.cell_contents  # noqa: B018  (an empty cell raises)
-    except ValueError:
+        with _LOCK:
+            parts = _layer_parts(module, ignore)
+    except Uncacheable:
+        return None
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _layer_parts(module: torch.nn.Module, ignore: frozenset[str]) -> list[Any]:
+    hooks = [name for name in _GLOBAL_HOOKS if getattr(torch.nn.modules.module, name, None)]
+    if hooks:
+        raise Uncacheable(f"a global module hook is registered ({', '.join(hooks)})")
+    parts: list[Any] = []
+    configs: dict[int, str] = {}
+    namespaces: dict[int, dict[str, Any]] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        if any(getattr(sub, hook, None) for hook in _HOOKS):
+            raise Uncacheable(f"module {name or '(root)'} has a hook")
+        for base in type(sub).__mro__:
+            if base not in (object, typing.Generic):
+                parts.append((_class_state(base, namespaces, _REPLAYABLE), _token(base)))
+        parts.append((name, _instance_state(name, sub, configs, ignore)))
+    return parts
+
+
+# -- classes: installed, at home, unpatched -------------------------------------------------
+
+@functools.cache
+def _package_roots(packages: tuple[str, ...] = _INSTALLED) -> tuple[str, ...]:
+    """The folders of the installed packages a cached model's classes may come from."""
+    roots = []
+    for name in packages:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(str(Path(module.__file__).resolve().parent) + os.sep)
+    return tuple(roots)
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """Where a function read from a namespace may be defined: installed code, the stdlib."""
+    paths = sysconfig.get_paths()
+    folders = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    folders.add(str(Path(__file__).parent))  # introspect itself (installed editable too)
+    return tuple(str(Path(f).resolve()) + os.sep for f in folders) \
+        + _package_roots(_REPLAYABLE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_under(filename: str, roots: tuple[str, ...]) -> bool:
+    if filename.startswith("<frozen ") and filename.endswith(">"):  # the stdlib's own
+        return filename[8:-1].split(".")[0] in sys.stdlib_module_names \
+            and roots == _library_roots()
+    try:
+        resolved = str(Path(filename).resolve())
+    except (OSError, RuntimeError):
         return False
-    return True
+    return resolved.startswith(roots)
 
 
-_ATTRIBUTE_DEPTH = 4  # containers inside attributes looked into, this many levels
-_VERSIONS: list[Any] = []
-_SOURCE_HASHES: dict[type, str] = {}
+def _class_state(cls: type, namespaces: dict[int, dict[str, Any]],
+                 packages: tuple[str, ...] = _INSTALLED) -> Any:
+    """``cls``'s attributes by identity, after checking it is installed and unpatched."""
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.split(".")[0] not in packages or "<locals>" in cls.__qualname__:
+        raise Uncacheable(f"class {where} is not from an installed package "
+                          f"({', '.join(packages)}): a port's graph is never cached")
+    home = sys.modules.get(cls.__module__)
+    found: Any = home
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    if found is not cls or not _file_under(getattr(home, "__file__", "") or "",
+                                           _package_roots(packages)):
+        raise Uncacheable(f"class {where} is not the class of that name in its package")
+
+    def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
+        snapshot = _Snapshot(cls, names, tuple(map(id, values)), values)
+        for name, value in zip(names, values, strict=True):
+            for function in _functions_in(value):
+                _check_class_function(cls, name, function, packages)
+                snapshot.reads.append(function.__globals__)
+        _fill(snapshot, where)
+        return snapshot
+
+    snapshot = _snapshot(cls, packages, vars(cls), build)
+    for namespace in snapshot.reads:
+        namespaces.setdefault(id(namespace), namespace)
+    return _state(snapshot, where)
 
 
-def _versions() -> Any:
-    if not _VERSIONS:
-        import introspect
+def _functions_in(value: Any) -> list[types.FunctionType]:
+    """Every Python function a class attribute runs: itself, its wrapped chain, accessors."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        candidates = [value.fget, value.fset, value.fdel]
+    elif isinstance(value, functools.cached_property):
+        candidates = [value.func]
+    else:
+        candidates = [value]
+    functions = []
+    for candidate in candidates:
+        seen = 0
+        while isinstance(candidate, types.FunctionType) and seen < 16:
+            functions.append(candidate)
+            candidate = getattr(candidate, "__wrapped__", None)
+            seen += 1
+    return functions
 
-        try:
-            import transformers
 
-            transformers_version = transformers.__version__
-        except ImportError:
-            transformers_version = ""
-        ours = hashlib.sha256()
-        for name in _TRACING_MODULES:
-            ours.update(Path(__file__).with_name(f"{name}.py").read_bytes())
-        _VERSIONS.append((torch.__version__, transformers_version, introspect.__version__,
-                          ours.hexdigest()))
-    return _VERSIONS[0]
+def _check_class_function(cls: type, name: str, function: types.FunctionType,
+                          packages: tuple[str, ...]) -> None:
+    """A function on an installed class must be the package's own, under its own name."""
+    where = f"{cls.__module__}.{cls.__qualname__}.{name}"
+    wrapper = getattr(function, "__wrapped__", None) is not None
+    # A decorator's wrapper may come from the standard library (contextlib's, for
+    # torch.no_grad); the function it wraps is checked next, and must be the package's.
+    if not _file_under(function.__code__.co_filename,
+                       _library_roots() if wrapper else _package_roots(packages)):
+        raise Uncacheable(f"{where} is patched: it runs code from "
+                          f"{function.__code__.co_filename}, outside the installed package")
+    if wrapper:
+        return
+    qualname = function.__qualname__
+    if function.__module__ == cls.__module__ and qualname == f"{cls.__qualname__}.{name}":
+        return
+    owner, _, _ = qualname.rpartition(".")
+    if any(base.__module__ == function.__module__ and base.__qualname__ == owner
+           for base in cls.__mro__):
+        return  # a base class's method, taken over by name (PreTrainedModel.cuda)
+    if (cls.__module__, cls.__qualname__, name, qualname) in _KNOWN_ALIASES:
+        return
+    raise Uncacheable(f"{where} is patched: it is {function.__module__}.{qualname}")
 
 
-def _source_hash(cls: type) -> str:
-    """The sha256 of the file defining ``cls`` (a changed model source misses the cache)."""
-    if cls not in _SOURCE_HASHES:
-        try:
-            source = Path(inspect.getfile(cls)).read_bytes()
-        except (TypeError, OSError):
-            source = f"{cls.__module__}.{cls.__qualname__}".encode()
-        _SOURCE_HASHES[cls] = hashlib.sha256(source).hexdigest()
-    return _SOURCE_HASHES[cls]
+# -- instances: plain values and configurations only ---------------------------------------
+
+def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
+                    ignore: frozenset[str] = frozenset()) -> list[Any]:
+    """The instance's own attributes by value, or Uncacheable for anything not plain."""
+    state = []
+    for name, value in vars(module).items():
+        if name in _MODULE_STATE or name in _HOOKS or name in ignore:
+            continue
+        where = f"{path or '(root)'}.{name}"
+        if _is_config(value):
+            if id(value) not in configs:
+                configs[id(value)] = _config_state(value, where)
+            state.append((name, configs[id(value)]))
+        elif _is_own_builtin(value) or _is_own_method(module, value):
+            state.append((name, _token(value)))
+        else:
+            state.append((name, _plain(value, 0, where)))
+    return state
+
+
+def _is_config(value: Any) -> bool:
+    config_class = getattr(sys.modules.get("transformers"), "PretrainedConfig", None)
+    return config_class is not None and isinstance(value, config_class)
+
+
+def _config_state(config: Any, where: str) -> str:
+    """A configuration by its full current ``to_dict()`` and every private field."""
+    try:
+        exported = config.to_dict()
+    except Exception as e:  # noqa: BLE001 - a config that cannot export itself
+        raise Uncacheable(f"{where}: the configuration cannot be exported ({e})") from e
+    own = {k: v for k, v in vars(config).items()}
+    return repr((type(config).__module__, type(config).__qualname__, _token(type(config)),
+                 _plain(exported, 0, where), _plain(own, 0, where)))
+
+
+def _is_own_builtin(value: Any) -> bool:
+    """A torch built-in found at its home (``GELUActivation.act = F.gelu``)."""
+    if not isinstance(value, types.BuiltinFunctionType):
+        return False
+    module = getattr(value, "__module__", None) or ""
+    if module.split(".")[0] != "torch" or getattr(value, "__self__", None) not in (
+            None, sys.modules.get(module)):
+        return False
+    return getattr(sys.modules.get(module), value.__name__, None) is value
+
+
+def _is_own_method(module: torch.nn.Module, value: Any) -> bool:
+    """A method of the module's own class, bound to it (``self.act = self._gelu_python``)."""
+    if not isinstance(value, types.MethodType) or value.__self__ is not module:
+        return False
+    return getattr(type(module), value.__func__.__name__, None) is value.__func__
+
+
+def _plain(value: Any, depth: int, where: str) -> Any:
+    """A plain value as a comparable form, or Uncacheable for anything that may run code."""
+    if isinstance(value, _PLAIN) and type(value) in _PLAIN:
+        return (type(value).__name__, repr(value))
+    if depth < _DEPTH:
+        if type(value) in (tuple, list, torch.Size):
+            return (type(value).__name__, [_plain(v, depth + 1, where) for v in value])
+        if type(value) in (set, frozenset):
+            return ("set", sorted(repr(_plain(v, depth + 1, where)) for v in value))
+        if type(value) in (dict, collections.OrderedDict):
+            return ("dict", [(_plain(k, depth + 1, where), _plain(v, depth + 1, where))
+                             for k, v in value.items()])
+        if _is_config(value):
+            return _config_state(value, where)
+    raise Uncacheable(f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
+                      "not a plain value: only plain attributes and configurations are keyed")
+
+
+# -- namespaces the code reads, and identities ---------------------------------------------
+
+def _namespace_state(owner: dict[str, Any] | type) -> Any:
+    """Every value of a module's namespace (or a class's) by identity, functions checked."""
+    namespace = vars(owner) if isinstance(owner, type) else owner
+    where = str(owner.__qualname__ if isinstance(owner, type)
+                else namespace.get("__name__", "a namespace"))
+
+    def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
+        snapshot = _Snapshot(owner, names, tuple(map(id, values)), values)
+        _fill(snapshot, where)
+        return snapshot
+
+    return _state(_snapshot(owner, "read", namespace, build), where)
+
+
+@dataclass
+class _Snapshot:
+    """A class's or module's attributes as last checked; valid while they are the same.
+
+    ``owner`` and ``values`` are kept alive, so equal ids are the very same objects.
+    """
+
+    owner: Any
+    names: tuple[str, ...]
+    ids: tuple[int, ...]
+    values: tuple[Any, ...]
+    digest: str = ""  # of each value's identity (each checked)
+    mutable: list[tuple[str, Any]] = field(default_factory=list)  # re-read every time
+    reads: list[dict[str, Any]] = field(default_factory=list)  # its functions' globals
+
+
+_SNAPSHOTS: dict[tuple[int, Any], _Snapshot] = {}
+
+
+def _snapshot(owner: Any, rules: Any, namespace: Mapping[str, Any],
+              build: Any) -> _Snapshot:
+    """The snapshot of ``namespace``, built again (and checked) when any value changed."""
+    names, values = tuple(namespace), tuple(namespace.values())
+    held = _SNAPSHOTS.get((id(owner), rules))
+    if held is not None and held.owner is owner and held.names == names \
+            and held.ids == tuple(map(id, values)):
+        return held
+    snapshot: _Snapshot = build(names, values)  # Uncacheable leaves nothing behind
+    _SNAPSHOTS[(id(owner), rules)] = snapshot
+    return snapshot
+
+
+def _fill(snapshot: _Snapshot, where: str) -> None:
+    state = []
+    for name, value in zip(snapshot.names, snapshot.values, strict=True):
+        if name in ("__builtins__", "__all__", "__doc__", "__annotations__"):
+            continue  # a namespace's own bookkeeping (``__builtins__`` is the interpreter's)
+        state.append((name, _value_state(value, 0, f"{where}.{name}")))
+        if _mutable(value):
+            snapshot.mutable.append((name, value))
+    snapshot.digest = hashlib.sha256(repr(state).encode()).hexdigest()
+
+
+def _mutable(value: Any) -> bool:
+    """A container that can change in place (``ACT2FN``, a registry): read every time."""
+    return not isinstance(value, (type, types.ModuleType)) \
+        and (isinstance(value, Mapping) or type(value) in (list, set))
+
+
+def _state(snapshot: _Snapshot, where: str) -> Any:
+    return (snapshot.digest, [(name, _value_state(value, 0, f"{where}.{name}"))
+                             for name, value in snapshot.mutable])
+
+
+def _value_state(value: Any, depth: int, where: str) -> Any:
+    """A value's identity, and one level into containers and registries (``ACT2FN``)."""
+    if type(value) in _PLAIN:
+        return repr(value)
+    if isinstance(value, types.FunctionType) \
+            and not _file_under(value.__code__.co_filename, _library_roots()):
+        raise Uncacheable(f"{where} is {value.__module__}.{value.__qualname__}, defined in "
+                          f"{value.__code__.co_filename}, not in an installed package")
+    if depth < 2 and not isinstance(value, (type, types.ModuleType)):
+        if isinstance(value, Mapping):
+            try:
+                items = list(value.items())
+            except Exception:  # noqa: BLE001 - a mapping that cannot list itself
+                return _token(value)
+            return (_token(value), [(repr(k), _value_state(v, depth + 1, f"{where}[{k!r}]"))
+                                    for k, v in items])
+        if type(value) in (list, tuple, set, frozenset) and len(value) <= 4096:
+            return (_token(value), [_value_state(v, depth + 1, where) for v in value])
+    return _token(value)
+
+
+_TOKENS: dict[int, tuple[Any, int]] = {}
+
+
+def _token(value: Any) -> int:
+    """A serial for ``value`` that no other object ever gets (the object is kept alive)."""
+    held = _TOKENS.get(id(value))
+    if held is not None and held[0] is value:
+        return held[1]
+    serial = len(_TOKENS) + 1
+    _TOKENS[id(value)] = (value, serial)
+    return serial
 
 
 # -- in memory -----------------------------------------------------------------------------
@@ -216,46 +526,36 @@ def remember(key: str, gm: torch.fx.GraphModule, input_names: tuple[str, ...],
                         tuple(output_names),
                         tuple((d.node, d.expression, d.answer) for d in decisions),
                         tuple(notes), tuple(records))
-    _store(key, entry)
-    return entry
-
-
-def _store(key: str, entry: CachedTrace) -> None:
     _MEMORY[key] = entry
     _MEMORY.move_to_end(key)
     while len(_MEMORY) > MEMORY_ENTRIES:
         _MEMORY.popitem(last=False)
-
-
-def recall(key: str) -> CachedTrace | None:
-    """The entry under ``key``: from memory, else from disk (then kept in memory)."""
-    entry = _MEMORY.get(key)
-    if entry is not None:
-        _MEMORY.move_to_end(key)
-        return entry
-    entry = read_entry(key)
-    if entry is not None:
-        _store(key, entry)
     return entry
 
 
+def recall(key: str) -> CachedTrace | None:
+    """The entry under ``key``, or None."""
+    entry = _MEMORY.get(key)
+    if entry is not None:
+        _MEMORY.move_to_end(key)
+    return entry
+
+
+def write_entry(key: str, entry: CachedTrace) -> bool:
+    """Nothing: the cache keeps no files (see the module docstring). Always False."""
+    del key, entry
+    return False
+
+
 def clear_memory() -> None:
-    """Forget every graph kept in this process (the disk entries stay)."""
+    """Forget every graph kept in this process."""
     _MEMORY.clear()
 
 
 def bind(entry: CachedTrace, model: torch.nn.Module) -> torch.fx.GraphModule:
     """A GraphModule running ``entry``'s graph on ``model``'s own modules and weights."""
-    if entry.document is not None and not entry.handed_out:
-        # Fresh from the file and held by nobody else: the first bind takes it, no copy.
-        graph, entry.graph, entry.handed_out = entry.graph, None, True
-    else:
-        if entry.graph is None:  # the first bind took it: rebuild the entry's own
-            assert entry.document is not None
-            entry.graph = _graph_from_document(entry.document)
-        graph = _copy_graph(entry.graph)
-    assert graph is not None
-    gm = build_graph_module(_Targets(model, entry.constants), graph, type(model).__name__)
+    gm = build_graph_module(_Targets(model, entry.constants), _copy_graph(entry.graph),
+                            type(model).__name__)
     gm.training = model.training
     return gm
 
@@ -293,234 +593,4 @@ def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
     return copied
 
 
-# -- on disk -------------------------------------------------------------------------------
-
-_IMMUTABLE_DICT = torch.fx.immutable_collections.immutable_dict
-
-
-class _NotSerialisable(Exception):
-    """A value the JSON form does not cover: the entry stays in memory only."""
-
-
-def write_entry(key: str, entry: CachedTrace) -> bool:
-    """Write ``entry`` as JSON under the cache folder; False (nothing written) if it cannot."""
-    try:
-        values: dict[str, int] = {}  # metadata repeat (module stacks, shapes): stored once
-        assert entry.graph is not None  # written right after the trace, before any bind
-        nodes = [_encode_node(n, values) for n in entry.graph.nodes]
-        document = {"format": FORMAT, "key": key, "versions": list(_versions()),
-                    "nodes": nodes, "values": [json.loads(v) for v in values],
-                    "input_names": list(entry.input_names),
-                    "output_names": list(entry.output_names),
-                    "decisions": [list(d) for d in entry.decisions],
-                    "notes": list(entry.notes),
-                    "records": [list(vars(r).values()) for r in entry.records]}
-        if entry.constants:
-            raise _NotSerialisable("tensor constants")
-        text = json.dumps(document, sort_keys=True)
-        folder = cache_folder() / "graphs"
-        folder.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                stream.write(text)
-            os.replace(temporary, folder / f"{key}.json")
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        _prune(folder)
-    except (_NotSerialisable, OSError, TypeError, ValueError):
-        return False  # a cache that cannot be written is only slower, never an error
-    return True
-
-
-def _prune(folder: Path) -> None:
-    """Keep the ``DISK_ENTRIES`` most recently used files (a read touches its file).
-
-    A notebook that sweeps input shapes writes one entry per shape: without a bound the
-    folder would only grow.
-    """
-    entries = []
-    for path in folder.glob("*.json"):
-        try:
-            entries.append((path.stat().st_mtime, path))
-        except OSError:  # removed by another process meanwhile
-            continue
-    entries.sort()
-    for _, path in entries[:max(0, len(entries) - DISK_ENTRIES)]:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def read_entry(key: str) -> CachedTrace | None:
-    """The entry stored under ``key``, or None if absent, unreadable or not for this key."""
-    path = cache_folder() / "graphs" / f"{key}.json"
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        if document["format"] != FORMAT or document["key"] != key \
-                or tuple(document["versions"]) != _versions():
-            return None
-        graph = _graph_from_document(document)
-        records = tuple(_record(row) for row in document["records"])
-        if len(records) != len(graph.nodes):
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # recently used: the last to be pruned
-        return CachedTrace(graph, {}, tuple(document["input_names"]),
-                           tuple(document["output_names"]),
-                           tuple((str(a), str(b), bool(c)) for a, b, c in document["decisions"]),
-                           tuple(str(n) for n in document["notes"]), records, document)
-    except Exception:  # noqa: BLE001 - any damage to a cache file means "trace again"
-        return None
-
-
-def _graph_from_document(document: dict[str, Any]) -> torch.fx.Graph:
-    """The graph a cache file describes (ValueError where it does not hold together)."""
-    from introspect.tracer import ReloadableTracer
-
-    graph = torch.fx.Graph(tracer_cls=ReloadableTracer)
-    nodes: dict[str, torch.fx.Node] = {}
-    values = [_decode(v, nodes) for v in document["values"]]  # no node inside these
-    for row in document["nodes"]:
-        node = graph.create_node(row["op"], _decode(row["target"], nodes),
-                                 _decode(row["args"], nodes), _decode(row["kwargs"], nodes),
-                                 row["name"], _decode(row["type"], nodes))
-        if node.name != row["name"]:
-            raise ValueError(f"node {row['name']} was named {node.name}")
-        node.meta = {str(k): copy.copy(values[i]) for k, i in row["meta"].items()}
-        nodes[node.name] = node
-    return graph
-
-
-_TUPLE_FIELDS = frozenset({"shape", "inputs"})
-
-
-def _record(row: list[Any]) -> NodeRecord:
-    """A NodeRecord from its field values in order (lists back to tuples)."""
-    fields = [field.name for field in dataclasses.fields(NodeRecord)]
-    if len(row) != len(fields):
-        raise ValueError("a record of another layout")
-    values: list[Any] = [tuple(v) if name in _TUPLE_FIELDS and v is not None else v
-                         for name, v in zip(fields, row, strict=True)]
-    return NodeRecord(*values)
-
-
-def _encode_node(node: torch.fx.Node, values: dict[str, int]) -> dict[str, Any]:
-    """A node as JSON; each metadata value is an index into ``values`` (shared by nodes)."""
-    meta = {}
-    for name, value in node.meta.items():
-        text = json.dumps(_encode(value), sort_keys=True)
-        meta[name] = values.setdefault(text, len(values))
-    return {"op": node.op, "name": node.name, "target": _encode(node.target),
-            "args": _encode(node.args), "kwargs": _encode(node.kwargs),
-            "type": _encode(node.type), "meta": meta}
-
-
-def _encode(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return {"float": repr(value)}
-    if isinstance(value, torch.fx.Node):
-        return {"node": value.name}
-    if isinstance(value, TensorMetadata):
-        return {"tensor_meta": [_encode(v) for v in value]}
-    if isinstance(value, torch.Size):
-        return {"size": list(value)}
-    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
-        return {"torch": str(value).removeprefix("torch.")}
-    if isinstance(value, torch.device):
-        return {"device": str(value)}
-    if isinstance(value, slice):
-        return {"slice": [_encode(value.start), _encode(value.stop), _encode(value.step)]}
-    if value is Ellipsis:
-        return {"ellipsis": True}
-    if type(value) in (tuple, list):
-        return {type(value).__name__: [_encode(v) for v in value]}
-    if type(value) in (dict, collections.OrderedDict, _IMMUTABLE_DICT):
-        if not all(isinstance(k, str) for k in value):
-            raise _NotSerialisable("a mapping with keys that are not text")
-        tag = "odict" if type(value) is collections.OrderedDict else "dict"
-        return {tag: [[k, _encode(v)] for k, v in value.items()]}
-    if type(value) is torch.fx.immutable_collections.immutable_list:
-        return {"list": [_encode(v) for v in value]}
-    if callable(value) or isinstance(value, type):
-        return {"object": _importable_name(value)}
-    raise _NotSerialisable(type(value).__name__)
-
-
-def _importable_name(value: Any) -> list[str]:
-    try:
-        return list(_NAMES[value])
-    except (KeyError, TypeError):  # not seen yet, or not hashable
-        pass
-    found = _find_importable_name(value)
-    try:
-        _NAMES[value] = (found[0], found[1])
-    except TypeError:
-        pass
-    return found
-
-
-_NAMES: dict[Any, tuple[str, str]] = {}
-
-
-def _find_importable_name(value: Any) -> list[str]:
-    if value is type(None):
-        return ["builtins", "NoneType"]
-    module = getattr(value, "__module__", None) or ""
-    # torch's built-in functions have a qualname of a private class; their name works.
-    for name in (getattr(value, "__qualname__", ""), getattr(value, "__name__", "")):
-        try:
-            if name and _resolve(module, name) is value:
-                return [module, name]
-        except Exception:  # noqa: BLE001, S112 - try the next name, else memory only
-            continue
-    raise _NotSerialisable(f"{module}.{getattr(value, '__qualname__', value)}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve(module: str, name: str) -> Any:
-    """The object ``module.name``, for modules of ``_IMPORTABLE`` only (memoised)."""
-    if (module, name) == ("builtins", "NoneType"):
-        return type(None)
-    if module.split(".")[0] not in _IMPORTABLE:
-        raise ValueError(f"{module} is not a module a cached graph may name")
-    value: Any = sys.modules.get(module) or importlib.import_module(module)
-    for part in name.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _decode(value: Any, nodes: dict[str, torch.fx.Node]) -> Any:
-    if not isinstance(value, dict):
-        return value
-    ((tag, body),) = value.items()
-    if tag == "node":
-        return nodes[body]
-    if tag == "float":
-        return float(body)
-    if tag == "tensor_meta":
-        return TensorMetadata(*(_decode(v, nodes) for v in body))
-    if tag == "size":
-        return torch.Size(body)
-    if tag == "torch":
-        resolved = getattr(torch, body)
-        if not isinstance(resolved, (torch.dtype, torch.memory_format, torch.layout)):
-            raise ValueError(f"torch.{body} is not a dtype, layout or memory format")
-        return resolved
-    if tag == "device":
-        return torch.device(body)
-    if tag == "slice":
-        return slice(*(_decode(v, nodes) for v in body))
-    if tag == "ellipsis":
-        return Ellipsis
-    if tag in ("tuple", "list"):
-        items = [_decode(v, nodes) for v in body]
-        return tuple(items) if tag == "tuple" else items
-    if tag in ("dict", "odict"):
-        pairs = [(str(k), _decode(v, nodes)) for k, v in body]
-        return collections.OrderedDict(pairs) if tag == "odict" else dict(pairs)
-    if tag == "object":
-        return _resolve(str(body[0]), str(body[1]))
-    raise ValueError(f"unknown tag {tag!r} in a cached graph")
+__all__ = ["CachedTrace", "Uncacheable", "cache_key", "enabled", "why_uncacheable"]

@@ -1,8 +1,11 @@
-"""The trace cache: hits give the same graph on the new model's weights; misses and damage."""
+"""The trace cache: hits give the same graph on the new model's weights; misses; no files."""
 
 from __future__ import annotations
 
 import json
+import os
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +19,7 @@ from tests.test_fast_trace import _node_rows
 
 @pytest.fixture(autouse=True)
 def cache_folder(tmp_path, monkeypatch):
-    """A cache of this test's own, empty in memory and on disk."""
+    """An empty cache in memory, and the folder an earlier version kept entries in."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("INTROSPECT_CACHE_DIR", raising=False)
     monkeypatch.delenv("INTROSPECT_NO_CACHE", raising=False)
@@ -49,15 +52,13 @@ def _with_other_weights(model):
     return other
 
 
-@pytest.mark.parametrize("where", ["memory", "disk"])
-def test_a_hit_is_the_same_graph_on_the_new_models_own_weights(cache_folder, where):
+def test_a_hit_is_the_same_graph_on_the_new_models_own_weights(cache_folder):
     model, inputs = _model(), make_batch(2, 9, padded=True)
     traced = trace_module(model, inputs)
-    assert [p.suffix for p in cache_folder.iterdir()] == [".json"]
-    if where == "disk":
-        trace_cache.clear_memory()
+    assert len(trace_cache._MEMORY) == 1
     other = _with_other_weights(model)
     hit = trace_module(other, inputs)
+    assert len(trace_cache._MEMORY) == 1  # a hit, no second entry
     assert _same_graph(hit, traced)
     assert _same_graph(hit, trace_module(other, inputs, cache=False))
     with torch.no_grad():
@@ -67,6 +68,7 @@ def test_a_hit_is_the_same_graph_on_the_new_models_own_weights(cache_folder, whe
         assert not torch.equal(hit.gm(**inputs)["last_hidden_state"],
                                traced.gm(**inputs)["last_hidden_state"])
     assert hit.gm is not traced.gm and hit.gm.graph is not traced.gm.graph
+    assert not cache_folder.parent.exists()  # nothing written anywhere
 
 
 def test_a_changed_config_shape_or_mode_misses(cache_folder):
@@ -77,58 +79,73 @@ def test_a_changed_config_shape_or_mode_misses(cache_folder):
     trace_module(model.train(), inputs)
     model.eval()
     trace_module(model.double(), {k: v for k, v in inputs.items()})
-    assert len(list(cache_folder.iterdir())) == 5
-
-
-def test_another_version_misses_on_disk(cache_folder, monkeypatch):
-    model, inputs = _model(), make_batch(2, 9, padded=True)
-    trace_module(model, inputs)
-    key = trace_cache.cache_key(model, inputs, True)
-    assert trace_cache.read_entry(key) is not None
-    monkeypatch.setattr(trace_cache, "_VERSIONS", [("0.0", "0.0", "0.0", "other")])
-    assert trace_cache.read_entry(key) is None  # a file of another version is never used
-    assert trace_cache.cache_key(model, inputs, True) != key
+    assert len(trace_cache._MEMORY) == 5
 
 
 def test_the_opt_out_leaves_no_trace(cache_folder, monkeypatch):
     monkeypatch.setenv("INTROSPECT_NO_CACHE", "1")
     model, inputs = _model(), make_batch(2, 9, padded=True)
     first, second = trace_module(model, inputs), trace_module(model, inputs)
-    assert not cache_folder.exists()
+    assert not cache_folder.parent.exists()
     assert not trace_cache._MEMORY
     assert _same_graph(first, second)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong key", "foreign function"])
-def test_a_damaged_entry_is_ignored_and_traced_again(cache_folder, damage):
+def test_the_cache_folder_is_never_read_written_nor_pruned(cache_folder, monkeypatch):
+    # An earlier version pruned every *.json beyond 256 in its folder, user files included
+    # (45 of 300 lost). Pointed at a folder of 300 user files, nothing is touched now.
+    monkeypatch.setenv("INTROSPECT_CACHE_DIR", str(cache_folder.parent))
+    cache_folder.mkdir(parents=True)
+    user_files = {}
+    for i in range(300):
+        path = (cache_folder if i % 2 else cache_folder.parent) / f"{i:03d}_results.json"
+        path.write_text(json.dumps({"run": i}))
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))  # older than anything the cache makes
+        user_files[path] = path.read_bytes()
+    model = _model()
+    for size in range(3, 8):
+        trace_module(model, make_batch(2, size, padded=True))
+    assert len(trace_cache._MEMORY) == 5
+    found = sorted(p for p in cache_folder.parent.rglob("*") if p.is_file())
+    assert found == sorted(user_files)
+    assert all(path.read_bytes() == data for path, data in user_files.items())
+
+
+@pytest.mark.parametrize("entry", ["os.system", "torch.os.system", "garbage", "truncated",
+                                   "missing module"])
+def test_a_crafted_or_damaged_file_where_entries_were_kept_runs_nothing(cache_folder, entry,
+                                                                       monkeypatch, tmp_path):
+    # Entries of the earlier disk layer's format, under the exact name it would have read
+    # for this model: one naming os.system (also through torch's own ``os``), one naming a
+    # module that does not exist, damaged ones. Nothing is read; the model is traced.
+    monkeypatch.chdir(tmp_path)
     model, inputs = _model(), make_batch(2, 9, padded=True)
+    key = trace_cache.cache_key(model, inputs, True)
+    assert key is not None
+    target = {"os.system": ["os", "system"], "torch.os.system": ["torch", "os.system"],
+              "missing module": ["torch.no_such_module", "f"]}.get(entry, ["os", "system"])
+    node = {"op": "call_function", "name": "boom", "target": {"object": target},
+            "args": {"tuple": ["touch pwned"]}, "kwargs": {"dict": []}, "type": None,
+            "meta": {}}
+    text = json.dumps({"format": 3, "key": key, "nodes": [node], "values": [],
+                       "input_names": list(inputs), "output_names": ["output"],
+                       "decisions": [], "notes": [], "records": []})
+    if entry == "garbage":
+        text = "\x80\x04not json at all"
+    elif entry == "truncated":
+        text = text[: len(text) // 2]
+    for folder in (cache_folder, Path(tmp_path) / "own" / "graphs"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{key}.json").write_text(text)
+    monkeypatch.setenv("INTROSPECT_CACHE_DIR", str(Path(tmp_path) / "own"))
     traced = trace_module(model, inputs)
-    path = next(cache_folder.iterdir())
-    text = path.read_text()
-    if damage == "garbage":
-        path.write_bytes(b"\x80\x04not json at all")
-    elif damage == "truncated":
-        path.write_text(text[: len(text) // 2])
-    elif damage == "wrong key":
-        path.write_text(text.replace(path.stem, "0" * 64))
-    else:  # a function outside the modules a cached graph may name is never imported
-        path.write_text(text.replace('["builtins", "getattr"]', '["os", "system"]'))
-    assert path.read_bytes() != text.encode()
-    trace_cache.clear_memory()
-    again = trace_module(model, inputs)
-    assert _same_graph(again, traced)
-    assert json.loads(path.read_text())["key"] == path.stem  # rewritten whole
-
-
-def test_an_entry_is_plain_json_naming_functions_by_module(cache_folder):
-    trace_module(_model(), make_batch(2, 9, padded=True))
-    document = json.loads(next(cache_folder.iterdir()).read_text())
-    names = {tuple(n["target"]["object"]) for n in document["nodes"]
-             if isinstance(n["target"], dict)}
-    assert ("torch._C._nn", "scaled_dot_product_attention") in names \
-        or any(name[1] == "scaled_dot_product_attention" for name in names)
-    assert all(module.split(".")[0] in ("torch", "operator", "_operator", "builtins")
-               for module, _ in names)
+    assert "boom" not in {n.name for n in traced.gm.graph.nodes}
+    assert _same_graph(traced, trace_module(model, inputs, cache=False))
+    with torch.no_grad():
+        assert torch.equal(traced.gm(**inputs)["last_hidden_state"],
+                           model(**inputs).last_hidden_state)
+    assert not (Path(tmp_path) / "pwned").exists()
+    assert (cache_folder / f"{key}.json").read_text() == text  # left as it was
 
 
 class _Flagged(torch.nn.Module):
@@ -149,20 +166,22 @@ class _Flagged(torch.nn.Module):
         return x
 
 
-def test_attributes_in_containers_and_objects_key_the_graph(cache_folder):
-    import types
-
+def test_a_port_is_never_cached_whatever_its_attributes(cache_folder):
     inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
     plain = trace_module(_Flagged({"fault": None}), inputs).gm.code
     assert "tanh" in trace_module(_Flagged({"fault": "tanh"}), inputs).gm.code
-    assert trace_module(_Flagged({"fault": None}), inputs).gm.code == plain  # a hit again
+    assert trace_module(_Flagged({"fault": None}), inputs).gm.code == plain
     scaled = _Flagged({"fault": None}, types.SimpleNamespace(scale=True))
     assert "mul" in trace_module(scaled, inputs).gm.code
     assert "mul" not in trace_module(
         _Flagged({"fault": None}, types.SimpleNamespace(scale=False)), inputs).gm.code
+    assert not trace_cache._MEMORY
+    assert trace_cache.cache_key(scaled, inputs, True) is None
+    assert "tests.test_trace_cache._Flagged is not from an installed package" \
+        in trace_cache.why_uncacheable(scaled)
 
 
-def test_a_forward_set_on_the_instance_is_keyed_by_what_it_closes_over(cache_folder):
+def test_a_forward_set_on_the_instance_is_never_cached(cache_folder):
     inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
 
     def flagged(fault: str | None) -> torch.nn.Module:
@@ -177,36 +196,34 @@ def test_a_forward_set_on_the_instance_is_keyed_by_what_it_closes_over(cache_fol
 
     assert "sigmoid" not in trace_module(flagged(None), inputs).gm.code
     assert "sigmoid" in trace_module(flagged("sigmoid"), inputs).gm.code
+    assert not trace_cache._MEMORY
 
 
-@pytest.mark.parametrize("where", ["memory", "disk"])
-def test_a_hit_carries_the_records_of_a_fresh_trace(cache_folder, where):
+def test_a_hit_carries_the_records_of_a_fresh_trace(cache_folder):
     model, inputs = _model(), make_batch(2, 9, padded=True)
     traced = trace_module(model, inputs)
-    if where == "disk":
-        trace_cache.clear_memory()
     hit = trace_module(_with_other_weights(model), inputs)
     assert hit.records == traced.records  # every field, the shapes and params included
     assert hit.records == trace_module(model, inputs, cache=False).records
     assert len(hit.records) == len(hit.gm.graph.nodes)
 
 
-def test_a_graph_read_from_disk_is_handed_out_once_and_never_shared(cache_folder):
+def test_a_cached_graph_is_never_shared(cache_folder):
     model, inputs = _model(), make_batch(2, 9, padded=True)
     traced = trace_module(model, inputs)
-    trace_cache.clear_memory()
-    first = trace_module(model, inputs)  # takes the graph read from the file as it is
+    first = trace_module(model, inputs)
     for node in list(first.gm.graph.nodes):  # a user's graph surgery on the first hit
         node.meta["touched"] = True
     second, third = trace_module(model, inputs), trace_module(model, inputs)
-    assert len({id(r.gm.graph) for r in (first, second, third)}) == 3
+    assert len({id(r.gm.graph) for r in (traced, first, second, third)}) == 4
     assert not any("touched" in n.meta for n in second.gm.graph.nodes)
     assert _same_graph(second, traced) and _same_graph(third, traced)
 
 
 def test_no_code_is_generated_until_the_graph_is_called_or_read(cache_folder):
     model, inputs = _model(), make_batch(2, 9, padded=True)
-    traced = trace_module(model, inputs)
+    trace_module(model, inputs)
+    traced = trace_module(model, inputs)  # a hit
     generated = type(traced.gm).forward is not type(traced.gm)._lazy_forward
     assert not generated  # tables, drawings and the diff's Interpreter need no code
     with torch.no_grad():
@@ -215,19 +232,13 @@ def test_no_code_is_generated_until_the_graph_is_called_or_read(cache_folder):
     assert "def forward(self, input_ids" in traced.gm.code
 
 
-def test_the_disk_keeps_the_most_recently_used_entries(cache_folder, monkeypatch):
-    import os
-    import time
-
-    monkeypatch.setattr(trace_cache, "DISK_ENTRIES", 2)
+def test_memory_keeps_the_most_recently_used_entries(cache_folder, monkeypatch):
+    monkeypatch.setattr(trace_cache, "MEMORY_ENTRIES", 2)
     model = _model()
     first, second, third = (make_batch(2, n, padded=True) for n in (5, 6, 7))
+    keys = [trace_cache.cache_key(model, b, True) for b in (first, second, third)]
     trace_module(model, first)
     trace_module(model, second)
-    keys = [trace_cache.cache_key(model, b, True) for b in (first, second, third)]
-    for i, key in enumerate(keys[:2]):  # written long ago, the first the older
-        os.utime(cache_folder / f"{key}.json", (time.time() - 100 + i, time.time() - 100 + i))
-    trace_cache.clear_memory()
-    trace_module(model, first)  # read from disk: the first is now the most recent
+    trace_module(model, first)  # a hit: the first is now the most recent
     trace_module(model, third)  # a third entry: the least recently used (second) goes
-    assert sorted(p.stem for p in cache_folder.iterdir()) == sorted([keys[0], keys[2]])
+    assert sorted(trace_cache._MEMORY) == sorted([keys[0], keys[2]])
