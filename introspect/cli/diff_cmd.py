@@ -199,10 +199,12 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     reference_spec = reference_spec or implementation("--reference", args.reference)
     candidate_spec = candidate_spec or implementation("--candidate", args.candidate)
     loaded, inputs = load_model_and_inputs(args)
+    ports = [impl.spec for impl in (reference_spec, candidate_spec) if impl.kind == "port"]
+    before = _fingerprint(loaded.model) if ports else None  # a port cannot harm the run
     candidate_attn = args.candidate_attn or args.attn
-    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args)
+    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args, before)
     candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
-                                        candidate_attn, args)
+                                        candidate_attn, args, before)
     if args.candidate_dtype:
         import copy
 
@@ -212,20 +214,48 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
             candidate = copy.deepcopy(reference)
         candidate = candidate.to(getattr(torch, args.candidate_dtype))
         candidate_label = f"{candidate_label}, {args.candidate_dtype}"
-    with step(args, f"diffing {candidate_label} against {reference_label}"):
+        _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
+                         "cast the reference too, as the port shares its tensors (copy them "
+                         "in build)")
+    from introspect.ports import port_code
+
+    with step(args, f"diffing {candidate_label} against {reference_label}"), \
+            port_code(ports, "in its forward, while the diff ran it"):
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
                       candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
-    if args.out or not result.passed:  # which head parts: for the reports, or a failure
-        from introspect.cli.attention_cmd import head_parity_for_diff
+        if args.out or not result.passed:  # which head parts: for the reports, or a failure
+            from introspect.cli.attention_cmd import head_parity_for_diff
 
-        args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+            args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+    _check_reference(before, loaded.model, "the port's forward changed the reference while "
+                     "the diff ran it (no verdict)")
     return result
 
 
+def _fingerprint(model: Any) -> Any:
+    from introspect.ports import fingerprint
+
+    return fingerprint(model)
+
+
+def _check_reference(before: Any, model: Any, what: str) -> None:
+    """Raise when ``model`` no longer matches its fingerprint ``before`` (None: no port)."""
+    if before is None:
+        return
+    from introspect.ports import describe_changes, what_changed
+
+    changes = what_changed(before, _fingerprint(model))
+    if changes:
+        raise InputError(f"{what}: {describe_changes(changes)}")
+
+
 def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
-           args: argparse.Namespace) -> tuple[Any, str]:
-    """The model a parsed implementation names, built on the loaded reference."""
+           args: argparse.Namespace, before: Any = None) -> tuple[Any, str]:
+    """The model a parsed implementation names, built on the loaded reference.
+
+    ``before`` is the loaded model's fingerprint, taken before any port was built.
+    """
     if impl.kind == "port":
         from introspect.cli.progress import step
         from introspect.ports import LoadedReference, build_port
@@ -233,7 +263,7 @@ def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
         reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
                                     loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
         with step(args, f"building {impl.spec}"):
-            return build_port(impl.spec, impl.builder, reference), impl.spec
+            return build_port(impl.spec, impl.builder, reference, before), impl.spec
     if impl.kind == "folder":
         return _implementation("hf", loaded, impl.spec, attn, args)
     return _implementation(impl.kind, loaded, folder, attn, args)
