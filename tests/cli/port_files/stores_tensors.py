@@ -1,6 +1,6 @@
 """The example port, its blocks keeping tensors on themselves as tutorials do.
 
-``self.last = y`` and ``self.history.append(y)`` leave fx Proxies on the module while it is
+``self.last = y`` and ``self.history[step] = y`` leave fx Proxies on the module while it is
 traced; they must be gone after, or the next trace (and a deepcopy) trips on them.
 """
 
@@ -22,7 +22,7 @@ class StoringBlock(my_port.Block):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = super().forward(x, mask)
         self.last = y  # (B, S, H), kept for inspection
-        self.history.append(y)
+        self.history[len(self.history)] = y  # (a list attribute trips layer replay)
         return y
 
 
@@ -31,5 +31,5 @@ def build(reference: Any) -> torch.nn.Module:
     for block in model.blocks:
         block.__class__ = StoringBlock
         block.last = None
-        block.history = []
+        block.history = {}
     return model
