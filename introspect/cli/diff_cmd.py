@@ -41,8 +41,9 @@ from typing import Any
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
     add_model_options,
+    add_text_pair_option,
     add_verbosity_options,
-    check_texts,
+    input_texts,
     say,
 )
 from introspect.errors import InputError
@@ -58,6 +59,7 @@ FOLDER_FILES = {"--json": "diff.json", "--junit": "junit.xml"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
+    add_text_pair_option(parser)
     parser.add_argument("--reference", default="hf", metavar="IMPL",
                         help=f"the implementation trusted: {IMPLEMENTATION_HELP} (default: hf)")
     parser.add_argument("--candidate", default="scratch", metavar="IMPL",
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     # Every cheap check first: nothing slow runs, and no file is touched, on bad input.
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
-    check_texts(args.text)
+    input_texts(args)  # an empty text, or --text with --text-pair
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)

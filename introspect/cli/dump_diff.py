@@ -43,8 +43,9 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
         if args.candidate_dump else None
     reference_model = None
     if args.reference_dump:
-        if args.text:
-            raise InputError("--text goes with a live reference; a capture holds its own "
+        if args.text or getattr(args, "text_pair", None):
+            option = "--text" if args.text else "--text-pair"
+            raise InputError(f"{option} goes with a live reference; a capture holds its own "
                              "inputs (capture again with other texts)")
         reference = read_capture(args.reference_dump)
         reference_label = f"capture {args.reference_dump} ({reference.model})"
