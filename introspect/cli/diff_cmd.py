@@ -16,10 +16,19 @@ callable that receives the loaded reference (.model, .config, .folder, .tokenize
 returns the torch.nn.Module to check, holding the reference's weights.
 
 The graphs are aligned on the weights each node reads, then both models run side by
-side on the texts (default: the tutorial's padded pair). Each aligned node gets its
-propagated error (each model on its own) and its local error (the candidate's node fed
-the reference's values); the first node whose local error is over budget is where the
-implementations part, with a hint when the cause is a known one.
+side on the texts. Each aligned node gets its propagated error (each model on its own)
+and its local error (the candidate's node fed the reference's values); the first node
+whose local error is over budget is where the implementations part, with a hint when the
+cause is a known one.
+
+Inputs: by default two sentence pairs of different lengths, so that the batch is padded
+(the attention mask is exercised) and token_type_ids holds both segments; --text-pair A B
+(repeatable) gives your own pairs, --text single sentences, one row each (the two do not
+mix). The verdict notes what the inputs left untested (one segment only, no padding).
+
+A port is untrusted code: the reference is fingerprinted around its build and its
+forward, and a port that changes it, exits or raises what is not an Exception ends the
+run with one line and exit 2, never a verdict.
 
 Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 1.3e-6,
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
