@@ -424,7 +424,8 @@ _PORT_SIBLINGS: dict[str, str] = {}
 def _note_siblings(names: set[str], folder: str) -> None:
     for name in names:
         file = getattr(sys.modules.get(name), "__file__", None)
-        if file and os.path.dirname(os.path.realpath(file)).startswith(folder):
+        where = os.path.dirname(os.path.realpath(file)) if isinstance(file, str) else ""
+        if where == folder or where.startswith(folder + os.sep):
             _PORT_SIBLINGS[name] = folder
 
 
@@ -479,9 +480,9 @@ def _blamed(specs: Sequence[str], tb: TracebackType | None) -> str:
         if _is_file(source):
             files[os.path.realpath(source)] = spec
         else:
-            module = sys.modules.get(source)
-            if getattr(module, "__file__", None):
-                files[os.path.realpath(module.__file__)] = spec  # type: ignore[union-attr]
+            file = getattr(sys.modules.get(source), "__file__", None)
+            if isinstance(file, str):
+                files[os.path.realpath(file)] = spec
     frames = []
     while tb is not None:
         frames.append(os.path.realpath(tb.tb_frame.f_code.co_filename))

@@ -140,6 +140,15 @@ def test_a_port_that_exits_or_raises_a_base_exception_is_exit_2(spec, message, c
     assert line.startswith(f"introspect diff: error: port {spec!r} ") and message in line
 
 
+def test_with_two_ports_the_one_that_exits_is_named(capsys):
+    example = Path(__file__).resolve().parents[2] / "examples" / "ci" / "my_port.py"
+    exiting = f"{PORTS / 'exits.py'}:forward_exits_0"
+    assert main(["diff", "--model", "bert-tiny", "-q", "--reference", f"{example}:build",
+                 "--candidate", exiting]) == 2
+    assert f"port {exiting!r} called sys.exit(0) in its forward" in \
+        only_line(capsys.readouterr().err)
+
+
 def test_a_module_port_that_exits_on_import_is_exit_2(tmp_path, monkeypatch, capsys):
     package = tmp_path / "exiting_repo"
     package.mkdir()
