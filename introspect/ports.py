@@ -132,6 +132,9 @@ def port_code(specs: Sequence[str], where: str) -> Iterator[None]:
     ``Exception`` passes through for the caller to word. With two ports, the one whose
     file the traceback goes through is named.
     """
+    if not specs:  # no port runs here: nothing to guard
+        yield
+        return
     interrupted: list[int] = []
     with _sigint_noted(interrupted):
         try:

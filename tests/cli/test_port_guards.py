@@ -248,6 +248,13 @@ def test_the_guards_say_nothing_of_a_healthy_port(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_without_a_port_nothing_is_guarded():
+    from introspect.ports import port_code
+
+    with pytest.raises(KeyboardInterrupt), port_code([], "in its forward"):
+        raise KeyboardInterrupt
+
+
 def test_debug_shows_the_port_s_own_exit(monkeypatch):
     monkeypatch.setenv("INTROSPECT_DEBUG", "1")
     with pytest.raises(SystemExit) as raised:
