@@ -273,3 +273,29 @@ def test_an_import_that_exits_leaves_no_module_behind(tmp_path):
     with pytest.raises(InputError, match=r"called sys.exit\(3\) while it was imported"):
         resolve_builder(f"{port}:build")
     assert port_module_name(port) not in sys.modules
+
+
+def test_a_trace_that_fails_still_puts_the_attributes_back():
+    """The Proxy is stored, then a data-dependent branch stops fx: nothing stays behind."""
+    from introspect.errors import TraceError
+    from introspect.tracer import trace_module
+
+    class Branchy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.Linear(4, 4)
+            self.inner.seen = "nothing yet"
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            x = self.inner(input_ids.float())
+            self.inner.seen = x
+            self.kept = x
+            if bool(x.sum() > 0):  # fx cannot decide this
+                return x
+            return -x
+
+    model = Branchy()
+    with pytest.raises(TraceError):
+        trace_module(model, {"input_ids": torch.ones(2, 4, dtype=torch.long)}, fast=False,
+                     cache=False)
+    assert model.inner.seen == "nothing yet" and "kept" not in vars(model)
