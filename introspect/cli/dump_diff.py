@@ -55,8 +55,12 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
             reference = capture(reference_model, inputs, noise=args.noise_budget,
                                 label=reference_label)
     if candidate_dump is None:
+        from introspect.ports import is_port_spec, port_code
+
         candidate_model, candidate_label = _live_candidate(args)
-        with step(args, f"running {candidate_label} on the capture's inputs"):
+        ports = [args.candidate] if is_port_spec(args.candidate) else []
+        with step(args, f"running {candidate_label} on the capture's inputs"), \
+                port_code(ports, "in its forward, while the capture ran it"):
             taken = capture(candidate_model, reference.inputs, label=candidate_label)
         candidate_dump = Dump(candidate_label, taken.values,
                               {k: str(v.dtype).split(".")[-1] for k, v in taken.values.items()},

@@ -299,3 +299,12 @@ def test_a_trace_that_fails_still_puts_the_attributes_back():
         trace_module(model, {"input_ids": torch.ones(2, 4, dtype=torch.long)}, fast=False,
                      cache=False)
     assert model.inner.seen == "nothing yet" and "kept" not in vars(model)
+
+
+def test_a_port_that_exits_against_a_capture_is_exit_2(tmp_path, capsys):
+    capture = tmp_path / "ref.safetensors"
+    assert main(["capture", "--model", "bert-tiny", "-q", "-o", str(capture)]) == 0
+    spec = f"{PORTS / 'exits.py'}:forward_exits_0"
+    assert main(diff(spec, "--reference-dump", str(capture))) == 2
+    assert f"port {spec!r} called sys.exit(0) in its forward, while the capture ran it" in \
+        only_line(capsys.readouterr().err)
