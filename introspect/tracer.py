@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.node import map_aggregate
 
 from introspect import layer_replay, trace_cache
@@ -486,6 +486,11 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
                                    list(entry.notes), list(entry.records))
     tracer = MetaTracer(example_inputs, fast=fast)
     attributes_before = set(vars(model))
+    # A forward that stores a tensor on a module (``self.scores = scores``, as tutorials
+    # do) leaves an fx Proxy there while tracing; the next trace, or a deepcopy, trips on
+    # it. Each module's attributes are put back as they were once tracing ends.
+    saved = [(module, dict(vars(module)), _container_contents(module))
+             for module in model.modules()]
     try:
         graph = tracer.trace(model)
     except TraceError:
@@ -493,6 +498,8 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
     except Exception as e:
         raise TraceError(f"torch.fx could not trace {type(model).__name__}: {e}") from e
     finally:
+        for module, before, contents in saved:
+            _restore_proxied_attributes(module, before, contents)
         added = set(vars(model)) - attributes_before
     values = {}
     for node in graph.nodes:
@@ -519,6 +526,42 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
             trace_cache.write_entry(key, entry)
     return TraceResult(gm, tuple(example_inputs), output_names, list(tracer.decisions),
                        list(tracer.notes), records)
+
+
+def _container_contents(module: torch.nn.Module) -> dict[str, list[Any]]:
+    """A shallow copy of each list or dict a module holds, to undo an in-place append."""
+    return {name: list(value.items()) if isinstance(value, dict) else list(value)
+            for name, value in vars(module).items()
+            if type(value) in (list, dict) and not name.startswith("_")}
+
+
+def _restore_proxied_attributes(module: torch.nn.Module, before: dict[str, Any],
+                                contents: dict[str, list[Any]]) -> None:
+    """Put back each attribute of ``module`` that tracing set to (or filled with) a Proxy."""
+    attributes = vars(module)
+    for name, value in list(attributes.items()):
+        if not _holds_proxy(value):
+            continue
+        if name not in before:
+            del attributes[name]
+            continue
+        attributes[name] = before[name]
+        if value is before[name] and name in contents:  # appended to in place
+            if isinstance(value, dict):
+                value.clear()
+                value.update(contents[name])
+            else:
+                value[:] = contents[name]
+
+
+def _holds_proxy(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.fx.Proxy | FakeTensor):  # a FakeTensor outlives no trace
+        return True
+    if depth < 3 and type(value) in (list, tuple):
+        return any(_holds_proxy(v, depth + 1) for v in value)
+    if depth < 3 and type(value) is dict:
+        return any(_holds_proxy(v, depth + 1) for v in value.values())
+    return False
 
 
 def _takes_var_keywords(fn: Any) -> bool:

@@ -16,10 +16,19 @@ callable that receives the loaded reference (.model, .config, .folder, .tokenize
 returns the torch.nn.Module to check, holding the reference's weights.
 
 The graphs are aligned on the weights each node reads, then both models run side by
-side on the texts (default: the tutorial's padded pair). Each aligned node gets its
-propagated error (each model on its own) and its local error (the candidate's node fed
-the reference's values); the first node whose local error is over budget is where the
-implementations part, with a hint when the cause is a known one.
+side on the texts. Each aligned node gets its propagated error (each model on its own)
+and its local error (the candidate's node fed the reference's values); the first node
+whose local error is over budget is where the implementations part, with a hint when the
+cause is a known one.
+
+Inputs: by default two sentence pairs of different lengths, so that the batch is padded
+(the attention mask is exercised) and token_type_ids holds both segments; --text-pair A B
+(repeatable) gives your own pairs, --text single sentences, one row each (the two do not
+mix). The verdict notes what the inputs left untested (one segment only, no padding).
+
+A port is untrusted code: the reference is fingerprinted around its build and its
+forward, and a port that changes it, exits or raises what is not an Exception ends the
+run with one line and exit 2, never a verdict.
 
 Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 1.3e-6,
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
@@ -41,8 +50,9 @@ from typing import Any
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
     add_model_options,
+    add_text_pair_option,
     add_verbosity_options,
-    check_texts,
+    input_texts,
     say,
 )
 from introspect.errors import InputError
@@ -58,6 +68,7 @@ FOLDER_FILES = {"--json": "diff.json", "--junit": "junit.xml"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
+    add_text_pair_option(parser)
     parser.add_argument("--reference", default="hf", metavar="IMPL",
                         help=f"the implementation trusted: {IMPLEMENTATION_HELP} (default: hf)")
     parser.add_argument("--candidate", default="scratch", metavar="IMPL",
@@ -98,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     # Every cheap check first: nothing slow runs, and no file is touched, on bad input.
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
-    check_texts(args.text)
+    input_texts(args)  # an empty text, or --text with --text-pair
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)
@@ -199,10 +210,12 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     reference_spec = reference_spec or implementation("--reference", args.reference)
     candidate_spec = candidate_spec or implementation("--candidate", args.candidate)
     loaded, inputs = load_model_and_inputs(args)
+    ports = [impl.spec for impl in (reference_spec, candidate_spec) if impl.kind == "port"]
+    before = _fingerprint(loaded.model) if ports else None  # a port cannot harm the run
     candidate_attn = args.candidate_attn or args.attn
-    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args)
+    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args, before)
     candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
-                                        candidate_attn, args)
+                                        candidate_attn, args, before)
     if args.candidate_dtype:
         import copy
 
@@ -212,20 +225,48 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
             candidate = copy.deepcopy(reference)
         candidate = candidate.to(getattr(torch, args.candidate_dtype))
         candidate_label = f"{candidate_label}, {args.candidate_dtype}"
-    with step(args, f"diffing {candidate_label} against {reference_label}"):
+        _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
+                         "cast the reference too, as the port shares its tensors (copy them "
+                         "in build)")
+    from introspect.ports import port_code
+
+    with step(args, f"diffing {candidate_label} against {reference_label}"), \
+            port_code(ports, "in its forward, while the diff ran it"):
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
                       candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
-    if args.out or not result.passed:  # which head parts: for the reports, or a failure
-        from introspect.cli.attention_cmd import head_parity_for_diff
+        if args.out or not result.passed:  # which head parts: for the reports, or a failure
+            from introspect.cli.attention_cmd import head_parity_for_diff
 
-        args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+            args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+    _check_reference(before, loaded.model, "the port's forward changed the reference while "
+                     "the diff ran it (no verdict)")
     return result
 
 
+def _fingerprint(model: Any) -> Any:
+    from introspect.ports import fingerprint
+
+    return fingerprint(model)
+
+
+def _check_reference(before: Any, model: Any, what: str) -> None:
+    """Raise when ``model`` no longer matches its fingerprint ``before`` (None: no port)."""
+    if before is None:
+        return
+    from introspect.ports import describe_changes, what_changed
+
+    changes = what_changed(before, _fingerprint(model))
+    if changes:
+        raise InputError(f"{what}: {describe_changes(changes)}")
+
+
 def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
-           args: argparse.Namespace) -> tuple[Any, str]:
-    """The model a parsed implementation names, built on the loaded reference."""
+           args: argparse.Namespace, before: Any = None) -> tuple[Any, str]:
+    """The model a parsed implementation names, built on the loaded reference.
+
+    ``before`` is the loaded model's fingerprint, taken before any port was built.
+    """
     if impl.kind == "port":
         from introspect.cli.progress import step
         from introspect.ports import LoadedReference, build_port
@@ -233,7 +274,7 @@ def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
         reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
                                     loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
         with step(args, f"building {impl.spec}"):
-            return build_port(impl.spec, impl.builder, reference), impl.spec
+            return build_port(impl.spec, impl.builder, reference, before), impl.spec
     if impl.kind == "folder":
         return _implementation("hf", loaded, impl.spec, attn, args)
     return _implementation(impl.kind, loaded, folder, attn, args)

@@ -43,8 +43,9 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
         if args.candidate_dump else None
     reference_model = None
     if args.reference_dump:
-        if args.text:
-            raise InputError("--text goes with a live reference; a capture holds its own "
+        if args.text or getattr(args, "text_pair", None):
+            option = "--text" if args.text else "--text-pair"
+            raise InputError(f"{option} goes with a live reference; a capture holds its own "
                              "inputs (capture again with other texts)")
         reference = read_capture(args.reference_dump)
         reference_label = f"capture {args.reference_dump} ({reference.model})"
@@ -54,8 +55,12 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
             reference = capture(reference_model, inputs, noise=args.noise_budget,
                                 label=reference_label)
     if candidate_dump is None:
+        from introspect.ports import is_port_spec, port_code
+
         candidate_model, candidate_label = _live_candidate(args)
-        with step(args, f"running {candidate_label} on the capture's inputs"):
+        ports = [args.candidate] if is_port_spec(args.candidate) else []
+        with step(args, f"running {candidate_label} on the capture's inputs"), \
+                port_code(ports, "in its forward, while the capture ran it"):
             taken = capture(candidate_model, reference.inputs, label=candidate_label)
         candidate_dump = Dump(candidate_label, taken.values,
                               {k: str(v.dtype).split(".")[-1] for k, v in taken.values.items()},

@@ -78,3 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = files.describe_written(written_before)
         sys.stderr.write(f"introspect {args.command}: interrupted; {done}\n")
         return 130
+    except BaseException as e:  # SystemExit from user code that slipped past ports.port_code
+        if os.environ.get("INTROSPECT_DEBUG"):
+            raise
+        what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) \
+            else f"raised {type(e).__name__}"
+        sys.stderr.write(f"introspect {args.command}: error: code it ran {what}; "
+                         "no verdict\n")
+        return EXIT_BAD_INPUT

@@ -14,6 +14,10 @@ HEAD_CHOICES = ("base", "sequence-classification", "masked-lm", "token-classific
                 "question-answering", "multiple-choice", "next-sentence", "pretraining",
                 "causal-lm")
 DEFAULT_TEXTS = ("I love cats!", "He hates pineapple pizza.")
+# introspect diff's default: two sentence pairs of different lengths, so that the batch is
+# padded (the attention mask is exercised) and token_type_ids holds both segments.
+DEFAULT_PAIRS = (("I love cats!", "He hates pineapple pizza."),
+                 ("Time flies like an arrow.", "Fruit flies like a banana."))
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, head_default: str = "base") -> None:
@@ -26,6 +30,19 @@ def add_model_options(parser: argparse.ArgumentParser, *, head_default: str = "b
                         help="input text, repeatable (default: the tutorial's two sentences)")
 
 
+def add_text_pair_option(parser: argparse.ArgumentParser) -> None:
+    """--text-pair A B (repeatable), and sentence pairs as the command's default input."""
+    for action in parser._actions:  # the default input differs from the other commands'
+        if action.dest == "text":
+            action.help = "input text, one row each, repeatable (default: see --text-pair)"
+    parser.add_argument("--text-pair", nargs=2, action="append", metavar=("A", "B"),
+                        help="a sentence pair, one row [CLS] A [SEP] B [SEP], repeatable; not "
+                             "with --text (default: the pairs 'I love cats!' / 'He hates "
+                             "pineapple pizza.' and 'Time flies like an arrow.' / 'Fruit "
+                             "flies like a banana.': padded, both segments)")
+    parser.set_defaults(default_pairs=DEFAULT_PAIRS)
+
+
 def add_verbosity_options(parser: argparse.ArgumentParser, *,
                           quiet_help: str = "print only errors") -> None:
     group = parser.add_mutually_exclusive_group()
@@ -34,23 +51,49 @@ def add_verbosity_options(parser: argparse.ArgumentParser, *,
                        help="say what happens, with timings")
 
 
-def check_texts(texts: list[str] | None) -> None:
-    """Refuse an empty --text or one that is not valid UTF-8, before any model is loaded.
+def check_texts(texts: list[str] | None, pairs: list[list[str]] | None = None) -> None:
+    """Refuse an empty text, one that is not valid UTF-8, or --text mixed with --text-pair,
+    before any model is loaded.
 
     Raises:
-        InputError: naming the text by its position.
+        InputError: naming the text by its position (or its pair and side).
     """
     from introspect.errors import InputError
 
-    for i, text in enumerate(texts or (), 1):
+    if texts and pairs:
+        raise InputError("--text and --text-pair do not mix in one batch: give every row as "
+                         "--text-pair A B, or use only --text")
+    named = [(f"text {i}", text) for i, text in enumerate(texts or (), 1)]
+    named += [(f"pair {i}'s {side} text", text) for i, pair in enumerate(pairs or (), 1)
+              for side, text in zip(("first", "second"), pair, strict=True)]
+    for name, text in named:
         try:
             text.encode("utf-8")  # undecodable argv bytes arrive as lone surrogates
         except UnicodeEncodeError as e:
-            raise InputError(f"text {i} is not valid UTF-8 (byte "
+            raise InputError(f"{name} is not valid UTF-8 (byte "
                              f"0x{ord(text[e.start]) & 0xFF:02x} at position {e.start}); "
                              "pass UTF-8 text") from e
         if not text.strip():
-            raise InputError(f"text {i} is empty; give every --text some words")
+            option = "--text" if name.startswith("text") else "--text-pair"
+            raise InputError(f"{name} is empty; give every {option} some words")
+
+
+def input_texts(args: argparse.Namespace) -> tuple[tuple[str, ...], bool]:
+    """The texts to tokenize, in order, and whether they go two by two as sentence pairs.
+
+    --text-pair, else --text, else the command's default: sentence pairs for
+    ``introspect diff`` (``add_text_pair_option``), the tutorial's two sentences elsewhere.
+    """
+    pairs = getattr(args, "text_pair", None)
+    check_texts(args.text, pairs)
+    if pairs:
+        return tuple(text for pair in pairs for text in pair), True
+    if args.text:
+        return tuple(args.text), False
+    default_pairs = getattr(args, "default_pairs", None)
+    if default_pairs:
+        return tuple(text for pair in default_pairs for text in pair), True
+    return DEFAULT_TEXTS, False
 
 
 def say(args: argparse.Namespace, message: str) -> None:
@@ -60,17 +103,28 @@ def say(args: argparse.Namespace, message: str) -> None:
 
 
 def load_model_and_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
-    """Load the model named by --model/--head/--attn and tokenize --text, telling notes."""
+    """Load the model named by --model/--head/--attn and tokenize the texts, telling notes.
+
+    Sentence pairs (--text-pair, or the command's default pairs) are tokenized as
+    ``[CLS] A [SEP] B [SEP]``, one row each; under the multiple-choice head, each pair is
+    one choice.
+    """
     from introspect.cli.progress import step
     from introspect.load import load_model, tokenize
     from introspect.validate import check_texts
 
-    check_texts(args.text or DEFAULT_TEXTS, head=args.head)  # before the slow part
+    texts, paired = input_texts(args)
+    check_texts(texts, head="next-sentence" if paired else args.head)  # before the slow part
     with step(args, f"loading {args.model} ({args.head}, {args.attn})"):
         loaded = load_model(args.model, head=args.head, attn=args.attn)
     max_length = int(getattr(loaded.model.config, "max_position_embeddings", 512))
-    inputs = tokenize(loaded.tokenizer, args.text or DEFAULT_TEXTS, head=args.head,
+    inputs = tokenize(loaded.tokenizer, texts, head="next-sentence" if paired else args.head,
                       max_length=max_length)
+    if paired and args.head == "multiple-choice":  # the pairs are the choices: (1, C, S)
+        import dataclasses
+
+        inputs = dataclasses.replace(inputs, tensors={
+            name: tensor.unsqueeze(0) for name, tensor in inputs.tensors.items()})
     for note in [*loaded.notes, *inputs.notes]:
         say(args, note)
     return loaded, inputs
