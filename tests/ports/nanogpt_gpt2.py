@@ -26,7 +26,6 @@ Faults (each in block ``layer``):
 - ``c_proj_untransposed``: the square attention output projection loaded without the
   transpose (no shape check can see it);
 - ``missing_residual``: the attention's output replaces the residual stream;
-- ``ln_eps``: ``ln_2`` with eps 1e-6 instead of GPT-2's 1e-5;
 - ``position_offset``: positions counted from 1 (the fault is in the embeddings).
 """
 
@@ -39,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 FAULTS = ("gelu_erf", "qk_swapped", "no_causal_mask", "scale_1_over_d", "c_proj_untransposed",
-          "missing_residual", "ln_eps", "position_offset")
+          "missing_residual", "position_offset")
 
 
 @dataclass
@@ -220,8 +219,6 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
         block.attn.scale = 1.0 / (model.config.n_embd // model.config.n_head)
     elif fault == "missing_residual":
         block.residual = False
-    elif fault == "ln_eps":
-        block.ln_2.eps = 1e-6
     elif fault == "position_offset":
         model.first_position = 1
     return model.eval()
