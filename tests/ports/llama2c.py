@@ -225,7 +225,6 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.residual = True
-        self.freqs: tuple[torch.Tensor, torch.Tensor] | None = None  # (a fault) its own tables
 
     def forward(self, x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -266,9 +265,8 @@ class Transformer(nn.Module):
         freqs_sin = self.freqs_sin[:seqlen]
 
         for layer in self.layers:
-            if layer.freqs is not None:  # a fault: this layer has tables of its own
-                cos, sin = (t[:seqlen] for t in layer.freqs)
-                h = layer(h, cos, sin, attention_mask)
+            if hasattr(layer, "own_cos"):  # a fault: this layer has tables of its own
+                h = layer(h, layer.own_cos[:seqlen], layer.own_sin[:seqlen], attention_mask)
             else:
                 h = layer(h, freqs_cos, freqs_sin, attention_mask)
         h = self.norm(h)
@@ -337,12 +335,15 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     with ``fault`` in layer ``layer``."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
+        reference = reference.model
     model = load_hf_model(reference, fault, layer)
     block = model.layers[layer]
     if fault == "rotary_model_dim":
         cos, sin = precompute_freqs_cis(model.params.dim, model.params.max_seq_len,
                                         model.params.rope_theta)  # the model's dim
-        block.freqs = (cos[:, :block.head_dim // 2], sin[:, :block.head_dim // 2])
+        block.register_buffer("own_cos", cos[:, :block.head_dim // 2], persistent=False)
+        block.register_buffer("own_sin", sin[:, :block.head_dim // 2], persistent=False)
     elif fault == "gqa_tiled":
         block.attention.repeat = repeat_kv_tiled
     elif fault == "rms_eps":

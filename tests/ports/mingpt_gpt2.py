@@ -199,6 +199,8 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     in block ``layer``."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
+        reference = reference.model
     model = from_pretrained(reference, fault, layer)
     block = model.transformer.h[layer]
     if fault == "gelu_erf":

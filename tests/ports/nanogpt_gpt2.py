@@ -203,6 +203,8 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     with ``fault`` in block ``layer``."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
+        reference = reference.model
     model = from_pretrained(reference, fault, layer)
     if reference.config.layer_norm_epsilon != 1e-5:
         for m in model.modules():

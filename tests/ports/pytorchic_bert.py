@@ -260,6 +260,8 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     ``fault`` in block ``layer`` (or the embeddings)."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
+        reference = reference.model
     c = reference.config
     if c.hidden_act != "gelu" or getattr(c, "position_embedding_type", "absolute") != "absolute":
         raise ValueError("pytorchic-bert has the erf GELU and absolute positions only; this "
