@@ -15,6 +15,9 @@ What makes it nanoGPT:
 nanoGPT takes no attention mask (it trains on full blocks). Here ``forward`` also takes
 ``attention_mask``, as people add it to batch padded prompts: padded keys are masked with
 ``finfo.min`` next to the causal mask, so a padded row's real tokens see what HF's do.
+``build_as_released`` gives the port that ignores the mask, as nanoGPT ships: with padding
+on the right the causal mask alone keeps every real token from the pads, so the real
+tokens still agree with HF's; only the padded positions (which HF leaves undefined) differ.
 
 Faults (each in block ``layer``):
 
@@ -147,6 +150,7 @@ class GPT(nn.Module):
             self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
             self.transformer.wte.weight = self.lm_head.weight  # weight tying
         self.first_position = 0
+        self.padding_mask = True  # False: nanoGPT as released, the mask ignored
 
     def forward(self, input_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -157,7 +161,7 @@ class GPT(nn.Module):
         tok_emb = self.transformer.wte(input_ids)  # (b, t, n_embd)
         pos_emb = self.transformer.wpe(pos)  # (t, n_embd)
         x = self.transformer.drop(tok_emb + pos_emb)
-        pad = None if attention_mask is None else attention_mask.bool()
+        pad = None if attention_mask is None or not self.padding_mask else attention_mask.bool()
         for block in self.transformer.h:
             x = block(x, pad)
         x = self.transformer.ln_f(x)
@@ -226,4 +230,11 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     return model.eval()
 
 
-__all__ = ["FAULTS", "GPT", "GPTConfig", "build", "from_pretrained"]
+def build_as_released(reference: nn.Module) -> nn.Module:
+    """The correct port with the attention mask ignored, as nanoGPT's ``forward`` has it."""
+    model = build(reference)
+    model.padding_mask = False
+    return model
+
+
+__all__ = ["FAULTS", "GPT", "GPTConfig", "build", "build_as_released", "from_pretrained"]
