@@ -289,6 +289,18 @@ def test_nanogpt_as_released_ignores_the_mask_and_passes_on_the_real_tokens():
     assert result.max_abs_err < 1e-4, explain(result)
 
 
+def test_scores_kept_on_the_module_leave_no_proxy_and_a_second_diff_passes():
+    # pytorchic-bert keeps its attention probabilities on the module (self.scores = scores)
+    model, inputs = reference("bert-tiny"), texts("bert-tiny", "padded")
+    candidate = port("pytorchic_bert").build(model)
+    for _ in range(2):
+        assert_passes(introspect.diff(model, candidate, inputs))
+        kept = [b.attn.scores for b in candidate.blocks]
+        assert all(s is None or type(s) is torch.Tensor for s in kept), [type(s) for s in kept]
+    with torch.no_grad():
+        assert real_tokens_error(model, candidate, inputs) < 1e-5
+
+
 @pytest.mark.parametrize(("name", "fault"),
                          [(n, f) for n in PORTS for f in EXPECTED[n]])
 def test_a_fault_fails_in_its_layer_at_its_op_with_a_right_hint_or_none(name, fault):
