@@ -21,6 +21,9 @@ permutes the rows of ``q_proj`` and ``k_proj`` within each head when it maps HF 
 same attention: the port's q and k differ from HF's by that permutation, its attention
 scores, outputs and logits do not.
 
+``build_half_split`` is the other way to load HF weights into this model: keep HF's rows
+and rotate half-split pairs instead, still in llama2.c's (bs, seqlen, nh, hd) layout.
+
 llama2.c takes no attention mask; ``forward`` here also takes ``attention_mask`` and fills
 padded keys with ``finfo.min``, so real tokens see what HF's see.
 
@@ -117,6 +120,20 @@ def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cos: torch.Tensor
     return xq_out.type_as(xq), xk_out.type_as(xk)
 
 
+def apply_rotary_emb_half(xq: torch.Tensor, xk: torch.Tensor, freqs_cos: torch.Tensor,
+                          freqs_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """HF's convention on llama2.c's tables and layout: dims i and i + hd/2 form a pair."""
+    cos = torch.cat([freqs_cos, freqs_cos], dim=-1)[None, :, None, :]  # (1, seqlen, 1, hd)
+    sin = torch.cat([freqs_sin, freqs_sin], dim=-1)[None, :, None, :]
+
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat([-second, first], dim=-1)
+
+    return ((xq.float() * cos + rotate_half(xq.float()) * sin).type_as(xq),
+            (xk.float() * cos + rotate_half(xk.float()) * sin).type_as(xk))
+
+
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """torch.repeat_interleave(x, dim=2, repeats=n_rep): kv head j serves heads j*n_rep..."""
     bs, slen, n_kv_heads, head_dim = x.shape
@@ -152,6 +169,7 @@ class Attention(nn.Module):
         mask = torch.full((1, 1, args.max_seq_len, args.max_seq_len), float("-inf"))
         self.register_buffer("mask", torch.triu(mask, diagonal=1), persistent=False)
         self.repeat = repeat_kv
+        self.rotary = apply_rotary_emb
         self.causal = True
         self.scale = 1.0 / math.sqrt(self.head_dim)
 
@@ -166,7 +184,7 @@ class Attention(nn.Module):
         xv = xv.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
 
         # RoPE relative positional embeddings
-        xq, xk = apply_rotary_emb(xq, xk, freqs_cos, freqs_sin)
+        xq, xk = self.rotary(xq, xk, freqs_cos, freqs_sin)
 
         # grouped multiquery attention: expand out keys and values
         xk = self.repeat(xk, self.n_rep)  # (bs, seqlen, n_local_heads, head_dim)
@@ -281,8 +299,10 @@ def permute_reverse(w: torch.Tensor, n_heads: int, dim1: int, dim2: int) -> torc
     return w.view(n_heads, 2, dim1 // n_heads // 2, dim2).transpose(1, 2).reshape(dim1, dim2)
 
 
-def load_hf_model(hf_model: nn.Module, fault: str | None = None, layer: int = 0) -> Transformer:
-    """llama2.c's export ``load_hf_model``, handed the HF model rather than its folder."""
+def load_hf_model(hf_model: nn.Module, fault: str | None = None, layer: int = 0,
+                  permute: bool = True) -> Transformer:
+    """llama2.c's export ``load_hf_model``, handed the HF model rather than its folder
+    (``permute=False``: q/k rows as HF stores them, for the half-split rotary)."""
     config = hf_model.config
     rope = getattr(config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
@@ -311,7 +331,7 @@ def load_hf_model(hf_model: nn.Module, fault: str | None = None, layer: int = 0)
         take(prefix + "norm.weight", model.norm.weight)
         for i, block in enumerate(model.layers):
             hf = f"{prefix}layers.{i}."
-            keep = fault == "unpermuted" and i == layer
+            keep = not permute or (fault == "unpermuted" and i == layer)
             wq = hf_dict[hf + "self_attn.q_proj.weight"]
             wk = hf_dict[hf + "self_attn.k_proj.weight"]
             take(hf + "input_layernorm.weight", block.attention_norm.weight)
@@ -330,14 +350,18 @@ def load_hf_model(hf_model: nn.Module, fault: str | None = None, layer: int = 0)
     return model
 
 
-def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.Module:
+def build(reference: nn.Module, fault: str | None = None, layer: int = 0, *,
+          rotary: str = "interleaved") -> nn.Module:
     """The port holding ``reference``'s weights (HF ``LlamaModel`` or ``LlamaForCausalLM``),
-    with ``fault`` in layer ``layer``."""
-    if fault is not None and fault not in FAULTS:
+    with ``fault`` in layer ``layer``; ``rotary="half"``: see ``build_half_split``."""
+    if fault is not None and fault not in FAULTS or rotary == "half" and fault == "unpermuted":
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
     if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
         reference = reference.model
-    model = load_hf_model(reference, fault, layer)
+    model = load_hf_model(reference, fault, layer, permute=rotary == "interleaved")
+    if rotary == "half":
+        for b in model.layers:
+            b.attention.rotary = apply_rotary_emb_half
     block = model.layers[layer]
     if fault == "rotary_model_dim":
         cos, sin = precompute_freqs_cis(model.params.dim, model.params.max_seq_len,
@@ -357,3 +381,10 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> nn.
     elif fault == "missing_residual":
         block.residual = False
     return model.eval()
+
+
+def build_half_split(reference: nn.Module, fault: str | None = None,
+                     layer: int = 0) -> nn.Module:
+    """llama2.c's model with HF's half-split rotary in its own (bs, seqlen, nh, hd) layout
+    and HF's q/k rows unpermuted: how people port it who fix the rotary, not the weights."""
+    return build(reference, fault, layer, rotary="half")
