@@ -77,7 +77,7 @@ _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
                  "transformers.pytorch_utils", "transformers.utils.generic",
                  "transformers.modeling_layers", "introspect.tracer",
                  "introspect.layer_replay", "introspect.leaf_shapes", "introspect.shapes",
-                 "introspect.traced_sizes")
+                 "introspect.traced_sizes", "torch.fx._symbolic_trace")
 # torch.nn.Module's own bookkeeping on every instance (hooks checked apart).
 _MODULE_STATE = frozenset({
     "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
@@ -154,7 +154,8 @@ def why_uncacheable(model: torch.nn.Module) -> str | None:
 
 def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool) -> str:
     parts: list[Any] = [fast, torch.is_grad_enabled(), torch.get_default_dtype(),
-                        _autocast_state(), sorted(os.environ.items())]
+                        _autocast_state(), torch.are_deterministic_algorithms_enabled(),
+                        sorted(os.environ.items())]
     hooks = [name for name in _GLOBAL_HOOKS
              if getattr(torch.nn.modules.module, name, None)]
     if hooks:
@@ -175,9 +176,13 @@ def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool)
         module = sys.modules.get(module_name)
         if module is not None:
             namespaces.setdefault(id(vars(module)), vars(module))
+    held: dict[type, None] = {torch.Tensor: None}  # its methods: x.softmax(...) and such
     for namespace in namespaces.values():
-        parts.append(_namespace_state(namespace))
-    parts.append(_namespace_state(torch.Tensor))  # its methods: x.softmax(...) and the like
+        parts.append(_namespace_state(namespace, held))
+    for cls in held:  # the classes of HF's objects read there (the attention registry)
+        for base in cls.__mro__:
+            if base.__module__.split(".")[0] in _INSTALLED:
+                parts.append(_namespace_state(base, {}))
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         parts.append((name, tuple(tensor.shape), str(tensor.dtype), str(tensor.device),
                       tensor.requires_grad, type(tensor).__qualname__))
@@ -409,8 +414,12 @@ def _plain(value: Any, depth: int, where: str) -> Any:
 
 # -- namespaces the code reads, and identities ---------------------------------------------
 
-def _namespace_state(owner: dict[str, Any] | type) -> Any:
-    """Every value of a module's namespace (or a class's) by identity, functions checked."""
+def _namespace_state(owner: dict[str, Any] | type, held: dict[type, None]) -> Any:
+    """Every value of a module's namespace (or a class's) by identity, functions checked.
+
+    The classes of HF's objects found there are added to ``held``: their methods run too
+    (``ALL_ATTENTION_FUNCTIONS.get_interface``).
+    """
     namespace = vars(owner) if isinstance(owner, type) else owner
     where = str(owner.__qualname__ if isinstance(owner, type)
                 else namespace.get("__name__", "a namespace"))
@@ -420,7 +429,9 @@ def _namespace_state(owner: dict[str, Any] | type) -> Any:
         _fill(snapshot, where)
         return snapshot
 
-    return _state(_snapshot(owner, "read", namespace, build), where)
+    snapshot = _snapshot(owner, "read", namespace, build)
+    held.update(dict.fromkeys(snapshot.types))
+    return _state(snapshot, where)
 
 
 @dataclass
@@ -437,6 +448,7 @@ class _Snapshot:
     digest: str = ""  # of each value's identity (each checked)
     mutable: list[tuple[str, Any]] = field(default_factory=list)  # re-read every time
     reads: list[dict[str, Any]] = field(default_factory=list)  # its functions' globals
+    types: list[type] = field(default_factory=list)  # classes of HF's objects in it
 
 
 _SNAPSHOTS: dict[tuple[int, Any], _Snapshot] = {}
@@ -463,6 +475,9 @@ def _fill(snapshot: _Snapshot, where: str) -> None:
         state.append((name, _value_state(value, 0, f"{where}.{name}")))
         if _mutable(value):
             snapshot.mutable.append((name, value))
+        if not isinstance(value, (type, types.ModuleType, types.FunctionType)) \
+                and type(value).__module__.startswith("transformers."):
+            snapshot.types.append(type(value))
     snapshot.digest = hashlib.sha256(repr(state).encode()).hexdigest()
 
 

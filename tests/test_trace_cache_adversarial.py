@@ -357,3 +357,25 @@ def test_only_layers_of_installed_unpatched_classes_are_replayed(monkeypatch):
     port = _Port()
     trace_module(port, {"input_ids": torch.arange(18).reshape(2, 9)}, cache=False)
     assert replayed == []  # a port's layers, alike as they look, are each traced
+
+
+def test_a_patched_method_of_an_hf_registry_is_never_served(hits, monkeypatch):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import AttentionInterface
+
+    def scaled(module, query, key, value, attention_mask, **kwargs):
+        kwargs["scaling"] = query.shape[-1] ** -0.5 * 1.5
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    model = _tiny()
+    plain_eager = _eager(model)
+    assert torch.equal(_traced(model), plain_eager)
+    # Not a class of the model, not a module global: the class of an object HF's code
+    # reads (ALL_ATTENTION_FUNCTIONS), patched.
+    monkeypatch.setattr(AttentionInterface, "get_interface",
+                        lambda self, name, default: scaled)
+    patched_eager = _eager(model)
+    assert not torch.allclose(plain_eager, patched_eager)
+    assert torch.equal(_traced(model), patched_eager)
+    assert hits == []
+    assert "AttentionInterface" in trace_cache.why_uncacheable(model)
