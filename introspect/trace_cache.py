@@ -25,21 +25,23 @@ A graph is cached only where its key provably covers everything it depends on
   or anything else set on an instance makes the model uncacheable;
 - every function in the namespaces the model's code reads (the modules of those classes
   and of their functions, torch, ``torch.nn.functional``, ``torch.Tensor``, HF's
-  activation, mask and attention registries) is defined in an installed package or the
-  standard library.
+  activation, mask and attention modules, and the classes of HF's objects found there,
+  such as the attention registry's) is defined in an installed package or the standard
+  library.
 
 The key then holds the identity of each of those classes and of every value in their
 ``__dict__`` and in those namespaces (one level into containers: ``ACT2FN``, the
 attention registry), so a function replaced at run time anywhere there misses the cache;
-the configuration and every plain attribute by value; parameter and buffer names, shapes,
-dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode, autocast,
-the default dtype and the environment. Identities are serials that are never reused
-(their objects are kept alive), so a new object at a freed address is never taken for
-the old one.
+the configurations and every plain attribute by value; parameter and buffer names,
+shapes, dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode,
+autocast, the default dtype, deterministic mode and the environment. Identities are
+serials that are never reused (their objects are kept alive), so a new object at a freed
+address is never taken for the old one.
 
 Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
-earn its risk (README, "a graph cache": a warm disk cache saved nothing on a whole
-``introspect trace`` process). Nothing is read from or written to any folder.
+earn its risk (README, "a graph cache": in a fresh process, reading an entry cost more
+than tracing afresh, and a whole ``introspect trace`` gained nothing measurable).
+Nothing is read from or written to any folder.
 ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 """
 
@@ -236,9 +238,9 @@ def _package_roots(packages: tuple[str, ...] = _INSTALLED) -> tuple[str, ...]:
     """The folders of the installed packages a cached model's classes may come from."""
     roots = []
     for name in packages:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            roots.append(str(Path(module.__file__).resolve().parent) + os.sep)
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            roots.append(str(Path(file).resolve().parent) + os.sep)
     return tuple(roots)
 
 
@@ -344,7 +346,7 @@ def _check_class_function(cls: type, name: str, function: types.FunctionType,
 def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
                     ignore: frozenset[str] = frozenset()) -> list[Any]:
     """The instance's own attributes by value, or Uncacheable for anything not plain."""
-    state = []
+    state: list[tuple[str, Any]] = []
     for name, value in vars(module).items():
         if name in _MODULE_STATE or name in _HOOKS or name in ignore:
             continue
@@ -361,8 +363,13 @@ def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
 
 
 def _is_config(value: Any) -> bool:
-    config_class = getattr(sys.modules.get("transformers"), "PretrainedConfig", None)
-    return config_class is not None and isinstance(value, config_class)
+    """An HF model or generation configuration (keyed by its values)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return False
+    kinds = tuple(getattr(transformers, name) for name in ("PretrainedConfig",
+                                                            "GenerationConfig"))
+    return isinstance(value, kinds)
 
 
 def _config_state(config: Any, where: str) -> str:

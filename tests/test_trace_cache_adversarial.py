@@ -379,3 +379,13 @@ def test_a_patched_method_of_an_hf_registry_is_never_served(hits, monkeypatch):
     assert torch.equal(_traced(model), patched_eager)
     assert hits == []
     assert "AttentionInterface" in trace_cache.why_uncacheable(model)
+
+
+def test_a_generation_config_is_keyed_by_its_values():
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    inputs = {"input_ids": torch.arange(8).reshape(2, 4)}
+    before = trace_cache.cache_key(model, inputs, True)
+    assert before is not None
+    model.generation_config.max_length = 7
+    assert trace_cache.cache_key(model, inputs, True) not in (None, before)
