@@ -260,10 +260,10 @@ def _file_under(filename: str, roots: tuple[str, ...]) -> bool:
         return filename[8:-1].split(".")[0] in sys.stdlib_module_names \
             and roots == _library_roots()
     try:
-        resolved = str(Path(filename).resolve())
-    except (OSError, RuntimeError):
+        resolved = os.path.realpath(filename)
+    except (OSError, ValueError):
         return False
-    return resolved.startswith(roots)
+    return os.path.isabs(resolved) and resolved.startswith(roots)
 
 
 def _class_state(cls: type, namespaces: dict[int, dict[str, Any]],
@@ -488,10 +488,16 @@ def _fill(snapshot: _Snapshot, where: str) -> None:
     snapshot.digest = hashlib.sha256(repr(state).encode()).hexdigest()
 
 
+def _is_mapping(value: Any) -> bool:
+    """A dict, or one of HF's mappings (``ACT2FN``, the registries); cheap on anything else."""
+    return isinstance(value, dict) or (type(value).__module__.startswith("transformers.")
+                                       and isinstance(value, Mapping))
+
+
 def _mutable(value: Any) -> bool:
     """A container that can change in place (``ACT2FN``, a registry): read every time."""
     return not isinstance(value, (type, types.ModuleType)) \
-        and (isinstance(value, Mapping) or type(value) in (list, set))
+        and (_is_mapping(value) or type(value) in (list, set))
 
 
 def _state(snapshot: _Snapshot, where: str) -> Any:
@@ -508,7 +514,7 @@ def _value_state(value: Any, depth: int, where: str) -> Any:
         raise Uncacheable(f"{where} is {value.__module__}.{value.__qualname__}, defined in "
                           f"{value.__code__.co_filename}, not in an installed package")
     if depth < 2 and not isinstance(value, (type, types.ModuleType)):
-        if isinstance(value, Mapping):
+        if _is_mapping(value):
             try:
                 items = list(value.items())
             except Exception:  # noqa: BLE001 - a mapping that cannot list itself
