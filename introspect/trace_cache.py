@@ -355,7 +355,7 @@ def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
             if id(value) not in configs:
                 configs[id(value)] = _config_state(value, where)
             state.append((name, configs[id(value)]))
-        elif _is_own_builtin(value) or _is_own_method(module, value):
+        elif name != "forward" and (_is_own_builtin(value) or _is_own_method(module, value)):
             state.append((name, _token(value)))
         else:
             state.append((name, _plain(value, 0, where)))

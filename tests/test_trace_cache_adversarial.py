@@ -147,6 +147,8 @@ def _override(kind: str) -> torch.nn.Module:
             def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
                 return _tanh_intermediate(module, hidden_states)
         module.forward = Forward()
+    elif kind == "torch built-in":  # at home in torch, but set as the activation's forward
+        module.intermediate_act_fn.forward = torch.tanh
     elif kind == "activation swapped":  # a torch built-in, but not the one HF set
         module.intermediate_act_fn.act = functools.partial(torch.nn.functional.gelu,
                                                            approximate="tanh")
@@ -154,7 +156,7 @@ def _override(kind: str) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("kind", ["function", "bound method", "partial", "callable object",
-                                  "activation swapped"])
+                                  "torch built-in", "activation swapped"])
 def test_an_instance_override_is_never_cached(hits, kind):
     _served_apart(_tiny(), _override(kind), hits)
 
