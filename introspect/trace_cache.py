@@ -25,21 +25,23 @@ A graph is cached only where its key provably covers everything it depends on
   or anything else set on an instance makes the model uncacheable;
 - every function in the namespaces the model's code reads (the modules of those classes
   and of their functions, torch, ``torch.nn.functional``, ``torch.Tensor``, HF's
-  activation, mask and attention registries) is defined in an installed package or the
-  standard library.
+  activation, mask and attention modules, and the classes of HF's objects found there,
+  such as the attention registry's) is defined in an installed package or the standard
+  library.
 
 The key then holds the identity of each of those classes and of every value in their
 ``__dict__`` and in those namespaces (one level into containers: ``ACT2FN``, the
 attention registry), so a function replaced at run time anywhere there misses the cache;
-the configuration and every plain attribute by value; parameter and buffer names, shapes,
-dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode, autocast,
-the default dtype and the environment. Identities are serials that are never reused
-(their objects are kept alive), so a new object at a freed address is never taken for
-the old one.
+the configurations and every plain attribute by value; parameter and buffer names,
+shapes, dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode,
+autocast, the default dtype, deterministic mode and the environment. Identities are
+serials that are never reused (their objects are kept alive), so a new object at a freed
+address is never taken for the old one.
 
 Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
-earn its risk (README, "a graph cache": a warm disk cache saved nothing on a whole
-``introspect trace`` process). Nothing is read from or written to any folder.
+earn its risk (README, "a graph cache": in a fresh process, reading an entry cost more
+than tracing afresh, and a whole ``introspect trace`` gained nothing measurable).
+Nothing is read from or written to any folder.
 ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 """
 
@@ -77,7 +79,7 @@ _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
                  "transformers.pytorch_utils", "transformers.utils.generic",
                  "transformers.modeling_layers", "introspect.tracer",
                  "introspect.layer_replay", "introspect.leaf_shapes", "introspect.shapes",
-                 "introspect.traced_sizes")
+                 "introspect.traced_sizes", "torch.fx._symbolic_trace")
 # torch.nn.Module's own bookkeeping on every instance (hooks checked apart).
 _MODULE_STATE = frozenset({
     "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
@@ -154,7 +156,8 @@ def why_uncacheable(model: torch.nn.Module) -> str | None:
 
 def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool) -> str:
     parts: list[Any] = [fast, torch.is_grad_enabled(), torch.get_default_dtype(),
-                        _autocast_state(), sorted(os.environ.items())]
+                        _autocast_state(), torch.are_deterministic_algorithms_enabled(),
+                        sorted(os.environ.items())]
     hooks = [name for name in _GLOBAL_HOOKS
              if getattr(torch.nn.modules.module, name, None)]
     if hooks:
@@ -175,9 +178,13 @@ def _key(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], fast: bool)
         module = sys.modules.get(module_name)
         if module is not None:
             namespaces.setdefault(id(vars(module)), vars(module))
+    held: dict[type, None] = {torch.Tensor: None}  # its methods: x.softmax(...) and such
     for namespace in namespaces.values():
-        parts.append(_namespace_state(namespace))
-    parts.append(_namespace_state(torch.Tensor))  # its methods: x.softmax(...) and the like
+        parts.append(_namespace_state(namespace, held))
+    for cls in held:  # the classes of HF's objects read there (the attention registry)
+        for base in cls.__mro__:
+            if base.__module__.split(".")[0] in _INSTALLED:
+                parts.append(_namespace_state(base, {}))
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         parts.append((name, tuple(tensor.shape), str(tensor.dtype), str(tensor.device),
                       tensor.requires_grad, type(tensor).__qualname__))
@@ -231,9 +238,9 @@ def _package_roots(packages: tuple[str, ...] = _INSTALLED) -> tuple[str, ...]:
     """The folders of the installed packages a cached model's classes may come from."""
     roots = []
     for name in packages:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            roots.append(str(Path(module.__file__).resolve().parent) + os.sep)
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            roots.append(str(Path(file).resolve().parent) + os.sep)
     return tuple(roots)
 
 
@@ -253,10 +260,10 @@ def _file_under(filename: str, roots: tuple[str, ...]) -> bool:
         return filename[8:-1].split(".")[0] in sys.stdlib_module_names \
             and roots == _library_roots()
     try:
-        resolved = str(Path(filename).resolve())
-    except (OSError, RuntimeError):
+        resolved = os.path.realpath(filename)
+    except (OSError, ValueError):
         return False
-    return resolved.startswith(roots)
+    return os.path.isabs(resolved) and resolved.startswith(roots)
 
 
 def _class_state(cls: type, namespaces: dict[int, dict[str, Any]],
@@ -339,7 +346,7 @@ def _check_class_function(cls: type, name: str, function: types.FunctionType,
 def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
                     ignore: frozenset[str] = frozenset()) -> list[Any]:
     """The instance's own attributes by value, or Uncacheable for anything not plain."""
-    state = []
+    state: list[tuple[str, Any]] = []
     for name, value in vars(module).items():
         if name in _MODULE_STATE or name in _HOOKS or name in ignore:
             continue
@@ -348,7 +355,7 @@ def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
             if id(value) not in configs:
                 configs[id(value)] = _config_state(value, where)
             state.append((name, configs[id(value)]))
-        elif _is_own_builtin(value) or _is_own_method(module, value):
+        elif name != "forward" and (_is_own_builtin(value) or _is_own_method(module, value)):
             state.append((name, _token(value)))
         else:
             state.append((name, _plain(value, 0, where)))
@@ -356,8 +363,13 @@ def _instance_state(path: str, module: torch.nn.Module, configs: dict[int, str],
 
 
 def _is_config(value: Any) -> bool:
-    config_class = getattr(sys.modules.get("transformers"), "PretrainedConfig", None)
-    return config_class is not None and isinstance(value, config_class)
+    """An HF model or generation configuration (keyed by its values)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return False
+    kinds = tuple(getattr(transformers, name) for name in ("PretrainedConfig",
+                                                            "GenerationConfig"))
+    return isinstance(value, kinds)
 
 
 def _config_state(config: Any, where: str) -> str:
@@ -409,8 +421,12 @@ def _plain(value: Any, depth: int, where: str) -> Any:
 
 # -- namespaces the code reads, and identities ---------------------------------------------
 
-def _namespace_state(owner: dict[str, Any] | type) -> Any:
-    """Every value of a module's namespace (or a class's) by identity, functions checked."""
+def _namespace_state(owner: dict[str, Any] | type, held: dict[type, None]) -> Any:
+    """Every value of a module's namespace (or a class's) by identity, functions checked.
+
+    The classes of HF's objects found there are added to ``held``: their methods run too
+    (``ALL_ATTENTION_FUNCTIONS.get_interface``).
+    """
     namespace = vars(owner) if isinstance(owner, type) else owner
     where = str(owner.__qualname__ if isinstance(owner, type)
                 else namespace.get("__name__", "a namespace"))
@@ -420,7 +436,9 @@ def _namespace_state(owner: dict[str, Any] | type) -> Any:
         _fill(snapshot, where)
         return snapshot
 
-    return _state(_snapshot(owner, "read", namespace, build), where)
+    snapshot = _snapshot(owner, "read", namespace, build)
+    held.update(dict.fromkeys(snapshot.types))
+    return _state(snapshot, where)
 
 
 @dataclass
@@ -437,6 +455,7 @@ class _Snapshot:
     digest: str = ""  # of each value's identity (each checked)
     mutable: list[tuple[str, Any]] = field(default_factory=list)  # re-read every time
     reads: list[dict[str, Any]] = field(default_factory=list)  # its functions' globals
+    types: list[type] = field(default_factory=list)  # classes of HF's objects in it
 
 
 _SNAPSHOTS: dict[tuple[int, Any], _Snapshot] = {}
@@ -463,13 +482,22 @@ def _fill(snapshot: _Snapshot, where: str) -> None:
         state.append((name, _value_state(value, 0, f"{where}.{name}")))
         if _mutable(value):
             snapshot.mutable.append((name, value))
+        if not isinstance(value, (type, types.ModuleType, types.FunctionType)) \
+                and type(value).__module__.startswith("transformers."):
+            snapshot.types.append(type(value))
     snapshot.digest = hashlib.sha256(repr(state).encode()).hexdigest()
+
+
+def _is_mapping(value: Any) -> bool:
+    """A dict, or one of HF's mappings (``ACT2FN``, the registries); cheap on anything else."""
+    return isinstance(value, dict) or (type(value).__module__.startswith("transformers.")
+                                       and isinstance(value, Mapping))
 
 
 def _mutable(value: Any) -> bool:
     """A container that can change in place (``ACT2FN``, a registry): read every time."""
     return not isinstance(value, (type, types.ModuleType)) \
-        and (isinstance(value, Mapping) or type(value) in (list, set))
+        and (_is_mapping(value) or type(value) in (list, set))
 
 
 def _state(snapshot: _Snapshot, where: str) -> Any:
@@ -486,7 +514,7 @@ def _value_state(value: Any, depth: int, where: str) -> Any:
         raise Uncacheable(f"{where} is {value.__module__}.{value.__qualname__}, defined in "
                           f"{value.__code__.co_filename}, not in an installed package")
     if depth < 2 and not isinstance(value, (type, types.ModuleType)):
-        if isinstance(value, Mapping):
+        if _is_mapping(value):
             try:
                 items = list(value.items())
             except Exception:  # noqa: BLE001 - a mapping that cannot list itself

@@ -147,6 +147,8 @@ def _override(kind: str) -> torch.nn.Module:
             def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
                 return _tanh_intermediate(module, hidden_states)
         module.forward = Forward()
+    elif kind == "torch built-in":  # at home in torch, but set as the activation's forward
+        module.intermediate_act_fn.forward = torch.tanh
     elif kind == "activation swapped":  # a torch built-in, but not the one HF set
         module.intermediate_act_fn.act = functools.partial(torch.nn.functional.gelu,
                                                            approximate="tanh")
@@ -154,7 +156,7 @@ def _override(kind: str) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("kind", ["function", "bound method", "partial", "callable object",
-                                  "activation swapped"])
+                                  "torch built-in", "activation swapped"])
 def test_an_instance_override_is_never_cached(hits, kind):
     _served_apart(_tiny(), _override(kind), hits)
 
@@ -357,3 +359,35 @@ def test_only_layers_of_installed_unpatched_classes_are_replayed(monkeypatch):
     port = _Port()
     trace_module(port, {"input_ids": torch.arange(18).reshape(2, 9)}, cache=False)
     assert replayed == []  # a port's layers, alike as they look, are each traced
+
+
+def test_a_patched_method_of_an_hf_registry_is_never_served(hits, monkeypatch):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import AttentionInterface
+
+    def scaled(module, query, key, value, attention_mask, **kwargs):
+        kwargs["scaling"] = query.shape[-1] ** -0.5 * 1.5
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    model = _tiny()
+    plain_eager = _eager(model)
+    assert torch.equal(_traced(model), plain_eager)
+    # Not a class of the model, not a module global: the class of an object HF's code
+    # reads (ALL_ATTENTION_FUNCTIONS), patched.
+    monkeypatch.setattr(AttentionInterface, "get_interface",
+                        lambda self, name, default: scaled)
+    patched_eager = _eager(model)
+    assert not torch.allclose(plain_eager, patched_eager)
+    assert torch.equal(_traced(model), patched_eager)
+    assert hits == []
+    assert "AttentionInterface" in trace_cache.why_uncacheable(model)
+
+
+def test_a_generation_config_is_keyed_by_its_values():
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    inputs = {"input_ids": torch.arange(8).reshape(2, 4)}
+    before = trace_cache.cache_key(model, inputs, True)
+    assert before is not None
+    model.generation_config.max_length = 7
+    assert trace_cache.cache_key(model, inputs, True) not in (None, before)
