@@ -38,7 +38,6 @@ DIFF = "diff HF vs scratch"
 CAPTURE = "capture every layer's output"
 TRACE_FULL = "trace, every node on FakeTensors (no shortcut, no cache)"
 CACHE_MEMORY = "trace, cache hit in memory"
-DIFF_CACHED = "diff HF vs scratch, graphs cached"
 
 
 def forward(model: torch.nn.Module, inputs: Inputs) -> Any:
@@ -96,11 +95,6 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs)
         return introspect.diff(reference, candidate, inputs.for_introspect)
 
 
-def diff_cached(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs) -> Any:
-    """``introspect.diff`` with both graphs in the trace cache (a re-run in a notebook)."""
-    return introspect.diff(reference, candidate, inputs.for_introspect)
-
-
 def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs) -> list[Work]:
     """Every introspect task on one model and input, with its baseline and expected cost.
 
@@ -126,6 +120,4 @@ def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Input
         Work(DRAW_FULL, TOOL, lambda: drawing_svg(traced["graph"], full=True),
              setup=trace_once, teardown=traced.clear, units=1.0, output_bytes=len),
         Work(DIFF, TOOL, lambda: diff(hf, scratch, inputs), baseline=2, units=2.0),
-        Work(DIFF_CACHED, TOOL, lambda: diff_cached(hf, scratch, inputs), baseline=2,
-             units=2.0, setup=lambda: diff_cached(hf, scratch, inputs)),
     ]

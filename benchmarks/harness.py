@@ -140,7 +140,6 @@ IMPORT_AND_LOAD = (
     "transformers.BertModel.from_pretrained({folder!r}).eval()\n"
 )
 WHOLE_DIFF = "start-up: introspect diff (minilm, whole process)"
-WHOLE_DIFF_CACHED = "start-up: introspect diff (minilm, whole process, graphs cached on disk)"
 IMPORT_LOAD = "start-up: python: import torch + transformers, load minilm"
 
 
@@ -168,43 +167,35 @@ def startup_rows(settings: Settings, progress: Progress) -> list[Measurement]:
 
 def whole_process_rows(settings: Settings, command: list[str],
                        progress: Progress) -> list[Measurement]:
-    """`introspect diff` on MiniLM, cold (no trace cache) and with the graphs cached on
-    disk, each as a ratio of a process that imports torch and transformers and loads MiniLM.
+    """`introspect diff` on MiniLM as a whole process (the diff records both models as
+    they run: no graph cache), as a ratio of a process that imports torch and
+    transformers and loads MiniLM.
 
     Runs alternate between the commands, so that a change of the machine's load touches
     each of them alike; the note gives the CPU seconds (user + system) too, steadier than
     wall time on a shared machine.
     """
-    tasks = (IMPORT_LOAD, WHOLE_DIFF, WHOLE_DIFF_CACHED)
+    tasks = (IMPORT_LOAD, WHOLE_DIFF)
     base = dict(section=STARTUP, model="", batch=0, seq=0)
     if not settings.whole_process or settings.quick:
         return [Measurement(task=t, tool="introspect" if "diff" in t else "python",
                             status=NOT_MEASURED, note="quick mode: not measured", **base)
                 for t in tasks]
-    import tempfile
-
     progress("start-up: introspect diff on minilm, whole process (and import + load)")
-    with tempfile.TemporaryDirectory() as cache_home:
-        environments = {
-            IMPORT_LOAD: None,
-            WHOLE_DIFF: {"INTROSPECT_NO_CACHE": "1"},
-            WHOLE_DIFF_CACHED: {"XDG_CACHE_HOME": cache_home},
-        }
-        from introspect.load import minilm_folder
+    from introspect.load import minilm_folder
 
-        script = IMPORT_AND_LOAD.format(folder=str(minilm_folder()))
-        commands = {IMPORT_LOAD: [sys.executable, "-c", script],
-                    WHOLE_DIFF: [*command, "diff", "-q"],
-                    WHOLE_DIFF_CACHED: [*command, "diff", "-q"]}
-        walls: dict[str, list[float]] = {t: [] for t in tasks}
-        cpus: dict[str, list[float]] = {t: [] for t in tasks}
-        repetitions = settings.whole_process_runs
-        for round_ in range(repetitions.total):
-            for task in tasks:
-                wall, cpu = _timed_process(commands[task], environments[task])
-                if round_ >= repetitions.warmup:
-                    walls[task].append(wall)
-                    cpus[task].append(cpu)
+    script = IMPORT_AND_LOAD.format(folder=str(minilm_folder()))
+    commands = {IMPORT_LOAD: [sys.executable, "-c", script],
+                WHOLE_DIFF: [*command, "diff", "-q"]}
+    walls: dict[str, list[float]] = {t: [] for t in tasks}
+    cpus: dict[str, list[float]] = {t: [] for t in tasks}
+    repetitions = settings.whole_process_runs
+    for round_ in range(repetitions.total):
+        for task in tasks:
+            wall, cpu = _timed_process(commands[task], None)
+            if round_ >= repetitions.warmup:
+                walls[task].append(wall)
+                cpus[task].append(cpu)
     wall_base = statistics.median(walls[IMPORT_LOAD])
     cpu_base = statistics.median(cpus[IMPORT_LOAD])
     rows = []

@@ -26,8 +26,6 @@ GRID_TASKS = {
     ("trace + shapes", "torchinfo.summary (module outputs only)"),
     ("trace, every node on FakeTensors (no shortcut, no cache)", "introspect"),
     ("trace, cache hit in memory", "introspect"),
-    ("trace, cache hit from disk", "introspect"),
-    ("diff HF vs scratch, graphs cached", "introspect"),
     ("drawing, folded (from a traced graph)", "introspect"),
     ("drawing, every node (from a traced graph)", "introspect"),
     ("model to SVG, module level", "introspect"),
