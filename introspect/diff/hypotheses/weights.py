@@ -102,6 +102,8 @@ def rearrangement(p: torch.Tensor, value: torch.Tensor, path: str) -> str | None
     if p.dim() != 2 or value.dim() != 2 or p.numel() != value.numel() \
             or value.shape[0] == value.shape[1]:
         return None
+    if any(p.shape == v.shape and _equal(p, v) for v in (value, value.t())):
+        return None  # as it is or transposed (a constant matrix is both): no reshape
     for turned in (False, True):
         v = value.t() if turned else value
         for back in (False, True):
