@@ -6,9 +6,9 @@ CPU time of each, and the gain as a share of the whole process. Alternating keep
 spell of a shared machine from landing on one side only.
 
 This decided the disk layer's fate: run on a tree that still had it (commit 9c2315f), a
-warm disk cache saved no CPU time on the whole process (README, "a graph cache"), so it
-was removed. On today's tree both sides trace for real (a fresh process has nothing in
-memory); the script stays to measure any disk layer proposed again.
+warm disk cache saved 2.5 to 4% of the whole process (README, "a graph cache"), under the
+5% it had to earn, so it was removed. On today's tree both sides trace for real (a fresh
+process has nothing in memory); the script stays to measure any disk layer proposed again.
 
     python -m benchmarks.cache_bench [--runs 7] [--model minilm]
 """

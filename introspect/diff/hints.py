@@ -5,7 +5,8 @@ constants around it and, where the run kept them, its inputs and outputs) and sa
 it recognises, in a sentence a user can act on:
 
 - a weight that differs from the reference's (left unloaded, perturbed, another
-  checkpoint), or that is the reference's transposed;
+  checkpoint), or that is the reference's transposed (one that holds the reference's
+  rearranged by a reshape is left to ``hypotheses.weights``, which names it);
 - LayerNorm epsilon;
 - the tanh approximation of GELU against the exact (erf) one;
 - the attention scale (q·kᵀ multiplied by something else than 1/sqrt(head size));
@@ -51,7 +52,7 @@ def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[Weig
     ref_node = _node(reference.gm, pair.reference)
     cand_node = _node(candidate.gm, pair.candidate)
     hints: list[str] = []
-    hints += _weight_hints(candidate.gm, cand_node, relations)
+    hints += _weight_hints(candidate.gm, cand_node, relations, reference.gm)
     hints += _layer_norm_hints(reference.gm, ref_node, candidate.gm, cand_node)
     hints += _gelu_hints(reference.gm, ref_node, candidate.gm, cand_node, snapshot)
     hints += _scale_hints(reference, ref_node, candidate, cand_node)
@@ -74,13 +75,16 @@ def _weight_labels(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
 
 
 def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
-                  relations: Sequence[WeightRelation]) -> list[str]:
+                  relations: Sequence[WeightRelation],
+                  reference_gm: torch.fx.GraphModule | None = None) -> list[str]:
     hints = []
     linear_like = node.op == "call_module" and isinstance(
         gm.get_submodule(str(node.target)), torch.nn.Linear) or getattr(
         node.target, "__name__", "") == "linear"
     for label in _weight_labels(gm, node):
         found = [r for r in relations if r.candidate == label]
+        if _rearranged(gm, label, reference_gm, [r.reference for r in found]):
+            continue  # loaded, rearranged by a reshape: the hypotheses say how
         if not found:
             hints.append(f"weight {label} matches no weight of the reference, by value or "
                          "by name: a weight left unloaded, or loaded from another model")
@@ -93,6 +97,30 @@ def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
                 hints.append(f"weight {label} is the reference's {r.reference} transposed, but "
                              "a Linear expects (out_features, in_features): a transposed weight")
     return hints
+
+
+def _tensor(gm: torch.nn.Module, label: str) -> torch.Tensor | None:
+    """The parameter or buffer at ``label`` (a dotted path) in ``gm``, or None."""
+    value: Any = gm
+    for part in label.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _rearranged(gm: torch.fx.GraphModule, label: str,
+                reference_gm: torch.fx.GraphModule | None, named: Sequence[str]) -> bool:
+    """Whether the candidate's weight ``label`` holds a reference weight (those ``named``
+    by the relations, else any) rearranged by a reshape."""
+    from introspect.diff.hypotheses.weights import rearrangement
+
+    tensor = _tensor(gm, label)
+    if tensor is None or reference_gm is None or tensor.dim() != 2:
+        return False
+    candidates = [t for t in (_tensor(reference_gm, n) for n in named) if t is not None] \
+        if named else [t for _, t in reference_gm.named_parameters()]
+    return any(rearrangement(tensor, t, "") is not None for t in candidates)
 
 
 def _layer_norm_eps(gm: torch.fx.GraphModule, node: torch.fx.Node) -> float | None:

@@ -11,8 +11,12 @@ wrong dim, scale 1/d, residual left out, pre-LN, LayerNorm eps or unbiased varia
 GELU, pooler without tanh or mean-pooled, layers out of order, weights transposed or from
 another layer) and is reported only when it reproduces the candidate's value within budget
 and far better than the unmodified block. Two checks are not re-runs: dropout left active
-(two eval runs of the candidate differ) and weights left unloaded (no parameter of the
-candidate holds the reference weight's values). Nothing is inferred from names; where no
+(the candidate's values are the reference's with some zeroed and the rest scaled by
+1/(1 - p), or two eval runs of the candidate differ), weights reshaped where they should
+have been transposed (a parameter of the candidate holds the reference weight's values in
+their memory order under another shape) and weights left unloaded (no parameter of the
+candidate holds them). A pooler bug is also recognised at the head that reads the pooled
+output (``pooler.head_hints``). Nothing is inferred from names; where no
 hypothesis reproduces the values, no hint is given.
 
 Example::
@@ -45,6 +49,7 @@ from introspect.diff.hypotheses.context import DivergenceContext
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_base
 from introspect.diff.hypotheses.matching import Quantity, Verdict, identify, judge
 from introspect.diff.hypotheses.site import Site, locate
+from introspect.diff.hypotheses.tokens import real_in, real_tokens
 
 FAMILIES = (embeddings, attention, norm, activation, structure, pooler, weights)
 
@@ -57,12 +62,15 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
 
     Returns:
         Sentences saying what differs in the candidate and by how much, e.g.
-        "the candidate's pooler leaves out the tanh: dropping the tanh from the
-        reference's pooler reproduces the candidate's values (max abs error 0 vs 0.41)".
+        "the candidate's pooler leaves out the tanh (pooler activation missing): dropping
+        the tanh from the reference's pooler reproduces the candidate's values (max abs
+        error 0 vs 0.41)".
     """
     with torch.no_grad():
-        hints = [] if context.candidate_model is None else \
-            dropout.hints(context.candidate_model, context.inputs)
+        hints = _dropout(context)
+        if context.candidate_model is not None:
+            hints += weights.reshaped(context.reference_model, context.module,
+                                      context.candidate_model)
         shifted = positions.hints(context)  # an index tensor: nothing to re-run
         if shifted:
             return tuple(hints + shifted)
@@ -71,10 +79,12 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         except (AttributeError, IndexError, TypeError):  # BERT-like in name only: stay silent
             site = None
         if site is None or (site.kind != "embeddings" and site.block_input is None):
-            # a decoder's: RMSNorm eps, rotary, causal mask, grouped-query heads (Llama);
-            # a Conv1D weight transposed or its fused q/k/v blocks reordered (GPT-2)
-            return tuple(hints + rmsnorm.hints(context) + decoder_attention.hints(context)
-                         + gpt2.hints(context))
+            # a pooler bug seen at the head that reads it; a decoder's: RMSNorm eps,
+            # rotary, causal mask, grouped-query heads (Llama); a Conv1D weight transposed
+            # or its fused q/k/v blocks reordered (GPT-2)
+            return tuple(dict.fromkeys(
+                hints + pooler.head_hints(context) + rmsnorm.hints(context)
+                + decoder_attention.hints(context) + gpt2.hints(context)))
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
@@ -84,6 +94,19 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         if not reproduced and context.candidate_model is not None:  # random values: last
             hints += weights.unloaded(site, quantity.name, context.candidate_model)
     return tuple(dict.fromkeys(hints))
+
+
+def _dropout(context: DivergenceContext) -> list[str]:
+    """Dropout active in the candidate: seen in the values at the divergence (zeros, the
+    rest scaled by 1/(1 - p)), else in two runs of the candidate that differ."""
+    keep = real_tokens(context.inputs)
+    reference, candidate = context.reference_value, context.candidate_value
+    real = real_in(reference.shape, keep) if keep is not None else \
+        torch.ones(reference.shape, dtype=torch.bool)
+    seen = dropout.value_hints(reference, candidate, real, context.module)
+    if seen or context.candidate_model is None:
+        return seen
+    return dropout.hints(context.candidate_model, context.inputs)
 
 
 def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor],

@@ -4,8 +4,8 @@ The attention module holding the divergence (``q_proj``, ``k_proj``, ``v_proj``,
 is re-run from its inputs on a run of the reference (hidden states, rotary cos/sin, mask);
 the divergent node is identified by value among its steps, and each hypothesis re-runs the
 attention with one classic porting bug. A hint is given only when the bug reproduces the
-candidate's value within budget and far better than the unmodified attention. Nothing is
-inferred from names.
+candidate's value within budget and far better than the unmodified attention, at every
+position or at the real tokens alone (``tokens``). Nothing is inferred from names.
 """
 
 from __future__ import annotations
@@ -16,6 +16,14 @@ import torch
 import torch.nn.functional as F
 
 from introspect.diff.hypotheses.context import DivergenceContext
+from introspect.diff.hypotheses.tokens import (
+    budget,
+    causal_mask,
+    real_in,
+    real_tokens,
+    reproduces,
+    sentence,
+)
 
 _FAULTS = {
     "rotary-wrong-half": ("the candidate applies rotary embeddings to the wrong half "
@@ -26,36 +34,54 @@ _FAULTS = {
     "gqa-tiled": ("the candidate repeats key/value heads in the wrong order for grouped-query "
                   "attention (0,1,0,1 instead of 0,0,1,1)",
                   "tiling the key/value heads in the reference"),
+    "no-mask": ("the candidate's attention has no causal mask (every token sees the tokens "
+                "after it), nor a padding mask (real tokens see the padding)",
+                "dropping the reference's mask"),
 }
 
 
 def hints(context: DivergenceContext) -> list[str]:
-    """Hints for a divergence inside a Llama-style attention; empty when none reproduces."""
+    """Hints for a divergence inside a Llama-style attention; empty when none reproduces.
+
+    Judged at every position, else at the real tokens alone (a port may compute anything
+    at padded positions); the mask is the reference's own, or, where HF passed none (no
+    padding: sdpa's ``is_causal``), the causal mask over the inputs' real tokens.
+    """
     attention = _module(context.reference_model, context.module)
-    if attention is None or not all(hasattr(attention, n) for n in
-                                    ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
+    keep = real_tokens(context.inputs)
+    if keep is None or attention is None or not all(
+            hasattr(attention, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
         return []
     captured = _captured_call(context.reference_model, attention, context.inputs)
     if captured is None:
         return []
-    base = _steps(attention, *captured, fault="")
-    step = next((name for name, value in base.items()
-                 if value.shape == context.reference_value.shape
-                 and torch.allclose(value, context.reference_value.to(value.dtype),
-                                    atol=1e-5, rtol=1e-4)), None)
+    hidden, cos, sin, mask = captured
+    if mask is None:  # HF let sdpa apply the causal mask (is_causal=True)
+        mask = causal_mask(keep)
+    base = _steps(attention, hidden, cos, sin, mask, fault="")
+    reference = context.reference_value
+    step = next((name for name, value in base.items() if value.shape == reference.shape
+                 and _close(value, reference.to(value.dtype), real_in(value.shape, keep))),
+                None)
     if step is None:
         return []
     candidate = context.candidate_value.to(base[step].dtype)
-    base_error = float((base[step] - candidate).abs().max())
-    budget = max(context.atol + context.rtol * float(candidate.abs().max()), 1e-5)
+    real = real_in(candidate.shape, keep)
+    allowed = budget(candidate, real, context.atol, context.rtol)
     found = []
     for fault, (what, how) in _FAULTS.items():
-        value = _steps(attention, *captured, fault=fault)[step]
-        error = float((value - candidate).abs().max())
-        if error <= budget and error * 10 < base_error:
-            found.append(f"{what}: {how} reproduces the candidate's values (max abs error "
-                         f"{error:.2g} vs {base_error:.2g} unmodified)")
+        if fault == "no-mask" and bool(keep.all()):
+            continue  # without padding, the same as no causal mask
+        value = _steps(attention, hidden, cos, sin, mask, fault=fault)[step]
+        result = reproduces(value, base[step], candidate, real, allowed)
+        if result is not None:
+            found.append(sentence(what, how, result))
     return found
+
+
+def _close(value: torch.Tensor, reference: torch.Tensor, real: torch.Tensor) -> bool:
+    """Equal at the real tokens up to a recomputation's rounding."""
+    return torch.allclose(value[real], reference[real], atol=1e-5, rtol=1e-4)
 
 
 def _steps(attention: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -76,6 +102,8 @@ def _steps(attention: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.T
         v_rep = v.repeat_interleave(repeats, dim=1)
     if fault == "no-causal-mask" and mask is not None:
         mask = mask[:, :, -1:, :]  # the last query sees every real key: padding only
+    if fault == "no-mask":
+        mask = None
     context = F.scaled_dot_product_attention(q_rot, k_rep, v_rep, attn_mask=mask,
                                              scale=attention.scaling)
     merged = context.transpose(1, 2).reshape(*hidden.shape[:-1], -1)

@@ -43,3 +43,44 @@ def hints(candidate: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> lis
                 f"differ by up to {max(gaps):.3g} (a dropout applied whatever the mode, e.g. "
                 "F.dropout(..., training=True) or scaled_dot_product_attention's dropout_p)"]
     return []
+
+
+def zeroed_and_scaled(reference: torch.Tensor, candidate: torch.Tensor,
+                      real: torch.Tensor) -> tuple[float, float] | None:
+    """(fraction zeroed, scale) when ``candidate`` is ``reference`` with some values set to 0
+    and every other one multiplied by one factor above 1 (a dropout's ``1 / (1 - p)``), at
+    the ``real`` positions; None otherwise."""
+    if reference.shape != candidate.shape or not reference.is_floating_point() \
+            or not candidate.is_floating_point():
+        return None
+    r, c = reference.double()[real], candidate.double()[real]
+    if r.numel() < 8:
+        return None
+    largest = float(r.abs().max())
+    live = r.abs() > 1e-6 * largest  # a zero in the reference says nothing
+    r, c = r[live], c[live]
+    zeroed = c == 0
+    if not bool(zeroed.any()) or int((~zeroed).sum()) < 2:
+        return None
+    scale = float((c[~zeroed] / r[~zeroed]).median())
+    if not 1.0 + 1e-3 < scale < 1e3:
+        return None
+    slack = 1e-4 * scale * (r[~zeroed].abs() + 1e-2 * largest)  # rounding, as in matching
+    if not bool(((c[~zeroed] - scale * r[~zeroed]).abs() <= slack).all()):
+        return None
+    return float(zeroed.double().mean()), scale
+
+
+def value_hints(reference: torch.Tensor, candidate: torch.Tensor, real: torch.Tensor,
+                module: str) -> list[str]:
+    """One hint when the candidate's values are the reference's through an active dropout."""
+    found = zeroed_and_scaled(reference, candidate, real)
+    if found is None:
+        return []
+    fraction, scale = found
+    p = 1.0 - 1.0 / scale
+    where = f" at {module}" if module else ""
+    return [f"dropout is active in the candidate{where}: its values are the reference's with "
+            f"{fraction:.1%} of them zeroed and every other one multiplied by {scale:.4g} = "
+            f"1/(1 - {p:.3g}), a dropout with p = {p:.3g} applied in eval mode (e.g. "
+            "F.dropout(..., training=True), or a Dropout left in training mode)"]

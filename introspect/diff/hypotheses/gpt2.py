@@ -13,7 +13,9 @@ keep every shape when they happen:
 
 The divergent module (a Conv1D, or GPT-2's attention) is re-run on its input from a run
 of the reference, with each bug applied; a hint is given only when one reproduces the
-candidate's value within budget and far better than the unmodified module. Nothing is
+candidate's value within budget and far better than the unmodified module, at every
+position or at the real tokens alone (``tokens``). The attention's mask is the inputs'
+padding and the causal mask, also where the inputs hold no ``attention_mask``. Nothing is
 inferred from names.
 """
 
@@ -25,6 +27,14 @@ import torch
 import torch.nn.functional as F
 
 from introspect.diff.hypotheses.context import DivergenceContext
+from introspect.diff.hypotheses.tokens import (
+    budget,
+    causal_mask,
+    real_in,
+    real_tokens,
+    reproduces,
+    sentence,
+)
 
 _QKV = ("query", "key", "value")
 _SWAPS = ((0, 1), (1, 2), (0, 2))  # block pairs swapped: q/k, k/v, q/v
@@ -44,14 +54,15 @@ def hints(context: DivergenceContext) -> list[str]:
         variants = [(what, how, {"output": value}) for what, how, value
                     in _conv1d_variants(context.module, inputs, weight, bias)]
     elif all(hasattr(module, n) for n in ("c_attn", "c_proj", "split_size", "scaling")) \
-            and _is_conv1d(module.c_attn) and "attention_mask" in context.inputs:
+            and _is_conv1d(module.c_attn):
         inputs = _captured_input(context.reference_model, module, context.inputs)
-        if inputs is None:
+        mask = real_tokens(context.inputs)
+        if inputs is None or mask is None:
             return []
-        mask = context.inputs["attention_mask"]
         base = _attention_steps(module, inputs, mask, fault="")
         variants = [(what, how, _attention_steps(module, inputs, mask, fault=fault))
-                    for fault, (what, how) in _ATTENTION_FAULTS.items()]
+                    for fault, (what, how) in _ATTENTION_FAULTS.items()
+                    if fault != "no-mask" or not bool(mask.all())]  # else: no causal mask
     else:
         return []
     return _reproduced(context, base, variants)
@@ -60,22 +71,29 @@ def hints(context: DivergenceContext) -> list[str]:
 def _reproduced(context: DivergenceContext, base: dict[str, torch.Tensor],
                 variants: list[tuple[str, str, dict[str, torch.Tensor]]]) -> list[str]:
     """The variants that reproduce the candidate at the step the divergence is."""
+    keep = real_tokens(context.inputs)
+    if keep is None:
+        return []
     reference = context.reference_value
-    step = next((name for name, value in base.items() if value.numel() == reference.numel()
-                 and torch.allclose(value.reshape(reference.shape), reference.to(value.dtype),
-                                    atol=1e-5, rtol=1e-4)), None)
+    step = None
+    for name, value in base.items():
+        if value.numel() == reference.numel():
+            real = real_in(value.shape, keep)
+            laid = reference.to(value.dtype).reshape(value.shape)
+            if torch.allclose(value[real], laid[real], atol=1e-5, rtol=1e-4):
+                step = name
+                break
     if step is None:
         return []  # the divergent node is none of the steps re-run here
     unmodified = base[step]
     candidate = context.candidate_value.to(unmodified.dtype).reshape(unmodified.shape)
-    base_error = float((unmodified - candidate).abs().max())
-    budget = max(context.atol + context.rtol * float(candidate.abs().max()), 1e-5)
+    real = real_in(unmodified.shape, keep)
+    allowed = budget(candidate, real, context.atol, context.rtol)
     found = []
     for what, how, steps in variants:
-        error = float((steps[step] - candidate).abs().max())
-        if error <= budget and error * 10 < base_error:
-            found.append(f"{what}: {how} reproduces the candidate's values (max abs error "
-                         f"{error:.2g} vs {base_error:.2g} unmodified)")
+        result = reproduces(steps[step], unmodified, candidate, real, allowed)
+        if result is not None:
+            found.append(sentence(what, how, result))
     return found
 
 
@@ -98,6 +116,9 @@ _ATTENTION_FAULTS = {
                                 "attention") for a, b in _SWAPS},
     "no-causal-mask": ("the candidate's attention has no causal mask (every token sees the "
                        "tokens after it)", "dropping the causal mask in the reference"),
+    "no-mask": ("the candidate's attention has no causal mask (every token sees the tokens "
+                "after it), nor a padding mask (real tokens see the padding)",
+                "dropping the reference's mask"),
     "unscaled": ("the candidate's attention scores are not scaled by 1/sqrt(head size)",
                  "leaving out the scale in the reference"),
 }
@@ -108,14 +129,17 @@ def _attention_steps(attention: Any, hidden: torch.Tensor, attention_mask: torch
     """GPT-2's attention re-run step by step on ``hidden``, with ``fault`` ("" for none)."""
     parts = list(_applied(hidden, *_weight_and_bias(attention.c_attn))
                  .split(attention.split_size, dim=-1))
-    if "-" in fault and fault != "no-causal-mask":
+    if fault in _ATTENTION_FAULTS and fault.split("-")[0] in _QKV:
         a, b = (_QKV.index(name) for name in fault.split("-"))
         parts[a], parts[b] = parts[b], parts[a]
     B, S = hidden.shape[:2]
     q, k, v = (p.view(B, S, -1, attention.head_dim).transpose(1, 2) for p in parts)
     keys = attention_mask[:, None, None, :].bool()  # (B, 1, 1, S): real keys
-    causal = torch.ones(S, S, dtype=torch.bool).tril()
-    allowed = keys if fault == "no-causal-mask" else keys & causal
+    allowed: torch.Tensor | None = causal_mask(attention_mask.bool())
+    if fault == "no-causal-mask":
+        allowed = keys
+    elif fault == "no-mask":
+        allowed = None
     scale = 1.0 if fault == "unscaled" else attention.scaling
     context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
     merged = context.transpose(1, 2).reshape(B, S, -1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from introspect.diff.hypotheses.context import DivergenceContext
+from introspect.diff.hypotheses.tokens import real_in, real_tokens, reproduces, sentence
 
 _USUAL_EPS = (1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 1e-2, 1e-1, 0.0)
 
@@ -29,25 +30,33 @@ def hints(context: DivergenceContext) -> list[str]:
     if x is None:
         return []
     base = _steps(x, weight, eps)
-    step = next((name for name, value in base.items()
-                 if value.shape == context.reference_value.shape
-                 and torch.allclose(value, context.reference_value.to(value.dtype),
-                                    atol=1e-6, rtol=1e-5)), None)
+    keep = real_tokens(context.inputs)
+    reference = context.reference_value
+    step = next((name for name, value in base.items() if value.shape == reference.shape
+                 and _close(value, reference.to(value.dtype), _real(value.shape, keep))),
+                None)
     if step is None:
         return []
     candidate = context.candidate_value.to(base[step].dtype)
-    base_error = float((base[step] - candidate).abs().max())
-    budget = context.atol + context.rtol * float(candidate.abs().max())
-    for guess in _guesses(step, x, candidate):
+    real = _real(candidate.shape, keep)
+    allowed = context.atol + context.rtol * float(candidate[real].abs().max())
+    for guess in _guesses(step, x, candidate, real):
         if guess == eps or guess < 0:
             continue
-        error = float((_steps(x, weight, guess)[step] - candidate).abs().max())
-        if error <= budget and error * 10 < base_error:
-            return [f"the candidate's RMSNorm ({context.module}) uses eps {guess:g}, not the "
-                    f"reference's {eps:g}: recomputing it with eps {guess:g} reproduces the "
-                    f"candidate's values (max abs error {error:.2g} vs {base_error:.2g} "
-                    f"unmodified)"]
+        found = reproduces(_steps(x, weight, guess)[step], base[step], candidate, real, allowed)
+        if found is not None:
+            what = (f"the candidate's RMSNorm ({context.module}) uses eps {guess:g}, not the "
+                    f"reference's {eps:g}")
+            return [sentence(what, f"recomputing it with eps {guess:g}", found)]
     return []
+
+
+def _real(shape: torch.Size, keep: torch.Tensor | None) -> torch.Tensor:
+    return torch.ones(shape, dtype=torch.bool) if keep is None else real_in(shape, keep)
+
+
+def _close(value: torch.Tensor, reference: torch.Tensor, real: torch.Tensor) -> bool:
+    return torch.allclose(value[real], reference[real], atol=1e-6, rtol=1e-5)
 
 
 def _steps(x: torch.Tensor, weight: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
@@ -61,14 +70,16 @@ def _steps(x: torch.Tensor, weight: torch.Tensor, eps: float) -> dict[str, torch
             "output": weight * normed.to(x.dtype)}
 
 
-def _guesses(step: str, x: torch.Tensor, candidate: torch.Tensor) -> list[float]:
-    """The eps the candidate's value says, rounded to one digit, then the usual ones."""
+def _guesses(step: str, x: torch.Tensor, candidate: torch.Tensor,
+             real: torch.Tensor) -> list[float]:
+    """The eps the candidate's value says (at real tokens), rounded to one digit, then the
+    usual ones."""
     variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
     solved = None
     if step == "variance + eps":
-        solved = float((candidate - variance).median())
+        solved = float((candidate - variance)[real].median())
     elif step == "rsqrt":
-        solved = float((candidate.pow(-2) - variance).median())
+        solved = float((candidate.pow(-2) - variance)[real].median())
     guesses = [float(f"{solved:.0e}")] if solved is not None and solved > 0 else []
     return guesses + list(_USUAL_EPS)
 
