@@ -144,16 +144,42 @@ def test_a_method_patched_on_one_layer_is_traced_not_replayed_nor_cached():
         assert torch.equal(fast.gm(**inputs)["output"], stack(**inputs))
 
 
+class _HFStack(torch.nn.Module):
+    """HF's own layers (replayable) in a ModuleList; layer 1 also gets a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        config = transformers.BertConfig(hidden_size=8, num_attention_heads=2,
+                                         intermediate_size=16)
+        self.layers = torch.nn.ModuleList([transformers.models.bert.modeling_bert.BertLayer(
+            config) for _ in range(3)])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.layers[0](input_ids)
+        x = self.layers[1](x, (input_ids[:, None, None, :, 0] > 5) * -1e4)
+        return self.layers[2](x)
+
+
 def test_a_layer_called_differently_is_traced_in_full_and_said():
-    # Layer 0 reads the input (no grad), layer 1 its output (grad): traced in full, said;
-    # layer 2 gets layer 1's arguments again and is replayed from it.
-    fast = trace_module(_Stack(), {"input_ids": torch.randn(2, 5, 8)}, cache=False)
-    assert fast.notes == ["layer layers.1 was traced in full: its arguments differ from "
-                          "those of layers.0"]
-    scaled = trace_module(_Stack(scales=(1.0, 1.0, 2.0)), {"input_ids": torch.randn(2, 5, 8)},
-                          cache=False)
-    assert scaled.notes[-1] == ("layer layers.2 was traced in full: its arguments differ from "
-                                "those of layers.0")
+    # Layer 1 gets a mask the others do not: traced in full, and said.
+    model, inputs = _HFStack().eval(), {"input_ids": torch.randn(2, 5, 8)}
+    fast = trace_module(model, inputs, cache=False)
+    assert fast.notes[0] == ("layer layers.1 was traced in full: its arguments differ from "
+                             "those of layers.0")
+    with torch.no_grad():
+        assert torch.equal(fast.gm(**inputs)["output"], model(**inputs))
+
+
+def test_a_ports_layers_are_each_traced_never_replayed():
+    """A port's layer may pick its graph by anything (here a scale the root passes in,
+    elsewhere a private flag): each is traced for real, so nothing needs saying."""
+    inputs = {"input_ids": torch.randn(2, 5, 8)}
+    scaled = _Stack(scales=(1.0, 1.0, 2.0))
+    traced = trace_module(scaled, inputs, cache=False)
+    assert traced.notes == []
+    assert torch.equal(traced.gm(**inputs)["output"], scaled(**inputs))
 
 
 def test_traces_from_several_threads_then_a_plain_forward(tiny_models):
