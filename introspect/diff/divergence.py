@@ -135,16 +135,43 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     if context is not None and snapshot is not None:
         tested = _tested_hints(context, first, snapshot)
         hints = tuple(dict.fromkeys([*tested, *hints]))
-    ref_node, cand_node, op, detail = _computing_op(first, reference, candidate)
+    dropout_seen = any(h.startswith("dropout is active") for h in hints)
+    ref_node, cand_node, op, detail = _computing_op(first, reference, candidate,
+                                                    keep_dropout=dropout_seen)
     ref_record = next(r for r in reference.records if r.name == ref_node)
-    return Divergence(ref_node, cand_node, ref_record.module, ref_record.layer or first.layer,
-                      op, float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
+    module, layer = ref_record.module, ref_record.layer or first.layer
+    if layer == "mask" and context is not None and snapshot is not None:
+        module, layer = _where_positions_go(context, snapshot, reference) or (module, layer)
+    return Divergence(ref_node, cand_node, module, layer, op,
+                      float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
                       detail)
 
 
-def _computing_op(row: NodeDiff, reference: IntrospectGraph,
-                  candidate: IntrospectGraph) -> tuple[str, str, str, str]:
-    """(reference node, candidate node, op, detail): layout ops looked through."""
+def _where_positions_go(context: Mapping[str, Any], snapshot: Any,
+                        reference: IntrospectGraph) -> tuple[str, str] | None:
+    """Positions (0, 1, 2, ...) made beside a decoder's mask belong where they are used:
+    the module that takes them (GPT-2's ``wpe``, Llama's ``rotary_emb``) and its layer."""
+    value = snapshot.reference_output
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dim() < 1:
+        return None
+    from introspect.diff.hypotheses.positions import position_consumer
+
+    consumer = position_consumer(context["reference_model"], context["inputs"],
+                                 value.shape[-1])
+    module = consumer.split(" (")[0]
+    layers = [r.layer for r in reference.records if r.module == module]
+    return (module, layers[0]) if module and layers else None
+
+
+def _computing_op(row: NodeDiff, reference: IntrospectGraph, candidate: IntrospectGraph,
+                  *, keep_dropout: bool = False) -> tuple[str, str, str, str]:
+    """(reference node, candidate node, op, detail): layout ops looked through.
+
+    A dropout is looked through too, unless its values show it active (``keep_dropout``):
+    then it computed the difference itself.
+    """
+    if keep_dropout and row.op in ("Dropout", "dropout"):
+        return row.reference_node, row.candidate_node, row.op, ""
     ref_chain = _chain(reference, row.reference_node)
     cand_chain = _chain(candidate, row.candidate_node)
     ref_layers = {r.name: r.layer for r in reference.records}

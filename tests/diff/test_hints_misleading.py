@@ -219,6 +219,7 @@ def test_a_dropout_left_active_is_seen_in_the_values(classifier, fault):
     reference, inputs = classifier
     first = _first(reference, TutorialBert(reference, fault), inputs)
     assert first.layer == "embeddings"
+    assert first.module == "bert.embeddings.dropout"  # the dropout itself, not the norm
     p = "0.1" if fault == "dropout_hardcoded" else "0.2"
     scale = "1.111" if fault == "dropout_hardcoded" else "1.25"
     assert first.hints and first.hints[0].startswith(
@@ -286,9 +287,6 @@ def test_a_decoder_position_offset_names_the_module_taking_the_positions(
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the blame's layer is decided in divergence.py (the "
-                   "lead's): HF's decoders make the positions next to the mask, whose nodes "
-                   "carry the layer 'mask'; positions.position_consumer names the module")
 @pytest.mark.parametrize(("family", "build"), [("gpt2", _position_offset_gpt2),
                                                ("llama", _position_offset_llama)])
 def test_a_decoder_position_offset_is_not_blamed_in_the_mask(monkeypatch, family, build):

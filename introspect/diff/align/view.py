@@ -10,6 +10,7 @@ them) it consumes.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -134,8 +135,9 @@ class GraphView:
             return False
         if not inputs:
             return True  # a tensor made from numbers: arange(S), ones(S, S)
-        return any(n.op == "get_attr" and self.records[n.name].op_type != "parameter"
-                   for n in inputs)
+        # a buffer cut to a length: position_ids[:, :S] (inv_freq[None, :, None] is not)
+        return _cut_to_length(node) and any(
+            n.op == "get_attr" and self.records[n.name].op_type != "parameter" for n in inputs)
 
     def _evaluate_constants(self) -> dict[str, Any]:
         """Values of the nodes that depend on no input (weights, buffers, their slices)."""
@@ -181,6 +183,17 @@ class GraphView:
                 break
         return label[len(self.prefix):] if self.prefix and label.startswith(self.prefix) else label
 
+
+
+def _cut_to_length(node: torch.fx.Node) -> bool:
+    """``x[:, :S]``, ``x[..., 2:S]``, ``x.narrow(1, 0, S)``: a slice with a bound."""
+    if node.target == "narrow":
+        return True
+    if node.target is not operator.getitem or len(node.args) < 2:
+        return False
+    index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+    return any(isinstance(i, slice) and (i.start is not None or i.stop is not None)
+               for i in index)
 
 
 def numel(shape: Any) -> int | None:
