@@ -11,7 +11,9 @@ What makes it unlike HF's ``LlamaForCausalLM``:
   positions compute garbage; real tokens of a right-padded batch see only real tokens);
 - RMSNorm written out, SwiGLU as ``w2(silu(w1(x)) * w3(x))``, names ``wq``, ``w1``, ...
 
-``build(reference, fault=None, layer=0)`` returns the port in eval mode; ``FAULTS``:
+``build(reference, fault=None, layer=0, attention="sdpa")`` returns the port in eval mode;
+``attention="einsum"`` writes the attention out with einsum and keeps the context as
+(B, S, nh, hd), never transposing the heads. ``FAULTS``:
 
 - ``wk_unpermuted``: ``wk`` of layer ``layer`` loaded as HF stores it (no permutation):
   the interleaved rotary then pairs the wrong dimensions;
@@ -19,6 +21,8 @@ What makes it unlike HF's ``LlamaForCausalLM``:
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -69,8 +73,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, kind: str) -> None:
         super().__init__()
+        self.kind = kind
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
@@ -86,6 +91,13 @@ class Attention(nn.Module):
         repeats = self.heads // self.kv_heads
         k = k.repeat_interleave(repeats, dim=2)  # (B, S, nh, hd)
         v = v.repeat_interleave(repeats, dim=2)
+        if self.kind == "einsum":
+            scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_dim)
+            causal = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+            probs = scores.float().softmax(dim=-1).type_as(q)  # (B, nh, S, S)
+            out = torch.einsum("bhqk,bkhd->bqhd", probs, v)  # (B, S, nh, hd)
+            return self.wo(out.reshape(B, S, -1))
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, S, hd)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).contiguous().view(B, S, -1))
@@ -103,9 +115,10 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, eps: float) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, eps: float,
+                 kind: str) -> None:
         super().__init__()
-        self.attention = Attention(dim, heads, kv_heads)
+        self.attention = Attention(dim, heads, kv_heads, kind)
         self.feed_forward = FeedForward(dim, hidden)
         self.attention_norm = RMSNorm(dim, eps)
         self.ffn_norm = RMSNorm(dim, eps)
@@ -117,10 +130,11 @@ class TransformerBlock(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, vocab: int, dim: int, layers: int, heads: int, kv_heads: int,
-                 hidden: int, eps: float, max_len: int, theta: float) -> None:
+                 hidden: int, eps: float, max_len: int, theta: float,
+                 attention: str = "sdpa") -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(TransformerBlock(dim, heads, kv_heads, hidden, eps)
+        self.layers = nn.ModuleList(TransformerBlock(dim, heads, kv_heads, hidden, eps, attention)
                                     for _ in range(layers))
         self.norm = RMSNorm(dim, eps)
         self.output = nn.Linear(dim, vocab, bias=False)
@@ -142,14 +156,15 @@ def _theta(config: object) -> float:
     return float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
 
-def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> Transformer:
+def build(reference: nn.Module, fault: str | None = None, layer: int = 0,
+          attention: str = "sdpa") -> Transformer:
     """The port holding ``reference``'s weights (an HF ``LlamaForCausalLM``)."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
     c = reference.config
     port = Transformer(c.vocab_size, c.hidden_size, c.num_hidden_layers,
                        c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
-                       c.rms_norm_eps, c.max_position_embeddings, _theta(c))
+                       c.rms_norm_eps, c.max_position_embeddings, _theta(c), attention)
     hf = reference.state_dict()
     mapping = {"tok_embeddings.weight": "model.embed_tokens.weight",
                "norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
