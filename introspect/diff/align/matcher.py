@@ -38,6 +38,9 @@ class Matcher:
         self.cand_paired: set[str] = set()
         self.superseded: dict[str, str] = {}  # candidate node -> the later node of the same anchor
         self.taken: set[tuple[str, Region | None]] = set()  # (candidate node, its region)
+        # Pairs whose arguments hold different quantities: an offset embedding table is
+        # read at other indices (position + 2 in the reference, position in the candidate).
+        self.own_arguments: set[tuple[str, str]] = set()
 
     # -- bookkeeping ---------------------------------------------------------------------
     def add(self, pair: Pair) -> None:
@@ -135,6 +138,8 @@ class Matcher:
             self.taken.add((c, _cand_region(relation)))
             self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), ref_region,
                           _cand_region(relation), relation.order))
+            if relation.kind == "row block":
+                self.own_arguments.add((r, c))
 
     def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
         """(relation, reference node) for the weights ``c`` reads, primary weight first."""
