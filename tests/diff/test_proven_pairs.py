@@ -269,3 +269,58 @@ def test_a_structure_only_failure_needs_its_difference_to_reach_an_output():
     rows = [_row(names[0], BY_STRUCTURE, STATUS_FAIL, 3), _row(names[1], BY_WEIGHTS, "drift", 3),
             _row(names[2], BY_WEIGHTS, "drift", 3)]  # the output differs: blamed
     assert confirm_failures(rows, graph)[0].status == STATUS_FAIL
+
+
+# -- a projection permuted with its bias ---------------------------------------------------
+class _Projected(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(50, 16)
+        self.proj = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.proj(self.tokens(input_ids))))
+
+
+class _Interleaved(_Projected):
+    """``proj``'s rows (and bias) interleaved within heads of 4, put back after it."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.proj(self.tokens(input_ids))  # (B, S, 16), each head interleaved
+        B, S, _ = h.shape
+        h = h.view(B, S, 4, 2, 2).transpose(3, 4).reshape(B, S, 16)  # half-split again
+        return self.out(torch.tanh(h))
+
+
+def _interleaved_pair(bias_off: float = 0.0) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    reference = _perturb_vectors(_Projected()).eval()
+    port = _Interleaved().eval()
+    port.load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        port.proj.weight.copy_(llama2c_port.interleave_rows(reference.proj.weight, 4))
+        order = llama2c_port.interleave_rows(torch.arange(16.0).unsqueeze(1), 4).squeeze(1)
+        port.proj.bias.copy_(reference.proj.bias[order.long()])
+        port.proj.bias[5] += bias_off
+    return reference, port
+
+
+def test_a_projection_permuted_with_its_bias_is_an_anchor_and_passes():
+    reference, port = _interleaved_pair()
+    inputs = {"input_ids": torch.randint(0, 50, (2, 6))}
+    result = introspect.diff(reference, port, inputs)
+    assert result.passed and result.nodes["max_abs_err"].max() < 1e-6
+    proj = result.nodes.set_index("reference_node").loc["proj"]
+    assert proj["matched_by"] == BY_WEIGHTS and proj["local_max_abs_err"] == 0.0
+    assert "rows of each head of 4 interleaved" in proj["note"]
+    relations = {r.candidate: r.kind for r in result.alignment.relations}
+    assert relations["proj.weight"] == relations["proj.bias"] == "permuted"
+    assert not any("by name only" in n for n in result.notes)
+
+
+def test_a_wrong_bias_of_a_permuted_projection_fails_there():
+    reference, port = _interleaved_pair(bias_off=0.05)
+    result = introspect.diff(reference, port, {"input_ids": torch.randint(0, 50, (2, 6))})
+    assert not result.passed
+    assert result.first_divergence.reference_node == "proj"

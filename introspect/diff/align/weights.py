@@ -265,6 +265,25 @@ def _relate_permuted(reference: GraphView, candidate: GraphView,
             order = _row_order(rows, _as_rows(ref_weights[ref], dtype))
             if order is not None:
                 relations[label].append(WeightRelation(label, ref, "permuted", None, 0.0, order))
+                _relate_permuted_bias(label, ref, order, ref_weights, cand_weights, dtype,
+                                      relations)
+
+
+def _relate_permuted_bias(label: str, ref: str, order: tuple[int, ...],
+                          ref_weights: Mapping[str, torch.Tensor],
+                          cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                          relations: dict[str, list[WeightRelation]]) -> None:
+    """The bias of a permuted projection, permuted the same way (a q bias, as in Qwen)."""
+    if not (label.endswith(".weight") and ref.endswith(".weight")):
+        return
+    bias, ref_bias = label[:-len("weight")] + "bias", ref[:-len("weight")] + "bias"
+    if bias not in cand_weights or ref_bias not in ref_weights or relations[bias]:
+        return
+    values = _as_rows(cand_weights[bias], dtype).reshape(-1)
+    ref_values = _as_rows(ref_weights[ref_bias], dtype).reshape(-1)
+    if values.shape == ref_values.shape == (len(order),) and torch.equal(
+            ref_values[list(order)], values):
+        relations[bias].append(WeightRelation(bias, ref_bias, "permuted", None, 0.0, order))
 
 
 def _rows_signature(rows: torch.Tensor) -> tuple[Any, ...]:
