@@ -80,6 +80,11 @@ class TokenAxes:
         found = self.labels.get(name)
         return found if isinstance(found, tuple) else None
 
+    def known(self, name: str) -> Labels | None:
+        """The value's labels where they name a batch axis at least (else: not followed)."""
+        found = self.of(name)
+        return found if found is not None and any(found) else None
+
     def _arg(self, node: torch.fx.Node, i: int) -> Labels | None:
         args = node.args
         if i < len(args) and isinstance(args[i], torch.fx.Node):
@@ -116,6 +121,9 @@ class TokenAxes:
             found = self.labels.get(source.name) if isinstance(source, torch.fx.Node) else None
             if isinstance(found, list) and isinstance(node.args[1], int):
                 return found[node.args[1]]
+            indexed = _indexed(self._arg(node, 0), node.args[1])
+            if indexed is not None and len(indexed) == len(shape):
+                return indexed
             return self._broadcast(node, shape, same_rank_only=True)
         if name in _PERMUTES:
             source = self._arg(node, 0)
@@ -183,6 +191,31 @@ class TokenAxes:
         if not sources:
             return None
         return _right_aligned(sources, shape)
+
+
+def _indexed(source: Labels | None, index: Any) -> Labels | None:
+    """Labels after ``x[index]`` for slices, None (a new axis), integers and Ellipsis."""
+    if source is None:
+        return None
+    items = index if isinstance(index, tuple) else (index,)
+    if any(not (isinstance(i, (slice, int)) or i is None or i is Ellipsis) for i in items):
+        return None
+    out: list[str | None] = []
+    d = 0
+    for k, item in enumerate(items):
+        if item is Ellipsis:
+            rest = sum(1 for i in items[k + 1:] if i is not None)
+            keep = len(source) - d - rest
+            out += source[d:d + keep]
+            d += keep
+        elif item is None:
+            out.append(None)
+        elif isinstance(item, int):
+            d += 1
+        else:
+            out.append(source[d] if d < len(source) else None)
+            d += 1
+    return tuple(out) + tuple(source[d:])
 
 
 def _right_aligned(sources: list[tuple[Labels, tuple[int, ...]]],
@@ -402,6 +435,17 @@ def fit_layout(candidate: torch.Tensor, reference: torch.Tensor) -> _Layout | No
     return fits[0][1] if fits else None
 
 
+def _may_trade(perm: tuple[int, ...], labels: tuple[str | None, ...] | None) -> bool:
+    """Whether two values of one shape may differ by ``perm``: never by trading two token
+    axes (queries and keys of attention scores: a transposed score matrix is a bug, q and k
+    swapped), nor, where the axes are unknown, the last two axes of a square value."""
+    if labels is None or len(labels) != len(perm):
+        n = len(perm)
+        return n < 2 or not (perm[n - 1] == n - 2 and perm[n - 2] == n - 1)
+    return all(not (labels[k] == TOKENS and labels[p] == TOKENS) or p == k
+               for k, p in enumerate(perm))
+
+
 def _inverse(order: torch.Tensor) -> torch.Tensor:
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel())
@@ -520,9 +564,10 @@ class _Runner:
         self.layouts: dict[int, _Layout] = {}
         self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
         self.axes = TokenAxes(padding.input_shape if padding.padded is not None else None)
-        # Layouts that made a pair agree, by (candidate shape, reference shape): preferred
+        # Layouts that made a pair agree, by (candidate shape, reference shape, reference
+        # axes): preferred
         # for the pairs of the same shapes that do not agree under any layout.
-        self.proven: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+        self.proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
         # Feature orders: pair index -> candidate feature j is reference feature order[j];
         # and the orders each candidate node may carry (from a permuted weight upstream).
         self.orders: dict[int, torch.Tensor] = {}
@@ -653,7 +698,7 @@ class _Runner:
             value = _narrow(value, pair.candidate_region)
             if isinstance(local, torch.Tensor):
                 local = _narrow(local, pair.candidate_region)
-        labels = self.axes.of(pair.reference)
+        labels = self.axes.known(pair.reference)
         pad = self.padding.mask_for(reference.shape, labels)
         budget = self.budgets[i]
         order = self._order_for(i, value, local, reference, budget, pad)
@@ -679,7 +724,7 @@ class _Runner:
         if propagated.nonfinite == 0:
             self.finite.add(pair.candidate)
         if layout is not None and not propagated.mismatched:
-            self.proven[(layout.cand_shape, layout.ref_shape)] = layout.perm
+            self.proven[(layout.cand_shape, layout.ref_shape, labels)] = layout.perm
         self.result.propagated[i] = propagated
         if local is _SAME:
             self.result.local[i] = propagated
@@ -715,18 +760,23 @@ class _Runner:
                 return None
         elif value.numel() != reference.numel():
             return False
-        key = (tuple(value.shape), tuple(reference.shape))
+        labels = self.axes.known(self.pairs[i].reference)
+        key = (tuple(value.shape), tuple(reference.shape), labels)
         judged = local if isinstance(local, torch.Tensor) and local.shape == value.shape \
             else value
         fits = fit_layouts(judged, reference, pad, permutes_only=same_shape)
+        if same_shape:
+            fits = [(e, lay) for e, lay in fits if _may_trade(lay.perm, labels)]
         if not fits:
             return False if not same_shape else None
         identity = tuple(range(reference.ndim))
-        fallback_perm = self.proven.get(key, identity if same_shape else None)
+        expected = [perm for perm in (self.proven.get(key), identity if same_shape else None)
+                    if perm is not None]
         best_error, best = fits[0]
         chosen: _Layout | None = best
-        if fallback_perm is not None:
-            fallback = next(((e, lay) for e, lay in fits if lay.perm == fallback_perm), None)
+        if expected and best.perm not in expected:
+            fallback = min(((e, lay) for e, lay in fits if lay.perm in expected),
+                           key=lambda fit: fit[0], default=None)
             if fallback is not None and not best_error <= _FIT_RATIO * fallback[0]:
                 chosen = fallback[1]
         if chosen is None or (same_shape and chosen.perm == identity):

@@ -17,7 +17,9 @@ What makes it unlike HF's ``LlamaForCausalLM``:
 
 - ``wk_unpermuted``: ``wk`` of layer ``layer`` loaded as HF stores it (no permutation):
   the interleaved rotary then pairs the wrong dimensions;
-- ``wv_perturbed``: one value weight of layer ``layer`` off by 0.05.
+- ``wv_perturbed``: one value weight of layer ``layer`` off by 0.05;
+- ``qk_swapped`` (``attention="einsum"`` only): the scores of layer ``layer`` computed as
+  k·q, the transpose of q·k.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FAULTS = ("wk_unpermuted", "wv_perturbed")
+FAULTS = ("wk_unpermuted", "wv_perturbed", "qk_swapped")
 
 
 def interleave_rows(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -76,6 +78,7 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, kv_heads: int, kind: str) -> None:
         super().__init__()
         self.kind = kind
+        self.qk_swapped = False
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
@@ -92,6 +95,8 @@ class Attention(nn.Module):
         k = k.repeat_interleave(repeats, dim=2)  # (B, S, nh, hd)
         v = v.repeat_interleave(repeats, dim=2)
         if self.kind == "einsum":
+            if self.qk_swapped:
+                q, k = k, q
             scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_dim)
             causal = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
             scores = scores.masked_fill(~causal, float("-inf"))
@@ -193,4 +198,6 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0,
             raise ValueError(f"{key}: shape {tuple(w.shape)}, expected "
                              f"{tuple(expected[key].shape)}")
     port.load_state_dict(state, strict=False)
+    if fault == "qk_swapped":
+        port.layers[layer].attention.qk_swapped = True
     return port.eval()

@@ -123,6 +123,28 @@ def test_wk_left_unpermuted_in_the_llama2c_port_fails_in_its_layer():
     assert set(failing["layer"]) <= {"layers.1", ""}
 
 
+def test_attention_probabilities_of_swapped_q_k_fail_in_their_own_layout():
+    """(B, nh, S, S) when nh == S: the layout that fits another pair of those shapes (the
+    values (B, S, nh, hd)) must not be forced on the probabilities, which differ under
+    every layout: they fail as they are, in their layer."""
+    reference = _perturb_vectors(tiny_model("llama", head="causal-lm", attn="eager",
+                                            hidden_size=64, num_attention_heads=8,
+                                            num_key_value_heads=2))
+    inputs = _padded_inputs(8)
+    correct = introspect.diff(reference, llama2c_port.build(reference, attention="einsum"),
+                              inputs)
+    assert correct.passed
+    assert (correct.nodes["note"] == "reshape and permute (0, 2, 1, 3)").sum() == 4
+    result = introspect.diff(
+        reference, llama2c_port.build(reference, "qk_swapped", 1, attention="einsum"), inputs)
+    assert not result.passed
+    assert result.first_divergence.layer == "layers.1"
+    probs = result.nodes[(result.nodes["status"] == STATUS_FAIL)
+                         & (result.nodes["shape"] == "(2, 8, 8, 8)")]
+    assert len(probs) == 1 and probs.iloc[0]["note"] == ""
+    assert set(result.nodes.loc[result.nodes["status"] == STATUS_FAIL, "layer"]) == {"layers.1"}
+
+
 # -- GPT-2: rows flattened to (B*S, F) ----------------------------------------------------
 def _gpt2() -> nn.Module:
     return _perturb_vectors(tiny_model("gpt2", head="causal-lm"))
