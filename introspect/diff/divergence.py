@@ -26,6 +26,8 @@ from introspect.diff.align import Alignment
 from introspect.diff.compare import Padding, RunResult
 from introspect.diff.hints import explain
 from introspect.diff.records import (
+    BY_CONSUMER,
+    BY_STRUCTURE,
     STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_UNCONFIRMED,
@@ -40,6 +42,9 @@ _MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "u
           "squeeze", "unsqueeze", "t", "clone", "expand", "expand_as", "view_as", "reshape_as",
           "movedim", "swapaxes", "getitem", "split", "chunk", "unbind", "narrow", "Dropout",
           "dropout", "to", "type", "float", "type_as"}
+# Pairs that no value relation proves: same op and shape on paired inputs, or arguments
+# of a pair. Blamed only when their difference reaches an output.
+STRUCTURE_ONLY = (BY_STRUCTURE, BY_CONSUMER)
 _MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed without a search
 
 
@@ -48,7 +53,10 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
 
     Confirmed: the candidate's own value is over budget at the node (propagated error),
     and the node is an output or feeds, through any path, a compared node whose own value
-    is over budget too. Rows that fail on NaN or Inf stay failing.
+    is over budget too. A pair found by structure only (same op and shape on paired
+    inputs: no weight or output proves it holds the same quantity) needs more: the
+    difference must reach an output of the model. Rows that fail on NaN or Inf stay
+    failing.
     """
     over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
             and r.mismatched}
@@ -56,6 +64,7 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
     outputs = {n.name for n in reference.gm.graph.nodes
                if any(u.op == "output" for u in n.users)}
     compared = {r.reference_node for r in rows if r.candidate_node and r.max_abs_err is not None}
+    outputs_over = over & outputs
     checked = 0
     confirmed: list[NodeDiff] = []
     for row in rows:
@@ -63,7 +72,11 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
             confirmed.append(row)
             continue
         checked += 1
-        reason = _unconfirmed_reason(row, over, users, outputs, compared)
+        if row.matched_by in STRUCTURE_ONLY:
+            reason = _unconfirmed_reason(row, outputs_over, users, outputs, compared,
+                                         structure_only=True)
+        else:
+            reason = _unconfirmed_reason(row, over, users, outputs, compared)
         if reason:
             note = f"{row.note}; {reason}" if row.note else reason
             row = dataclasses.replace(row, status=STATUS_UNCONFIRMED, note=note)
@@ -72,12 +85,15 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
 
 
 def _unconfirmed_reason(row: NodeDiff, over: set[str], users: Mapping[str, list[str]],
-                        outputs: set[str], compared: set[str]) -> str:
+                        outputs: set[str], compared: set[str], *,
+                        structure_only: bool = False) -> str:
     if not row.mismatched:
         return ("unconfirmed: the local error is over budget but the candidate's own value "
                 "agrees here; the two nodes hold different quantities (terms regrouped), "
                 "not a bug")
     if row.reference_node in outputs:
+        return ""
+    if structure_only and row.reference_node in over:
         return ""
     unseen_outputs = outputs - compared
     seen, frontier = {row.reference_node}, [row.reference_node]
@@ -91,6 +107,9 @@ def _unconfirmed_reason(row: NodeDiff, over: set[str], users: Mapping[str, list[
                     seen.add(user)
                     nxt.append(user)
         frontier = nxt
+    if structure_only:
+        return ("unconfirmed: paired by structure only (no weight proves the two hold the "
+                "same quantity), and the difference reaches no output of the model")
     return ("unconfirmed: the difference reaches no later compared node and no output "
             "(it is undone later, or only padded positions differ)")
 

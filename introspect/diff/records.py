@@ -49,6 +49,8 @@ class WeightRelation:
     kind: str  # "same", "transposed", "slice", "fused", "by-name"
     region: Region | None  # rows of the larger of the two that the smaller one is
     max_abs_diff: float  # 0.0 when the values agree (after casting to the lower dtype)
+    # "permuted": candidate row j is reference row order[j] (rows permuted within heads)
+    order: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class Pair:
     note: str = ""  # e.g. "weights: transposed", "q part of a fused projection"
     reference_region: Region | None = None
     candidate_region: Region | None = None
+    # The candidate's last dimension is the reference's permuted: feature j of the
+    # candidate is feature feature_order[j] of the reference (wq rows permuted per head).
+    feature_order: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from introspect.diff.align.leftovers import leftovers
 from introspect.diff.align.matcher import Matcher
 from introspect.diff.align.propagate import backward, forward
 from introspect.diff.align.view import GraphView
-from introspect.diff.align.weights import relate_weights, unique_weights
+from introspect.diff.align.weights import describe_order, relate_weights, unique_weights
 from introspect.diff.records import Pair, Unmatched, WeightRelation
 from introspect.errors import InputError
 
@@ -141,8 +141,24 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
         notes.append(f"{len(by_name)} candidate weight(s) relate to the reference's by name only, "
                      f"with other values: {', '.join(r.candidate for r in by_name[:4])}"
                      f"{' ...' if len(by_name) > 4 else ''}")
+    notes += _relation_notes(flat, pairs)
     tensors = sum(1 for name in ref.nodes if ref.compared(name))
     return Alignment(pairs, unmatched, skipped, flat, notes, tensors)
+
+
+def _relation_notes(relations: list[WeightRelation], pairs: list[Pair]) -> list[str]:
+    """The relations other than equal, transposed, sliced or fused, named in the notes."""
+    groups: dict[str, list[str]] = {}
+    for r in relations:
+        if r.kind == "permuted" and r.order is not None:
+            groups.setdefault(f"the reference's with its {describe_order(r.order)}", []).append(
+                r.candidate)
+        elif r.kind.endswith("reshaped"):
+            groups.setdefault(f"the reference's {r.kind}", []).append(r.candidate)
+    notes = [f"{len(found)} candidate weight(s) are {what}: {', '.join(found[:4])}"
+             f"{' ...' if len(found) > 4 else ''}" for what, found in groups.items()]
+    notes += list(dict.fromkeys(p.note for p in pairs if "offset embedding table" in p.note))
+    return notes
 
 
 def _check_same_model(matcher: Matcher) -> None:

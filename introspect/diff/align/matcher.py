@@ -8,12 +8,14 @@ inputs pair by name and their outputs by key.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
+from introspect.diff.align.weights import describe_order
 from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
 from introspect.errors import InputError
 
@@ -36,6 +38,9 @@ class Matcher:
         self.cand_paired: set[str] = set()
         self.superseded: dict[str, str] = {}  # candidate node -> the later node of the same anchor
         self.taken: set[tuple[str, Region | None]] = set()  # (candidate node, its region)
+        # Pairs whose arguments hold different quantities: an offset embedding table is
+        # read at other indices (position + 2 in the reference, position in the candidate).
+        self.own_arguments: set[tuple[str, str]] = set()
 
     # -- bookkeeping ---------------------------------------------------------------------
     def add(self, pair: Pair) -> None:
@@ -100,7 +105,7 @@ class Matcher:
                         continue
                     self.taken.add((c, _cand_region(relation)))
                     self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), _ref_region(relation),
-                                  _cand_region(relation)))
+                                  _cand_region(relation), relation.order))
 
     def _primary(self, c: str) -> tuple[str, torch.Tensor]:
         """The weight that identifies what ``c`` computes: its largest matrix."""
@@ -132,13 +137,17 @@ class Matcher:
                     self.superseded.setdefault(other, c)
             self.taken.add((c, _cand_region(relation)))
             self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), ref_region,
-                          _cand_region(relation)))
+                          _cand_region(relation), relation.order))
+            if relation.kind == "row block":
+                self.own_arguments.add((r, c))
 
     def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
         """(relation, reference node) for the weights ``c`` reads, primary weight first."""
         primary = self._primary(c)
         options = []
         for relation in self.relations.get(primary[0], []):
+            if relation.kind == "slice" and self.cand.kinds[c] == "embedding":
+                relation = dataclasses.replace(relation, kind="row block")  # an offset table
             consumers = [r for r, weights in self.ref.weights.items()
                          if any(label == relation.reference for label, _ in weights)
                          and self.ref.compared(r)]
@@ -216,8 +225,10 @@ class Matcher:
         ref_shape, cand_shape = self.ref.records[r].shape, self.cand.records[c].shape
         if not ref_shape or not cand_shape or not self.same_value_kind(r, c):
             return False
-        region = relation.region
+        region = None if relation.kind == "row block" else relation.region
         ref_last, cand_last = ref_shape[-1], cand_shape[-1]
+        if relation.kind.endswith("reshaped"):  # the layout is found by value when compared
+            return math.prod(ref_shape) == math.prod(cand_shape)
         if region is not None and relation.kind.startswith("fused"):
             ref_last = region.stop - region.start  # the candidate's output holds the reference's
             if ref_shape[-1] != ref_last:
@@ -280,7 +291,8 @@ class Matcher:
 
 
 def _ref_region(relation: WeightRelation) -> Region | None:
-    if relation.region is None or relation.kind.startswith("fused"):
+    if relation.region is None or relation.kind.startswith("fused") or \
+            relation.kind == "row block":
         return None
     return Region(-1, relation.region.start, relation.region.stop)
 
@@ -302,6 +314,15 @@ def _relation_note(relation: WeightRelation) -> str:
                 f"({relation.kind})")
     if relation.kind == "transposed":
         return f"{relation.candidate} is {relation.reference} transposed"
+    if relation.kind == "permuted" and relation.order is not None:
+        return (f"{relation.candidate} is {relation.reference} with its "
+                f"{describe_order(relation.order)}; compared with the features put back")
+    if relation.kind.endswith("reshaped"):
+        return f"{relation.candidate} is {relation.reference} {relation.kind}"
+    if relation.kind == "row block" and relation.region is not None:
+        return (f"{relation.candidate} is rows {relation.region.start}:{relation.region.stop} "
+                f"of {relation.reference}: an offset embedding table (entry i of the "
+                f"candidate's is entry i+{relation.region.start} of the reference's)")
     return (f"{relation.candidate} is rows {relation.region} of {relation.reference} "
             f"({relation.kind})")
 

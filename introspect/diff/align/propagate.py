@@ -71,7 +71,8 @@ def _source(m: Matcher, graph: GraphView, name: str) -> str:
 def backward(m: Matcher) -> bool:
     changed = False
     for pair in sorted(m.pairs, key=lambda p: -m.ref.order[p.reference]):
-        if pair.reference_region is not None or pair.candidate_region is not None:
+        if pair.reference_region is not None or pair.candidate_region is not None \
+                or (pair.reference, pair.candidate) in m.own_arguments:
             continue
         for ri, ci in _argument_pairs(m, pair.reference, pair.candidate):
             changed |= _pair_chains(m, ri, ci)

@@ -147,6 +147,8 @@ def relate_weights(reference: GraphView,
     _relate_fused(reference, candidate, ref_weights, cand_weights, dtype, relations)
     _relate_fused_vectors(by_bytes if vectors else {}, ref_weights, cand_weights, dtype,
                           relations)
+    _relate_permuted(reference, candidate, ref_weights, cand_weights, dtype, relations)
+    _relate_reshaped(ref_weights, cand_weights, dtype, relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
     return relations
 
@@ -234,6 +236,122 @@ def _relate_fused_vectors(by_bytes: Mapping[tuple[Any, ...], list[str]],
                 break
 
 
+def _relate_permuted(reference: GraphView, candidate: GraphView,
+                     ref_weights: Mapping[str, torch.Tensor],
+                     cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                     relations: dict[str, list[WeightRelation]]) -> None:
+    """A candidate matrix whose rows are a reference matrix's rows in another order.
+
+    llama2.c and Meta's code rotate interleaved pairs of each head, HF half-split ones,
+    so the export permutes the rows of ``wq`` and ``wk`` within each head. The order is
+    recorded on the relation, so the pair is compared with the rows put back in place.
+    """
+    by_signature: dict[tuple[Any, ...], list[str]] = {}
+    for label, tensor in ref_weights.items():
+        if tensor.ndim == 2:
+            rows = _as_rows(tensor, dtype)
+            by_signature.setdefault(_rows_signature(rows), []).append(label)
+    if not by_signature:
+        return
+    ref_by_name = {reference.normalized(label): label for label in ref_weights}
+    for label, tensor in cand_weights.items():
+        if tensor.ndim != 2 or relations[label]:
+            continue
+        rows = _as_rows(tensor, dtype)
+        found = by_signature.get(_rows_signature(rows), [])
+        named = ref_by_name.get(candidate.normalized(label))
+        found = sorted(found, key=lambda ref: ref != named)  # the same name first
+        for ref in found:
+            order = _row_order(rows, _as_rows(ref_weights[ref], dtype))
+            if order is not None:
+                relations[label].append(WeightRelation(label, ref, "permuted", None, 0.0, order))
+                _relate_permuted_bias(label, ref, order, ref_weights, cand_weights, dtype,
+                                      relations)
+
+
+def _relate_permuted_bias(label: str, ref: str, order: tuple[int, ...],
+                          ref_weights: Mapping[str, torch.Tensor],
+                          cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                          relations: dict[str, list[WeightRelation]]) -> None:
+    """The bias of a permuted projection, permuted the same way (a q bias, as in Qwen)."""
+    if not (label.endswith(".weight") and ref.endswith(".weight")):
+        return
+    bias, ref_bias = label[:-len("weight")] + "bias", ref[:-len("weight")] + "bias"
+    if bias not in cand_weights or ref_bias not in ref_weights or relations[bias]:
+        return
+    values = _as_rows(cand_weights[bias], dtype).reshape(-1)
+    ref_values = _as_rows(ref_weights[ref_bias], dtype).reshape(-1)
+    if values.shape == ref_values.shape == (len(order),) and torch.equal(
+            ref_values[list(order)], values):
+        relations[bias].append(WeightRelation(bias, ref_bias, "permuted", None, 0.0, order))
+
+
+def _rows_signature(rows: torch.Tensor) -> tuple[Any, ...]:
+    hashes = torch.sort(_row_hashes(rows)).values
+    return tuple(rows.shape), hashes.numpy().tobytes()
+
+
+def _row_order(rows: torch.Tensor, ref_rows: torch.Tensor) -> tuple[int, ...] | None:
+    """``order`` with ``rows[j] == ref_rows[order[j]]``, or None (no such permutation)."""
+    if rows.shape != ref_rows.shape or rows.shape[0] > 1 << 16:
+        return None
+    cand_sorted = torch.sort(_row_hashes(rows), stable=True).indices
+    ref_sorted = torch.sort(_row_hashes(ref_rows), stable=True).indices
+    order = torch.empty_like(cand_sorted)
+    order[cand_sorted] = ref_sorted
+    if bool((order == torch.arange(order.numel())).all()):
+        return None  # the same rows in the same order: related already, or equal by hash only
+    if not torch.equal(ref_rows[order], rows):
+        return None
+    return tuple(int(i) for i in order)
+
+
+def describe_order(order: tuple[int, ...]) -> str:
+    """What a row permutation does, in words ("rows of each head of 8 interleaved ...")."""
+    n = len(order)
+    for block in range(2, n + 1):
+        if n % block or any(order[j] // block != j // block for j in range(n)):
+            continue
+        inner = [order[j] % block for j in range(block)]
+        if any(order[j] % block != inner[j % block] for j in range(n)):
+            return f"rows permuted within blocks of {block}"
+        half = block // 2
+        interleaved = [p * half + i for i in range(half) for p in (0, 1)]
+        if block % 2 == 0 and inner == interleaved:
+            return (f"rows of each head of {block} interleaved (rotary pairs (i, i+{half}) "
+                    "of half-split rotary become (2i, 2i+1): llama2.c / Meta layout)")
+        split = sorted(range(block), key=lambda j: (j % 2, j // 2))
+        if block % 2 == 0 and inner == split:
+            return (f"rows of each head of {block} half-split (rotary pairs (2i, 2i+1) "
+                    f"become (i, i+{half}): HF layout)")
+        return f"rows permuted within each block of {block} the same way"
+    return "rows permuted"
+
+
+def _relate_reshaped(ref_weights: Mapping[str, torch.Tensor],
+                     cand_weights: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                     relations: dict[str, list[WeightRelation]]) -> None:
+    """A candidate weight that holds a reference weight's values in another shape
+    ((nh, hd, H) for an einsum where the reference has a (H, H) Linear)."""
+    pending = [label for label, t in cand_weights.items()
+               if not relations[label] and t.ndim >= 2 and t.numel() > 1]
+    if not pending:
+        return
+    by_bytes: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+    for label, tensor in ref_weights.items():
+        if tensor.ndim != 2:
+            continue
+        rows = _as_rows(tensor, dtype)
+        by_bytes.setdefault(_vector_key(rows.reshape(-1, 1)), []).append((label, "reshaped"))
+        by_bytes.setdefault(_vector_key(rows.t().contiguous().reshape(-1, 1)), []).append(
+            (label, "transposed reshaped"))
+    for label in pending:
+        flat = _as_rows(cand_weights[label], dtype).reshape(-1, 1)
+        for ref, kind in by_bytes.get(_vector_key(flat), []):
+            if ref_weights[ref].shape != cand_weights[label].shape:
+                relations[label].append(WeightRelation(label, ref, kind, None, 0.0))
+
+
 def _relate_by_name(reference: GraphView, candidate: GraphView,
                     ref_weights: Mapping[str, torch.Tensor],
                     cand_weights: Mapping[str, torch.Tensor],
@@ -266,4 +384,4 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 
-__all__ = ["relate_weights", "unique_weights"]
+__all__ = ["describe_order", "relate_weights", "unique_weights"]
