@@ -353,11 +353,11 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
     graph = recorder.graph
-    graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
-    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    graph.owning_module = model  # type: ignore[assignment]  # DCE checks every target
     for name, tensor in recorder.constants.items():  # GraphModule copies them from the root
         setattr(model, name, tensor)
     try:
+        graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm = build_graph_module(model, graph, title or type(model).__name__)
     finally:
         for name in recorder.constants:

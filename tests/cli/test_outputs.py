@@ -38,7 +38,7 @@ def test_json_on_stdout_is_only_json_and_the_verdict_goes_to_stderr():
     document = json.loads(done.stdout)  # what `| jq .first_divergence` reads
     assert document["first_divergence"]["layer"] == "embeddings"
     err = done.stderr.decode()
-    assert "parity FAILS" in err and "first divergence: add_1" in err
+    assert "parity FAILS" in err and "first divergence: add -> add (add in embeddings)" in err
 
 
 def test_junit_on_stdout(capsys):
@@ -95,7 +95,8 @@ def test_quiet_failure_prints_the_verdict_the_first_divergence_and_its_hint(caps
     assert main(argv) == 1
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert "parity FAILS" in lines[0] and lines[1].startswith("first divergence: add_1")
+    assert "parity FAILS" in lines[0]
+    assert lines[1].startswith("first divergence: add -> add (add in embeddings)")
     assert lines[2].startswith("  hint: the candidate computes in bfloat16")
     assert len(lines) == 3 and captured.err == ""  # no table, no notice
 

@@ -80,14 +80,19 @@ def test_the_bert_row_is_true():
 def test_the_deberta_row_is_true():
     row = _rows()["DeBERTa-v2"]
     assert (row["trace"], row["draw"], row["diff"], row["attention"], row["capture"]) == \
-        ("refused",) * 5
+        ("refused", "refused", "yes", "refused", "yes")
     inputs = {"input_ids": torch.randint(5, 90, (2, 7)),
               "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    inputs["attention_mask"][1, -2:] = 0
     with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
-        introspect.trace(tiny_deberta(), inputs, cache=False)  # and so neither drawn nor diffed
-    with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
-        introspect.diff(tiny_deberta(), tiny_deberta(), inputs)
+        introspect.trace(tiny_deberta(), inputs, cache=False)  # and so not drawn
     with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
         introspect.attention(tiny_deberta(), inputs)
-    with pytest.raises(TraceError, match="DeBERTa-v2 cannot be traced"):
-        capture(tiny_deberta(), inputs)
+    # the diff and the capture record what runs: no trace needed
+    assert introspect.diff(tiny_deberta(), tiny_deberta(), inputs).passed
+    faulty = tiny_deberta()
+    with torch.no_grad():
+        faulty.encoder.layer[1].intermediate.dense.weight.mul_(1.01)
+    failed = introspect.diff(tiny_deberta(), faulty, inputs)
+    assert not failed.passed and failed.first_divergence.layer == "encoder.layer.1"
+    assert capture(tiny_deberta(), inputs).entries
