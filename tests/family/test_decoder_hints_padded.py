@@ -63,7 +63,11 @@ def test_a_llama_attention_fault_is_named_whatever_the_padding(monkeypatch, batc
     monkeypatch.setenv("INTROSPECT_NO_CACHE", "1")  # the fault is in an instance's forward
     reference = tiny_model("llama")
     first = _first(reference, faulty_llama_attention(reference, LAYER, fault), batch)
-    assert (first.layer, first.module, first.op) == ("layers.1", "layers.1.self_attn", node)
+    assert (first.layer, first.module) == ("layers.1", "layers.1.self_attn")
+    # Recorded as it runs, HF hands key/value repeats (enable_gqa) and, where the port
+    # ignores the padding, the whole attention to sdpa: sdpa is then where its values
+    # first differ. The hint must name the fault either way.
+    assert first.op in (node, "scaled_dot_product_attention"), first
     named = [h for h in first.hints if h.startswith("the candidate")]
     assert named and all(h.startswith(hint) for h in first.hints), first.hints
 
