@@ -16,7 +16,8 @@ output) and 1.6e-3 (BERT's LayerNorm eps at the torch default 1e-5 instead of 1e
 
 When drift fails a diff that no local error failed, the first divergence is the node
 where the drift starts: of the pairs up to the first drifting one, the one whose local
-error is largest against its own budget.
+error is largest against its own budget; where no pair has any local error (the
+difference comes from nodes with no counterpart), the first pair whose values differ.
 """
 
 from __future__ import annotations
@@ -65,18 +66,26 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
     order = sorted(range(len(alignment.pairs)),
                    key=lambda i: reference_order[alignment.pairs[i].reference])
     best: tuple[float, int] | None = None
+    first_apart: int | None = None  # the first pair whose values differ at all
     for i in order:
         stats, local, budget = run.propagated.get(i), run.local.get(i), budgets[i]
-        if stats is None or (budget.atol == 0.0 and budget.rtol == 0.0):
+        if stats is None:
+            continue
+        if first_apart is None and stats.max_abs > 0:
+            first_apart = i
+        if budget.atol == 0.0 and budget.rtol == 0.0:
             continue  # integers are compared exactly: the local budget says it all
         if local is not None:
             ratio = local.max_abs / (budget.atol + budget.rtol * stats.reference_max_abs)
-            if best is None or ratio > best[0]:
+            if ratio > 0 and (best is None or ratio > best[0]):
                 best = (ratio, i)
         limit = drift_limit([*model_dtypes, *pair_dtypes[i]], stats.reference_max_abs,
                             budget.atol)
-        if stats.max_abs > limit and best is not None:
-            return Drift(i, stats.max_abs, limit, best[1], best[0])
+        if stats.max_abs > limit:
+            # no local error anywhere (the difference comes from nodes with no
+            # counterpart): the drift starts where the values first part
+            start = best or (0.0, first_apart if first_apart is not None else i)
+            return Drift(i, stats.max_abs, limit, start[1], start[0])
     return None
 
 
@@ -84,8 +93,11 @@ def mark_drift(rows: list[NodeDiff], alignment: Alignment, drift: Drift) -> list
     """The row where drift starts fails, with a note that says why."""
     start = alignment.pairs[drift.start_index]
     seen = alignment.pairs[drift.pair_index]
-    note = (f"drift starts here: its local error is {drift.start_ratio:.2g}x its budget, the "
-            f"largest before {seen.reference}, whose error {drift.max_abs:.3g} is beyond what "
+    where = (f"its local error is {drift.start_ratio:.2g}x its budget, the largest before "
+             f"{seen.reference}" if drift.start_ratio > 0
+             else "the values first differ here, and no node's own error explains "
+             f"{seen.reference}")
+    note = (f"drift starts here: {where}, whose error {drift.max_abs:.3g} is beyond what "
             f"rounding explains ({drift.limit:.3g})")
     marked = []
     for row in rows:
