@@ -25,7 +25,7 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.fx
@@ -87,10 +87,8 @@ class TokenAxes:
         return found if found is not None and any(found) else None
 
     def _arg(self, node: torch.fx.Node, i: int) -> Labels | None:
-        args = node.args
-        if i < len(args) and isinstance(args[i], torch.fx.Node):
-            return self.of(args[i].name)
-        return None
+        arg = node.args[i] if i < len(node.args) else None
+        return self.of(arg.name) if isinstance(arg, torch.fx.Node) else None
 
     def _infer(self, node: torch.fx.Node, value: Any) -> Any:
         if node.op == "get_attr":
@@ -118,8 +116,8 @@ class TokenAxes:
             return None
         shape = tuple(value.shape)
         if name == "getitem":
-            source = node.args[0]
-            found = self.labels.get(source.name) if isinstance(source, torch.fx.Node) else None
+            item_of = node.args[0]
+            found = self.labels.get(item_of.name) if isinstance(item_of, torch.fx.Node) else None
             if isinstance(found, list) and isinstance(node.args[1], int):
                 return found[node.args[1]]
             indexed = _indexed(self._arg(node, 0), node.args[1])
@@ -267,7 +265,8 @@ def _none(value: Any) -> Labels | None:
 
 def _op_name(node: torch.fx.Node) -> str:
     if node.op == "call_module":
-        return type(node.graph.owning_module.get_submodule(str(node.target))).__name__
+        owner = node.graph.owning_module
+        return type(owner.get_submodule(str(node.target))).__name__ if owner is not None else ""
     target = node.target
     return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
@@ -277,9 +276,9 @@ def _int_args(node: torch.fx.Node, start: int, stop: int | None) -> list[Any]:
 
 
 def _dim_arg(node: torch.fx.Node, position: int, default: int) -> int:
-    if "dim" in node.kwargs:
-        return int(node.kwargs["dim"])
-    return int(node.args[position]) if len(node.args) > position else default
+    given: Any = node.kwargs["dim"] if "dim" in node.kwargs else \
+        node.args[position] if len(node.args) > position else default
+    return int(given)
 
 
 class Padding:
@@ -762,7 +761,7 @@ class _Runner:
         return exact
 
     def _layout_for(self, i: int, value: torch.Tensor, local: Any, reference: torch.Tensor,
-                    budget: Budget, pad: torch.Tensor | None) -> _Layout | None | bool:
+                    budget: Budget, pad: torch.Tensor | None) -> _Layout | None | Literal[False]:
         """The layout pair ``i`` is compared in: None for the value as it is, False when
         none fits (different numbers of elements).
 
