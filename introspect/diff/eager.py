@@ -347,8 +347,9 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         with torch.no_grad(), _module_hooks(recorder, model), recorder:
             outputs = model(**inputs)
     except Exception as e:
+        cause = " ".join(str(e).split())  # torch's messages span lines: one line here
         raise InputError(f"{type(model).__name__} could not run on the inputs: "
-                         f"{type(e).__name__}: {e}") from e
+                         f"{type(e).__name__}: {cause}") from e
     named = outputs_as_dict(outputs)
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
