@@ -74,11 +74,11 @@ _CONSTANT_TENSOR_ATTRIBUTES = frozenset(
 )
 
 # Module types kept as single call_module nodes (besides torch.nn's own leaves).
-_EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
+EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
 # torch.nn's composite modules, traced into rather than kept whole (fx keeps every torch.nn
 # module whole): a port built from nn.TransformerEncoderLayer must show its projections,
 # norms and attention as nodes, or nothing of it could be drawn or compared inside.
-_COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
+COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
                             torch.nn.TransformerDecoderLayer, torch.nn.TransformerDecoder,
                             torch.nn.Transformer, torch.nn.MultiheadAttention)
 
@@ -168,9 +168,9 @@ class MetaTracer(torch.fx.Tracer):
 
     # -- leaves -------------------------------------------------------------------
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
-        if type(m).__module__.startswith(_EXTRA_LEAF_MODULE_PREFIXES):
+        if type(m).__module__.startswith(EXTRA_LEAF_MODULE_PREFIXES):
             return True
-        if isinstance(m, _COMPOSITE_TORCH_MODULES):
+        if isinstance(m, COMPOSITE_TORCH_MODULES):
             return False
         return super().is_leaf_module(m, module_qualified_name)
 

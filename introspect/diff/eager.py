@@ -44,6 +44,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from introspect.errors import InputError
 from introspect.fx_module import build_graph_module
+from introspect.tracer import COMPOSITE_TORCH_MODULES, EXTRA_LEAF_MODULE_PREFIXES
 
 # Tensor dunders recorded as the operator fx would record (``x + y`` is operator.add).
 _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
@@ -61,12 +62,9 @@ _INPLACE = {"iadd": operator.iadd, "isub": operator.isub, "imul": operator.imul,
             "imatmul": operator.imatmul, "iand": operator.iand, "ior": operator.ior,
             "ixor": operator.ixor}
 
-# torch.nn's composite modules are recorded inside, as the tracer traces into them.
-_COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
-                            torch.nn.TransformerDecoderLayer, torch.nn.TransformerDecoder,
-                            torch.nn.Transformer, torch.nn.MultiheadAttention)
+# The tracer's leaves (torch.nn's and HF's activations); containers and torch's composite
+# layers (COMPOSITE_TORCH_MODULES) are recorded inside, as they are traced.
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
-_EXTRA_LEAF_MODULE_PREFIXES = ("transformers.activations",)
 
 
 @dataclass
@@ -88,11 +86,11 @@ def is_leaf(module: torch.nn.Module) -> bool:
     is not a leaf: its code is the user's and is recorded op by op.
     """
     cls = type(module)
-    if "forward" in vars(module) or isinstance(module, _CONTAINERS + _COMPOSITE_TORCH_MODULES):
+    if "forward" in vars(module) or isinstance(module, _CONTAINERS + COMPOSITE_TORCH_MODULES):
         return False
-    if cls.__module__.startswith(_EXTRA_LEAF_MODULE_PREFIXES):
+    if cls.__module__.startswith(EXTRA_LEAF_MODULE_PREFIXES):
         forward_home = getattr(cls.forward, "__module__", "") or ""
-        return forward_home.startswith(_EXTRA_LEAF_MODULE_PREFIXES)
+        return forward_home.startswith(EXTRA_LEAF_MODULE_PREFIXES)
     if not cls.__module__.startswith(("torch.nn.", "torch.ao.nn.")):
         return False
     forward_home = getattr(cls.forward, "__module__", "") or ""
