@@ -1,7 +1,8 @@
 """``introspect.diff``: node-by-node parity between two implementations of one model.
 
-The flow (shared/DESIGN.md): trace both models, align their graphs (``align``), run them
-side by side measuring every pair (``compare``), and turn the measurements into tables,
+The flow (shared/DESIGN.md): record what both models run (``eager``), align their graphs
+(``align``), replay them side by side measuring every pair (``compare``), fail what
+rounding cannot explain (``drift``), and turn the measurements into tables,
 the first divergence and its likely cause (``hints``). Reports are written by
 ``introspect.report``; this module only returns values.
 
@@ -35,7 +36,7 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
 from introspect.diff.drift import find_drift, mark_drift
-from introspect.diff.eager import Recording, record_forward, replays_faithfully
+from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.exercised import unexercised_notes
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult
@@ -47,7 +48,7 @@ from introspect.load import TokenizedInputs
 from introspect.shapes import node_records, refresh_records
 
 # ---------------------------------------------------------------------------------------
-# Tracing for a diff
+# Recording for a diff
 
 
 def _accepted_inputs(model: torch.nn.Module,
@@ -89,10 +90,12 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          allow_nonfinite: bool = False) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
-    Both models are traced with torch.fx, their graphs aligned on the weights they read
-    (no name map needed), and run side by side; every aligned pair gets its propagated
-    error (each model on its own) and its local error (the candidate's node fed the
-    reference's values). Only per-node summaries are kept.
+    Both models run once while every torch call they make is recorded
+    (``introspect.diff.eager``: hooks and private state included), the recorded graphs are
+    aligned on the weights they read (no name map needed) and replayed side by side;
+    every aligned pair gets its propagated error (each model on its own) and its local
+    error (the candidate's node fed the reference's values). Only per-node summaries are
+    kept.
 
     Args:
         reference: the implementation trusted (HF ``BertFor*``, any ``nn.Module``).
@@ -116,8 +119,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
 
     Raises:
         InputError: a tolerance that is negative or not a number; inputs a model cannot
-            take; two models of different architectures or sizes.
-        TraceError: a model torch.fx cannot trace.
+            take, or that fails on them; two models of different architectures or sizes.
 
     Example::
 
@@ -151,15 +153,16 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
         notes += unexercised_notes(tensors, ref_graph, cand_graph)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
+        candidate_dtypes = sorted(_model_dtypes(candidate))
         budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise,
-                           sorted(_model_dtypes(candidate)))
+                           candidate_dtypes)
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
         unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
         notes += unfaithful
         # The run's ShapeProp rewrote every node's shapes; a record changes only where they
-        # differ from the trace's (a trace is specialised on these inputs: rarely if ever).
+        # differ from the recording's (a replay of the same inputs: never, in practice).
         ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
         cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
         if any(r.layer == "mask" for r in ref_graph.records):
@@ -172,7 +175,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             drift = find_drift(alignment, run, budgets,
                                {r.name: r.index for r in ref_graph.records},
                                _pair_dtypes(alignment, ref_graph, cand_graph),
-                               [*_model_dtypes(reference), *_model_dtypes(candidate)])
+                               [*_model_dtypes(reference), *candidate_dtypes])
             if drift is not None:
                 rows = mark_drift(rows, alignment, drift)
         notes += _nonfinite_notes(rows, allow_nonfinite)
@@ -214,7 +217,7 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
     notes = []
     for side, recording in zip(("reference", "candidate"), recordings, strict=True):
         replayed = run.outputs.get(side, {})
-        differing = replays_faithfully(recording, replayed)
+        differing = outputs_not_replayed(recording, replayed)
         if differing:
             notes.append(f"the {side} computed other values when run again on the same "
                          f"inputs ({', '.join(differing)} differ): its forward is not "

@@ -103,7 +103,6 @@ class _Recorder(TorchFunctionMode):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.graph = torch.fx.Graph()
-        self.model = model
         self.nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> node
         self.constants: dict[str, torch.Tensor] = {}
         self.stack: list[tuple[str, type]] = []  # the modules running, outermost first
@@ -379,7 +378,7 @@ def mutates_in_place(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and name in _IN_PLACE_OPERATORS
 
 
-def replays_faithfully(recording: Recording, replayed: Mapping[str, Any]) -> list[str]:
+def outputs_not_replayed(recording: Recording, replayed: Mapping[str, Any]) -> list[str]:
     """The outputs whose replayed value is not bit-identical to the eager one."""
     differing = []
     for name, eager in recording.recorded_outputs.items():
@@ -400,5 +399,5 @@ def _identical(a: Any, b: Any) -> bool:
     return True
 
 
-__all__ = ["Recording", "is_leaf", "mutates_in_place", "outputs_as_dict", "record_forward",
-           "replays_faithfully"]
+__all__ = ["Recording", "is_leaf", "mutates_in_place", "outputs_as_dict",
+           "outputs_not_replayed", "record_forward"]
