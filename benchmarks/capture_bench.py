@@ -36,7 +36,7 @@ def measure(repeat: int, batch: int = 8, seq: int = 128) -> list[dict[str, Any]]
     import torch
 
     from introspect.dump import capture, capture_bytes
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     model = load_model("bert-base").model
     inputs = _inputs(batch, seq)

@@ -44,7 +44,7 @@ def _inputs(batch: int, seq: int):
 
 def _models(both: bool):
     import introspect.scratch as scratch
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     hf = load_model("bert-base").model
     return hf, (scratch.BertModel.from_hf(hf) if both else None)

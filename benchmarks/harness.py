@@ -182,7 +182,7 @@ def whole_process_rows(settings: Settings, command: list[str],
                             status=NOT_MEASURED, note="quick mode: not measured", **base)
                 for t in tasks]
     progress("start-up: introspect diff on minilm, whole process (and import + load)")
-    from introspect.load import minilm_folder
+    from introspect.models.load import minilm_folder
 
     script = IMPORT_AND_LOAD.format(folder=str(minilm_folder()))
     commands = {IMPORT_LOAD: [sys.executable, "-c", script],

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from introspect.load import DEFAULT_TEXTS, INIT_SEED, RANDOM_SIZES, load_model, tokenize
+from introspect.models.load import DEFAULT_TEXTS, INIT_SEED, RANDOM_SIZES, load_model, tokenize
 
 INPUT_SEED = 0
 CLS, SEP, PAD = 101, 102, 0  # the uncased WordPiece vocab's special tokens
@@ -29,7 +29,7 @@ SENTENCES = (2, 8)  # the tutorial's two sentences, tokenized with the embedded 
 class ModelSpec:
     """A random-init BERT: one of introspect's sizes, with its layer count changed or not."""
 
-    size: str  # a key of introspect.load.RANDOM_SIZES
+    size: str  # a key of introspect.models.load.RANDOM_SIZES
     layers: int | None = None  # None: the size's own count
 
     @property
@@ -46,7 +46,7 @@ class Inputs:
     """One batch: the tensors by name, and the tokenizer's output when there is one."""
 
     tensors: dict[str, torch.Tensor]
-    tokenized: Any = None  # introspect.load.TokenizedInputs at 2 x 8 (drawings show tokens)
+    tokenized: Any = None  # introspect.models.load.TokenizedInputs at 2 x 8 (drawings show tokens)
 
     @property
     def for_introspect(self) -> Any:

@@ -23,14 +23,14 @@ if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports 
     from introspect.diff.api import diff
     from introspect.diff.result import DiffResult
     from introspect.graph import IntrospectGraph, trace
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
 # name -> "module:attribute"; imported on first use only.
 _LAZY_API = {
     "trace": "introspect.graph:trace",
     "IntrospectGraph": "introspect.graph:IntrospectGraph",
-    "load_model": "introspect.load:load_model",
-    "tokenize": "introspect.load:tokenize",
+    "load_model": "introspect.models.load:load_model",
+    "tokenize": "introspect.models.load:tokenize",
     "diff": "introspect.diff.api:diff",
     "DiffResult": "introspect.diff.result:DiffResult",
     "AttentionMaps": "introspect.attention:AttentionMaps",
@@ -57,17 +57,21 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-class _Package(types.ModuleType):
-    """This package's module type: ``introspect.diff`` stays the function.
+_FUNCTIONS_NAMED_LIKE_PACKAGES = ("diff", "trace")
 
-    The diff engine lives in the subpackage ``introspect/diff/``. Importing any of its
-    modules makes Python set the attribute ``diff`` of this package to the subpackage,
-    which would hide the function ``introspect.diff``; that one assignment is dropped (the
-    subpackage stays in ``sys.modules``, so ``from introspect.diff.api import diff`` works).
+
+class _Package(types.ModuleType):
+    """This package's module type: ``introspect.diff`` and ``introspect.trace`` stay functions.
+
+    The diff engine and the tracer live in the subpackages ``introspect/diff/`` and
+    ``introspect/trace/``. Importing any of their modules makes Python set the attribute
+    ``diff`` (or ``trace``) of this package to the subpackage, which would hide the
+    function of that name; that one assignment is dropped (the subpackage stays in
+    ``sys.modules``, so ``from introspect.trace.tracer import trace_module`` works).
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "diff" and isinstance(value, types.ModuleType):
+        if name in _FUNCTIONS_NAMED_LIKE_PACKAGES and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 

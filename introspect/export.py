@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from introspect.graph import IntrospectGraph, summarise_layers
-from introspect.records import KIND_SHAPE
+from introspect.trace.records import KIND_SHAPE
 
 JSON_SCHEMA_VERSION = 1
 

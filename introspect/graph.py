@@ -23,9 +23,9 @@ import torch
 import torch.fx
 
 from introspect.errors import InputError
-from introspect.load import TokenizedInputs
-from introspect.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.tracer import Decision, trace_module
+from introspect.models.load import TokenizedInputs
+from introspect.trace.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
+from introspect.trace.tracer import Decision, trace_module
 
 if TYPE_CHECKING:
     import networkx
@@ -166,7 +166,7 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
             mapping of tensors by input name.
         title: a name for tables and drawings (default: the model's class).
         cache: reuse a graph traced before for the same model class, configuration and
-            input shapes (``introspect.trace_cache``), bound to this model's weights.
+            input shapes (``introspect.trace.cache``), bound to this model's weights.
 
     Returns:
         An ``IntrospectGraph``.

@@ -26,7 +26,7 @@ import torch
 
 from introspect.diff.api import diff
 from introspect.diff.result import DiffResult
-from introspect.load import TokenizedInputs
+from introspect.models.load import TokenizedInputs
 
 
 def assert_parity(reference: torch.nn.Module, candidate: torch.nn.Module,

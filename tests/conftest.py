@@ -34,7 +34,7 @@ def make_batch(batch: int, seq: int, *, padded: bool, choices: int = 0,
 @pytest.fixture(scope="session")
 def tiny_models():
     """Loaded bert-tiny models by (head, attn), built on first use."""
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     cache: dict[tuple[str, str], object] = {}
 
@@ -48,6 +48,6 @@ def tiny_models():
 
 @pytest.fixture(scope="session")
 def minilm():
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     return load_model("minilm", head="base")

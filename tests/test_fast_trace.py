@@ -9,10 +9,10 @@ import types
 import pytest
 import torch
 
-from introspect import layer_replay
 from introspect.errors import TraceError
-from introspect.load import HEADS
-from introspect.tracer import trace_module
+from introspect.models.load import HEADS
+from introspect.trace import replay as layer_replay
+from introspect.trace.tracer import trace_module
 from tests.conftest import make_batch
 
 
@@ -47,7 +47,7 @@ def _inputs(head: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("head", list(HEADS))
 def test_fast_graph_equals_the_full_trace_node_for_node(head, attn):
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     # A model of its own: the session's shared ones may carry the forward hooks HF leaves on
     # every layer after a call with output_attentions=True, and a layer with hooks of its

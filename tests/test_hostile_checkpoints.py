@@ -25,7 +25,7 @@ import torch
 from introspect import scratch
 from introspect.cli.main import main
 from introspect.errors import InputError
-from introspect.load import load_model
+from introspect.models.load import load_model
 
 ROOT = Path(__file__).parents[1]
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -244,7 +244,7 @@ def test_the_real_cli_exits_2_with_one_line_and_little_memory(good_checkpoint, t
 
 
 def test_100000_layers_over_minilm_sized_weights_is_refused_before_allocating(tmp_path):
-    from introspect.load import minilm_folder
+    from introspect.models.load import minilm_folder
 
     folder = tmp_path / "minilm"
     shutil.copytree(minilm_folder(), folder)

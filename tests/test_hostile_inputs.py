@@ -8,18 +8,18 @@ import pytest
 
 from introspect.cli.main import main
 from introspect.errors import InputError
-from introspect.validate import check_texts
+from introspect.models.validate import check_texts
 
 
 @pytest.fixture
 def no_loading(monkeypatch):
     """Loading a model fails the test: every refusal must come before it."""
-    import introspect.load
+    import introspect.models.load
 
     def refuse(*args, **kwargs):
         pytest.fail("a model was loaded before the input was checked")
 
-    monkeypatch.setattr(introspect.load, "load_model", refuse)
+    monkeypatch.setattr(introspect.models.load, "load_model", refuse)
 
 
 @pytest.mark.parametrize("argv, message", [

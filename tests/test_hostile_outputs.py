@@ -76,21 +76,21 @@ def test_trace_onto_a_dev_null_replica_leaves_it_a_device(tmp_path, capsys):
 ])
 def test_unwritable_outputs_are_one_line_before_loading(tmp_path, capsys, monkeypatch, path,
                                                         message):
-    import introspect.load
+    import introspect.models.load
 
-    monkeypatch.setattr(introspect.load, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(introspect.models.load, "load_model", lambda *a, **k: pytest.fail("loaded"))
     code = main(["trace", "--model", "bert-tiny", "-o", path.format(tmp=tmp_path)])
     assert code == 2 and message in _one_line(capsys.readouterr().err, "trace")
 
 
 def test_a_report_name_taken_by_a_folder_is_refused_before_loading(old_report, tmp_path,
                                                                    capsys, monkeypatch):
-    import introspect.load
+    import introspect.models.load
 
     folder = _copy(old_report, tmp_path)
     (folder / "diff.svg").unlink()
     (folder / "diff.svg").mkdir()
-    monkeypatch.setattr(introspect.load, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(introspect.models.load, "load_model", lambda *a, **k: pytest.fail("loaded"))
     assert main([*DIFF, "--out", str(folder)]) == 2
     assert "diff.svg' is a folder" in _one_line(capsys.readouterr().err, "diff")
     assert (folder / "diff.json").read_text() == '{"old": true}'

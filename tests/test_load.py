@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from introspect.errors import InputError, ModelSourceError
-from introspect.load import DEFAULT_TEXTS, load_model, minilm_folder, tokenize
+from introspect.models.load import DEFAULT_TEXTS, load_model, minilm_folder, tokenize
 
 
 def test_minilm_is_the_real_pretrained_checkpoint(minilm):
@@ -116,7 +116,7 @@ import os, sys
 import torch._dynamo
 before = dict(os.environ)
 import introspect
-from introspect.load import load_model, tokenize
+from introspect.models.load import load_model, tokenize
 from transformers.utils import logging as hf_logging
 hf_logging.set_verbosity_info()          # a notebook's own choice
 hf_logging.enable_progress_bar()
@@ -164,7 +164,7 @@ def test_a_hub_id_in_the_local_cache_loads_with_no_network(tmp_path, tiny_models
     _fake_hub_cache(tmp_path, "someone/tiny-bert", tiny_models("masked-lm").model)
     env = {**_SUBPROCESS_ENV, "HF_HOME": str(tmp_path)}
     env.pop("HF_HUB_CACHE", None)
-    script = ("from introspect.load import load_model\n"
+    script = ("from introspect.models.load import load_model\n"
               "loaded = load_model('someone/tiny-bert', head='masked-lm')\n"
               "print(loaded.folder.parent.parent.name, loaded.model.config.num_hidden_layers)\n")
     run = _run(script, env=env)

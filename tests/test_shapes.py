@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from introspect.graph import trace
-from introspect.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE, KIND_TENSOR
+from introspect.trace.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE, KIND_TENSOR
 from tests.conftest import make_batch
 
 
 @pytest.fixture(scope="module")
 def base_graph():
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     loaded = load_model("bert-base", head="sequence-classification", attn="eager")
     return trace(loaded.model, make_batch(2, 9, padded=True))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from introspect import trace_cache
-from introspect.load import load_model
-from introspect.tracer import trace_module
+from introspect.models.load import load_model
+from introspect.trace import cache as trace_cache
+from introspect.trace.tracer import trace_module
 from tests.conftest import make_batch
 from tests.test_fast_trace import _node_rows
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from introspect.errors import TraceError
-from introspect.load import HEADS
-from introspect.tracer import trace_module
+from introspect.models.load import HEADS
+from introspect.trace.tracer import trace_module
 from tests.conftest import make_batch
 
 # (batch, seq, padded): the traced shape, an unpadded batch, and a second shape.

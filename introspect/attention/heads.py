@@ -26,7 +26,7 @@ import torch
 from introspect.attention.maps import AttentionMaps, attention
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
-from introspect.load import TokenizedInputs
+from introspect.models.load import TokenizedInputs
 
 if TYPE_CHECKING:
     import pandas

@@ -35,7 +35,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from introspect.errors import InputError, TraceError
-from introspect.load import TokenizedInputs
+from introspect.models.load import TokenizedInputs
 
 if TYPE_CHECKING:
     import pandas
@@ -283,7 +283,7 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
         >>> maps = introspect.attention(model, inputs)
         >>> maps.head(layer=0, head=8)       # (query, key) of the real tokens of row 0
     """
-    from introspect.tracer import trace_module
+    from introspect.trace.tracer import trace_module
 
     tensors, tokens, texts, notes = _unpack(inputs)
     traced = isinstance(model, torch.fx.GraphModule)

@@ -162,7 +162,7 @@ def model_sizes(model: str) -> tuple[int, int] | None:
     from pathlib import Path
 
     from introspect.errors import IntrospectError
-    from introspect.load import DEFAULT_MODEL, RANDOM_SIZES, minilm_folder
+    from introspect.models.load import DEFAULT_MODEL, RANDOM_SIZES, minilm_folder
 
     if model in RANDOM_SIZES:
         _, layers, heads, _ = RANDOM_SIZES[model]
@@ -210,7 +210,7 @@ def compute_maps(args: argparse.Namespace, texts: tuple[str, ...]) -> Any:
     """Load the model, tokenize the texts (pairs where asked) and read the attention maps."""
     from introspect.attention import attention
     from introspect.cli.progress import step
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
     with step(args, f"loading {args.model} ({args.head}, {args.attn})"):
         loaded = load_model(args.model, head=args.head, attn=args.attn)

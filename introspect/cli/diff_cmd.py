@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--json": args.json, "--junit": args.junit}, folder=args.out,
                   folder_files=FOLDER_FILES, folder_names=REPORT_FILES)
     if args.candidate_model:  # a broken checkpoint is found before the reference loads
-        from introspect.load import check_model_source
+        from introspect.models.load import check_model_source
 
         check_model_source(args.candidate_model)
     result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
@@ -155,13 +155,13 @@ def implementation(option: str, spec: str) -> Implementation:
 
     Raises:
         InputError: not hf or scratch, no such folder, or a port spec that does not
-            resolve to a callable (see ``introspect.ports``).
+            resolve to a callable (see ``introspect.models.ports``).
     """
     import os
 
     if spec in BUILT_IN:
         return Implementation(option, spec, spec)
-    from introspect.ports import is_port_spec, resolve_builder
+    from introspect.models.ports import is_port_spec, resolve_builder
 
     if is_port_spec(spec) and not os.path.isdir(spec):
         return Implementation(option, spec, "port", resolve_builder(spec))
@@ -187,7 +187,7 @@ def _check_scratch_source(args: argparse.Namespace, *specs: Implementation) -> N
     A random-init cousin takes seconds to build; its family is known from its name. (A
     checkpoint folder's family is read when it loads, and refused then.)
     """
-    from introspect.families import FAMILIES, RANDOM_MODELS
+    from introspect.models.families import FAMILIES, RANDOM_MODELS
 
     family = RANDOM_MODELS.get(str(args.model))
     if family is None or not any(spec.kind == "scratch" for spec in specs) \
@@ -228,7 +228,7 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
                          "cast the reference too, as the port shares its tensors (copy them "
                          "in build)")
-    from introspect.ports import port_code
+    from introspect.models.ports import port_code
 
     with step(args, f"diffing {candidate_label} against {reference_label}"), \
             port_code(ports, "in its forward, while the diff ran it"):
@@ -245,7 +245,7 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
 
 
 def _fingerprint(model: Any) -> Any:
-    from introspect.ports import fingerprint
+    from introspect.models.ports import fingerprint
 
     return fingerprint(model)
 
@@ -254,7 +254,7 @@ def _check_reference(before: Any, model: Any, what: str) -> None:
     """Raise when ``model`` no longer matches its fingerprint ``before`` (None: no port)."""
     if before is None:
         return
-    from introspect.ports import describe_changes, what_changed
+    from introspect.models.ports import describe_changes, what_changed
 
     changes = what_changed(before, _fingerprint(model))
     if changes:
@@ -269,7 +269,7 @@ def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
     """
     if impl.kind == "port":
         from introspect.cli.progress import step
-        from introspect.ports import LoadedReference, build_port
+        from introspect.models.ports import LoadedReference, build_port
 
         reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
                                     loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
@@ -284,7 +284,7 @@ def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
                     args: argparse.Namespace) -> tuple[Any, str]:
     """The model of ``kind`` (hf or scratch) for the loaded source, or for ``folder``."""
     from introspect.cli.progress import step
-    from introspect.load import HEADS, load_model
+    from introspect.models.load import HEADS, load_model
 
     source = folder or args.model
     label = f"{kind} {type(loaded.model).__name__} ({source}, {attn})"

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     require_dot(fmt)  # fail before the slow part, and before any file is touched
     check_outputs({"-o": output})
     if args.expand:  # layer numbers against the model's layers, before loading it
-        from introspect.load import check_model_source
+        from introspect.models.load import check_model_source
         from introspect.render.fold import resolve_expand
 
         resolve_expand(args.expand, check_model_source(args.model))

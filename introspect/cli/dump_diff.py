@@ -55,7 +55,7 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
             reference = capture(reference_model, inputs, noise=args.noise_budget,
                                 label=reference_label)
     if candidate_dump is None:
-        from introspect.ports import is_port_spec, port_code
+        from introspect.models.ports import is_port_spec, port_code
 
         candidate_model, candidate_label = _live_candidate(args)
         ports = [args.candidate] if is_port_spec(args.candidate) else []
@@ -87,7 +87,7 @@ def _live_reference(args: argparse.Namespace) -> tuple[Any, str, Any]:
 def _live_candidate(args: argparse.Namespace) -> tuple[Any, str]:
     from introspect.cli.diff_cmd import _model, implementation
     from introspect.cli.progress import step
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     with step(args, f"loading {args.model} ({args.head}, {args.attn})"):
         loaded = load_model(args.model, head=args.head, attn=args.attn)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-# Kept here (not imported from introspect.load) so that --help never imports torch.
+# Kept here (not imported from introspect.models.load) so that --help never imports torch.
 MODEL_HELP = ("minilm (default, real pretrained), bert-tiny, bert-base, bert-large, "
               "roberta-base, distilbert-base, electra-small, albert-base, gpt2, llama-tiny "
               "(random-init), or a checkpoint folder of these families")
@@ -110,8 +110,8 @@ def load_model_and_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
     one choice.
     """
     from introspect.cli.progress import step
-    from introspect.load import load_model, tokenize
-    from introspect.validate import check_texts
+    from introspect.models.load import load_model, tokenize
+    from introspect.models.validate import check_texts
 
     texts, paired = input_texts(args)
     check_texts(texts, head="next-sentence" if paired else args.head)  # before the slow part

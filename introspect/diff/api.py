@@ -44,8 +44,8 @@ from introspect.diff.tables import layer_rows, node_rows
 from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
-from introspect.load import TokenizedInputs
-from introspect.shapes import node_records, refresh_records
+from introspect.models.load import TokenizedInputs
+from introspect.trace.shapes import node_records, refresh_records
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff

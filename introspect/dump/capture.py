@@ -24,7 +24,7 @@ import torch
 import torch.fx
 
 from introspect.errors import InputError
-from introspect.records import KIND_TENSOR, NodeRecord
+from introspect.trace.records import KIND_TENSOR, NodeRecord
 
 # Ops that only rearrange or pass on their input's values: no quantity of their own.
 LAYOUT_OPS = frozenset({

@@ -34,12 +34,10 @@ from introspect.render.output import (
     write_drawing,
 )
 from introspect.render.overlay import ERROR_SCALE, Overlay, as_overlay
-from introspect.render.plan import FULL, Depth, Plan, build_plan
+from introspect.render.plan import FULL, Depth, Plan, TracedGraph, build_plan
 
 if TYPE_CHECKING:
     import graphviz
-
-    from introspect.graph import IntrospectGraph
 
 __all__ = [
     "draw_graph",
@@ -51,6 +49,7 @@ __all__ = [
     "require_dot",
     "build_plan",
     "Plan",
+    "TracedGraph",
     "FORMATS",
     "FULL",
     "GraphvizMissingError",
@@ -58,7 +57,7 @@ __all__ = [
 
 
 def draw_graph(
-    graph: IntrospectGraph,
+    graph: TracedGraph,
     depth: Depth = None,
     *,
     fold: bool | None = None,

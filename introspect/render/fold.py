@@ -19,10 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from introspect.errors import InputError
-from introspect.records import NodeRecord
 from introspect.render.labels import LAYOUT_OPS
+from introspect.trace.records import NodeRecord
 
-# Layer labels of every family (introspect.shapes): BERT, DistilBERT, GPT-2, Llama.
+# Layer labels of every family (introspect.trace.shapes): BERT, DistilBERT, GPT-2, Llama.
 _LAYER = re.compile(r"^(encoder\.layer|transformer\.layer|h|layers)\.(\d+)$")
 
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from typing import Literal, Protocol, Union
 
 from introspect.errors import InputError
-from introspect.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
 from introspect.render.dims import Dims, infer_dims
 from introspect.render.fold import (
     LayerGroup,
@@ -36,9 +35,26 @@ from introspect.render.fold import (
     layout_chains,
 )
 from introspect.render.labels import layout_title, mask_title, op_title
+from introspect.trace.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
 
-if TYPE_CHECKING:
-    from introspect.graph import IntrospectGraph
+
+class TracedGraph(Protocol):
+    """What a drawing reads of a traced graph (``introspect.graph.IntrospectGraph`` is one).
+
+    A protocol, so that the drawing never imports the graph module that draws with it.
+    """
+
+    @property
+    def records(self) -> Sequence[NodeRecord]: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def texts(self) -> tuple[str, ...]: ...
+    @property
+    def tokens(self) -> tuple[tuple[str, ...], ...]: ...
+    @property
+    def output_names(self) -> tuple[str, ...]: ...
+
 
 FULL = "full"
 Depth = Union[int, Literal["full"], None]  # noqa: UP007 (a runtime alias on 3.10)
@@ -112,7 +128,7 @@ def check_depth(depth: object) -> Depth:
 
 
 def build_plan(
-    graph: IntrospectGraph,
+    graph: TracedGraph,
     *,
     depth: Depth = None,
     fold: bool | None = None,

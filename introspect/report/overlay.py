@@ -7,15 +7,43 @@ up to 10x, up to 1000x, beyond), as ``introspect.render``'s error scale.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from introspect.errors import InputError, IntrospectError
 
-if TYPE_CHECKING:
-    from introspect.diff.result import DiffResult
+
+class _ComparedRow(Protocol):
+    @property
+    def reference_node(self) -> str: ...
+    @property
+    def local_max_abs_err(self) -> float | None: ...
+    @property
+    def atol(self) -> float | None: ...
 
 
-def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
+class _LayerRow(Protocol):
+    @property
+    def layer(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+
+
+class ComparedGraph(Protocol):
+    """What the overlay reads of a diff (``introspect.diff.result.DiffResult`` is one).
+
+    A protocol, so that the report never imports the result that draws with it.
+    """
+
+    @property
+    def rows(self) -> Sequence[_ComparedRow]: ...
+    @property
+    def layer_rows(self) -> Sequence[_LayerRow]: ...
+    @property
+    def reference(self) -> Any: ...
+
+
+def overlay_svg(result: ComparedGraph, *, depth: Any = None) -> bytes | None:
     """The SVG, or None when it cannot be drawn (no Graphviz, or no renderer installed)."""
     try:
         from introspect.render import render_bytes
@@ -25,7 +53,7 @@ def overlay_svg(result: DiffResult, *, depth: Any = None) -> bytes | None:
         return None
 
 
-def overlay_digraph(result: DiffResult, *, depth: Any = None, **options: Any) -> Any:
+def overlay_digraph(result: ComparedGraph, *, depth: Any = None, **options: Any) -> Any:
     """The reference's drawing (a ``graphviz.Digraph``) coloured by each node's local error.
 
     Identical layers fold into one box; the failing ones stay open. ``options`` go to

@@ -40,7 +40,7 @@ def auto_model_class(folder: str | os.PathLike[str]) -> type[BertPreTrainedModel
     Raises:
         ModelSourceError: config.json names an architecture with no from-scratch class.
     """
-    from introspect.validate import read_config
+    from introspect.models.validate import read_config
 
     architectures = read_config(folder).get("architectures")  # size-capped, inside folder
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from introspect.errors import ModelSourceError
-from introspect.validate import check_config, checkpoint_root, num_labels, read_json_file
+from introspect.models.validate import check_config, checkpoint_root, num_labels, read_json_file
 
 # Activations the model can build, by HuggingFace's name (see model.activation).
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from introspect import validate
 from introspect.errors import ModelSourceError
+from introspect.models import validate
 from introspect.scratch.config import BertConfig
 
 # Weights a checkpoint lacks (a fresh classifier, say) are drawn from this seed, so two

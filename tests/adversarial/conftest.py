@@ -15,7 +15,7 @@ from tests.adversarial.corpus import PORT_ENV, as_reference, perturb
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory) -> Path:
     """bert-tiny, perturbed, saved as a checkpoint folder (the CLI's --model)."""
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     loaded = load_model("bert-tiny")
     perturb(loaded.model)
@@ -28,7 +28,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny(tiny_folder):
     """(reference as a builder receives it, the tutorial's padded inputs) on bert-tiny."""
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
     loaded = load_model(str(tiny_folder))
     return as_reference(loaded), tokenize(loaded.tokenizer)
@@ -36,7 +36,7 @@ def tiny(tiny_folder):
 
 @pytest.fixture(scope="session")
 def mini(minilm):
-    from introspect.load import tokenize
+    from introspect.models.load import tokenize
 
     return as_reference(minilm), tokenize(minilm.tokenizer)
 
@@ -55,7 +55,7 @@ def _restore_port_environment():
 @pytest.fixture(scope="session")
 def llama_tiny():
     """llama-tiny (random init, RMSNorm eps 1e-6) and the default texts."""
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
     loaded = load_model("llama-tiny")
     return as_reference(loaded), tokenize(loaded.tokenizer)

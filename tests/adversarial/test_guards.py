@@ -121,7 +121,7 @@ def bert_eps_folders(tiny, tmp_path_factory):
 
 def test_layernorm_eps_one_decade_off_fails_on_bert(bert_eps_folders, capsys):
     import introspect
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
     six, five = (load_model(str(bert_eps_folders[eps])) for eps in (1e-6, 1e-5))
     assert five.model.encoder.layer[1].output.LayerNorm.eps == 1e-5

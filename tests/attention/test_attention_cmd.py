@@ -52,12 +52,12 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monke
 
 
 def test_out_of_range_fails_before_the_model_is_loaded(tmp_path, capsys, monkeypatch):
-    import introspect.load
+    import introspect.models.load
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(introspect.load, "load_model", refuse)
+    monkeypatch.setattr(introspect.models.load, "load_model", refuse)
     assert main(["attention", "--model", "minilm", "--heads", "12", "-o",
                  str(tmp_path / "a.svg")]) == 2
     assert "head 12 is out of range: minilm has 12 heads (0 to 11)" in capsys.readouterr().err

@@ -26,7 +26,7 @@ def eager_attentions(model, tensors) -> torch.Tensor:
 @pytest.mark.parametrize("texts", [(SHORT_TEXT,), PADDED_TEXTS], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("source", ["bert-tiny", "minilm"])
 def test_sdpa_maps_equal_hf_eager_output_attentions(source, texts, tiny_models, minilm):
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     sdpa = tiny_models("base", "sdpa") if source == "bert-tiny" else minilm
     eager = tiny_models("base", "eager") if source == "bert-tiny" else \
@@ -86,7 +86,7 @@ def test_padding_keys_weigh_nothing_and_rows_sum_to_one(tiny_models):
 
 
 def test_tensor_inputs_and_graph_module(tiny_models):
-    from introspect.tracer import trace_module
+    from introspect.trace.tracer import trace_module
 
     loaded = tiny_models("base", "sdpa")
     tensors = dict(introspect.tokenize(loaded.tokenizer, [SHORT_TEXT]).tensors)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from introspect.cli.main import main
-from introspect.ports import fingerprint, port_module_name, resolve_builder, what_changed
+from introspect.models.ports import fingerprint, port_module_name, resolve_builder, what_changed
 
 PORTS = Path(__file__).resolve().parent / "port_files"
 
@@ -213,9 +213,9 @@ def test_port_module_names_follow_the_path(monkeypatch):
 
 def test_a_port_keeping_tensors_on_itself_traces_twice_and_runs(tiny_models):
     import introspect
-    from introspect.load import tokenize
-    from introspect.ports import LoadedReference
-    from introspect.tracer import trace_module
+    from introspect.models.load import tokenize
+    from introspect.models.ports import LoadedReference
+    from introspect.trace.tracer import trace_module
 
     loaded = tiny_models()
     build = resolve_builder(f"{PORTS / 'stores_tensors.py'}:build")
@@ -249,7 +249,7 @@ def test_the_guards_say_nothing_of_a_healthy_port(capsys):
 
 
 def test_without_a_port_nothing_is_guarded():
-    from introspect.ports import port_code
+    from introspect.models.ports import port_code
 
     with pytest.raises(KeyboardInterrupt), port_code([], "in its forward"):
         raise KeyboardInterrupt
@@ -278,7 +278,7 @@ def test_an_import_that_exits_leaves_no_module_behind(tmp_path):
 def test_a_trace_that_fails_still_puts_the_attributes_back():
     """The Proxy is stored, then a data-dependent branch stops fx: nothing stays behind."""
     from introspect.errors import TraceError
-    from introspect.tracer import trace_module
+    from introspect.trace.tracer import trace_module
 
     class Branchy(torch.nn.Module):
         def __init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import introspect.scratch as scratch
-from introspect.load import tokenize
+from introspect.models.load import tokenize
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import pytest
 
 import introspect
 import introspect.scratch as scratch
-from introspect.load import load_model, tokenize
+from introspect.models.load import load_model, tokenize
 from tests.fixtures.candidates import inject
 
 pytestmark = pytest.mark.slow

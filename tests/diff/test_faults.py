@@ -9,7 +9,7 @@ import torch
 
 import introspect
 import introspect.scratch as scratch
-from introspect.load import HEADS, tokenize
+from introspect.models.load import HEADS, tokenize
 from introspect.testing import assert_parity
 from tests.fixtures.candidates import FAULTS, PerHeadBert, fuse_qkv, inject
 

@@ -25,7 +25,7 @@ from torch import nn
 import introspect
 from introspect.diff.hypotheses.dropout import zeroed_and_scaled
 from introspect.diff.hypotheses.weights import rearrangement
-from introspect.load import tokenize
+from introspect.models.load import tokenize
 from tests.fixtures.families import tiny_inputs, tiny_model
 from tests.ports import gpt2_linear, nanogpt_style
 

@@ -180,7 +180,7 @@ def judge(case: Case, result) -> Judgement:
 
 @functools.cache
 def _loaded(model: str):
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     loaded = load_model(model, head="base")
     return loaded.model, port_batch(loaded.tokenizer)

@@ -126,7 +126,7 @@ def reference(name: str, heads: int | None = None) -> torch.nn.Module:
     if name == "llama":
         extra = {"num_attention_heads": heads} if heads else {}
         return perturb(tiny_model("llama", initializer_range=0.1, **extra))
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     model = load_model(name, head="base").model  # a fresh copy: not the session fixture's
     if name == "minilm":
@@ -145,7 +145,7 @@ def texts(name: str, kind: str) -> dict[str, torch.Tensor]:
     if name in ("gpt2", "llama"):
         batch = tiny_inputs(name)
     else:
-        from introspect.load import load_model
+        from introspect.models.load import load_model
 
         batch = port_batch(load_model("bert-tiny", head="base").tokenizer)
     if kind == "padded":
@@ -236,7 +236,7 @@ def judged(name: str, fault: str | None, kind: str = "padded", ref_name: str = "
 
 @functools.cache
 def minilm_texts(kind: str) -> dict[str, torch.Tensor]:
-    from introspect.load import load_model
+    from introspect.models.load import load_model
 
     batch = port_batch(load_model("bert-tiny", head="base").tokenizer)  # the same vocab
     if kind == "padded":

@@ -13,7 +13,7 @@ import transformers
 
 import introspect
 from introspect.diff.records import BY_WEIGHTS, STATUS_FAIL
-from introspect.load import tokenize
+from introspect.models.load import tokenize
 from tests.ports import functional, hf_like, nanogpt_style
 from tests.ports.batch import port_batch
 

@@ -11,7 +11,7 @@ import introspect
 from introspect.cli.main import main
 from introspect.dump import capture, capture_bytes, diff_dump, read_capture
 from introspect.dump.formats import Dump
-from introspect.families import FAMILIES, RANDOM_MODELS
+from introspect.models.families import FAMILIES, RANDOM_MODELS
 from tests.fixtures.families import LAYERS, TINY, tiny_inputs, tiny_model
 
 

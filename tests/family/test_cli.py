@@ -27,13 +27,13 @@ def test_the_from_scratch_bert_is_no_candidate_for_a_cousin():
 
 
 def test_the_refusal_comes_before_the_cousin_is_built(monkeypatch, capsys):
-    import introspect.load
+    import introspect.models.load
     from introspect.cli.main import main
 
     def never(*args, **kwargs):
         raise AssertionError("the cousin was loaded before the refusal")
 
-    monkeypatch.setattr(introspect.load, "load_model", never)  # 125M parameters to draw
+    monkeypatch.setattr(introspect.models.load, "load_model", never)  # 125M parameters to draw
     assert main(["diff", "--model", "roberta-base", "-q"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "the from-scratch model is a BERT; roberta-base is a " \

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from introspect.errors import ModelSourceError
-from introspect.families import FAMILIES, RANDOM_MODELS
-from introspect.load import check_model_source, load_model, tokenize
+from introspect.models.families import FAMILIES, RANDOM_MODELS
+from introspect.models.load import check_model_source, load_model, tokenize
 from tests.fixtures.families import tiny_model
 
 
@@ -37,7 +37,7 @@ def test_a_random_cousin_is_seeded_and_sized_to_the_embedded_vocab():
     ("electra", ["input_ids", "token_type_ids", "attention_mask"]),
 ])
 def test_inputs_are_those_the_family_takes(family, names):
-    from introspect.load import _load_tokenizer, minilm_folder
+    from introspect.models.load import _load_tokenizer, minilm_folder
 
     tokens = tokenize(_load_tokenizer(minilm_folder(), FAMILIES[family]))
     assert list(tokens.tensors) == names

@@ -13,8 +13,8 @@ import torch
 import introspect
 from introspect.dump import capture
 from introspect.errors import TraceError
-from introspect.families import FAMILIES, RANDOM_MODELS
-from introspect.load import HEADS, RANDOM_SIZES, load_model, tokenize
+from introspect.models.families import FAMILIES, RANDOM_MODELS
+from introspect.models.load import HEADS, RANDOM_SIZES, load_model, tokenize
 from tests.fixtures.families import LAYERS, tiny_deberta, tiny_inputs, tiny_model
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import introspect
-from introspect.families import FAMILIES
+from introspect.models.families import FAMILIES
 from tests.fixtures.families import LAYERS, TINY, tiny_inputs, tiny_model
 
 

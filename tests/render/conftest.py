@@ -10,7 +10,7 @@ ESCAPE_TEXT = "<script>alert('x')</script> \"quoted\" & more"
 
 def traced(loaded, texts=TEXTS, head="sequence-classification", title="bert-tiny"):
     from introspect.graph import trace
-    from introspect.load import tokenize
+    from introspect.models.load import tokenize
 
     return trace(loaded.model, tokenize(loaded.tokenizer, list(texts), head=head), title=title)
 

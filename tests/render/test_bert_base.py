@@ -13,7 +13,7 @@ from introspect.render import draw_graph, render_bytes
 @pytest.fixture(scope="module")
 def base_graph():
     from introspect.graph import trace
-    from introspect.load import load_model, tokenize
+    from introspect.models.load import load_model, tokenize
 
     loaded = load_model("bert-base", head="sequence-classification")
     return trace(loaded.model, tokenize(loaded.tokenizer), title="bert-base")

@@ -113,7 +113,7 @@ def test_every_head_draws(trace_tiny, head):
 
 def test_eager_attention_names_its_layout(tiny_models):
     from introspect.graph import trace
-    from introspect.load import tokenize
+    from introspect.models.load import tokenize
 
     loaded = tiny_models("sequence-classification", "eager")
     source = draw_graph(trace(loaded.model, tokenize(loaded.tokenizer))).source

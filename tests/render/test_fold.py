@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from introspect.errors import InputError
-from introspect.records import KIND_OTHER, KIND_SHAPE
 from introspect.render.fold import (
     LayerGroup,
     layer_groups,
@@ -15,6 +14,7 @@ from introspect.render.fold import (
     layout_chains,
     resolve_expand,
 )
+from introspect.trace.records import KIND_OTHER, KIND_SHAPE
 
 
 def drawn(graph):

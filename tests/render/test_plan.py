@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from introspect.errors import InputError
-from introspect.records import KIND_OTHER, KIND_SHAPE
 from introspect.render.plan import MASK_ID, MODEL_ID, TOKENS_ID, build_plan
+from introspect.trace.records import KIND_OTHER, KIND_SHAPE
 
 
 def titles(plan):

@@ -455,7 +455,7 @@ def test_a_loaded_model_is_the_model_built_on_the_cpu_then_loaded(name: str) -> 
     # Loading builds on the meta device (no weight drawn that the checkpoint replaces):
     # every parameter and buffer must be what building on the CPU, then loading, gives,
     # the head weights the base checkpoint lacks drawn from the same seed, ties kept.
-    from introspect.load import minilm_folder
+    from introspect.models.load import minilm_folder
     from introspect.scratch import loading
 
     cls = scratch.MODELS[name]

@@ -25,8 +25,8 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from introspect.diff.calls import label_repeated_calls
-from introspect.records import (
+from introspect.trace.calls import label_repeated_calls
+from introspect.trace.records import (
     KIND_MULTI,
     KIND_OTHER,
     KIND_OUTPUT,
@@ -252,7 +252,7 @@ def _module_path(node: torch.fx.Node) -> str:
 
 
 DEFAULT_LAYER_PREFIX = "encoder.layer"
-# The children that make a module a backbone, and its layers' label (introspect.families):
+# The children that make a module a backbone, and its layers' label (introspect.models.families):
 # BERT, RoBERTa, ELECTRA, ALBERT; DistilBERT; GPT-2; Llama.
 _BACKBONES = ((("embeddings", "encoder"), "encoder.layer"),
               (("embeddings", "transformer"), "transformer.layer"),

@@ -12,7 +12,7 @@ Head weights a checkpoint lacks are initialised from a fixed seed, and ``LoadedM
 says which. Nothing here touches the network or the process: every transformers call is
 made with ``local_files_only=True``, a hub id loads only from the local Hugging Face cache,
 no environment variable is set, and transformers' logging is quieted only during a load
-and put back after. A checkpoint is checked (``introspect.validate``) before it is loaded:
+and put back after. A checkpoint is checked (``introspect.models.validate``) before it is loaded:
 config values, size against memory, weights files, layers against the config; weights that
 do not fit the model are an error naming the keys.
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from introspect import validate
 from introspect.errors import ModelSourceError
-from introspect.families import (
+from introspect.models import validate
+from introspect.models.families import (
     EMBEDDED_VOCAB,
     FAMILIES,
     RANDOM_MODELS,
@@ -66,7 +66,7 @@ HEADS: dict[str, str] = {
     "next-sentence": "BertForNextSentencePrediction",
     "pretraining": "BertForPreTraining",
 }
-# Every head some family has (the cousins' own heads are in introspect.families).
+# Every head some family has (the cousins' own heads are in introspect.models.families).
 ALL_HEADS = (*HEADS, "causal-lm")
 
 # Random-init sizes: (hidden, layers, heads, intermediate), as the Google BERT releases.

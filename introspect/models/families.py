@@ -2,8 +2,8 @@
 
 Each family is a ``Family``: its ``model_type`` (the key of a checkpoint's config.json), the
 HF classes of its heads, the inputs its ``forward`` takes, and the published sizes of the
-random-init model named after it (``roberta-base``, ``gpt2``, ...). ``introspect.load``
-builds models from this table; ``introspect.shapes`` labels layers with ``layer_prefix``.
+random-init model named after it (``roberta-base``, ``gpt2``, ...). ``introspect.models.load``
+builds models from this table; ``introspect.trace.shapes`` labels layers with ``layer_prefix``.
 
 What is approximated, for every family: the tokenizer is the embedded uncased WordPiece
 vocab of all-MiniLM-L6-v2 (30522 tokens), whatever the family uses in reality (RoBERTa,
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# The size of the embedded vocab (introspect.load.minilm_folder()/vocab.txt).
+# The size of the embedded vocab (introspect.models.load.minilm_folder()/vocab.txt).
 EMBEDDED_VOCAB = 30522
 ENCODER_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 NO_SEGMENT_INPUTS = ("input_ids", "attention_mask")
@@ -100,7 +100,7 @@ FAMILIES: dict[str, Family] = {
                        "intermediate_size": 688, "max_position_embeddings": 2048}),
 }
 
-# Random-init model names of the cousins -> family (BERT's own are in introspect.load).
+# Random-init model names of the cousins -> family (BERT's own are in introspect.models.load).
 RANDOM_MODELS: dict[str, str] = {
     "roberta-base": "roberta", "distilbert-base": "distilbert", "electra-small": "electra",
     "albert-base": "albert", "gpt2": "gpt2", "llama-tiny": "llama",

@@ -10,7 +10,7 @@
 - texts.
 
 Every failure is a ``ModelSourceError`` (or ``InputError`` for texts) of one line naming
-the file, the value and what to do. Used by both loaders (``introspect.load`` and
+the file, the value and what to do. Used by both loaders (``introspect.models.load`` and
 ``introspect.scratch.loading``), so it imports nothing from transformers.
 
 Example::

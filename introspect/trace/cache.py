@@ -65,8 +65,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.fx_module import build_graph_module
-from introspect.records import NodeRecord
+from introspect.trace.fx_module import build_graph_module
+from introspect.trace.records import NodeRecord
 
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _INSTALLED = ("torch", "transformers")  # version-pinned packages a cached model may use
@@ -77,9 +77,10 @@ _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
                  "transformers.activations", "transformers.masking_utils",
                  "transformers.modeling_utils", "transformers.integrations.sdpa_attention",
                  "transformers.pytorch_utils", "transformers.utils.generic",
-                 "transformers.modeling_layers", "introspect.tracer",
-                 "introspect.layer_replay", "introspect.leaf_shapes", "introspect.shapes",
-                 "introspect.traced_sizes", "torch.fx._symbolic_trace")
+                 "transformers.modeling_layers", "introspect.trace.tracer",
+                 "introspect.trace.replay", "introspect.trace.leaf_shapes",
+                 "introspect.trace.shapes", "introspect.trace.traced_sizes",
+                 "torch.fx._symbolic_trace")
 # torch.nn.Module's own bookkeeping on every instance (hooks checked apart).
 _MODULE_STATE = frozenset({
     "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
@@ -200,7 +201,7 @@ def _autocast_state() -> tuple[Any, ...]:
 def layer_state(module: torch.nn.Module, ignore: frozenset[str] = frozenset()) -> str | None:
     """What a layer's graph depends on besides its arguments; None where that is not known.
 
-    For the layer replay (``introspect.layer_replay``): the layer and every module in it
+    For the layer replay (``introspect.trace.replay``): the layer and every module in it
     are of classes from torch, transformers or introspect (at home, unpatched), carry no
     hooks, and hold only plain values and configurations, compared by value (private ones
     included; the names in ``ignore`` aside). A port's layer gives None: its graph may hang
@@ -249,7 +250,7 @@ def _library_roots() -> tuple[str, ...]:
     """Where a function read from a namespace may be defined: installed code, the stdlib."""
     paths = sysconfig.get_paths()
     folders = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    folders.add(str(Path(__file__).parent))  # introspect itself (installed editable too)
+    folders.add(str(Path(__file__).parents[1]))  # introspect itself (installed editable too)
     return tuple(str(Path(f).resolve()) + os.sep for f in folders) \
         + _package_roots(_REPLAYABLE)
 
