@@ -429,8 +429,8 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         fast: shape rules for leaves and one trace per repeated layer (the same graph);
             False traces every node in full.
         cache: look the graph up in the trace cache (``introspect.trace.cache``: the same
-            model class, configuration and input shapes traced before, in this process
-            or on disk) and bind it to ``model``'s own weights; off with
+            model class, configuration and input shapes traced before in this process;
+            installed, unpatched models only) and bind it to ``model``'s own weights; off with
             ``INTROSPECT_NO_CACHE=1``.
 
     Returns:
