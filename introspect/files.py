@@ -34,6 +34,8 @@ import atexit
 import contextlib
 import ctypes
 import errno
+import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -42,6 +44,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
@@ -572,10 +575,16 @@ def write_folder(folder: PathLike, files: Mapping[str, Data],
     The set is built in a temp folder next to ``folder``; files and links of other names
     already in ``folder`` are hard-linked (or copied) into it and subfolders moved; then
     one ``renameat2(RENAME_EXCHANGE)`` swaps the two folders (Linux; elsewhere two renames
-    with the old set kept under ``.NAME.introspect-old-*`` in between). So ``folder``
-    holds the complete previous set or the complete new one whatever fails or
+    with the old set kept under ``.NAME.introspect-DIGEST-old-*`` in between). So
+    ``folder`` holds the complete previous set or the complete new one whatever fails or
     interrupts, and no temp file stays. Only a kill -9 or a power cut between the steps
-    can leave the sibling temp folder behind (with a subfolder moved into it, if any).
+    can leave the sibling temp folder behind (with a subfolder moved into it, if any):
+    the next write to ``folder`` puts the user's entries back and removes it.
+
+    One writer at a time: the target's lock (``target_lock``) is taken before the folder
+    is listed and held until the swap is done; a second run waits, then refuses. Entries
+    another program adds to ``folder`` while the set is built are moved back after the
+    swap, so files and subfolders of other names always survive.
     ``folder`` may be a link to a folder; the swap happens where it points. ``folder``'s
     mode is kept; a new folder follows the umask.
 
@@ -601,11 +610,14 @@ def write_folder(folder: PathLike, files: Mapping[str, Data],
     own = {*files, *owned}
     check_writable_folder(name, sorted(own))
     real = Path(os.path.realpath(name))
-    exists = real.is_dir()
     payloads = {n: d.encode("utf-8") if isinstance(d, str) else bytes(d) for n, d in files.items()}
-    kept = "the previous reports in it are unchanged" if exists else "no report was written"
-    with _as_input_error(name, f"; {kept}"):
-        _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
+    with target_lock(real, name):  # before the folder is listed, until the swap is done
+        with _as_input_error(name, "; nothing was changed"):
+            _recover_leftovers(real, own)
+        exists = real.is_dir()
+        kept = "the previous reports in it are unchanged" if exists else "no report was written"
+        with _as_input_error(name, f"; {kept}"):
+            _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
     return [Path(name) / file_name for file_name in files]
 
 
@@ -623,9 +635,8 @@ def _check_replaceable(entry: Path, shown: Path) -> None:
 
 def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[str],
              label: str) -> None:
-    stem = real.name[:_TEMP_STEM]
     with _signals_held():
-        temp = real.parent / f".{stem}.introspect-{secrets.token_hex(4)}"
+        temp = real.parent / f"{_sibling_prefix(real)}{secrets.token_hex(4)}"
         os.mkdir(temp, 0o777)
         _live_temps.add(str(temp))
         moved: list[str] = []
@@ -636,10 +647,13 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[s
                 _write_new(temp / file_name, payload, old)
             if exists:
                 os.chmod(temp, stat.S_IMODE(os.stat(real).st_mode))
-                moved = _carry_over(real, temp, own)
+                carried: dict[str, tuple[int, int]] = {}
+                moved = _carry_over(real, temp, own, carried)
                 _fsync_folder(temp)
+                pause_for_tests("swap")
                 _exchange(temp, real)  # temp now holds the previous set
                 swapped = True
+                _return_late_entries(temp, real, own, carried)
             else:
                 _fsync_folder(temp)
                 os.rename(temp, real)
@@ -663,24 +677,172 @@ def _write_new(path: Path, payload: bytes, old: os.stat_result | None) -> None:
     _live_temps.discard(str(path))  # the temp folder is the unit that gets removed
 
 
-def _carry_over(real: Path, temp: Path, own: set[str]) -> list[str]:
-    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved."""
+def _carry_over(real: Path, temp: Path, own: set[str],
+                carried: dict[str, tuple[int, int]]) -> list[str]:
+    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved.
+
+    ``carried`` receives the name -> (device, inode) of each file and link carried, so that
+    one replaced while the set was built is found after the swap.
+    """
     moved = []
     for entry in sorted(os.scandir(real), key=lambda e: e.name):
         if entry.name in own:
             continue
         destination = temp / entry.name
+        info = entry.stat(follow_symlinks=False)
         if entry.is_dir(follow_symlinks=False):
             os.rename(entry.path, destination)
             moved.append(entry.name)
-        elif entry.is_symlink():
+            continue
+        if entry.is_symlink():
             os.symlink(os.readlink(entry.path), destination)
         else:
             try:
                 os.link(entry.path, destination, follow_symlinks=False)
             except OSError:  # a file system without hard links, or protected_hardlinks
                 shutil.copy2(entry.path, destination, follow_symlinks=False)
+        carried[entry.name] = (info.st_dev, info.st_ino)
     return moved
+
+
+def _return_late_entries(previous: Path, real: Path, own: set[str],
+                         carried: Mapping[str, tuple[int, int]]) -> None:
+    """Move back what another program put into the folder while the set was built.
+
+    After the swap ``previous`` holds the folder as it was at that moment. An entry of
+    another name that was not carried (made after the listing), or a file carried but
+    since replaced (another inode), would be removed with it: it goes back into ``real``.
+    """
+    for entry in os.scandir(previous):
+        if entry.name in own:
+            continue
+        info = entry.stat(follow_symlinks=False)
+        was = carried.get(entry.name)
+        if was is None and not os.path.lexists(real / entry.name):
+            os.rename(entry.path, real / entry.name)
+        elif was is not None and was != (info.st_dev, info.st_ino) \
+                and not entry.is_dir(follow_symlinks=False):
+            os.replace(entry.path, real / entry.name)
+
+
+def _sibling_prefix(real: Path) -> str:
+    """The start of the name of every temp folder this module makes next to ``real``.
+
+    It holds a digest of the full name, so that two folders whose names share their first
+    80 characters never take each other's temp folders for their own.
+    """
+    digest = hashlib.sha256(os.fsencode(real.name)).hexdigest()[:8]
+    return f".{real.name[:_TEMP_STEM]}.introspect-{digest}-"
+
+
+def _recover_leftovers(real: Path, own: set[str]) -> None:
+    """Remove the temp folders a killed run (kill -9, a power cut) left next to ``real``.
+
+    Called under the target's lock, so no live run owns them. A leftover may hold the
+    user's subfolders (moved in before the swap) or files of theirs: every entry whose
+    name is not the set's and is missing from ``real`` goes back into it first.
+    """
+    prefix = _sibling_prefix(real)
+    pattern = re.compile(re.escape(prefix) + r"(?:old-)?[0-9a-f]{8}")
+    for entry in os.scandir(real.parent):
+        if not pattern.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        for inside in os.scandir(entry.path):
+            if inside.name in own or os.path.lexists(real / inside.name):
+                continue
+            if not real.is_dir():
+                os.mkdir(real, 0o777)
+            os.rename(inside.path, real / inside.name)
+        shutil.rmtree(entry.path)
+
+
+# ----------------------------------------------------------------------------------------
+# One writer per target
+
+
+LOCK_WAIT_S = 10.0  # how long a second writer of one target waits before refusing
+_LOCK_POLL_S = 0.05
+
+
+def _lock_wait() -> float:
+    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``."""
+    try:
+        return max(0.0, float(os.environ.get("INTROSPECT_LOCK_WAIT", LOCK_WAIT_S)))
+    except ValueError:
+        return LOCK_WAIT_S
+
+
+@contextlib.contextmanager
+def target_lock(real: Path, shown: str) -> Iterator[None]:
+    """Hold the lock of one output target (a report folder, a capture's set of files).
+
+    The lock is an ``flock`` on a hidden file next to the target (``.NAME.introspect-
+    lock-DIGEST``), removed when the block ends. A second writer of the same target, in
+    this process or another, waits up to ``INTROSPECT_LOCK_WAIT`` seconds (10 by default),
+    then refuses. A lock file left by a killed run is free (the kernel drops a dead
+    process's locks) and is taken over. SIGINT and SIGTERM are held while the lock is.
+
+    Raises:
+        InputError: another run holds the lock for longer than the wait, or the lock file
+            cannot be made (one line naming the target).
+    """
+    digest = hashlib.sha256(os.fsencode(real.name)).hexdigest()[:8]
+    path = real.parent / f".{real.name[:_TEMP_STEM]}.introspect-lock-{digest}"
+    deadline = time.monotonic() + _lock_wait()
+    waited = False
+    while True:
+        with _as_input_error(shown, "; nothing was written"):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not waited:
+                        waited = True
+                        pause_for_tests("lock-busy")
+                    if time.monotonic() >= deadline:
+                        raise InputError(
+                            f"another introspect run is writing {shown!r} (it holds the lock "
+                            f"{str(path)!r}); nothing was written: wait for it to finish, or "
+                            f"write elsewhere") from None
+                    time.sleep(_LOCK_POLL_S)
+            held, now = os.fstat(fd), _lstat(path, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the holder removed the file as we waited: lock the new one
+    with _signals_held():  # a SIGTERM while held is delivered once the lock file is gone
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still held: a waiter finds it gone and starts over
+            os.close(fd)
+
+
+def pause_for_tests(stage: str) -> None:
+    """A seam for the tests of concurrent and killed runs; nothing unless asked for.
+
+    With ``INTROSPECT_TEST_PAUSE=STAGE[,STAGE...]:FOLDER`` set, reaching ``stage`` creates
+    ``FOLDER/STAGE.PID.paused`` and waits (at most 120 s) until ``FOLDER/STAGE.go``
+    exists. Stages: ``swap`` (a report set listed and built, before the swap),
+    ``lock-busy`` (another run holds the target's lock), ``set`` (a capture's files
+    written, before they are renamed into place).
+    """
+    spec = os.environ.get("INTROSPECT_TEST_PAUSE")
+    if not spec:
+        return
+    stages, _, folder = spec.partition(":")
+    if stage not in stages.split(",") or not folder:
+        return
+    Path(folder, f"{stage}.{os.getpid()}.paused").touch()
+    go, deadline = Path(folder, f"{stage}.go"), time.monotonic() + 120
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 _RENAME_EXCHANGE = 2
@@ -704,7 +866,7 @@ def _exchange(new: Path, current: Path) -> None:
             code = ctypes.get_errno()
             if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise OSError(code, os.strerror(code), str(current))
-    aside = current.parent / f".{current.name[:_TEMP_STEM]}.introspect-old-{secrets.token_hex(4)}"
+    aside = current.parent / f"{_sibling_prefix(current)}old-{secrets.token_hex(4)}"
     os.rename(current, aside)
     try:
         os.rename(new, current)
