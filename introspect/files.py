@@ -45,7 +45,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -562,6 +562,97 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------
+# Writing a set of files side by side (a capture and its indexes), all or nothing
+
+
+def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
+    """Write several regular files as one set: all of them replaced, or none.
+
+    Every file is first written to a temp file next to its target and fsynced (a full
+    disk stops here, nothing replaced); then each target is renamed into place in the
+    order given (put the index last), under the first target's lock and with SIGINT and
+    SIGTERM held, the previous versions kept as hard links until the last rename is done.
+    A rename that fails puts every file already replaced back. So the files appear
+    together or not at all on every way out but a kill -9 between two renames.
+
+    Args:
+        outputs: (path, text or bytes) pairs; the paths are regular files or new names
+            (links to them are followed).
+
+    Returns:
+        The paths as given.
+
+    Raises:
+        InputError: a path that is not a regular file, another run writing the same set,
+            or any write or rename that fails (one line naming the file; the previous
+            files are unchanged).
+    """
+    targets = []
+    for path, data in outputs:
+        name = os.fspath(path)
+        target = _resolve(Path(name), name)
+        info = _lstat(target, name)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise InputError(f"output path {name!r} is not a regular file; a set of files is "
+                             "replaced as a whole and only regular files can be")
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        targets.append((target, name, payload, info))
+    if not targets:
+        return []
+    with target_lock(targets[0][0], targets[0][1]):
+        temps: list[Path] = []
+        current = targets[0][1]
+        try:
+            for target, name, payload, old in targets:
+                current = name
+                _check_name_length(target)
+                temps.append(_new_file(_temp_name(target), payload, old))
+            pause_for_tests("set")
+            _rename_set([(t, n) for t, n, _, _ in targets], temps)
+        except OSError as e:
+            shown = e.filename if isinstance(e.filename, str) else current
+            raise InputError(describe_os_error(e, shown) + "; the previous files, if any, "
+                             "are unchanged and nothing else was written") from e
+        finally:
+            for temp in temps:
+                _discard(temp)
+        for _, name, _, _ in targets:
+            _committed(name)
+        _fsync_folder(targets[0][0].parent)
+    return [Path(name) for _, name, _, _ in targets]
+
+
+def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> None:
+    """Rename each temp onto its target; on any failure put back what was replaced."""
+    replaced: list[tuple[Path, Path | None]] = []  # target, its previous version kept aside
+    try:
+        for (target, _), temp in zip(targets, temps, strict=True):
+            backup = None
+            if os.path.lexists(target):
+                backup = _temp_name(target).with_suffix(".old.tmp")
+                try:
+                    os.link(target, backup, follow_symlinks=False)
+                except OSError:  # no hard links here: a copy keeps it just as well
+                    shutil.copy2(target, backup, follow_symlinks=False)
+                _live_temps.add(str(backup))
+            replaced.append((target, backup))
+            os.replace(temp, target)
+    except BaseException:
+        for target, backup in reversed(replaced):
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, target)
+                    _live_temps.discard(str(backup))
+                else:
+                    os.unlink(target)
+        raise
+    finally:
+        for _, backup in replaced:
+            if backup is not None:
+                _discard(backup)
 
 
 # ----------------------------------------------------------------------------------------
