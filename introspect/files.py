@@ -36,6 +36,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -965,3 +966,151 @@ def _exchange(new: Path, current: Path) -> None:
         os.rename(aside, current)
         raise
     os.rename(aside, new)  # the caller removes ``new``, which now holds the previous set
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the files users name (dumps, order files, name maps)
+
+TEXT_LIMIT = 16 * 2**20  # an order file, a name map, a config: more is not such a file
+JSON_DEPTH = 32  # nesting levels a JSON file of this project may have
+_NAME_CHARACTERS_KEPT = frozenset("\t")  # nothing else below U+0020 is shown as it is
+
+
+def printable_name(name: str) -> str:
+    """``name`` with every byte or character that could not be shown safely escaped.
+
+    Bytes that were not UTF-8 (file names decoded with surrogateescape) become ``\\xNN``;
+    control and format characters (newlines, ANSI escapes, bidi overrides), unassigned
+    and private-use code points become ``\\xNN``/``\\uNNNN``. Names that are plain text
+    come back unchanged, so a name map or an order file naming them still fits.
+    """
+    if name.isprintable():
+        return name
+    out = []
+    for c in name:
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif c.isprintable() or c in _NAME_CHARACTERS_KEPT or c == " ":
+            out.append(c)
+        else:
+            out.append(c.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: PathLike, what: str = "file") -> int:
+    """Open ``path`` for reading only if it is a regular file; return the descriptor.
+
+    Links are followed, but a FIFO, a device, a socket or a folder (or a link to one) is
+    refused without blocking (``O_NONBLOCK``: a FIFO without a writer does not wait).
+
+    Raises:
+        InputError: it cannot be opened or is not a regular file (one line naming it).
+    """
+    shown = repr(printable_name(os.fspath(path)))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{what} {shown} is {_kind(info.st_mode)}; give a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (checked before reading).
+
+    Raises:
+        InputError: as ``open_regular``, or the file is larger than ``limit``.
+    """
+    shown = repr(printable_name(os.fspath(path)))
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise InputError(f"{what} {shown} is {size:,} bytes, more than the {limit:,} such "
+                             f"a file may have; is it the right file?")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise InputError(f"{what} {shown} grew past the {limit:,} bytes such a file may have")
+    return b"".join(chunks)
+
+
+def read_text(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT) -> str:
+    """A regular UTF-8 text file of at most ``limit`` bytes; errors never quote its content.
+
+    Raises:
+        InputError: as ``read_regular``, or the file is not UTF-8 text.
+    """
+    data = read_regular(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        shown = repr(printable_name(os.fspath(path)))
+        raise InputError(f"{what} {shown} is not UTF-8 text (byte {e.start:,} is not); "
+                         f"give a text file") from None
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def parse_json(text: str, what: str, depth: int = JSON_DEPTH) -> Any:
+    """Parse JSON nested at most ``depth`` levels; errors give the place, never the text.
+
+    Raises:
+        InputError: the text is not JSON or is nested deeper than ``depth``.
+    """
+    level = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        level += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, level)
+        if deepest > depth:
+            raise InputError(f"{what} is nested more than {depth} levels deep; "
+                             f"it is not such a file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not JSON ({e.msg} at line {e.lineno}, column "
+                         f"{e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{what} is not JSON ({type(e).__name__})") from None
+
+
+def read_json(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT,
+              depth: int = JSON_DEPTH) -> Any:
+    """A regular JSON file, size-capped and depth-limited; errors never quote its content.
+
+    Raises:
+        InputError: as ``read_text`` and ``parse_json``.
+    """
+    shown = f"{what} {printable_name(os.fspath(path))!r}"
+    return parse_json(read_text(path, what, limit), shown, depth)
