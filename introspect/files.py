@@ -12,7 +12,14 @@ What a write does depends on what the path is (``write_file``):
 A new file gets mode 0o666 less the umask (the kernel applies it, as for any program);
 an existing file keeps its mode. A set of reports (``write_folder``) is built in a sibling
 temp folder and swapped in with one ``renameat2(RENAME_EXCHANGE)``, so the folder holds
-the complete previous set or the complete new one; files of other names stay.
+the complete previous set or the complete new one; files of other names stay. A set of
+files side by side (a capture and its indexes, ``write_set``) is renamed into place
+together. One writer per target at a time (``target_lock``), in this process or another.
+
+Reading what users name (``open_regular``, ``read_text``, ``read_json``): regular files
+only (a FIFO or a device is refused without blocking), size-capped before reading, JSON
+depth-limited, and errors name the file without quoting it. ``printable_name`` makes
+names of any bytes safe to show and to write.
 
 SIGINT and SIGTERM that arrive while files are committed (from the main thread) are held
 until the commit is over, then delivered as before; every temp file and folder is

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.dump.capture import capture
     from introspect.dump.formats import capture_bytes, index_csv, index_json
     from introspect.errors import InputError
-    from introspect.files import check_writable, write_set
+    from introspect.files import check_writable, printable_name, write_set
 
     target = Path(args.output)
     if target.suffix != ".safetensors":
@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     # one set: the three files are replaced together or not at all, the indexes last
     write_set([(target, payload), (index_paths[0], index_json(captured)),
                (index_paths[1], index_csv(captured))])
-    say(args, f"wrote {len(captured.entries)} tensors and the inputs to {target} "
-              f"({_size(len(payload))}), described in {index_paths[0].name} and "
-              f"{index_paths[1].name}")
+    say(args, f"wrote {len(captured.entries)} tensors and the inputs to "
+              f"{printable_name(str(target))} ({_size(len(payload))}), described in "
+              f"{printable_name(index_paths[0].name)} and {printable_name(index_paths[1].name)}")
     return 0
 
 
