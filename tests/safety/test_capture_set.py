@@ -181,3 +181,42 @@ def test_a_sigterm_to_introspect_capture_between_its_files_leaves_one_whole_set(
     assert all(state[name] != old[name] for name in NAMES)  # all three new, none old
     assert state["ref.index.json"].startswith(b"{")
     assert _leftovers(tmp_path) == []
+
+
+SET_WRITER = """
+import os, sys
+from introspect import files
+from introspect.errors import InputError
+folder, tag = sys.argv[1], sys.argv[2]
+try:
+    files.write_set([(os.path.join(folder, n), tag + " " + n) for n in {names!r}])
+except InputError as e:
+    sys.stderr.write(f"error: {{e}}\\n")
+    raise SystemExit(2)
+"""
+
+
+def test_a_second_capture_to_the_same_file_waits_then_refuses_in_one_line(tmp_path):
+    _old_set(tmp_path)
+    control = tmp_path / "control"
+    control.mkdir()
+    script = SET_WRITER.format(names=NAMES)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), "A"],
+                             env={**env, "INTROSPECT_TEST_PAUSE": f"set:{control}"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(control.glob(f"set.{first.pid}.paused")):  # A holds the lock
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    second = subprocess.run([sys.executable, "-c", script, str(tmp_path), "B"],
+                            env={**env, "INTROSPECT_LOCK_WAIT": "0.3"}, capture_output=True,
+                            text=True, timeout=60)
+    assert second.returncode == 2
+    assert second.stderr.count("\n") == 1
+    assert "another introspect run is writing" in second.stderr
+    (control / "set.go").touch()
+    assert first.wait(60) == 0, first.communicate()
+    assert _state(tmp_path) == {name: f"A {name}".encode() for name in NAMES}
+    assert _leftovers(tmp_path) == []
