@@ -282,6 +282,9 @@ def _read_safetensors(source: Path) -> Dump:
         metadata = handle.metadata() or {}
         headers = {k: (handle.get_slice(k).get_dtype(), tuple(handle.get_slice(k).get_shape()))
                    for k in handle.keys()}  # noqa: SIM118
+    for key, (dtype, shape) in headers.items():
+        item = _ITEM_SIZES.get(_SAFETENSORS_NAMES.get(dtype, ""), 1)
+        _check_size(shown, printable_name(key), shape, item)
     if metadata.get("format") == FORMAT:
         try:
             tensors = _load_safetensors(handle_path, list(headers))
@@ -307,7 +310,6 @@ def _read_safetensors(source: Path) -> Dump:
         if dtype not in _ITEM_SIZES:
             skipped[name] = f"dtype {dtype} is not read"
             continue
-        _check_size(shown, name, shape, _ITEM_SIZES[dtype])
         kinds[name] = (dtype, shape, loader(key))
     order = None
     if "order" in metadata:
