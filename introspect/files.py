@@ -12,7 +12,14 @@ What a write does depends on what the path is (``write_file``):
 A new file gets mode 0o666 less the umask (the kernel applies it, as for any program);
 an existing file keeps its mode. A set of reports (``write_folder``) is built in a sibling
 temp folder and swapped in with one ``renameat2(RENAME_EXCHANGE)``, so the folder holds
-the complete previous set or the complete new one; files of other names stay.
+the complete previous set or the complete new one; files of other names stay. A set of
+files side by side (a capture and its indexes, ``write_set``) is renamed into place
+together. One writer per target at a time (``target_lock``), in this process or another.
+
+Reading what users name (``open_regular``, ``read_text``, ``read_json``): regular files
+only (a FIFO or a device is refused without blocking), size-capped before reading, JSON
+depth-limited, and errors name the file without quoting it. ``printable_name`` makes
+names of any bytes safe to show and to write.
 
 SIGINT and SIGTERM that arrive while files are committed (from the main thread) are held
 until the commit is over, then delivered as before; every temp file and folder is
@@ -34,6 +41,9 @@ import atexit
 import contextlib
 import ctypes
 import errno
+import fcntl
+import hashlib
+import json
 import os
 import re
 import secrets
@@ -42,7 +52,8 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -562,6 +573,97 @@ def _fsync_folder(folder: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------
+# Writing a set of files side by side (a capture and its indexes), all or nothing
+
+
+def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
+    """Write several regular files as one set: all of them replaced, or none.
+
+    Every file is first written to a temp file next to its target and fsynced (a full
+    disk stops here, nothing replaced); then each target is renamed into place in the
+    order given (put the index last), under the first target's lock and with SIGINT and
+    SIGTERM held, the previous versions kept as hard links until the last rename is done.
+    A rename that fails puts every file already replaced back. So the files appear
+    together or not at all on every way out but a kill -9 between two renames.
+
+    Args:
+        outputs: (path, text or bytes) pairs; the paths are regular files or new names
+            (links to them are followed).
+
+    Returns:
+        The paths as given.
+
+    Raises:
+        InputError: a path that is not a regular file, another run writing the same set,
+            or any write or rename that fails (one line naming the file; the previous
+            files are unchanged).
+    """
+    targets = []
+    for path, data in outputs:
+        name = os.fspath(path)
+        target = _resolve(Path(name), name)
+        info = _lstat(target, name)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise InputError(f"output path {name!r} is not a regular file; a set of files is "
+                             "replaced as a whole and only regular files can be")
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        targets.append((target, name, payload, info))
+    if not targets:
+        return []
+    with target_lock(targets[0][0], targets[0][1]):
+        temps: list[Path] = []
+        current = targets[0][1]
+        try:
+            for target, name, payload, old in targets:
+                current = name
+                _check_name_length(target)
+                temps.append(_new_file(_temp_name(target), payload, old))
+            pause_for_tests("set")
+            _rename_set([(t, n) for t, n, _, _ in targets], temps)
+        except OSError as e:
+            shown = e.filename if isinstance(e.filename, str) else current
+            raise InputError(describe_os_error(e, shown) + "; the previous files, if any, "
+                             "are unchanged and nothing else was written") from e
+        finally:
+            for temp in temps:
+                _discard(temp)
+        for _, name, _, _ in targets:
+            _committed(name)
+        _fsync_folder(targets[0][0].parent)
+    return [Path(name) for _, name, _, _ in targets]
+
+
+def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> None:
+    """Rename each temp onto its target; on any failure put back what was replaced."""
+    replaced: list[tuple[Path, Path | None]] = []  # target, its previous version kept aside
+    try:
+        for (target, _), temp in zip(targets, temps, strict=True):
+            backup = None
+            if os.path.lexists(target):
+                backup = _temp_name(target).with_suffix(".old.tmp")
+                try:
+                    os.link(target, backup, follow_symlinks=False)
+                except OSError:  # no hard links here: a copy keeps it just as well
+                    shutil.copy2(target, backup, follow_symlinks=False)
+                _live_temps.add(str(backup))
+            replaced.append((target, backup))
+            os.replace(temp, target)
+    except BaseException:
+        for target, backup in reversed(replaced):
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, target)
+                    _live_temps.discard(str(backup))
+                else:
+                    os.unlink(target)
+        raise
+    finally:
+        for _, backup in replaced:
+            if backup is not None:
+                _discard(backup)
+
+
+# ----------------------------------------------------------------------------------------
 # Writing a set of files into a folder, all or nothing
 
 
@@ -572,10 +674,16 @@ def write_folder(folder: PathLike, files: Mapping[str, Data],
     The set is built in a temp folder next to ``folder``; files and links of other names
     already in ``folder`` are hard-linked (or copied) into it and subfolders moved; then
     one ``renameat2(RENAME_EXCHANGE)`` swaps the two folders (Linux; elsewhere two renames
-    with the old set kept under ``.NAME.introspect-old-*`` in between). So ``folder``
-    holds the complete previous set or the complete new one whatever fails or
+    with the old set kept under ``.NAME.introspect-DIGEST-old-*`` in between). So
+    ``folder`` holds the complete previous set or the complete new one whatever fails or
     interrupts, and no temp file stays. Only a kill -9 or a power cut between the steps
-    can leave the sibling temp folder behind (with a subfolder moved into it, if any).
+    can leave the sibling temp folder behind (with a subfolder moved into it, if any):
+    the next write to ``folder`` puts the user's entries back and removes it.
+
+    One writer at a time: the target's lock (``target_lock``) is taken before the folder
+    is listed and held until the swap is done; a second run waits, then refuses. Entries
+    another program adds to ``folder`` while the set is built are moved back after the
+    swap, so files and subfolders of other names always survive.
     ``folder`` may be a link to a folder; the swap happens where it points. ``folder``'s
     mode is kept; a new folder follows the umask.
 
@@ -601,11 +709,14 @@ def write_folder(folder: PathLike, files: Mapping[str, Data],
     own = {*files, *owned}
     check_writable_folder(name, sorted(own))
     real = Path(os.path.realpath(name))
-    exists = real.is_dir()
     payloads = {n: d.encode("utf-8") if isinstance(d, str) else bytes(d) for n, d in files.items()}
-    kept = "the previous reports in it are unchanged" if exists else "no report was written"
-    with _as_input_error(name, f"; {kept}"):
-        _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
+    with target_lock(real, name):  # before the folder is listed, until the swap is done
+        with _as_input_error(name, "; nothing was changed"):
+            _recover_leftovers(real, own)
+        exists = real.is_dir()
+        kept = "the previous reports in it are unchanged" if exists else "no report was written"
+        with _as_input_error(name, f"; {kept}"):
+            _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
     return [Path(name) / file_name for file_name in files]
 
 
@@ -623,9 +734,8 @@ def _check_replaceable(entry: Path, shown: Path) -> None:
 
 def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[str],
              label: str) -> None:
-    stem = real.name[:_TEMP_STEM]
     with _signals_held():
-        temp = real.parent / f".{stem}.introspect-{secrets.token_hex(4)}"
+        temp = real.parent / f"{_sibling_prefix(real)}{secrets.token_hex(4)}"
         os.mkdir(temp, 0o777)
         _live_temps.add(str(temp))
         moved: list[str] = []
@@ -636,10 +746,13 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[s
                 _write_new(temp / file_name, payload, old)
             if exists:
                 os.chmod(temp, stat.S_IMODE(os.stat(real).st_mode))
-                moved = _carry_over(real, temp, own)
+                carried: dict[str, tuple[int, int]] = {}
+                moved = _carry_over(real, temp, own, carried)
                 _fsync_folder(temp)
+                pause_for_tests("swap")
                 _exchange(temp, real)  # temp now holds the previous set
                 swapped = True
+                _return_late_entries(temp, real, own, carried)
             else:
                 _fsync_folder(temp)
                 os.rename(temp, real)
@@ -663,24 +776,172 @@ def _write_new(path: Path, payload: bytes, old: os.stat_result | None) -> None:
     _live_temps.discard(str(path))  # the temp folder is the unit that gets removed
 
 
-def _carry_over(real: Path, temp: Path, own: set[str]) -> list[str]:
-    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved."""
+def _carry_over(real: Path, temp: Path, own: set[str],
+                carried: dict[str, tuple[int, int]]) -> list[str]:
+    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved.
+
+    ``carried`` receives the name -> (device, inode) of each file and link carried, so that
+    one replaced while the set was built is found after the swap.
+    """
     moved = []
     for entry in sorted(os.scandir(real), key=lambda e: e.name):
         if entry.name in own:
             continue
         destination = temp / entry.name
+        info = entry.stat(follow_symlinks=False)
         if entry.is_dir(follow_symlinks=False):
             os.rename(entry.path, destination)
             moved.append(entry.name)
-        elif entry.is_symlink():
+            continue
+        if entry.is_symlink():
             os.symlink(os.readlink(entry.path), destination)
         else:
             try:
                 os.link(entry.path, destination, follow_symlinks=False)
             except OSError:  # a file system without hard links, or protected_hardlinks
                 shutil.copy2(entry.path, destination, follow_symlinks=False)
+        carried[entry.name] = (info.st_dev, info.st_ino)
     return moved
+
+
+def _return_late_entries(previous: Path, real: Path, own: set[str],
+                         carried: Mapping[str, tuple[int, int]]) -> None:
+    """Move back what another program put into the folder while the set was built.
+
+    After the swap ``previous`` holds the folder as it was at that moment. An entry of
+    another name that was not carried (made after the listing), or a file carried but
+    since replaced (another inode), would be removed with it: it goes back into ``real``.
+    """
+    for entry in os.scandir(previous):
+        if entry.name in own:
+            continue
+        info = entry.stat(follow_symlinks=False)
+        was = carried.get(entry.name)
+        if was is None and not os.path.lexists(real / entry.name):
+            os.rename(entry.path, real / entry.name)
+        elif was is not None and was != (info.st_dev, info.st_ino) \
+                and not entry.is_dir(follow_symlinks=False):
+            os.replace(entry.path, real / entry.name)
+
+
+def _sibling_prefix(real: Path) -> str:
+    """The start of the name of every temp folder this module makes next to ``real``.
+
+    It holds a digest of the full name, so that two folders whose names share their first
+    80 characters never take each other's temp folders for their own.
+    """
+    digest = hashlib.sha256(os.fsencode(real.name)).hexdigest()[:8]
+    return f".{real.name[:_TEMP_STEM]}.introspect-{digest}-"
+
+
+def _recover_leftovers(real: Path, own: set[str]) -> None:
+    """Remove the temp folders a killed run (kill -9, a power cut) left next to ``real``.
+
+    Called under the target's lock, so no live run owns them. A leftover may hold the
+    user's subfolders (moved in before the swap) or files of theirs: every entry whose
+    name is not the set's and is missing from ``real`` goes back into it first.
+    """
+    prefix = _sibling_prefix(real)
+    pattern = re.compile(re.escape(prefix) + r"(?:old-)?[0-9a-f]{8}")
+    for entry in os.scandir(real.parent):
+        if not pattern.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        for inside in os.scandir(entry.path):
+            if inside.name in own or os.path.lexists(real / inside.name):
+                continue
+            if not real.is_dir():
+                os.mkdir(real, 0o777)
+            os.rename(inside.path, real / inside.name)
+        shutil.rmtree(entry.path)
+
+
+# ----------------------------------------------------------------------------------------
+# One writer per target
+
+
+LOCK_WAIT_S = 10.0  # how long a second writer of one target waits before refusing
+_LOCK_POLL_S = 0.05
+
+
+def _lock_wait() -> float:
+    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``."""
+    try:
+        return max(0.0, float(os.environ.get("INTROSPECT_LOCK_WAIT", LOCK_WAIT_S)))
+    except ValueError:
+        return LOCK_WAIT_S
+
+
+@contextlib.contextmanager
+def target_lock(real: Path, shown: str) -> Iterator[None]:
+    """Hold the lock of one output target (a report folder, a capture's set of files).
+
+    The lock is an ``flock`` on a hidden file next to the target (``.NAME.introspect-
+    lock-DIGEST``), removed when the block ends. A second writer of the same target, in
+    this process or another, waits up to ``INTROSPECT_LOCK_WAIT`` seconds (10 by default),
+    then refuses. A lock file left by a killed run is free (the kernel drops a dead
+    process's locks) and is taken over. SIGINT and SIGTERM are held while the lock is.
+
+    Raises:
+        InputError: another run holds the lock for longer than the wait, or the lock file
+            cannot be made (one line naming the target).
+    """
+    digest = hashlib.sha256(os.fsencode(real.name)).hexdigest()[:8]
+    path = real.parent / f".{real.name[:_TEMP_STEM]}.introspect-lock-{digest}"
+    deadline = time.monotonic() + _lock_wait()
+    waited = False
+    while True:
+        with _as_input_error(shown, "; nothing was written"):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not waited:
+                        waited = True
+                        pause_for_tests("lock-busy")
+                    if time.monotonic() >= deadline:
+                        raise InputError(
+                            f"another introspect run is writing {shown!r} (it holds the lock "
+                            f"{str(path)!r}); nothing was written: wait for it to finish, or "
+                            f"write elsewhere") from None
+                    time.sleep(_LOCK_POLL_S)
+            held, now = os.fstat(fd), _lstat(path, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the holder removed the file as we waited: lock the new one
+    with _signals_held():  # a SIGTERM while held is delivered once the lock file is gone
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still held: a waiter finds it gone and starts over
+            os.close(fd)
+
+
+def pause_for_tests(stage: str) -> None:
+    """A seam for the tests of concurrent and killed runs; nothing unless asked for.
+
+    With ``INTROSPECT_TEST_PAUSE=STAGE[,STAGE...]:FOLDER`` set, reaching ``stage`` creates
+    ``FOLDER/STAGE.PID.paused`` and waits (at most 120 s) until ``FOLDER/STAGE.go``
+    exists. Stages: ``swap`` (a report set listed and built, before the swap),
+    ``lock-busy`` (another run holds the target's lock), ``set`` (a capture's files
+    written, before they are renamed into place).
+    """
+    spec = os.environ.get("INTROSPECT_TEST_PAUSE")
+    if not spec:
+        return
+    stages, _, folder = spec.partition(":")
+    if stage not in stages.split(",") or not folder:
+        return
+    Path(folder, f"{stage}.{os.getpid()}.paused").touch()
+    go, deadline = Path(folder, f"{stage}.go"), time.monotonic() + 120
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 _RENAME_EXCHANGE = 2
@@ -704,7 +965,7 @@ def _exchange(new: Path, current: Path) -> None:
             code = ctypes.get_errno()
             if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise OSError(code, os.strerror(code), str(current))
-    aside = current.parent / f".{current.name[:_TEMP_STEM]}.introspect-old-{secrets.token_hex(4)}"
+    aside = current.parent / f"{_sibling_prefix(current)}old-{secrets.token_hex(4)}"
     os.rename(current, aside)
     try:
         os.rename(new, current)
@@ -712,3 +973,151 @@ def _exchange(new: Path, current: Path) -> None:
         os.rename(aside, current)
         raise
     os.rename(aside, new)  # the caller removes ``new``, which now holds the previous set
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the files users name (dumps, order files, name maps)
+
+TEXT_LIMIT = 16 * 2**20  # an order file, a name map, a config: more is not such a file
+JSON_DEPTH = 32  # nesting levels a JSON file of this project may have
+_NAME_CHARACTERS_KEPT = frozenset("\t")  # nothing else below U+0020 is shown as it is
+
+
+def printable_name(name: str) -> str:
+    """``name`` with every byte or character that could not be shown safely escaped.
+
+    Bytes that were not UTF-8 (file names decoded with surrogateescape) become ``\\xNN``;
+    control and format characters (newlines, ANSI escapes, bidi overrides), unassigned
+    and private-use code points become ``\\xNN``/``\\uNNNN``. Names that are plain text
+    come back unchanged, so a name map or an order file naming them still fits.
+    """
+    if name.isprintable():
+        return name
+    out = []
+    for c in name:
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif c.isprintable() or c in _NAME_CHARACTERS_KEPT or c == " ":
+            out.append(c)
+        else:
+            out.append(c.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: PathLike, what: str = "file") -> int:
+    """Open ``path`` for reading only if it is a regular file; return the descriptor.
+
+    Links are followed, but a FIFO, a device, a socket or a folder (or a link to one) is
+    refused without blocking (``O_NONBLOCK``: a FIFO without a writer does not wait).
+
+    Raises:
+        InputError: it cannot be opened or is not a regular file (one line naming it).
+    """
+    shown = repr(printable_name(os.fspath(path)))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{what} {shown} is {_kind(info.st_mode)}; give a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (checked before reading).
+
+    Raises:
+        InputError: as ``open_regular``, or the file is larger than ``limit``.
+    """
+    shown = repr(printable_name(os.fspath(path)))
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise InputError(f"{what} {shown} is {size:,} bytes, more than the {limit:,} such "
+                             f"a file may have; is it the right file?")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise InputError(f"{what} {shown} grew past the {limit:,} bytes such a file may have")
+    return b"".join(chunks)
+
+
+def read_text(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT) -> str:
+    """A regular UTF-8 text file of at most ``limit`` bytes; errors never quote its content.
+
+    Raises:
+        InputError: as ``read_regular``, or the file is not UTF-8 text.
+    """
+    data = read_regular(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        shown = repr(printable_name(os.fspath(path)))
+        raise InputError(f"{what} {shown} is not UTF-8 text (byte {e.start:,} is not); "
+                         f"give a text file") from None
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def parse_json(text: str, what: str, depth: int = JSON_DEPTH) -> Any:
+    """Parse JSON nested at most ``depth`` levels; errors give the place, never the text.
+
+    Raises:
+        InputError: the text is not JSON or is nested deeper than ``depth``.
+    """
+    level = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        level += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, level)
+        if deepest > depth:
+            raise InputError(f"{what} is nested more than {depth} levels deep; "
+                             f"it is not such a file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not JSON ({e.msg} at line {e.lineno}, column "
+                         f"{e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{what} is not JSON ({type(e).__name__})") from None
+
+
+def read_json(path: PathLike, what: str = "file", limit: int = TEXT_LIMIT,
+              depth: int = JSON_DEPTH) -> Any:
+    """A regular JSON file, size-capped and depth-limited; errors never quote its content.
+
+    Raises:
+        InputError: as ``read_text`` and ``parse_json``.
+    """
+    shown = f"{what} {printable_name(os.fspath(path))!r}"
+    return parse_json(read_text(path, what, limit), shown, depth)

@@ -25,7 +25,7 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
 from introspect.trace.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.trace.tracer import Decision, trace_module
+from introspect.trace.tracer import Decision, holds_trace_lock, trace_module
 
 if TYPE_CHECKING:
     import networkx
@@ -156,6 +156,7 @@ def summarise_layers(records: list[NodeRecord]) -> list[LayerSummary]:
     return rows
 
 
+@holds_trace_lock  # thread safety: fx patches process-wide state (tracer.py)
 def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
           *, title: str = "", cache: bool = True) -> IntrospectGraph:
     """Trace ``model`` with torch.fx and annotate every node with its shapes.

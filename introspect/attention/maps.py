@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
+from introspect.trace.tracer import holds_trace_lock
 
 if TYPE_CHECKING:
     import pandas
@@ -257,6 +258,7 @@ def _module_of(node: torch.fx.Node) -> str:
     return str(path)
 
 
+@holds_trace_lock  # thread safety: fx patches process-wide state (tracer.py)
 def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
               *, title: str = "") -> AttentionMaps:
     """The attention probabilities of every layer and head of ``model`` on ``inputs``.

@@ -158,18 +158,18 @@ def _paired(args: argparse.Namespace) -> bool:
 
 def model_sizes(model: str) -> tuple[int, int] | None:
     """(layers, heads) of a model name or folder from its config, without loading weights."""
-    import json
     from pathlib import Path
 
     from introspect.errors import IntrospectError
     from introspect.models.load import DEFAULT_MODEL, RANDOM_SIZES, minilm_folder
+    from introspect.models.validate import read_config
 
     if model in RANDOM_SIZES:
         _, layers, heads, _ = RANDOM_SIZES[model]
         return layers, heads
     try:
         folder = minilm_folder() if model == DEFAULT_MODEL else Path(model)
-        config = json.loads((folder / "config.json").read_text())
+        config = read_config(folder)  # a regular file, size-capped
         return int(config["num_hidden_layers"]), int(config["num_attention_heads"])
     except (IntrospectError, OSError, ValueError, KeyError, TypeError):
         return None  # loading will say what is wrong with the source

@@ -9,7 +9,9 @@ The file holds the token ids under input.<name> and the value of every node that
 computes (layout-only nodes and identities left out), named after the reference's fx
 nodes; its metadata says what each tensor is (module path, layer, op, shape, dtype), the
 texts, the tokens and the versions. FILE.index.json and FILE.index.csv describe each
-tensor. A port in any framework feeds the ids and dumps its own activations; then
+tensor; the three are replaced as one set (all or none, whatever interrupts the write),
+and a second capture to the same file waits for the first. A port in any framework feeds
+the ids and dumps its own activations; then
 'introspect diff --reference-dump FILE --candidate-dump PORT' finds where it parts.
 
 --select layers keeps each layer's output only; --layers keeps chosen layers (indices or
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.dump.capture import capture
     from introspect.dump.formats import capture_bytes, index_csv, index_json
     from introspect.errors import InputError
-    from introspect.files import check_writable, write_atomic
+    from introspect.files import check_writable, printable_name, write_set
 
     target = Path(args.output)
     if target.suffix != ".safetensors":
@@ -62,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
         captured = capture(loaded.model, inputs, select=args.select, layers=layers,
                            label=f"{args.model} {args.head} ({args.attn})", noise=args.noise)
     payload = capture_bytes(captured)
-    write_atomic(target, payload)
-    write_atomic(index_paths[0], index_json(captured))
-    write_atomic(index_paths[1], index_csv(captured))
-    say(args, f"wrote {len(captured.entries)} tensors and the inputs to {target} "
-              f"({_size(len(payload))}), described in {index_paths[0].name} and "
-              f"{index_paths[1].name}")
+    # one set: the three files are replaced together or not at all, the indexes last
+    write_set([(target, payload), (index_paths[0], index_json(captured)),
+               (index_paths[1], index_csv(captured))])
+    say(args, f"wrote {len(captured.entries)} tensors and the inputs to "
+              f"{printable_name(str(target))} ({_size(len(payload))}), described in "
+              f"{printable_name(index_paths[0].name)} and {printable_name(index_paths[1].name)}")
     return 0
 
 

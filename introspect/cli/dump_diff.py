@@ -8,8 +8,6 @@ file is a model loaded as usual, run on the capture's inputs when there is one.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from introspect.cli.options import say
@@ -99,12 +97,12 @@ def _live_candidate(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _name_map(path: str) -> dict[str, str]:
     from introspect.errors import InputError
+    from introspect.files import printable_name, read_json
 
-    try:
-        mapping = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"cannot read the name map {path!r}: {e}") from e
+    # a regular file, size-capped, depth-limited; errors never quote its content
+    mapping = read_json(path, "name map")
     if not isinstance(mapping, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
-        raise InputError(f"the name map {path!r} must be a JSON object of names to node names")
-    return mapping
+        raise InputError(f"the name map {printable_name(path)!r} must be a JSON object of "
+                         "names to node names")
+    return {printable_name(k): printable_name(v) for k, v in mapping.items()}

@@ -55,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
+    if args.command is None:  # usage and one line on stderr, as for any other usage error
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"introspect: error: give a command ({', '.join(COMMANDS)}); "
+                         "see 'introspect --help'\n")
         return EXIT_BAD_INPUT
     from introspect import files
 

@@ -46,6 +46,7 @@ from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.trace.shapes import node_records, refresh_records
+from introspect.trace.tracer import holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff
@@ -82,6 +83,7 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
 # The diff
 
 
+@holds_trace_lock  # thread safety: fx patches process-wide state (tracer.py)
 def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
          atol: float | None = None, rtol: float | None = None, noise_budget: bool = False,

@@ -25,6 +25,7 @@ import torch.fx
 
 from introspect.errors import InputError
 from introspect.trace.records import KIND_TENSOR, NodeRecord
+from introspect.trace.tracer import holds_trace_lock
 
 # Ops that only rearrange or pass on their input's values: no quantity of their own.
 LAYOUT_OPS = frozenset({
@@ -154,6 +155,7 @@ def record_values(gm: torch.fx.GraphModule, input_names: Sequence[str],
     return recorder.kept
 
 
+@holds_trace_lock  # thread safety: fx patches process-wide state (tracer.py)
 def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
             layers: Iterable[str] | None = None, label: str = "",
             noise: bool = False) -> Capture:

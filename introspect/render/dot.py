@@ -184,10 +184,10 @@ def tokens_label(texts: Sequence[str], tokens: Sequence[Sequence[str]]) -> str:
         "token_type_ids, attention_mask</FONT></TD></TR>"
     ]
     for i, row in enumerate(tokens[:MAX_ROWS]):
-        text = texts[i] if i < len(texts) else ""
-        rows.append(
+        text = escape(shorten(" ".join((texts[i] if i < len(texts) else "").split()), 90))
+        rows.append(  # an empty <I></I> is a Graphviz syntax error (a text of control chars)
             f'<TR><TD COLSPAN="{max(width, 1)}" BORDER="0" ALIGN="LEFT">'
-            f"<I>{escape(shorten(' '.join(text.split()), 90))}</I></TD></TR>"
+            + (f"<I>{text}</I>" if text else " ") + "</TD></TR>"
         )
         cells = [_token_cell(token) for token in row[:MAX_TOKENS]]
         if len(row) > MAX_TOKENS:

@@ -79,7 +79,7 @@ def render_bytes(digraph: Any, fmt: str = "svg") -> bytes:
     import graphviz
 
     try:
-        data = bytes(digraph.pipe(format=fmt))
+        data = bytes(digraph.pipe(format=fmt, quiet=True))  # its stderr goes in the error
         return fixed_pdf_dates(data) if fmt == "pdf" else data
     except graphviz.ExecutableNotFound as e:
         raise GraphvizMissingError(f"Graphviz's 'dot' could not be run: {e}") from e

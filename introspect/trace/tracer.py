@@ -48,12 +48,13 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import inspect
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.fx
@@ -87,6 +88,25 @@ COMPOSITE_TORCH_MODULES = (torch.nn.TransformerEncoderLayer, torch.nn.Transforme
 # fx trace in this package runs under this lock. Re-entrant, so a trace that triggers
 # another fx trace in the same thread (unpickling a GraphModule) does not deadlock.
 TRACE_LOCK = threading.RLock()
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def holds_trace_lock(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a public entry point under ``TRACE_LOCK``, graph runs and forwards included.
+
+    While one thread traces, fx's patched ``nn.Module.__call__`` reaches every thread's
+    forwards, so ``trace``, ``diff``, ``attention`` and ``capture`` hold the lock for their
+    whole run: from several threads at once they give what they give one after another.
+    """
+
+    @functools.wraps(function)
+    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with TRACE_LOCK:
+            return function(*args, **kwargs)
+
+    return locked
 
 
 @dataclass(frozen=True)
