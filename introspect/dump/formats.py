@@ -254,7 +254,7 @@ def _split(path: str, tensors: dict[str, torch.Tensor], *, ordered: bool) -> Dum
         if tensor.is_floating_point():
             dtypes[name] = str(tensor.dtype).split(".")[-1]
             values[name] = tensor
-        elif tensor.dtype != torch.bool:
+        else:  # integer and boolean arrays: inputs, or kept apart (check_inputs says which)
             integers[name] = tensor
     return Dump(path, values, dtypes, ordered, integers)
 
