@@ -301,7 +301,8 @@ class _Matcher:
                     == self.reference[self.ref_names[j]].numel()
                     and (c := self.profile("dump", self.names[i]).cost(
                         self.profile("ref", self.ref_names[j]))) <= ORDER_COST_CEILING}
-            assigned = _monotone(rows, columns, cost) if order_used else _greedy(cost)
+            assigned = _monotone(rows, columns, cost) if order_used \
+                else _in_reference_order(columns, cost)
             for i, j in assigned.items():
                 name, ref = self.names[i], self.ref_names[j]
                 layout, agreed = self._fit(name, ref)
@@ -398,8 +399,9 @@ class _Matcher:
         """Per reference node: whether a fault there fits what the dump shows.
 
         A fault propagates to its layer's output and on; a small one (a LayerNorm eps)
-        may fade below budget here and there. A node is in the zone when, from its layer's
-        output on, fewer of the reference's nodes are paired by value than are not. Where
+        may fade below budget here and there. A node is in the zone when its layer's output
+        is not paired by value and, from that output on, fewer of the reference's nodes
+        are paired by value than are not. Where
         the port's values agree again, a tensor without partner is another quantity than
         any the reference computes, not a fault.
         """
@@ -413,7 +415,7 @@ class _Matcher:
         for n in self.ref_names:
             start = last_of_layer[self.layers.get(n, "")]
             paired = paired_after[start]
-            zone.append(paired < len(self.ref_names) - start - paired)
+            zone.append(start not in taken and paired < len(self.ref_names) - start - paired)
         return zone
 
     def _segments(self, found: Mapping[int, tuple[int, Layout, str]], candidates: list[int],
@@ -614,12 +616,14 @@ def _increasing_chain(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]
     return chain[::-1]
 
 
-def _greedy(cost: Mapping[tuple[int, int], float]) -> dict[int, int]:
-    """Closest pairs first, each tensor and node used once (the order is unknown)."""
+def _in_reference_order(columns: Sequence[int], cost: Mapping[tuple[int, int], float]
+                        ) -> dict[int, int]:
+    """Without an order: each free node, in the reference's order, takes the closest
+    tensor left. The earliest node of a fault takes the tensor least far from it, the one
+    the fault has moved least: the fault's own, more often than one it propagated to."""
     assigned: dict[int, int] = {}
-    taken: set[int] = set()
-    for (i, j), _ in sorted(cost.items(), key=lambda item: (item[1], item[0])):
-        if i not in assigned and j not in taken:
-            assigned[i] = j
-            taken.add(j)
+    for j in columns:
+        options = [(c, i) for (i, k), c in cost.items() if k == j and i not in assigned]
+        if options:
+            assigned[min(options)[1]] = j
     return assigned
