@@ -184,6 +184,15 @@ def diff_dump(reference: Capture, dump: Dump, *, atol: float | None = None,
                      "says why); a tensor without partner never fails the diff by itself")
     notes += _nonfinite_notes(rows, allow_nonfinite)
     divergence = _first_divergence(rows)
+    broken = [e for e in reference.entries if _nonfinite(reference.values[e.name])]
+    if broken:  # a reference that holds NaN or Inf proves nothing, paired or not
+        notes.append(f"the reference holds NaN or Inf in {len(broken)} value(s), first at "
+                     f"{broken[0].name} ({broken[0].op} in {broken[0].module or broken[0].layer})"
+                     f": {'allowed by --allow-nonfinite' if allow_nonfinite else 'the diff fails'}")
+        if divergence is None and not allow_nonfinite:
+            e = broken[0]
+            divergence = Divergence(e.name, "", e.module, e.layer, e.op, math.inf,
+                                    "no NaN or Inf in the reference", ())
     if divergence is not None and reference_model is not None and divergence.reference_node:
         match = next(m for m in matches if m.name == divergence.candidate_node)
         divergence = replace(divergence, hints=_hints(reference_model, reference, dump, match,
