@@ -60,8 +60,7 @@ def _variants(arrays):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extras,half", [(False, False), (True, False), (False, True),
-                                         (True, True)])
+@pytest.mark.parametrize("extras,half", [(False, False), (True, True)])
 def test_a_correct_port_passes_in_any_order(tmp_path, minilm_setup, extras, half):
     cap, make, ids = minilm_setup
     arrays = make(extras=extras, half=half)
@@ -92,7 +91,7 @@ def test_a_correct_port_passes_in_any_order(tmp_path, minilm_setup, extras, half
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_each_fault_fails_at_its_tensor(tmp_path, minilm_setup, fault):
     cap, make, ids = minilm_setup
-    for extras in (False, True):
+    for extras in (True,):  # the partial quantities, next to the fault, must not mislead
         arrays = make(fault=fault, extras=extras)
         for label, variant in {"ordered": arrays,
                                "duplicates": _variants(arrays)["duplicates"]}.items():
@@ -105,8 +104,8 @@ def test_each_fault_fails_at_its_tensor(tmp_path, minilm_setup, fault):
             if fault != "position-offset" or not extras:
                 assert d.candidate_node == FAULTS[fault], (fault, extras, label)
         # in any order the verdict still fails, at the fault's layer or after
-        for label, variant in _variants(arrays).items():
-            assert not diff_dump(cap, _saved(tmp_path, variant, ids)).passed, (fault, label)
+        shuffled = _variants(arrays)["shuffled"]
+        assert not diff_dump(cap, _saved(tmp_path, shuffled, ids)).passed, fault
 
 
 @pytest.mark.slow
