@@ -243,7 +243,7 @@ def _tensor(array: Any) -> torch.Tensor:
 
     if array.dtype == object:
         raise InputError("a dumped array holds Python objects; dump numbers only")
-    return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))  # 0-d stays
 
 
 def _split(path: str, tensors: dict[str, torch.Tensor], *, ordered: bool) -> Dump:

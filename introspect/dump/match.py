@@ -18,9 +18,10 @@ under *any* layout, cheap enough to rule out almost every reference node of the 
    agree (else it may be a bias left out: it is paired, and the reason is in its row).
 4. **Faults**: a fault propagates to the output of its layer and to every later layer. A
    tensor with no partner by value is therefore paired with a free reference node only
-   where no anchor lies at or after that node's layer output ("the fault zone"): by a
-   monotone alignment of the two orders when the dump's order is known, with each pair's
-   distance under a ceiling, else with the closest free node. A tensor with no partner
+   between the two value pairs around it, by a monotone alignment of the two orders, when
+   the dump's order is known (each pair's distance under a ceiling); without an order,
+   only where no value pair lies at or after that node's layer output ("the fault zone"),
+   with the closest free node. A tensor with no partner
    elsewhere is left unpaired and never fails the verdict by itself.
 
 A tensor of a size no reference node has matches nothing, and says so.
@@ -291,7 +292,10 @@ class _Matcher:
             if regrouped is not None:  # or a bias left out: the values after it differ
                 reasons[i] = f"{regrouped[1]}, or a bias left out"
             candidates.append(i)
-        free = {j for j in range(len(self.ref_names)) if j not in taken and zone[j]}
+        # With the order: any free node between two value pairs (the order says where a
+        # tensor belongs); without: only where a fault fits what the dump shows.
+        free = {j for j in range(len(self.ref_names))
+                if j not in taken and (zone[j] or order_used)}
         how = BY_ORDER if order_used else BY_CLOSEST
         considered: set[int] = set()
         for rows, columns in self._segments(found, candidates, free, order_used):

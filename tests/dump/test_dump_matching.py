@@ -169,7 +169,11 @@ def test_nan_fails_wherever_it_is_unless_allowed(tiny_capture):
     result = diff_dump(tiny_capture, _dump(values))
     assert not result.passed and result.first_divergence.candidate_node == "t3"
     assert any("NaN or Inf in 1" in n for n in result.notes)
-    assert diff_dump(tiny_capture, _dump(values), allow_nonfinite=True).passed
+    row = next(r for r in result.rows if r.candidate_node == "t3")
+    assert row.status == "fail" and "the dump's value holds 1 NaN/Inf" in row.note
+    # allowed or not, a NaN where the reference has a number is a mismatch (as live)
+    allowed = diff_dump(tiny_capture, _dump(values), allow_nonfinite=True)
+    assert not allowed.passed and allowed.first_divergence.candidate_node == "t3"
     # unpaired, of a size no node has: still reported, still failing
     odd = _renamed(tiny_capture) | {"scratch": torch.full((3, 7), float("inf"))}
     result = diff_dump(tiny_capture, _dump(odd))
@@ -255,3 +259,32 @@ def test_coverage_both_ways_in_every_report(tiny_capture):
     summary = report_dict(result)["summary"]
     assert summary["coverage_text"] == text and summary["dump_tensors"] == 11
     assert summary["reference_nodes_paired"] == 10
+
+
+def test_one_wrong_tensor_between_agreeing_ones_is_paired_by_order(tiny_capture):
+    """The dump's order places a tensor that has no partner by value: between the value
+    pairs around it, on the free node of its size there (and it fails there)."""
+    values = _renamed(tiny_capture)
+    k = next(i for i, e in enumerate(tiny_capture.entries)
+             if e.layer == "encoder.layer.1" and e.op == "LayerNorm")
+    values[f"t{k}"] = values[f"t{k}"] * 1.01
+    result = diff_dump(tiny_capture, _dump(values))
+    assert not result.passed
+    assert result.first_divergence.candidate_node == f"t{k}"
+    assert result.first_divergence.reference_node == tiny_capture.entries[k].name
+    # without an order, a tensor whose later values agree is another quantity: unpaired
+    loose = diff_dump(tiny_capture, _dump(values, ordered=False))
+    row = next(r for r in loose.rows if r.candidate_node == f"t{k}")
+    assert loose.passed and row.status == "unmatched" and "not a fault" in row.note
+
+
+def test_a_zero_d_array_stays_zero_d(tmp_path, tiny_capture):
+    values = {f"v{i}": tiny_capture.values[e.name].numpy()
+              for i, e in enumerate(tiny_capture.entries)}
+    np.savez(tmp_path / "d.npz", seq_len=np.array(9), scale=np.array(0.5, dtype=np.float32),
+             **values)
+    dump = read_dump(tmp_path / "d.npz")
+    assert dump.integers["seq_len"].shape == () and dump.values["scale"].shape == ()
+    result = diff_dump(tiny_capture, dump)
+    assert result.passed
+    assert any("'seq_len' ()" in n for n in result.notes)
