@@ -288,3 +288,15 @@ def test_a_zero_d_array_stays_zero_d(tmp_path, tiny_capture):
     result = diff_dump(tiny_capture, dump)
     assert result.passed
     assert any("'seq_len' ()" in n for n in result.notes)
+
+
+def test_only_tensors_of_a_reference_size_are_sorted(tiny_capture):
+    """Item 6: a tensor no reference node matches in size is never sorted or widened."""
+    from introspect.dump.match import _Matcher
+
+    values = _renamed(tiny_capture) | {"big": torch.zeros(1000, 999)}
+    matcher = _Matcher(values, tiny_capture.values, True, lambda *a: True,
+                       lambda *a: 0.0, {}, {})
+    matching = matcher.run()
+    assert ("dump", "big") not in matcher._profiles
+    assert next(m for m in matching.matches if m.name == "big").reference == ""
