@@ -69,7 +69,8 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
         return diff_dump(reference, candidate_dump, atol=atol, rtol=rtol,
                          noise_budget=args.noise_budget, name_map=name_map,
                          reference_label=reference_label, candidate_label=candidate_label,
-                         reference_model=reference_model)
+                         reference_model=reference_model,
+                         allow_nonfinite=getattr(args, "allow_nonfinite", False))
 
 
 def _live_reference(args: argparse.Namespace) -> tuple[Any, str, Any]:

@@ -133,9 +133,11 @@ class DiffResult:
     def summary(self) -> str:
         """A few lines of plain text: verdict, first divergence and hints, coverage."""
         verdict = "parity holds" if self.passed else "parity FAILS"
+        coverage = getattr(self.alignment, "coverage_text", None) or \
+            f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned"
         lines = [f"{self.candidate_label} vs {self.reference_label}: {verdict} "
                  f"(max abs error {self.max_abs_err:.3g}; {len(self.alignment.pairs)} pairs, "
-                 f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned)"]
+                 f"{coverage})"]
         d = self.first_divergence
         if d is not None:
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "

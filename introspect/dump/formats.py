@@ -405,7 +405,7 @@ def _numpy_kind(dtype: Any) -> str | None:
 def _array_tensor(array: Any) -> torch.Tensor:
     import numpy as np
 
-    return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))  # 0-d stays
 
 
 def _read_npz(source: Path) -> Dump:
@@ -490,7 +490,8 @@ def _read_npy_folder(source: Path) -> Dump:
 def _split(path: str,
            kinds: Mapping[str, tuple[str, tuple[int, ...], Callable[[], torch.Tensor]]],
            skipped: dict[str, str], *, ordered: bool, order: list[str] | None = None) -> Dump:
-    """Floating-point tensors as values, other numbers as integers, booleans skipped."""
+    """Floating-point tensors as values; integer and boolean arrays as integers (inputs, or
+    kept apart: ``check_inputs`` says which)."""
     names = list(kinds)
     if order is not None:
         names = [*order, *(n for n in names if n not in set(order))]
@@ -501,8 +502,6 @@ def _split(path: str,
         dtype, shape, load = kinds[name]
         if dtype.startswith(("float", "bfloat")):
             values[name], dtypes[name] = (load, shape), dtype
-        elif dtype == "bool":
-            skipped[name] = "a boolean array"
         else:
             integers[name] = (load, shape)
     return Dump(path, LazyTensors({k: v[0] for k, v in values.items()},

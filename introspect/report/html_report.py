@@ -122,8 +122,13 @@ def _verdict(result: DiffResult) -> list[str]:
         f"<div class='verdict {kind}'><span class='word'>{word}</span>: "
         f"{counts[STATUS_FAIL]} node(s) over budget; max abs error "
         f"{result.max_abs_err:.3g}; {counts['pairs']} aligned pairs, "
-        f"{result.alignment.coverage:.0%} of the reference's tensor nodes aligned.</div>",
+        f"{e(_coverage(result))}.</div>",
     ]
+
+
+def _coverage(result: DiffResult) -> str:
+    return getattr(result.alignment, "coverage_text", None) or \
+        f"{result.alignment.coverage:.0%} of the reference's tensor nodes aligned"
 
 
 def _divergence(result: DiffResult) -> list[str]:

@@ -51,12 +51,23 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
                       "noise_budget": result.noise_budget,
                       "defaults": {k: {"rtol": r, "atol": a} for k, (r, a) in DEFAULTS.items()}},
         "summary": {"pairs": counts["pairs"], "coverage": result.alignment.coverage,
+                    **_dump_coverage(result.alignment),
                     "max_abs_err": result.max_abs_err,
                     **{k: v for k, v in counts.items() if k != "pairs"}},
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
         "layers": [asdict(r) for r in result.layer_rows],
         "notes": list(result.notes),
     })
+
+
+def _dump_coverage(alignment: Any) -> dict[str, Any]:
+    """A dump diff's coverage both ways (reference nodes paired, dumped tensors paired)."""
+    text = getattr(alignment, "coverage_text", None)
+    if text is None:
+        return {}
+    return {"coverage_text": text, "reference_nodes": alignment.reference_nodes,
+            "reference_nodes_paired": alignment.reference_paired,
+            "dump_tensors": len(alignment.matches), "dump_tensors_paired": len(alignment.pairs)}
 
 
 def json_report(result: DiffResult) -> str:

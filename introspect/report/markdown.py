@@ -6,7 +6,7 @@ budget. Numbers are printed with three significant digits so that the text is st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from introspect.diff.records import STATUS_FAIL
 
@@ -24,8 +24,8 @@ def markdown_summary(result: DiffResult) -> str:
         f"## introspect diff: {verdict}",
         "",
         f"**{_md(result.candidate_label)}** against **{_md(result.reference_label)}**: "
-        f"{len(a.pairs)} aligned pairs, {a.coverage:.0%} of the reference's tensor nodes "
-        f"aligned, max abs error {_num(result.max_abs_err)}.",
+        f"{len(a.pairs)} aligned pairs, "
+        f"{_md(_coverage(a))}, max abs error {_num(result.max_abs_err)}.",
     ]
     d = result.first_divergence
     if d is not None:
@@ -38,14 +38,14 @@ def markdown_summary(result: DiffResult) -> str:
     for r in result.layer_rows:
         status = "pass" if r.passed else f"**FAIL** ({r.failing})"
         lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
-                     f"{f'`{r.worst_node}`' if r.worst_node else ''} | {r.nodes} | {status} |")
+                     f"{_code(r.worst_node)} | {r.nodes} | {status} |")
     failing = [n for n in result.rows if n.status == STATUS_FAIL]
     if failing:
         lines += ["", f"<details><summary>{len(failing)} node(s) over budget</summary>", "",
                   "| reference node | candidate node | op | shape | local max abs err | "
                   "max abs err |", "|---|---|---|---|---:|---:|"]
         for n in failing[:_MAX_FAILING_ROWS]:
-            lines.append(f"| `{n.reference_node}` | `{n.candidate_node}` | {_md(n.op)} | "
+            lines.append(f"| {_code(n.reference_node)} | {_code(n.candidate_node)} | {_md(n.op)} | "
                          f"{n.shape} | {_num(n.local_max_abs_err)} | {_num(n.max_abs_err)} |")
         if len(failing) > _MAX_FAILING_ROWS:
             lines.append(f"| ... {len(failing) - _MAX_FAILING_ROWS} more | | | | | |")
@@ -57,6 +57,21 @@ def markdown_summary(result: DiffResult) -> str:
 
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
+
+
+def _coverage(alignment: Any) -> str:
+    """A dump diff's coverage both ways, or the share of reference nodes aligned."""
+    return getattr(alignment, "coverage_text", None) or \
+        f"{alignment.coverage:.0%} of the reference's tensor nodes aligned"
+
+
+def _code(text: str) -> str:
+    """A name as inline code in a table cell: no ``|``, backtick or line break can end it."""
+    if not text:
+        return ""
+    safe = text.replace("\r", "\\r").replace("\n", "\\n").replace("|", "\\|")
+    fence = "``" if "`" in safe else "`"
+    return f"{fence} {safe} {fence}" if fence == "``" else f"`{safe}`"
 
 
 def _md(text: str) -> str:

@@ -182,7 +182,9 @@ def test_numpy_port_passes_and_its_faults_are_found(tmp_path, minilm_capture_fil
         result = diff_dump(reference, read_dump(out))
         if fault is None:
             assert result.passed, result.summary()
-            assert result.alignment.coverage == 1.0
+            assert result.alignment.dump_coverage == 1.0  # every dumped tensor paired
+            assert result.alignment.coverage_text == (
+                "63 of the reference's 81 nodes paired; 63 of the dump's 63 tensors paired")
         else:
             assert not result.passed
             assert result.first_divergence.candidate_node == tensor, result.summary()
