@@ -26,6 +26,7 @@ Two ways to expose the intermediates (``--expose``):
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -93,8 +94,12 @@ def session_options(level: str, save_to: Path | None = None) -> Any:
 
 
 def shipped_graph(model: Path, level: str, work: Path, *, transformer_optimizer: bool = False,
-                  fp16: bool = False) -> Path:
-    """The graph ORT really runs: the offline optimizer's (if any), then ORT's at ``level``."""
+                  fp16: bool = False, num_heads: int = 12, hidden_size: int = 384) -> Path:
+    """The graph ORT really runs: the offline optimizer's (if any), then ORT's at ``level``.
+
+    ``num_heads`` and ``hidden_size`` (MiniLM's by default) let the transformer optimizer
+    fuse attention: it cannot read them from the graph's dynamic shapes.
+    """
     import onnxruntime as ort
 
     if transformer_optimizer or fp16:
@@ -103,7 +108,8 @@ def shipped_graph(model: Path, level: str, work: Path, *, transformer_optimizer:
         from onnxruntime.transformers.optimizer import optimize_model
 
         if transformer_optimizer:  # opt_level=0: its own fusions, before ORT's at `level`
-            optimized = optimize_model(str(model), model_type="bert", opt_level=0)
+            optimized = optimize_model(str(model), model_type="bert", opt_level=0,
+                                       num_heads=num_heads, hidden_size=hidden_size)
         else:
             optimized = OnnxModel(onnx.load(str(model)))
         if fp16:
@@ -186,15 +192,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from safetensors.numpy import load_file
 
+    folder = args.checkpoint or minilm_folder()
+    config = json.loads((folder / "config.json").read_text())
     captured = load_file(args.capture)
     inputs = {n: captured[f"input.{n}"] for n in INPUT_NAMES}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model = args.onnx or export(load_bert(args.checkpoint or minilm_folder()), inputs,
-                                    work / "bert.onnx")
+        model = args.onnx or export(load_bert(folder), inputs, work / "bert.onnx")
         if args.expose == "shipped":
             model = shipped_graph(model, args.level, work, fp16=args.fp16,
-                                  transformer_optimizer=args.transformer_optimizer)
+                                  transformer_optimizer=args.transformer_optimizer,
+                                  num_heads=config["num_attention_heads"],
+                                  hidden_size=config["hidden_size"])
             level = "disabled"  # already optimized: run exactly the saved graph
         else:
             level = args.level
