@@ -62,7 +62,7 @@ class KerasBert:
 
     def _load(self, w: dict[str, np.ndarray]) -> None:
         """Build every layer to its shape and set the checkpoint's weights, key by key."""
-        H, I = self.config["hidden_size"], self.config["intermediate_size"]
+        H, inter = self.config["hidden_size"], self.config["intermediate_size"]
 
         def dense(layer: keras.layers.Dense, key: str, fan_in: int) -> None:
             layer.build((None, fan_in))
@@ -85,7 +85,7 @@ class KerasBert:
                 dense(block[name], p + key, H)
             norm(block["attn_norm"], p + "attention.output.LayerNorm")
             dense(block["ffn_in"], p + "intermediate.dense", H)
-            dense(block["ffn_out"], p + "output.dense", I)
+            dense(block["ffn_out"], p + "output.dense", inter)
             norm(block["out_norm"], p + "output.LayerNorm")
         dense(self.pooler, "pooler.dense", H)
 
