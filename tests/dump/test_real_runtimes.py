@@ -225,20 +225,24 @@ def test_integer_and_bool_intermediates_do_not_break_a_correct_dump(recipe, expo
     assert result.passed, result.summary()
 
 
-def test_the_recipe_dumps_in_the_graphs_order_and_the_shipped_graph_differs(
+def test_the_recipe_dumps_in_the_graphs_order_and_the_shipped_graph_is_fused(
         recipe, exported, tmp_path):
-    """`every` keeps the export's tensors; `shipped` at `all` holds fused tensors instead."""
+    """`every` keeps the export's tensors, in order; the shipped graphs hold fused nodes."""
+    from collections import Counter
+
     model, inputs = exported
     every = np.load(ort_dump(recipe, model, inputs, "every-disabled", tmp_path / "a"))
-    fused = np.load(ort_dump(recipe, model, inputs, "transformer-all", tmp_path / "b"))
     assert every.files[:3] == list(recipe.INPUT_NAMES)
-    names = every.files[3:]
-    first = {n: i for i, n in enumerate(names)}
+    first = {n: i for i, n in enumerate(every.files)}
     assert first["/bert/embeddings/Add_output_0"] < first[
         "/bert/encoder/layer.0/attention/self/query/MatMul_output_0"] < first[
         "/bert/encoder/layer.5/output/Add_output_0"]
-    assert any("SkipLayerNorm" in n or "Attention" in n for n in fused.files)
-    assert len(fused.files) < len(every.files)
+    plain = recipe.shipped_graph(model, "all", tmp_path)
+    fused = recipe.shipped_graph(model, "all", tmp_path, transformer_optimizer=True)
+    assert "FusedMatMul" in {n.op_type for n in onnx.load(str(plain)).graph.node}
+    ops = Counter(n.op_type for n in onnx.load(str(fused)).graph.node)
+    assert (ops["Attention"], ops["SkipLayerNormalization"], ops["EmbedLayerNormalization"]) \
+        == (6, 12, 1), ops
 
 
 # ---------------------------------------------------------------------------------------
