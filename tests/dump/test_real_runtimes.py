@@ -38,7 +38,7 @@ CONFIGS = {
     "fp16-all": ("shipped", "all", False, True),
     "fp16-transformer": ("shipped", "all", True, True),
 }
-FAST = {"every-disabled", "shipped-all", "transformer-all", "fp16-transformer"}
+FAST = {"every-disabled", "transformer-all", "fp16-transformer"}
 
 # fault -> (the layer it must fail in, words the right hint holds)
 FAULTS = {
@@ -249,12 +249,20 @@ def test_the_recipe_dumps_in_the_graphs_order_and_the_shipped_graph_is_fused(
 # Faults fail in their layer
 
 
-FAULT_CONFIGS = _params(["every-disabled", "transformer-all", "fp16-transformer"],
-                        {"every-disabled"})
+# Every fault in the unfused and the fused fp32 graphs; in fp16 only those whose effect is
+# far above half precision's rounding (an eps of 1e-3 or the tanh GELU moves values by ~1e-3
+# of their size, which is what fp16 rounds away by itself).
+FAST_FAULTS = {*((fault, "every-disabled") for fault in FAULTS),
+               ("transposed-weight", "transformer-all")}
+FAULT_CASES = [
+    *(pytest.param(fault, config, marks=() if (fault, config) in FAST_FAULTS else pytest.mark.slow)
+      for config in ("every-disabled", "transformer-all") for fault in FAULTS),
+    *(pytest.param(fault, "fp16-transformer", marks=pytest.mark.slow)
+      for fault in ("transposed-weight", "mask-ignored", "position-offset")),
+]
 
 
-@pytest.mark.parametrize("config", FAULT_CONFIGS)
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize(("fault", "config"), FAULT_CASES)
 def test_a_fault_fails_in_its_layer(fault, config, recipe, faulty, exported, reference,
                                     tmp_path):
     inputs = exported[1]
