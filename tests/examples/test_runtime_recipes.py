@@ -30,6 +30,15 @@ def needs(*modules: str) -> None:
             pytest.skip(f"{module} is not installed")
 
 
+@pytest.fixture(scope="module")
+def minilm_capture_file(tmp_path_factory):
+    """`introspect capture`, as the recipes' first step says."""
+    path = tmp_path_factory.mktemp("capture") / "ref.safetensors"
+    done = run("-m", "introspect", "capture", "-o", str(path))
+    assert done.returncode == 0, done.stderr
+    return path
+
+
 def diff(capture: Path, dump: Path) -> subprocess.CompletedProcess[str]:
     return run("-m", "introspect", "diff", "--reference-dump", str(capture),
                "--candidate-dump", str(dump), "--quiet")
@@ -69,3 +78,18 @@ def test_the_keras_recipe_dumps_what_introspect_diff_reads(minilm_capture_file, 
     verdict = diff(minilm_capture_file, out)
     assert verdict.returncode == 1, verdict.stdout + verdict.stderr
     assert "block3.gelu" in verdict.stdout, verdict.stdout
+
+
+@pytest.mark.slow
+def test_the_readmes_shipped_graph_command_passes(minilm_capture_file, tmp_path):
+    """The README's command: ORT's fused graph (transformer optimizer, level all) dumped."""
+    needs("onnxruntime", "onnx")
+    out = tmp_path / "ort.npz"
+    done = run(str(EXAMPLES / "onnx_runtime" / "bert_onnx.py"), "--capture",
+               str(minilm_capture_file), "-o", str(out), "--expose", "shipped", "--level", "all",
+               "--transformer-optimizer")
+    assert done.returncode == 0, done.stderr
+    assert "--expose shipped --level all --transformer-optimizer" in \
+        (ROOT / "README.md").read_text().replace("\\\n    ", "")
+    verdict = diff(minilm_capture_file, out)
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
