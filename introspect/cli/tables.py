@@ -18,7 +18,7 @@ PIPE_WIDTH = 120  # piped output (CI logs, files): wide enough for names, still 
 MIN_WIDTH = 60
 
 STATUS_STYLE = {"FAIL": "bold red", "fail": "bold red", "drift": "yellow", "pass": "green",
-                "ok": "green", "unmatched": "dim", "skipped": "dim"}
+                "ok": "green", "unmatched": "dim", "skipped": "dim", "n/a": "dim"}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,47 @@ from introspect.graph import IntrospectGraph
 if TYPE_CHECKING:
     import pandas
 
+# One set of status words for every table (terminal, Markdown, HTML, notebook): a node's
+# or a layer's status is one of these.
+WORD_PASS, WORD_FAIL, WORD_DRIFT, WORD_NA = "pass", "FAIL", "drift", "n/a"
+WORD_UNCONFIRMED = "unconfirmed"
+_WORDS = {STATUS_OK: WORD_PASS, STATUS_FAIL: WORD_FAIL, STATUS_DRIFT: WORD_DRIFT,
+          STATUS_UNCONFIRMED: WORD_UNCONFIRMED, STATUS_UNMATCHED: WORD_NA,
+          STATUS_SKIPPED: WORD_NA}
+STATUS_LEGEND = ("pass: compared, within budget; FAIL: local error over budget (look here); "
+                 "drift: only errors carried in from before; n/a: nothing compared")
+_UNCONFIRMED_LEGEND = "; unconfirmed: over budget, but nothing it feeds differs"
+
+
+def status_word(status: str) -> str:
+    """The word a table shows for a node's ``status`` (``ok`` -> ``pass``, ...)."""
+    return _WORDS.get(status, status)
+
+
+def layer_statuses(result: DiffResult) -> list[str]:
+    """The status word of each of ``result.layer_rows``: FAIL where a node's local error is
+    over budget, drift where none is but the layer's output error is, n/a where no node was
+    compared, pass otherwise."""
+    drifting = {r.reference_node for r in result.rows if r.status == STATUS_DRIFT}
+    words = []
+    for layer in result.layer_rows:
+        if layer.failing or not layer.passed:
+            words.append(WORD_FAIL)
+        elif not layer.nodes:
+            words.append(WORD_NA)
+        elif layer.output_node in drifting:
+            words.append(WORD_DRIFT)
+        else:
+            words.append(WORD_PASS)
+    return words
+
+
+def status_legend(words: Sequence[str] = ()) -> str:
+    """The legend line under a status table (``unconfirmed`` explained where shown)."""
+    return "status: " + STATUS_LEGEND + (_UNCONFIRMED_LEGEND if WORD_UNCONFIRMED in words
+                                         else "")
+
+
 _FAIL_STYLE = "background-color:#f8d7da"
 _DRIFT_STYLE = "background-color:#fff3cd"
 _UNMATCHED_STYLE = "color:#777"
@@ -97,13 +138,16 @@ class DiffResult:
 
     @property
     def layers(self) -> pandas.DataFrame:
-        """One row per layer: its output's error, its worst node, pass or fail."""
+        """One row per layer: its output's error, its worst node, its status (pass, FAIL,
+        drift or n/a: ``STATUS_LEGEND``)."""
         import pandas as pd
 
         from introspect.report.notebook import highlighted
 
-        return highlighted(pd.DataFrame([asdict(r) for r in self.layer_rows],
-                                        columns=list(LayerDiff.__dataclass_fields__)))
+        frame = pd.DataFrame([asdict(r) for r in self.layer_rows],
+                             columns=list(LayerDiff.__dataclass_fields__))
+        frame["status"] = layer_statuses(self)
+        return highlighted(frame)
 
     def draw(self, depth: Any = None, **options: Any) -> Any:
         """The reference's drawing coloured by local error (a graphviz.Digraph; shows itself
@@ -152,10 +196,9 @@ class DiffResult:
         header = f"{'layer':<18} {'max_abs_err':>11} {'local_max':>11} {'nodes':>5} " \
                  f"{'fail':>4}  {'status':<6} worst node"
         lines = [header]
-        for r in self.layer_rows:
+        for r, word in zip(self.layer_rows, layer_statuses(self), strict=True):
             lines.append(f"{r.layer:<18} {r.max_abs_err:>11.3g} {r.local_max_abs_err:>11.3g} "
-                         f"{r.nodes:>5} {r.failing:>4}  {'pass' if r.passed else 'FAIL':<6} "
-                         f"{r.worst_node}")
+                         f"{r.nodes:>5} {r.failing:>4}  {word:<6} {r.worst_node}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -169,7 +212,7 @@ class DiffResult:
                          f"({html.escape(d.op)} in {html.escape(d.module or d.layer)}), local "
                          f"max abs error {d.local_max_abs_err:.3g}</p>")
             parts += [f"<p>&rarr; {html.escape(h)}</p>" for h in d.hints]
-        parts.append(html_table(self.layers, status_column="passed"))
+        parts.append(html_table(self.layers))
         shown = self.nodes
         shown = shown[shown["status"].isin([STATUS_FAIL, STATUS_DRIFT])] if not self.passed \
             else shown.head(0)
@@ -192,7 +235,7 @@ def html_table(frame: pandas.DataFrame, *, status_column: str = "status") -> str
     body = []
     for _, row in frame.iterrows():
         status = row.get(status_column)
-        style = (_FAIL_STYLE if status in (STATUS_FAIL, False) else
+        style = (_FAIL_STYLE if status in (STATUS_FAIL, WORD_FAIL, False) else
                  _DRIFT_STYLE if status == STATUS_DRIFT else
                  _UNMATCHED_STYLE if status in (STATUS_UNMATCHED, STATUS_SKIPPED) else "")
         cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
@@ -209,4 +252,5 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["DiffResult", "html_table"]
+__all__ = ["STATUS_LEGEND", "DiffResult", "html_table", "layer_statuses", "status_legend",
+           "status_word"]

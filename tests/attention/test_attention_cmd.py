@@ -131,7 +131,8 @@ def test_diff_hook_reports_the_first_divergent_head(tmp_path, tiny_models):
 
 def test_diff_command_prints_the_head_verdict(tmp_path, capsys):
     assert main(["diff", "--model", "bert-tiny", "--out", str(tmp_path / "r")]) == 0
-    assert "attention heads: all 2x2 heads within budget" in capsys.readouterr().out
+    assert ("attention heads (each head on the reference's inputs to its layer): all 2x2 heads "
+            "within budget") in capsys.readouterr().out
     assert (tmp_path / "r" / "heads.csv").exists()
     assert not (tmp_path / "r" / "heads.svg").exists()  # no head diverged
 

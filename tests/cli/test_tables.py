@@ -46,8 +46,12 @@ def rendered(result, **options) -> str:
 def test_failing_diff_fits_100_columns_with_errors_first(failing):
     text = rendered(failing, all_nodes=False)
     lines = text.splitlines()
-    table_lines = lines[lines.index("layers"):]  # the verdict lines wrap as the terminal does
+    assert lines[-1].startswith("first divergence: encoder_layer_0_intermediate_dense")
+    table_lines = lines[lines.index("layers"):-1]  # the verdict lines wrap as the terminal does
     assert max(len(line) for line in table_lines) <= WIDTH, text
+    assert sum(line.startswith("  hint: ") for line in lines) == 1  # once, under the verdict
+    assert "drift   encoder.layer.1" in text  # output over budget, every local error within
+    assert "status: pass: compared, within budget; FAIL:" in text  # the legend
     header = next(line for line in lines if line.startswith("status  local err"))
     assert header.split()[:4] == ["status", "local", "err", "output"]
     assert "FAIL    encoder.layer.0" in text  # the layer table
@@ -64,7 +68,7 @@ def test_capped_rows_say_how_many_more(many_failing):
 
 def test_every_node_with_nodes_still_fits(many_failing):
     text = rendered(many_failing, all_nodes=True)
-    lines = text.splitlines()[text.splitlines().index("layers"):]
+    lines = text.splitlines()[text.splitlines().index("layers"):-1]
     assert max(len(line) for line in lines) <= WIDTH
     assert "… and" not in text and "compared nodes" in text
 
@@ -107,3 +111,23 @@ def test_pipe_width_follows_columns(monkeypatch):
     assert console_for(io.StringIO()).width == 100
     monkeypatch.delenv("COLUMNS")
     assert console_for(io.StringIO()).width == 120
+
+
+def test_layer_status_words():
+    """pass only where something was compared; drift where only the output is over budget."""
+    from types import SimpleNamespace
+
+    from introspect.diff.records import LayerDiff
+    from introspect.diff.result import layer_statuses, status_legend
+
+    def layer(name, nodes, failing, output=""):
+        return LayerDiff(name, output, 0.1, 0.0, "", nodes, failing, 0, not failing)
+
+    result = SimpleNamespace(
+        layer_rows=[layer("mask", 0, 0), layer("a", 3, 1, "a_out"), layer("b", 3, 0, "b_out"),
+                    layer("c", 3, 0, "c_out")],
+        rows=[SimpleNamespace(reference_node="b_out", status="drift"),
+              SimpleNamespace(reference_node="c_out", status="ok")])
+    assert layer_statuses(result) == ["n/a", "FAIL", "drift", "pass"]
+    assert "unconfirmed" not in status_legend(["pass"])
+    assert "unconfirmed: " in status_legend(["unconfirmed"])
