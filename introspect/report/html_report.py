@@ -168,7 +168,8 @@ def _nodes_section(result: DiffResult) -> list[str]:
     rows = []
     for r in compared:
         cells: list[Cell] = [
-            text_cell(status_word(r.status)), number_cell(r.local_max_abs_err), number_cell(r.max_abs_err),
+            text_cell(status_word(r.status)), number_cell(r.local_max_abs_err),
+            number_cell(r.max_abs_err),
             number_cell(r.atol), number_cell(r.rtol), number_cell(r.reference_index),
             text_cell(r.layer), text_cell(r.op), text_cell(r.reference_node, code=True),
             text_cell(r.candidate_node, code=True), text_cell(r.shape), text_cell(r.dtype),

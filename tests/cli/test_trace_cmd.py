@@ -21,7 +21,8 @@ HEAVY = {"torch", "transformers", "pandas", "networkx", "graphviz", "numpy", "ri
 def test_table_lists_nodes_with_shapes(capsys):
     assert main(["trace", "--model", "bert-tiny", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "embeddings_position_embeddings" in out and "(1, 8, 128)" in out
+    assert "\n     embeddings\n" in out  # a heading per layer
+    assert "  position_embeddings " in out and "(1, 8, 128)" in out
     assert "shape-bookkeeping nodes" in out
 
 
