@@ -221,8 +221,10 @@ def compute_maps(args: argparse.Namespace, texts: tuple[str, ...]) -> Any:
     if _paired(args):
         inputs.texts = tuple(f"{a} / {b}" for a, b in zip(texts[0::2], texts[1::2],
                                                           strict=True))
+    from introspect.cli.options import say_note
+
     for note in [*loaded.notes, *inputs.notes]:
-        say(args, note)
+        say_note(args, note)
     with step(args, "tracing and reading the attention probabilities"):
         return attention(loaded.model, inputs, title=f"{args.model}")
 
