@@ -34,7 +34,7 @@ import torch.fx
 
 from introspect.attention.maps import AttentionMaps, attention, attention_nodes
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
-from introspect.errors import InputError
+from introspect.errors import InputError, TraceError
 from introspect.load import TokenizedInputs
 
 if TYPE_CHECKING:
@@ -164,7 +164,10 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
             f"{cand.probs.shape[-1]}")
     note = ""
     if local:
-        probs, note = local_probabilities(reference, candidate, inputs)
+        try:
+            probs, note = local_probabilities(reference, candidate, inputs)
+        except (TraceError, RuntimeError, KeyError, TypeError, ValueError, IndexError) as e:
+            probs, note = None, f"the reference's inputs could not be put in ({e})"
         if probs is not None and probs.shape == cand.probs.shape:
             cand = replace(cand, probs=probs)
         elif probs is not None:
@@ -201,6 +204,8 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     from introspect.attention.maps import _accepted, _unpack
     from introspect.tracer import trace_module
 
+    if isinstance(reference, torch.fx.GraphModule) or isinstance(candidate, torch.fx.GraphModule):
+        return None, "a model given as a traced GraphModule runs as it is"
     tensors = _unpack(inputs)[0]
     ref_taken, cand_taken = _accepted(reference, tensors), _accepted(candidate, tensors)
     modes = reference.training, candidate.training

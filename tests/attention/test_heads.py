@@ -195,3 +195,14 @@ def _relu_forward(layer: HandLayer):
         x = layer.attention_norm(x + layer.attention_out(y.transpose(1, 2).reshape(B, S, H)))
         return layer.output_norm(x + layer.down(F.relu(layer.up(x))))
     return forward
+
+
+@pytest.mark.parametrize("fault", ["rotary-wrong-half", "gqa-tiled", "no-causal-mask"])
+def test_llama_attention_faults_are_local_to_their_layer(fault):
+    """Rotary attention: the position tables come in from outside the attention module."""
+    from tests.fixtures.families import faulty_llama_attention, tiny_inputs, tiny_model
+
+    model = tiny_model("llama")
+    parity = compare_heads(model, faulty_llama_attention(model, 1, fault), tiny_inputs("llama"))
+    assert parity.local and parity.first_divergence is not None
+    assert {layer for layer, _ in (~parity.passed).nonzero().tolist()} == {1}
