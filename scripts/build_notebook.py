@@ -120,13 +120,14 @@ result = introspect.diff(hf.model, broken, inputs)
 print(result.summary())
 result.layers"""),
     ("markdown", """\
-`result.nodes` is a DataFrame like any other: filter it to the nodes that are not fine.
-The one over budget (`fail`) is highlighted red; the ones after it, whose error was
-carried in from layer 3 but which compute the right thing themselves (`drift`), yellow."""),
+`result.nodes` is a DataFrame like any other: filter it to the failure and what it carried.
+The node over budget (`fail`) comes first, highlighted red; the ones after it, whose error
+was carried in from layer 3 but which compute the right thing themselves (`drift`), yellow."""),
     ("code", """\
 nodes = result.nodes
-nodes[nodes.status != "ok"][["reference_node", "candidate_node", "op", "local_max_abs_err",
-                             "max_abs_err", "status"]].head(8)"""),
+over = nodes[nodes.status.isin(["fail", "drift"])]  # the failure first, then its drift
+over[["reference_node", "candidate_node", "op", "local_max_abs_err", "max_abs_err",
+      "status"]].head(8)"""),
     ("markdown", """\
 The same drawing, each node coloured by its local error against its budget (green
 within, red far beyond): the fault lights up in layer 3 alone, drawn open while the

@@ -1,11 +1,19 @@
 """Head-by-head parity: which attention head of which layer parts from the reference.
 
-Both models run on the same inputs (each on its own, as a user runs them); the attention
-probabilities of every head are compared on the real tokens. A head diverges when some
-weight is off by more than the budget of the dtype they are compared in
-(``|cand - ref| <= atol + rtol * |ref|``). The first divergent head, in layer then head
-order, is where to look: a port with the query rows of two heads swapped parts exactly
-at the first of those heads, while every head of the layers before agrees.
+Parity is local, as the diff's is: each head of the candidate is computed from the
+*reference's* inputs to that layer's attention (the hidden states, and the position
+tables where the attention takes them), so an error carried in from an earlier layer
+does not show as a divergent head. A port with a tanh GELU in layer 3 has every head
+within budget (its attention is right); a port with the query rows of two heads of
+layer 1 swapped parts exactly at the first of those heads. The attention probabilities
+of every head are compared on the real tokens; a head diverges when some weight is off
+by more than the budget of the dtype they are compared in
+(``|cand - ref| <= atol + rtol * |ref|``).
+
+Where the reference's inputs cannot be put in (a layer whose attention takes its input
+in another layout, or the candidate's first layer receives something else than the
+reference's), the models are compared each on its own run, and ``HeadParity.note`` and
+the summary say so.
 
 Example::
 
@@ -18,14 +26,15 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
+import torch.fx
 
-from introspect.attention.maps import AttentionMaps, attention
+from introspect.attention.maps import AttentionMaps, attention, attention_nodes
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
-from introspect.errors import InputError
+from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
 
 if TYPE_CHECKING:
@@ -41,6 +50,9 @@ class HeadParity:
         max_abs_err: ``(layers, heads)`` largest |difference| over real tokens.
         passed: ``(layers, heads)`` bool, every weight within ``budget``.
         budget: the error budget of the dtype the maps are compared in.
+        local: the candidate's maps were computed from the reference's inputs to each
+            layer (False: each model on its own run, see ``note``).
+        note: why the comparison is not local, or "".
     """
 
     reference: AttentionMaps
@@ -48,6 +60,8 @@ class HeadParity:
     max_abs_err: torch.Tensor
     passed: torch.Tensor
     budget: Budget
+    local: bool = False
+    note: str = ""
 
     @property
     def first_divergence(self) -> tuple[int, int] | None:
@@ -93,12 +107,15 @@ class HeadParity:
         L, nh = self.max_abs_err.shape
         worst = float(self.max_abs_err.max())
         first = self.first_divergence
+        how = ("each head on the reference's inputs to its layer" if self.local
+               else f"each model on its own run: {self.note}" if self.note
+               else "each model on its own run")
         if first is None:
-            return (f"attention heads: all {L}x{nh} heads within budget "
+            return (f"attention heads ({how}): all {L}x{nh} heads within budget "
                     f"(max abs error {worst:.3g})")
         layer, head = first
         failing = int((~self.passed).sum())
-        return (f"attention heads: first divergent head: layer {layer}, head {head} "
+        return (f"attention heads ({how}): first divergent head: layer {layer}, head {head} "
                 f"(max abs error {float(self.max_abs_err[layer, head]):.3g} over budget "
                 f"{self.budget}); {failing} of {L * nh} heads over budget")
 
@@ -118,7 +135,8 @@ class HeadParity:
 
 def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
                   inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
-                  atol: float | None = None, rtol: float | None = None) -> HeadParity:
+                  atol: float | None = None, rtol: float | None = None,
+                  local: bool = True) -> HeadParity:
     """Compare the attention probabilities of two models head by head.
 
     Args:
@@ -126,6 +144,8 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
         candidate: the model checked (a port, another dtype or attention kernel).
         inputs: ``introspect.tokenize(...)`` output or a mapping of tensors by name.
         atol, rtol: override the budget (default: per dtype, as ``introspect.diff``).
+        local: compute each of the candidate's layers from the reference's inputs to it
+            (default); False compares the two models each on its own run.
 
     Returns:
         A ``HeadParity``: per-head errors, the first divergent head, a heatmap of it.
@@ -142,6 +162,17 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
             f"{ref.num_layers} layers x {ref.num_heads} heads over {ref.probs.shape[-1]} "
             f"tokens, the candidate {cand.num_layers} x {cand.num_heads} over "
             f"{cand.probs.shape[-1]}")
+    note = ""
+    if local:
+        try:
+            probs, note = local_probabilities(reference, candidate, inputs)
+        except (TraceError, RuntimeError, KeyError, TypeError, ValueError, IndexError) as e:
+            probs, note = None, f"the reference's inputs could not be put in ({e})"
+        if probs is not None and probs.shape == cand.probs.shape:
+            cand = replace(cand, probs=probs)
+        elif probs is not None:
+            note = "the candidate's attention on the reference's inputs has another shape"
+    is_local = local and not note
     dtype = compare_dtype(_dtype_name(reference), _dtype_name(candidate))
     budget = Tolerance(atol=atol, rtol=rtol).budget(dtype)
     real = (ref.keep[:, :, None] & ref.keep[:, None, :])[None, :, None]  # (1, B, 1, S, S)
@@ -149,7 +180,171 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
     allowed = budget.atol + budget.rtol * ref.probs.abs()
     max_abs_err = diff.amax(dim=(1, 3, 4))  # (L, nh)
     passed = ~((diff > allowed) & real).any(dim=(1, 3, 4))
-    return HeadParity(ref, cand, max_abs_err, passed, budget)
+    return HeadParity(ref, cand, max_abs_err, passed, budget, is_local, note)
+
+
+# ----------------------------------------------------------------------------------------
+# Local parity: the candidate's attention fed the reference's inputs to each layer
+
+_LOOSE = 1e-3  # layer 0's inputs must agree this well (relative to their size) to be swapped
+
+
+def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
+                        inputs: TokenizedInputs | Mapping[str, torch.Tensor]
+                        ) -> tuple[torch.Tensor | None, str]:
+    """The candidate's attention probabilities, each layer computed from the reference's
+    inputs to that layer: ``((layers, batch, heads, query, key), "")``, or ``(None, why)``.
+
+    A layer's inputs are the floating tensors of three dimensions that enter the module
+    its attention runs in (found by walking back from the attention node, in both traced
+    graphs): the hidden states, and the position tables of a rotary attention. Each of
+    the candidate's is replaced by the reference's of the same shape, in order; the
+    masks, the weights and anything of another shape stay the candidate's own.
+    """
+    from introspect.attention.maps import _accepted, _unpack
+    from introspect.trace.tracer import trace_module
+
+    if isinstance(reference, torch.fx.GraphModule) or isinstance(candidate, torch.fx.GraphModule):
+        return None, "a model given as a traced GraphModule runs as it is"
+    tensors = _unpack(inputs)[0]
+    ref_taken, cand_taken = _accepted(reference, tensors), _accepted(candidate, tensors)
+    modes = reference.training, candidate.training
+    reference.eval()
+    candidate.eval()
+    try:
+        ref_gm = trace_module(reference, ref_taken).gm
+        cand_gm = trace_module(candidate, cand_taken).gm
+        ref_layers = [_layer_inputs(n) for n in attention_nodes(ref_gm.graph)]
+        cand_layers = [_layer_inputs(n) for n in attention_nodes(cand_gm.graph)]
+        if len(ref_layers) != len(cand_layers):
+            return None, "the two models hold different numbers of attention layers"
+        ref_values = _values(ref_gm, [e for externals, _ in ref_layers for e in externals],
+                             ref_taken)
+        plan: list[list[tuple[torch.fx.Node, torch.Tensor, set[torch.fx.Node]]]] = []
+        for layer, ((ref_ext, _), (cand_ext, inside)) in enumerate(
+                zip(ref_layers, cand_layers, strict=True)):
+            pending = [ref_values[e.name] for e in ref_ext]
+            chosen = []
+            for e in cand_ext:
+                shape = _meta_shape(e)
+                match = next((v for v in pending if tuple(v.shape) == shape), None)
+                if match is not None:
+                    pending.remove(match)
+                    chosen.append((e, match, inside))
+            if not chosen:
+                return None, (f"layer {layer}'s attention takes its input in another layout "
+                              "than the reference's")
+            plan.append(chosen)
+        first_own = _values(cand_gm, [e for e, _, _ in plan[0]], cand_taken)
+        for e, value, _ in plan[0]:  # the pairing is right where no error has built up yet
+            own = first_own[e.name].float()
+            if not _close(own, value.float()):
+                return None, ("the candidate's inputs to layer 0's attention differ from the "
+                              "reference's")
+        with torch.no_grad():
+            per_layer = _substituted_run(cand_gm, plan, cand_taken)
+    finally:
+        reference.train(modes[0])
+        candidate.train(modes[1])
+    return torch.stack([p.float() for p in per_layer]), ""
+
+
+def _layer_inputs(node: torch.fx.Node) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
+    """The tensors entering the attention's module on the way to ``node``, and the nodes
+    inside that module on that way (``node`` included)."""
+    from introspect.attention.maps import _module_of
+
+    module = _module_of(node)
+
+    def inside(n: torch.fx.Node) -> bool:
+        path = _module_of(n)
+        return bool(module) and (path == module or path.startswith(module + "."))
+
+    seen, stack, found, within = {node}, [node], [], {node}
+    while stack:
+        current = stack.pop()
+        for source in current.all_input_nodes:
+            if source in seen:
+                continue
+            seen.add(source)
+            if inside(source) and source.op not in ("placeholder", "get_attr"):
+                within.add(source)
+                stack.append(source)
+            elif source.op not in ("placeholder", "get_attr") and _is_activation(source):
+                found.append(source)
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return sorted(found, key=order.__getitem__), within
+
+
+def _is_activation(node: torch.fx.Node) -> bool:
+    meta = node.meta.get("tensor_meta")
+    dtype = getattr(meta, "dtype", None)
+    return isinstance(dtype, torch.dtype) and dtype.is_floating_point and \
+        len(getattr(meta, "shape", ())) == 3
+
+
+def _meta_shape(node: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(node.meta["tensor_meta"].shape)
+
+
+def _values(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node],
+            inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The values of ``nodes`` (of ``gm``'s graph) when ``gm`` runs on ``inputs``."""
+    import copy
+
+    graph = copy.deepcopy(gm.graph)
+    by_name = {n.name: n for n in graph.nodes}
+    names = list(dict.fromkeys(n.name for n in nodes))
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    graph.erase_node(output)
+    graph.output(tuple(by_name[name] for name in names))
+    rewritten = torch.fx.GraphModule(gm, graph)
+    rewritten.graph.eliminate_dead_code()
+    rewritten.recompile()
+    with torch.no_grad():
+        values = rewritten(**inputs)
+    return dict(zip(names, values, strict=True))
+
+
+def _substituted_run(gm: torch.fx.GraphModule,
+                     plan: list[list[tuple[torch.fx.Node, torch.Tensor, set[torch.fx.Node]]]],
+                     inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``gm``'s attention probabilities with each layer's inputs swapped for the plan's."""
+    import copy
+
+    from introspect.attention.maps import is_sdpa, sdpa_probabilities
+
+    graph = copy.deepcopy(gm.graph)
+    by_name = {n.name: n for n in graph.nodes}
+    first = next(iter(graph.nodes))
+    feeds: dict[str, torch.Tensor] = {}
+    for layer, chosen in enumerate(plan):
+        for i, (external, value, inside) in enumerate(chosen):
+            name = f"introspect_reference_{layer}_{i}"
+            with graph.inserting_before(first):
+                placeholder = graph.placeholder(name)
+            feeds[name] = value.to(external.meta["tensor_meta"].dtype)
+            for node in inside:
+                by_name[node.name].replace_input_with(by_name[external.name], placeholder)
+    probabilities = []
+    for node in attention_nodes(graph):
+        if is_sdpa(node):
+            with graph.inserting_after(node):
+                node = graph.call_function(sdpa_probabilities, node.args, dict(node.kwargs))
+        probabilities.append(node)
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    graph.erase_node(output)
+    graph.output(tuple(probabilities))
+    rewritten = torch.fx.GraphModule(gm, graph)
+    rewritten.graph.eliminate_dead_code()
+    rewritten.recompile()
+    result: tuple[torch.Tensor, ...] = rewritten(**inputs, **feeds)
+    return result
+
+
+def _close(own: torch.Tensor, reference: torch.Tensor) -> bool:
+    scale = float(reference.abs().max()) if reference.numel() else 0.0
+    return bool((own - reference).abs().max() <= _LOOSE * max(scale, 1.0))
 
 
 def _dtype_name(model: torch.nn.Module) -> str:

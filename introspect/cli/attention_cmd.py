@@ -7,7 +7,8 @@ Examples:
   introspect attention --view model --model bert-large -o model.svg   # 24 x 16 heads
   introspect attention -o attention.html                 # pick layer and head in a browser
   introspect attention --format json -o -                # per-head statistics and the maps
-  introspect attention --format csv --layer all --heads all   # the statistics as CSV
+  introspect attention --format csv                      # the statistics of every head
+  introspect attention --format csv --layer 0 --heads 8  # ... of the heads chosen
 
 The probabilities are read from the model's own traced graph (softmax(q·kᵀ·scale + mask)
 at each attention), so they are there under sdpa too and equal HF's output_attentions
@@ -220,8 +221,10 @@ def compute_maps(args: argparse.Namespace, texts: tuple[str, ...]) -> Any:
     if _paired(args):
         inputs.texts = tuple(f"{a} / {b}" for a, b in zip(texts[0::2], texts[1::2],
                                                           strict=True))
+    from introspect.cli.options import say_note
+
     for note in [*loaded.notes, *inputs.notes]:
-        say(args, note)
+        say_note(args, note)
     with step(args, "tracing and reading the attention probabilities"):
         return attention(loaded.model, inputs, title=f"{args.model}")
 
@@ -236,8 +239,13 @@ def render(maps: Any, args: argparse.Namespace, fmt: str, layers: list[int],
             return maps.html(batch=args.row).encode("utf-8")
         if fmt == "json":
             return stats_json(maps, args, layers, heads).encode("utf-8")
-        if fmt == "csv":
-            return maps.stats().to_csv(index=False, float_format="%.6f").encode("utf-8")
+        if fmt == "csv":  # every head, or those --layer and --heads pick
+            stats = maps.stats()
+            if args.layer is not None:
+                stats = stats[stats["layer"].isin(layers)]
+            if args.heads is not None:
+                stats = stats[stats["head"].isin(heads)]
+            return stats.to_csv(index=False, float_format="%.6f").encode("utf-8")
         svg = maps.svg(args.view, layers=layers, heads=heads, batch=args.row,
                        window=args.tokens)
         if fmt == "png":

@@ -101,7 +101,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from introspect.cli.attention_cmd import print_head_parity
     from introspect.cli.diff_view import print_diff
     from introspect.cli.outputs import check_outputs, human_stream, write_output
     from introspect.diff.tolerance import parse_tolerance
@@ -135,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
     for path, text in _render(result, args).items():
         write_output(path, text)
     stream = human_stream(args.json, args.junit)
-    print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out)
-    print_head_parity(getattr(args, "head_parity", None), stream, quiet=args.quiet)
+    print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out,
+               heads=getattr(args, "head_parity", None))
     return 0 if result.passed else 1
 
 

@@ -2,6 +2,10 @@
 
 ``--quiet`` keeps the verdict and, on failure, the first divergence and its hints (as
 ``pytest -q`` keeps the failures); the tables are for a person at a terminal.
+
+A failing diff ends, as pytest does, on where to look: its last line is the first
+divergence (also under ``--quiet``); the hints at its cause come under the verdict, each
+once. The tables share one set of status words (pass, FAIL, drift, n/a) and a legend.
 """
 
 from __future__ import annotations
@@ -14,28 +18,59 @@ MAX_FAILING_ROWS = 20  # without --nodes; the rest is "… and N more"
 
 
 def verdict_lines(result: Any) -> list[str]:
-    """The verdict, the first divergence and its hints: what even --quiet prints."""
-    return [line for line in result.summary().splitlines() if not line.startswith("note: ")]
+    """The verdict and the hints at the failure's cause: what opens the output."""
+    summary = result.summary().splitlines()
+    lines = summary[:1]
+    d = result.first_divergence
+    if d is not None:
+        if getattr(d, "detail", ""):
+            lines.append(f"  detail: {d.detail}")
+        lines += [f"  hint: {h}" for h in dict.fromkeys(d.hints)]
+    return lines
+
+
+def divergence_line(result: Any) -> str | None:
+    """The first divergence in one line (the last line of a failing diff), or None."""
+    d = result.first_divergence
+    if d is None:
+        return None
+    return (f"first divergence: {d.reference_node} -> {d.candidate_node} "
+            f"({d.op} in {d.module or d.layer}), local max abs error "
+            f"{d.local_max_abs_err:.3g} over budget {d.budget}")
 
 
 def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
-               out: str | None = None, width: int | None = None) -> None:
-    """Print the diff for a person on ``stream`` (stdout, or stderr when a report holds it)."""
+               out: str | None = None, width: int | None = None,
+               heads: Any = None) -> None:
+    """Print the diff for a person on ``stream`` (stdout, or stderr when a report holds it).
+
+    ``heads``: the head-by-head parity (``HeadParity``) to report, or None.
+    """
+    from introspect.diff.status import layer_statuses, status_legend, status_word
+
     console = console_for(stream, width)
-    lines = verdict_lines(result) if quiet else result.summary().splitlines()
+    lines = verdict_lines(result)
+    if not quiet:
+        lines += [f"note: {n}" for n in result.notes]
     for line in lines:  # long lines wrap as the terminal wraps them: no hard breaks
         console.print(line, style=_verdict_style(line), soft_wrap=True)
-    if quiet:
-        return
-    console.print()
-    emit(console, layer_table(result, console.width))
-    rows = shown_rows(result, all_nodes)
-    if rows:
+    if not quiet:
         console.print()
-        emit(console, node_table(result, console.width, rows,
-                                 None if all_nodes else MAX_FAILING_ROWS))
-    if out:
+        emit(console, layer_table(result, console.width))
+        rows = shown_rows(result, all_nodes)
+        words = [*layer_statuses(result), *(status_word(r.status) for r in rows)]
+        if rows:
+            console.print()
+            emit(console, node_table(result, console.width, rows,
+                                     None if all_nodes else MAX_FAILING_ROWS))
+        console.print(status_legend(words), style="dim")  # wrapped at the width
+    if heads is not None and (not quiet or not heads.all_passed):
+        console.print(heads.summary(), soft_wrap=True)
+    if out and not quiet:
         console.print(f"reports written to {out}", soft_wrap=True)
+    last = divergence_line(result)
+    if last:
+        console.print(last, style=_verdict_style(last), soft_wrap=True)
 
 
 def layer_table(result: Any, width: int) -> Any:
@@ -45,9 +80,12 @@ def layer_table(result: Any, width: int) -> Any:
                                                                 justify="right"),
                Column("nodes", 5, justify="right"), Column("fail", 4, justify="right"),
                Column("worst node", 0, flex=5, min_width=12, cut="start")]
-    rows = [("pass" if r.passed else "FAIL", r.layer, _num(r.max_abs_err),
-             _num(r.local_max_abs_err), str(r.nodes), str(r.failing), r.worst_node)
-            for r in result.layer_rows]
+    from introspect.diff.status import layer_statuses
+
+    rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes else "",
+             _num(r.local_max_abs_err) if r.nodes else "", str(r.nodes), str(r.failing),
+             r.worst_node)
+            for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)]
     return table(columns, rows, width=min(width, 140), title="layers")
 
 
@@ -67,6 +105,7 @@ WIDE = 130  # from this width on, the node table shows the budget and the candid
 def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> Any:
     """Nodes with their errors first, then where they are (cut to fit, never wrapped)."""
     from introspect.diff.records import STATUS_FAIL
+    from introspect.diff.status import status_word
 
     wide = width >= WIDE
     columns = [Column("status", 6), Column("local err", 9, justify="right"),
@@ -76,7 +115,7 @@ def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> A
                Column("reference node", 0, flex=5, cut="start"),
                *([Column("candidate node", 0, flex=4, cut="start")] if wide else [])]
     shown = rows if limit is None else rows[:limit]
-    cells = [("FAIL" if r.status == STATUS_FAIL else r.status, _num(r.local_max_abs_err),
+    cells = [(status_word(r.status), _num(r.local_max_abs_err),
               _num(r.max_abs_err), *([_num(r.atol)] if wide else []), r.layer, r.op,
               r.reference_node, *([r.candidate_node] if wide else []))
              for r in shown]

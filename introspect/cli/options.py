@@ -126,5 +126,15 @@ def load_model_and_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
         inputs = dataclasses.replace(inputs, tensors={
             name: tensor.unsqueeze(0) for name, tensor in inputs.tensors.items()})
     for note in [*loaded.notes, *inputs.notes]:
-        say(args, note)
+        say_note(args, note)
     return loaded, inputs
+
+
+def say_note(args: argparse.Namespace, note: str) -> None:
+    """A loading note on stderr; that a head's weights were initialised (every run of a
+    task head on a base checkpoint: ``make demo`` would say it six times) only under
+    --verbose."""
+    if " weights not in the checkpoint were initialised with seed " in note and \
+            not getattr(args, "verbose", False):
+        return
+    say(args, note)

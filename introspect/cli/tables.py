@@ -1,9 +1,12 @@
 """Terminal tables that fit the terminal: rich at the console's width, never a wrapped row.
 
 Long cells are cut with an ellipsis, in the middle (``hf BertM…(bert-tiny, sdpa)``) or, for
-node names next to their layer, at the start (``…attention_output_layer_norm``). FAIL is
-red on a terminal; a capped table ends with "… and N more". Piped output is plain text (no colour,
-no box characters), as wide as ``COLUMNS`` says (default 120).
+node names next to their layer, at the start (``…attention_output_layer_norm``), or folded
+onto more lines at word boundaries (``cut="fold"``: ``attention_self_`` / ``query``).
+Number columns (``width=0`` without ``flex``) take the width of their widest cell: a
+number is never cut. FAIL is red on a terminal; a capped table ends with "… and N more".
+Piped output is plain text (no colour, no box characters), as wide as ``COLUMNS`` says
+(default 120).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ PIPE_WIDTH = 120  # piped output (CI logs, files): wide enough for names, still 
 MIN_WIDTH = 60
 
 STATUS_STYLE = {"FAIL": "bold red", "fail": "bold red", "drift": "yellow", "pass": "green",
-                "ok": "green", "unmatched": "dim", "skipped": "dim"}
+                "ok": "green", "unmatched": "dim", "skipped": "dim", "n/a": "dim"}
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,12 @@ class Column:
     """A table column: fixed width, or flexible (``flex`` > 0 shares the space left)."""
 
     header: str
-    width: int = 0  # fixed width; 0 for a flexible column
+    width: int = 0  # fixed width; 0: flexible (flex > 0) or as wide as its widest cell
     flex: int = 0  # share of the remaining width
     justify: str = "left"
     min_width: int = 8
-    cut: str = "middle"  # where a long cell loses characters: "middle" or "start"
+    cut: str = "middle"  # a long cell: "middle" or "start" (cut there), or "fold" (lines)
+    breaks: str = "_.,= "  # where a folded cell may break: after one of these characters
 
 
 def console_for(stream: TextIO, width: int | None = None) -> Any:
@@ -61,8 +65,8 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
     from rich.table import Table
     from rich.text import Text
 
-    rows = [list(row) for row in rows]
-    widths = _fit(columns, rows, width)
+    rows = [row if isinstance(row, Heading) else list(row) for row in rows]
+    widths = _fit(columns, [r for r in rows if not isinstance(r, Heading)], width)
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                  collapse_padding=True, title=title, title_justify="left", title_style="bold",
                  header_style="bold", expand=False,
@@ -72,9 +76,49 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
         grid.add_column(shorten(column.header, w), justify=column.justify,  # type: ignore[arg-type]
                         no_wrap=True, overflow="ellipsis", width=w)
     for row in rows:
-        grid.add_row(*(Text(shorten(text, w, c.cut), style=STATUS_STYLE.get(text, ""))
+        if isinstance(row, Heading):
+            grid.add_row(*(Text(fold(row.text, widths[i]) if i == row.column else "",
+                                style="bold") for i in range(len(columns))))
+            continue
+        grid.add_row(*(Text(fold(text, w, c.breaks) if c.cut == "fold"
+                            else shorten(text, w, c.cut),
+                            style=STATUS_STYLE.get(text, ""))
                        for text, w, c in zip(row, widths, columns, strict=True)))
     return grid
+
+
+class Heading(list[str]):
+    """A row that names a group of the rows below it (a layer), in bold, in one column."""
+
+    def __init__(self, text: str, column: int, size: int) -> None:
+        super().__init__([text if i == column else "" for i in range(size)])
+        self.text, self.column = text, column
+
+
+def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
+    """``text`` on as many lines of at most ``width`` characters as it needs, broken after
+    one of ``breaks`` where it can, anywhere where it cannot: nothing is lost (but the
+    spaces and commas a break replaces)."""
+    if len(text) <= width or width < 1:
+        return text
+    import re
+
+    pieces = [p for p in re.split(f"(?<=[{re.escape(breaks)}])", text) if p]
+    lines: list[str] = []
+    line = ""
+    for piece in pieces:
+        if len(line) + len(piece.rstrip()) <= width:
+            line += piece
+            continue
+        if line:
+            lines.append(line.rstrip())
+        while len(piece.rstrip()) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line = piece.lstrip(" ,")
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def emit(console: Any, renderable: Any) -> None:
@@ -104,13 +148,14 @@ def shorten(text: str, width: int, cut: str = "middle") -> str:
 def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
     """Column widths that fit ``width`` (two spaces between columns).
 
-    Fixed columns keep their width; flexible ones take what their longest cell needs, and
-    when that is too much they share the space left by ``flex``, a column that needs
-    less than its share giving the rest to the others.
+    Fixed columns keep their width, columns of width 0 without flex that of their widest
+    cell; flexible ones take what their longest cell needs, and when that is too much
+    they share the space left by ``flex``, a column that needs less than its share giving
+    the rest to the others.
     """
     natural = [max([len(c.header), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
-    left = width - 2 * (len(columns) - 1) - sum(c.width for c in columns if not c.flex)
-    widths = {i: c.width for i, c in enumerate(columns) if not c.flex}
+    widths = {i: c.width or natural[i] for i, c in enumerate(columns) if not c.flex}
+    left = width - 2 * (len(columns) - 1) - sum(widths.values())
     open_ = {i: c for i, c in enumerate(columns) if c.flex}
     while open_:
         shares = sum(c.flex for c in open_.values())

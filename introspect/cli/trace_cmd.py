@@ -6,8 +6,12 @@ Examples:
   introspect trace --model bert-base --text "I love cats!" --format json -o graph.json
   introspect trace --format graphml -o graph.graphml   # for networkx, Gephi, yEd
 
---format table prints a table that fits the terminal (or writes it whole to -o FILE);
-csv, json and graphml go to -o FILE, or to stdout without -o or with -o -. --layers
+--format table prints a table that fits the terminal, one heading per layer, node names
+without their layer's prefix and folded where long (numbers are never cut), then the
+totals: parameters, trainable, parameter bytes, input and activation bytes, FLOPs
+(2 x M x N x K of every linear, matmul, bmm, baddbmm, addmm and attention; other ops
+are not counted). -o FILE writes the same text as a terminal as wide as COLUMNS (default
+120) would show; csv, json and graphml go to -o FILE, or to stdout without -o or with -o -. --layers
 lists one row per layer instead of one per node (table and csv). Texts longer than the
 model's maximum positions (512 tokens) are truncated, with a notice.
 """
@@ -44,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         print_table(graph, args)
     else:
         write_output(args.output or "-", render_trace(graph, args))
+        if args.output and not is_stdout(args.output):
+            say(args, f"wrote {args.output}")
     return 0
 
 
@@ -70,40 +76,124 @@ def render_trace(graph: Any, args: argparse.Namespace) -> str:
         return export.graph_json(graph, model=str(args.model), head=args.head, attn=args.attn)
     if args.format == "graphml":
         return export.graph_graphml(graph)
-    if args.layers:
-        return str(graph.layers.to_string(index=False)) + "\n"
-    return export.nodes_table(graph, include_bookkeeping=args.all)
+    import io
+
+    stream = io.StringIO()  # what the terminal shows, as wide as COLUMNS (default 120)
+    print_table(graph, args, stream=stream)
+    return stream.getvalue()
 
 
-def print_table(graph: Any, args: argparse.Namespace, width: int | None = None) -> None:
-    """The node (or layer) table on stdout, at the terminal's width."""
+def print_table(graph: Any, args: argparse.Namespace, width: int | None = None,
+                stream: Any = None) -> None:
+    """The node (or layer) table and the totals on ``stream`` (stdout), at its width."""
     import sys
+
+    from rich.text import Text
 
     from introspect.cli.tables import console_for, emit
 
-    console = console_for(sys.stdout, width)
+    console = console_for(stream or sys.stdout, width)
     emit(console, layer_table(graph, console.width) if args.layers
          else node_table(graph, console.width, include_bookkeeping=args.all))
     hidden = sum(r.kind == "shape" for r in graph.records) if not args.all else 0
     if hidden and not args.layers:
-        console.print(f"{hidden} shape-bookkeeping nodes (ints, sizes) hidden; --all shows them",
-                      soft_wrap=True)
+        emit(console, Text(f"{hidden} shape-bookkeeping nodes (ints, sizes) hidden; "
+                           "--all shows them"))
+    console.print()
+    emit(console, totals_table(graph))
+    emit(console, Text(FLOPS_CONVENTION))
     for note in graph.notes:
-        console.print(f"note: {note}", soft_wrap=True)
+        emit(console, Text(f"note: {note}"))
+
+
+FLOPS_CONVENTION = ("FLOPs: 2 x M x N x K (a multiply and an add) for every linear, matmul, "
+                    "bmm, baddbmm, addmm and attention; other ops are not counted. "
+                    "Activations: every node's tensor output for this input, views included.")
+
+
+def totals(graph: Any) -> list[tuple[str, int, str]]:
+    """torchinfo's closing lines, from the traced graph: (label, number, unit or remark)."""
+    from introspect.trace.records import KIND_TENSOR
+
+    parameters = list(graph.gm.parameters())
+    count = sum(p.numel() for p in parameters)
+    trainable = sum(p.numel() for p in parameters if p.requires_grad)
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in parameters})
+    parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
+    computed = [r for r in graph.records if r.kind == KIND_TENSOR
+                and r.op not in ("placeholder", "get_attr", "output")]
+    inputs = [r for r in graph.records if r.op == "placeholder"]
+    shape = next((r.shape for r in inputs if r.shape), None)
+    return [
+        ("parameters", count, ""),
+        ("trainable parameters", trainable, ""),
+        ("parameter bytes", parameter_bytes, f"{human_bytes(parameter_bytes)}, "
+                                             f"{'/'.join(dtypes) or 'none'}"),
+        ("input bytes", sum(r.nbytes for r in inputs),
+         f"{' x '.join(map(str, shape))} tokens" if shape else ""),
+        ("activation bytes", sum(r.nbytes for r in computed),
+         f"{human_bytes(sum(r.nbytes for r in computed))}, {len(computed)} tensors"),
+        ("FLOPs", sum(r.flops for r in graph.records), ""),
+    ]
+
+
+def totals_table(graph: Any) -> Any:
+    """The totals as a small rich table: numbers right-aligned, sized from the data."""
+    from rich import box
+    from rich.table import Table
+
+    grid = Table(box=box.SIMPLE_HEAD, show_header=False, show_edge=False, pad_edge=False,
+                 padding=(0, 1), collapse_padding=True, title="totals", title_justify="left",
+                 title_style="bold")
+    rows = totals(graph)
+    grid.add_column(no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True, min_width=max(len(f"{n:,}") for _, n, _ in rows))
+    grid.add_column(overflow="fold")
+    for label, number, remark in rows:
+        grid.add_row(label, f"{number:,}", f"({remark})" if remark else "")
+    return grid
+
+
+def human_bytes(count: int) -> str:
+    """``count`` bytes in decimal units, as torchinfo (``90.9 MB``)."""
+    size = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1000
+    return f"{size:.3g} GB"
+
+
+def node_label(name: str, layer: str) -> str:
+    """A node's name without its layer's prefix (``bert_encoder_layer_3_attention_self_query``
+    in ``encoder.layer.3``: ``attention_self_query``); the layer heads its rows."""
+    prefix = layer.replace(".", "_") + "_"
+    at = name.find(prefix)
+    if layer and at >= 0 and (at == 0 or name[at - 1] == "_") and len(name) > at + len(prefix):
+        return name[at + len(prefix):]
+    return name
 
 
 def node_table(graph: Any, width: int, *, include_bookkeeping: bool = False) -> Any:
-    """One row per node: where it is, what it does, its shape, params and FLOPs."""
-    from introspect.cli.tables import Column, table
+    """One row per node under a heading per layer: what it does, its shape, params and
+    FLOPs. Numbers take the width they need; names and shapes fold onto more lines."""
+    from introspect.cli.tables import Column, Heading, table
 
     records = [r for r in graph.records if include_bookkeeping or r.kind != "shape"]
-    columns = [Column("#", 4, justify="right"), Column("node", 0, flex=5, cut="start"),
-               Column("op", 0, flex=2, min_width=12), Column("layer", 0, flex=2, min_width=15),
-               Column("shape", 0, flex=2, min_width=12), Column("params", 9, justify="right"),
-               Column("FLOPs", 11, justify="right")]
-    rows = [(str(r.index), r.name, r.op_type, r.layer, r.shapes or r.value,
-             f"{r.params:,}" if r.params else "", f"{r.flops:,}" if r.flops else "")
-            for r in records]
+    shapes = [r.shapes or r.value for r in records]
+    single = max((len(t) for t in shapes if "=" not in t), default=0)  # one tensor each
+    columns = [Column("#", justify="right"), Column("node", 0, flex=4, min_width=12, cut="fold"),
+               Column("op", 0, flex=2, min_width=10, cut="fold"),
+               Column("shape", 0, flex=2, min_width=min(max(single, 12), 24), cut="fold"),
+               Column("params", justify="right"), Column("FLOPs", justify="right")]
+    rows: list[Any] = []
+    layer = None
+    for r in records:
+        if r.layer != layer:
+            layer = r.layer
+            rows.append(Heading(layer or "(no layer)", 1, len(columns)))
+        rows.append((str(r.index), node_label(r.name, r.layer), r.op_type, r.shapes or r.value,
+                     f"{r.params:,}" if r.params else "", f"{r.flops:,}" if r.flops else ""))
     return table(columns, rows, width=width, title=graph.title)
 
 
@@ -111,9 +201,10 @@ def layer_table(graph: Any, width: int) -> Any:
     """One row per layer: node counts, params, FLOPs and the output's shape."""
     from introspect.cli.tables import Column, table
 
-    columns = [Column("layer", 0, flex=2, min_width=10), Column("nodes", 5, justify="right"),
-               Column("tensors", 7, justify="right"), Column("params", 11, justify="right"),
-               Column("FLOPs", 15, justify="right"), Column("output shape", 0, flex=3)]
+    columns = [Column("layer", 0, flex=2, min_width=10, cut="fold"),
+               Column("nodes", justify="right"), Column("tensors", justify="right"),
+               Column("params", justify="right"), Column("FLOPs", justify="right"),
+               Column("output shape", 0, flex=3, cut="fold")]
     rows = [(r.layer, str(r.nodes), str(r.tensor_nodes), f"{r.params:,}", f"{r.flops:,}",
              r.output_shape) for r in graph.layers.itertuples()]
     return table(columns, rows, width=min(width, 120), title=graph.title)

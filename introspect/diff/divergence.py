@@ -153,7 +153,7 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
                     noise_budget=noise_budget)
     if context is not None and snapshot is not None:
         tested = _tested_hints(context, first, snapshot)
-        hints = tuple(dict.fromkeys([*tested, *hints]))
+        hints = distinct_hints([*tested, *hints])
     dropout_seen = any(h.startswith("dropout is active") for h in hints)
     ref_node, cand_node, op, detail = _computing_op(first, reference, candidate,
                                                     keep_dropout=dropout_seen)
@@ -164,6 +164,18 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
                       detail)
+
+
+def distinct_hints(hints: Sequence[str]) -> tuple[str, ...]:
+    """``hints`` without repeats: of two that name the same cause (the same words up to
+    the first ':' or ';'), the first is kept (a tested hypothesis comes before a pattern)."""
+    import re
+
+    kept: dict[str, str] = {}
+    for hint in hints:
+        cause = re.split(r"[:;]", hint, maxsplit=1)[0].strip()
+        kept.setdefault(cause, hint)
+    return tuple(kept.values())
 
 
 def _where_positions_go(context: Mapping[str, Any], snapshot: Any,

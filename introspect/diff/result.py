@@ -24,6 +24,13 @@ from introspect.diff.records import (
     LayerDiff,
     NodeDiff,
 )
+from introspect.diff.status import (
+    STATUS_LEGEND,
+    WORD_FAIL,
+    layer_statuses,
+    status_legend,
+    status_word,
+)
 from introspect.diff.tolerance import Tolerance
 from introspect.graph import IntrospectGraph
 
@@ -97,13 +104,16 @@ class DiffResult:
 
     @property
     def layers(self) -> pandas.DataFrame:
-        """One row per layer: its output's error, its worst node, pass or fail."""
+        """One row per layer: its output's error, its worst node, its status (pass, FAIL,
+        drift or n/a: ``STATUS_LEGEND``)."""
         import pandas as pd
 
         from introspect.report.notebook import highlighted
 
-        return highlighted(pd.DataFrame([asdict(r) for r in self.layer_rows],
-                                        columns=list(LayerDiff.__dataclass_fields__)))
+        frame = pd.DataFrame([asdict(r) for r in self.layer_rows],
+                             columns=list(LayerDiff.__dataclass_fields__))
+        frame["status"] = layer_statuses(self)
+        return highlighted(frame)
 
     def draw(self, depth: Any = None, **options: Any) -> Any:
         """The reference's drawing coloured by local error (a graphviz.Digraph; shows itself
@@ -154,10 +164,9 @@ class DiffResult:
         header = f"{'layer':<18} {'max_abs_err':>11} {'local_max':>11} {'nodes':>5} " \
                  f"{'fail':>4}  {'status':<6} worst node"
         lines = [header]
-        for r in self.layer_rows:
+        for r, word in zip(self.layer_rows, layer_statuses(self), strict=True):
             lines.append(f"{r.layer:<18} {r.max_abs_err:>11.3g} {r.local_max_abs_err:>11.3g} "
-                         f"{r.nodes:>5} {r.failing:>4}  {'pass' if r.passed else 'FAIL':<6} "
-                         f"{r.worst_node}")
+                         f"{r.nodes:>5} {r.failing:>4}  {word:<6} {r.worst_node}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -171,7 +180,7 @@ class DiffResult:
                          f"({html.escape(d.op)} in {html.escape(d.module or d.layer)}), local "
                          f"max abs error {d.local_max_abs_err:.3g}</p>")
             parts += [f"<p>&rarr; {html.escape(h)}</p>" for h in d.hints]
-        parts.append(html_table(self.layers, status_column="passed"))
+        parts.append(html_table(self.layers))
         shown = self.nodes
         shown = shown[shown["status"].isin([STATUS_FAIL, STATUS_DRIFT])] if not self.passed \
             else shown.head(0)
@@ -194,7 +203,7 @@ def html_table(frame: pandas.DataFrame, *, status_column: str = "status") -> str
     body = []
     for _, row in frame.iterrows():
         status = row.get(status_column)
-        style = (_FAIL_STYLE if status in (STATUS_FAIL, False) else
+        style = (_FAIL_STYLE if status in (STATUS_FAIL, WORD_FAIL, False) else
                  _DRIFT_STYLE if status == STATUS_DRIFT else
                  _UNMATCHED_STYLE if status in (STATUS_UNMATCHED, STATUS_SKIPPED) else "")
         cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
@@ -211,4 +220,5 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["DiffResult", "html_table"]
+__all__ = ["STATUS_LEGEND", "DiffResult", "html_table", "layer_statuses", "status_legend",
+           "status_word"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.diff.status import status_word
 from introspect.report.html_tables import Cell, number_cell, table, text_cell
 
 if TYPE_CHECKING:
@@ -148,14 +149,18 @@ def _divergence(result: DiffResult) -> list[str]:
 def _layers_table(result: DiffResult) -> str:
     headers = ["status", "layer", "output max abs err", "worst local err", "worst node",
                "nodes", "failing", "unmatched"]
+    from introspect.diff.status import layer_statuses, status_legend
+
     rows = []
-    for r in result.layer_rows:
-        cells: list[Cell] = [text_cell("pass" if r.passed else "FAIL"), text_cell(r.layer),
+    words = layer_statuses(result)
+    for r, word in zip(result.layer_rows, words, strict=True):
+        cells: list[Cell] = [text_cell(word), text_cell(r.layer),
                              number_cell(r.max_abs_err), number_cell(r.local_max_abs_err),
                              text_cell(r.worst_node, code=True), number_cell(r.nodes),
                              number_cell(r.failing), number_cell(r.unmatched)]
-        rows.append(("" if r.passed else "fail", cells))
-    return table("layers", headers, rows)
+        rows.append(({"FAIL": "fail", "drift": "drift"}.get(word, ""), cells))
+    return (table("layers", headers, rows)
+            + f"<p class='legend'>{html.escape(status_legend(words))}</p>")
 
 
 _NODE_HEADERS = ["status", "local max abs err", "max abs err", "atol", "rtol", "#", "layer",
@@ -168,7 +173,8 @@ def _nodes_section(result: DiffResult) -> list[str]:
     rows = []
     for r in compared:
         cells: list[Cell] = [
-            text_cell(r.status), number_cell(r.local_max_abs_err), number_cell(r.max_abs_err),
+            text_cell(status_word(r.status)), number_cell(r.local_max_abs_err),
+            number_cell(r.max_abs_err),
             number_cell(r.atol), number_cell(r.rtol), number_cell(r.reference_index),
             text_cell(r.layer), text_cell(r.op), text_cell(r.reference_node, code=True),
             text_cell(r.candidate_node, code=True), text_cell(r.shape), text_cell(r.dtype),

@@ -12,7 +12,7 @@ Schema (version 1)::
      "summary": {"pairs", "coverage", "max_abs_err", "ok", "drift", "fail",
                  "unmatched", "skipped"},
      "nodes": [every field of NodeDiff, per aligned pair or unmatched node],
-     "layers": [every field of LayerDiff],
+     "layers": [every field of LayerDiff, and "status": pass, FAIL, drift or n/a],
      "notes": [str]}
 
 Numbers that are not finite (an infinite relative error, a NaN) are written as the
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from introspect import __version__
 from introspect.diff.records import STATUS_SKIPPED
+from introspect.diff.status import layer_statuses
 from introspect.diff.tolerance import DEFAULTS
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
                     "max_abs_err": result.max_abs_err,
                     **{k: v for k, v in counts.items() if k != "pairs"}},
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
-        "layers": [asdict(r) for r in result.layer_rows],
+        "layers": [{**asdict(r), "status": word}
+                   for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
         "notes": list(result.notes),
     })
 

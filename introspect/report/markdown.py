@@ -32,13 +32,17 @@ def markdown_summary(result: DiffResult) -> str:
         lines += ["", f"**First divergence:** `{d.reference_node}` ({_md(d.op)} in "
                       f"`{d.module or d.layer}`), local max abs error "
                       f"{_num(d.local_max_abs_err)} over budget {d.budget}."]
-        lines += [f"- hint: {_md(h)}" for h in d.hints]
+        lines += [f"- hint: {_md(h)}" for h in dict.fromkeys(d.hints)]
     lines += ["", "| layer | output max abs err | worst local err | worst node | nodes | status |",
               "|---|---:|---:|---|---:|---|"]
-    for r in result.layer_rows:
-        status = "pass" if r.passed else f"**FAIL** ({r.failing})"
+    from introspect.diff.status import layer_statuses, status_legend
+
+    words = layer_statuses(result)
+    for r, word in zip(result.layer_rows, words, strict=True):
+        status = f"**FAIL** ({r.failing})" if word == "FAIL" else word
         lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
                      f"{_code(r.worst_node)} | {r.nodes} | {status} |")
+    lines += ["", f"<sub>{_md(status_legend(words))}</sub>"]
     failing = [n for n in result.rows if n.status == STATUS_FAIL]
     if failing:
         lines += ["", f"<details><summary>{len(failing)} node(s) over budget</summary>", "",

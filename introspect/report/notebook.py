@@ -23,7 +23,8 @@ import pandas as pd
 
 # Row backgrounds: the same colours as diff.html.
 ROW_STYLES = {"fail": "background-color:#f8d7da", "drift": "background-color:#fff3cd",
-              "unmatched": "color:#777", "skipped": "color:#777"}
+              "unmatched": "color:#777", "skipped": "color:#777",
+              "FAIL": "background-color:#f8d7da", "n/a": "color:#777"}  # layers: status words
 
 
 class DiffTable(pd.DataFrame):

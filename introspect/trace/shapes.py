@@ -346,11 +346,12 @@ def _params(node: torch.fx.Node, gm: torch.fx.GraphModule,
     return 0
 
 
-_MATMULS = {torch.matmul, torch.bmm, torch.mm, operator.matmul}
+_MATMULS = {torch.matmul, torch.bmm, torch.mm, operator.matmul, torch.nn.functional.linear}
 
 
 def estimate_flops(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> int:
-    """Multiply-adds x 2 of linear layers, matmuls and attention; 0 for everything else."""
+    """Multiply-adds x 2 (2 x M x N x K) of linear layers (modules and ``F.linear``),
+    matmul, mm, bmm, baddbmm, addmm and attention; 0 for everything else."""
     out = node.meta.get("tensor_meta")
     if not isinstance(out, TensorMetadata):
         return 0
@@ -361,8 +362,12 @@ def estimate_flops(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> 
     first_input = _input_shape(node, 0)
     if node.op == "call_function" and node.target in _MATMULS and first_input:
         return 2 * out_numel * first_input[-1]
-    if node.op == "call_method" and node.target in ("matmul", "bmm") and first_input:
+    if node.op == "call_method" and node.target in ("matmul", "bmm", "mm") and first_input:
         return 2 * out_numel * first_input[-1]
+    if getattr(node.target, "__name__", "") in ("baddbmm", "addmm", "addbmm") or \
+            (node.op == "call_method" and node.target in ("baddbmm", "addmm")):
+        second = _input_shape(node, 1)  # (bias, mat1, mat2): K is mat1's last axis
+        return 2 * out_numel * second[-1] if second else 0
     if getattr(node.target, "__name__", "") == "scaled_dot_product_attention":
         query, key = first_input, _input_shape(node, 1)
         if query and key:  # QK^T and (softmax)V: two matmuls of (S x hd) by (hd x Sk)

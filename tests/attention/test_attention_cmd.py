@@ -88,7 +88,15 @@ def test_json_has_per_head_stats_and_the_chosen_maps(capsys):
 
 def test_csv_stats_and_html_page(tmp_path, capsys):
     assert main(["attention", "--model", "bert-tiny", "--format", "csv", "-q"]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("layer,head,entropy,to_cls")
+    every = capsys.readouterr().out.splitlines()
+    assert every[0].startswith("layer,head,entropy,to_cls") and len(every) == 1 + 2 * 2
+    assert main(["attention", "--model", "bert-tiny", "--format", "csv", "--layer", "1",
+                 "--heads", "-1", "-q"]) == 0
+    chosen = capsys.readouterr().out.splitlines()
+    assert chosen[0] == every[0] and [line[:4] for line in chosen[1:]] == ["1,1,"]
+    assert main(["attention", "--model", "bert-tiny", "--format", "csv", "--heads", "0",
+                 "-q"]) == 0
+    assert [line[:4] for line in capsys.readouterr().out.splitlines()[1:]] == ["0,0,", "1,0,"]
     page = tmp_path / "a.html"
     assert main(["attention", "--model", "bert-tiny", "-q", "-o", str(page)]) == 0
     text = page.read_text()
@@ -131,7 +139,8 @@ def test_diff_hook_reports_the_first_divergent_head(tmp_path, tiny_models):
 
 def test_diff_command_prints_the_head_verdict(tmp_path, capsys):
     assert main(["diff", "--model", "bert-tiny", "--out", str(tmp_path / "r")]) == 0
-    assert "attention heads: all 2x2 heads within budget" in capsys.readouterr().out
+    assert ("attention heads (each head on the reference's inputs to its layer): all 2x2 heads "
+            "within budget") in capsys.readouterr().out
     assert (tmp_path / "r" / "heads.csv").exists()
     assert not (tmp_path / "r" / "heads.svg").exists()  # no head diverged
 

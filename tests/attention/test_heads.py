@@ -151,3 +151,58 @@ def test_side_by_side_heatmap_of_the_divergent_head(eight_heads, inputs):
 def test_models_of_different_shapes_are_refused(eight_heads, tiny_models, inputs):
     with pytest.raises(InputError, match="cannot compare attention head by head"):
         compare_heads(eight_heads, tiny_models().model, inputs)
+
+
+# Local parity (issue 23): each head is computed from the reference's inputs to its layer,
+# so an error carried in from an earlier layer is not a divergent head.
+
+
+def test_a_wrong_mlp_is_not_an_attention_fault(eight_heads, inputs):
+    port = HandPort(eight_heads)
+    port.layers[0].forward = _relu_forward(port.layers[0])  # layer 0's MLP is wrong
+    parity = compare_heads(eight_heads, port, inputs)
+    assert parity.local and parity.all_passed, parity.summary()
+    assert "each head on the reference's inputs to its layer" in parity.summary()
+    own = compare_heads(eight_heads, port, inputs, local=False)  # what the old parity said
+    assert own.first_divergence is not None and own.first_divergence[0] == 1
+    assert not own.local and "each model on its own run" in own.summary()
+
+
+def test_swapped_heads_fail_only_in_their_layer(eight_heads, inputs):
+    port = swap_query_heads(HandPort(eight_heads), layer=1, a=3, b=5)
+    parity = compare_heads(eight_heads, port, inputs)
+    assert parity.local
+    assert (~parity.passed).nonzero().tolist() == [[1, 3], [1, 5]]  # layer 2 gets HF's input
+
+
+def test_a_wrong_embedding_falls_back_to_each_models_own_run(eight_heads, inputs):
+    port = HandPort(eight_heads)
+    with torch.no_grad():
+        port.embedding_norm.bias += 0.5  # layer 0's input differs: no pairing to trust
+    parity = compare_heads(eight_heads, port, inputs)
+    assert not parity.local
+    assert "differ from the reference's" in parity.note and parity.note in parity.summary()
+
+
+def _relu_forward(layer: HandLayer):
+    def forward(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        B, S, H = x.shape
+        nh, hd = layer.heads, H // layer.heads
+        q = layer.query(x).view(B, S, nh, hd).transpose(1, 2)
+        k = layer.key(x).view(B, S, nh, hd).transpose(1, 2)
+        v = layer.value(x).view(B, S, nh, hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        x = layer.attention_norm(x + layer.attention_out(y.transpose(1, 2).reshape(B, S, H)))
+        return layer.output_norm(x + layer.down(F.relu(layer.up(x))))
+    return forward
+
+
+@pytest.mark.parametrize("fault", ["rotary-wrong-half", "gqa-tiled", "no-causal-mask"])
+def test_llama_attention_faults_are_local_to_their_layer(fault):
+    """Rotary attention: the position tables come in from outside the attention module."""
+    from tests.fixtures.families import faulty_llama_attention, tiny_inputs, tiny_model
+
+    model = tiny_model("llama")
+    parity = compare_heads(model, faulty_llama_attention(model, 1, fault), tiny_inputs("llama"))
+    assert parity.local and parity.first_divergence is not None
+    assert {layer for layer, _ in (~parity.passed).nonzero().tolist()} == {1}

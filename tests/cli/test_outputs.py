@@ -96,8 +96,8 @@ def test_quiet_failure_prints_the_verdict_the_first_divergence_and_its_hint(caps
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert "parity FAILS" in lines[0]
-    assert lines[1].startswith("first divergence: add -> add (add in embeddings)")
-    assert lines[2].startswith("  hint: the candidate computes in bfloat16")
+    assert lines[1].startswith("  hint: the candidate computes in bfloat16")
+    assert lines[2].startswith("first divergence: add -> add (add in embeddings)")  # the last
     assert len(lines) == 3 and captured.err == ""  # no table, no notice
 
 

@@ -46,8 +46,12 @@ def rendered(result, **options) -> str:
 def test_failing_diff_fits_100_columns_with_errors_first(failing):
     text = rendered(failing, all_nodes=False)
     lines = text.splitlines()
-    table_lines = lines[lines.index("layers"):]  # the verdict lines wrap as the terminal does
+    assert lines[-1].startswith("first divergence: encoder_layer_0_intermediate_dense")
+    table_lines = lines[lines.index("layers"):-1]  # the verdict lines wrap as the terminal does
     assert max(len(line) for line in table_lines) <= WIDTH, text
+    assert sum(line.startswith("  hint: ") for line in lines) == 1  # once, under the verdict
+    assert "drift   encoder.layer.1" in text  # output over budget, every local error within
+    assert "status: pass: compared, within budget; FAIL:" in text  # the legend
     header = next(line for line in lines if line.startswith("status  local err"))
     assert header.split()[:4] == ["status", "local", "err", "output"]
     assert "FAIL    encoder.layer.0" in text  # the layer table
@@ -64,7 +68,7 @@ def test_capped_rows_say_how_many_more(many_failing):
 
 def test_every_node_with_nodes_still_fits(many_failing):
     text = rendered(many_failing, all_nodes=True)
-    lines = text.splitlines()[text.splitlines().index("layers"):]
+    lines = text.splitlines()[text.splitlines().index("layers"):-1]
     assert max(len(line) for line in lines) <= WIDTH
     assert "… and" not in text and "compared nodes" in text
 
@@ -82,15 +86,91 @@ def test_fail_is_red_on_a_terminal(failing):
     assert "\x1b[" not in plain.getvalue()  # piped: plain text
 
 
-def test_trace_tables_fit_100_columns(tiny_models, capsys):
-    loaded = tiny_models("sequence-classification", "sdpa")
-    graph = introspect.trace(loaded.model, introspect.tokenize(loaded.tokenizer))
-    for layers in (False, True):
-        print_table(graph, argparse.Namespace(layers=layers, all=False), width=WIDTH)
-        text = capsys.readouterr().out
-        assert max(len(line) for line in text.splitlines() if not line.startswith("note:")) \
-            <= WIDTH
-        assert ("encoder.layer.1" in text) and ("…" in text) == (not layers)
+@pytest.fixture(scope="module")
+def minilm_graph(minilm):
+    return introspect.trace(minilm.model, introspect.tokenize(minilm.tokenizer))
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize("layers", [False, True])
+def test_trace_tables_fit_and_never_cut_a_number(minilm_graph, width, layers):
+    """Through rich at a fixed width: every line fits, no cell is cut, every number whole."""
+    import re
+
+    from introspect.cli.trace_cmd import totals
+
+    stream = io.StringIO()
+    print_table(minilm_graph, argparse.Namespace(layers=layers, all=False), width=width,
+                stream=stream)
+    text = stream.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    assert "…" not in text  # folded, never cut
+    numbers = set(re.findall(r"\d[\d,]*\d", text))
+    assert "11,720,448" in numbers or layers  # the word embeddings, whole
+    expected = {f"{r.params:,}" for r in minilm_graph.records if r.params} if not layers else \
+        {f"{r.params:,}" for r in minilm_graph.layers.itertuples() if r.params}
+    expected |= {f"{r.flops:,}" for r in minilm_graph.records if r.flops} if not layers else set()
+    expected |= {f"{n:,}" for _, n, _ in totals(minilm_graph) if n >= 10}
+    assert expected <= numbers, expected - numbers
+    assert "encoder.layer.5" in text
+
+
+def test_trace_totals_are_torchinfos(minilm_graph, minilm):
+    import torch
+
+    from introspect.cli.trace_cmd import totals
+
+    rows = {label: (number, remark) for label, number, remark in totals(minilm_graph)}
+    count = sum(p.numel() for p in minilm.model.parameters())  # the pooler runs: all are used
+    assert rows["parameters"][0] == rows["trainable parameters"][0] == count
+    assert rows["parameter bytes"] == (4 * count, f"{4 * count / 1e6:.3g} MB, float32")
+    assert rows["input bytes"] == (3 * 2 * 8 * 8, "2 x 8 tokens")  # three int64 (2, 8) inputs
+    linear_flops = sum(2 * 2 * 8 * m.in_features * m.out_features  # 2 x M x N x K per Linear
+                       for name, m in minilm.model.named_modules()
+                       if isinstance(m, torch.nn.Linear) and not name.startswith("pooler"))
+    attention = 6 * 4 * 2 * 12 * 8 * 8 * 32  # QK^T and PV, 6 layers
+    pooler = 2 * 2 * 384 * 384
+    assert rows["FLOPs"][0] == linear_flops + attention + pooler
+
+
+def test_trace_file_matches_the_terminal(tmp_path, monkeypatch, capsys):
+    from introspect.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["trace", "--model", "bert-tiny", "-q"]) == 0
+    shown = capsys.readouterr().out
+    path = tmp_path / "t.txt"
+    assert main(["trace", "--model", "bert-tiny", "-o", str(path)]) == 0
+    assert path.read_text() == shown
+    assert capsys.readouterr().err.endswith(f"introspect: wrote {path}\n")
+    assert max(len(line) for line in shown.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("text, width, expected", [
+    ("attention_output_layer_norm", 18, "attention_output_\nlayer_norm"),
+    ("last_hidden_state=(2, 8, 384), pooler_output=(2, 384)", 16,
+     "last_hidden_\nstate=(2, 8,\n384), pooler_\noutput=(2, 384)"),
+    ("GELUActivation", 5, "GELUA\nctiva\ntion"),
+    ("short", 20, "short"),
+])
+def test_fold_keeps_every_character(text, width, expected):
+    from introspect.cli.tables import fold
+
+    folded = fold(text, width)
+    assert folded == expected and max(len(line) for line in folded.splitlines()) <= width
+
+
+@pytest.mark.parametrize("name, layer, label", [
+    ("bert_encoder_layer_3_attention_self_query", "encoder.layer.3", "attention_self_query"),
+    ("embeddings_word_embeddings", "embeddings", "word_embeddings"),
+    ("add_17", "encoder.layer.5", "add_17"),
+    ("encoder_layer_1", "encoder.layer.1", "encoder_layer_1"),  # nothing left: kept whole
+    ("xencoder_layer_1_dense", "encoder.layer.1", "xencoder_layer_1_dense"),
+])
+def test_node_label(name, layer, label):
+    from introspect.cli.trace_cmd import node_label
+
+    assert node_label(name, layer) == label
 
 
 @pytest.mark.parametrize("text, width, cut, expected", [
@@ -107,3 +187,23 @@ def test_pipe_width_follows_columns(monkeypatch):
     assert console_for(io.StringIO()).width == 100
     monkeypatch.delenv("COLUMNS")
     assert console_for(io.StringIO()).width == 120
+
+
+def test_layer_status_words():
+    """pass only where something was compared; drift where only the output is over budget."""
+    from types import SimpleNamespace
+
+    from introspect.diff.records import LayerDiff
+    from introspect.diff.result import layer_statuses, status_legend
+
+    def layer(name, nodes, failing, output=""):
+        return LayerDiff(name, output, 0.1, 0.0, "", nodes, failing, 0, not failing)
+
+    result = SimpleNamespace(
+        layer_rows=[layer("mask", 0, 0), layer("a", 3, 1, "a_out"), layer("b", 3, 0, "b_out"),
+                    layer("c", 3, 0, "c_out")],
+        rows=[SimpleNamespace(reference_node="b_out", status="drift"),
+              SimpleNamespace(reference_node="c_out", status="ok")])
+    assert layer_statuses(result) == ["n/a", "FAIL", "drift", "pass"]
+    assert "unconfirmed" not in status_legend(["pass"])
+    assert "unconfirmed: " in status_legend(["unconfirmed"])

@@ -21,7 +21,8 @@ HEAVY = {"torch", "transformers", "pandas", "networkx", "graphviz", "numpy", "ri
 def test_table_lists_nodes_with_shapes(capsys):
     assert main(["trace", "--model", "bert-tiny", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "embeddings_position_embeddings" in out and "(1, 8, 128)" in out
+    assert "\n     embeddings\n" in out  # a heading per layer
+    assert "  position_embeddings " in out and "(1, 8, 128)" in out
     assert "shape-bookkeeping nodes" in out
 
 
@@ -98,3 +99,13 @@ def test_cli_modules_import_no_heavy_package_at_top_level(path):
             assert name.split(".")[0] not in HEAVY, f"{path.name} imports {name} at start-up"
             if name.startswith("introspect.") and not name.startswith("introspect.cli"):
                 assert name in ("introspect.errors", "introspect"), f"{path.name}: {name}"
+
+
+def test_the_initialised_head_is_said_only_under_verbose(tmp_path, capsys):
+    path = tmp_path / "n.csv"
+    argv = ["trace", "--head", "sequence-classification", "--format", "csv", "-o", str(path)]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == f"introspect: wrote {path}\n"  # one line, no seed note
+    assert main([*argv, "--verbose"]) == 0
+    assert "2 weights not in the checkpoint were initialised with seed 0: classifier.bias" \
+        in capsys.readouterr().err

@@ -52,7 +52,25 @@ def test_json_holds_the_contract(faulty_diff):
     row = document["nodes"][0]
     assert {"reference_node", "candidate_node", "module", "layer", "op", "shape",
             "max_abs_err", "local_max_abs_err", "status"} <= set(row)
-    assert {"layer", "max_abs_err"} <= set(document["layers"][0])
+    assert {"layer", "max_abs_err", "status"} <= set(document["layers"][0])
+    words = {layer["layer"]: layer["status"] for layer in document["layers"]}
+    assert words["encoder.layer.0"] == "pass" and words["encoder.layer.1"] == "FAIL"
+    assert set(words.values()) <= {"pass", "FAIL", "drift", "n/a"}
+
+
+def test_one_set_of_status_words_with_a_legend(faulty_diff, tmp_path):
+    """Terminal, Markdown, HTML and layers.csv say the same words, each with the legend."""
+    from introspect.diff.result import STATUS_LEGEND, layer_statuses
+
+    words = layer_statuses(faulty_diff)
+    reports = render_reports(faulty_diff, drawing=False)
+    assert STATUS_LEGEND in reports["diff.md"] and STATUS_LEGEND in reports["diff.html"]
+    assert "| encoder.layer.1 |" in reports["diff.md"] and "**FAIL** (1)" in reports["diff.md"]
+    assert list(faulty_diff.layers["status"]) == words
+    write_reports(faulty_diff, tmp_path, drawing=False)
+    assert list(pd.read_csv(tmp_path / "layers.csv", keep_default_na=False)["status"]) == words
+    assert "hint: the candidate uses the tanh approximation" in reports["diff.md"]
+    assert reports["diff.md"].count("tanh approximation of GELU where") == 1  # each hint once
 
 
 def test_csv_tables_read_back(faulty_diff, tmp_path):

@@ -63,3 +63,17 @@ def test_notebook_uses_only_the_public_api():
     assert used <= set(dir(introspect)) - {n for n in dir(introspect) if n.startswith("_")}, \
         used - set(dir(introspect))
     assert "result.draw(" in code
+
+
+def test_stored_failure_cell_shows_the_failure_first():
+    """Section 7's filter shows the failing node, then its drift; no unmatched mask rows."""
+    import nbformat
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    cell = next(c for c in notebook.cells
+                if c.cell_type == "code" and "nodes = result.nodes" in c.source)
+    text = _outputs(cell)
+    rows = [line.split() for line in text.splitlines()
+            if line.split() and line.split()[-1] in ("fail", "drift", "unmatched", "ok")]
+    assert rows and rows[0][-1] == "fail" and {r[-1] for r in rows[1:]} == {"drift"}
+    assert "bert_encoder_layer_3_intermediate_intermediate" in text and "unmatched" not in text
