@@ -99,6 +99,7 @@ STYLES: dict[str, dict[str, str]] = {
     },
 }
 OUTLINE_COLOR = "#cf222e"  # an overlay's outlined (failing) layers: thick and red
+OUTLINE_ID = "outline_"  # + the layer's name: the SVG id a page links to
 CLUSTER_FILLS = ("#f8fafc", "#f1f5f9", "#e8edf3", "#e2e8f0")  # deeper levels, darker
 LEGEND = (
     "box: module · 3-D box: closed module · ellipse: op · dashed: layout only · "
@@ -278,7 +279,7 @@ def _node_attrs(node: DrawNode, overlay: Overlay | None) -> dict[str, str]:
             if "filled" not in attrs.get("style", ""):
                 attrs["style"] = (attrs.get("style", "") + ",filled").strip(",")
     if overlay is not None and node.id.startswith("box/") and node.id[4:] in overlay.outline:
-        attrs.update(color=OUTLINE_COLOR, penwidth="4", id=f"outline-{node.id[4:]}")
+        attrs.update(color=OUTLINE_COLOR, penwidth="4", id=f"{OUTLINE_ID}{node.id[4:]}")
     attrs["tooltip"] = _tooltip(node)
     return attrs
 
@@ -320,9 +321,13 @@ def _cluster_attrs(
         "labeljust": "l",
         "margin": "10",
     }
-    if overlay is not None and spec.key[-1] in overlay.outline:
+    outline = overlay.outline if overlay is not None else ()
+    if any(key in outline for key in spec.key[:-1]):
+        # Graphviz hands a cluster's attributes down to the clusters inside it: reset them
+        attrs.update(penwidth="1", fontcolor="black", id="")
+    if spec.key[-1] in outline:
         attrs.update(style="rounded,filled,bold", color=OUTLINE_COLOR, penwidth="5",
-                     fontsize="12", fontcolor=OUTLINE_COLOR, id=f"outline-{spec.key[-1]}")
+                     fontsize="12", fontcolor=OUTLINE_COLOR, id=f"{OUTLINE_ID}{spec.key[-1]}")
     elif spec.folded:
         attrs.update(
             style="rounded,filled,bold",

@@ -47,7 +47,7 @@ class Overlay:
         caption: a line for the drawing's title, saying what the colours mean.
         outline: modules (layer names such as ``"encoder.layer.3"``) drawn with a thick
             red border, so the eye goes there first: the diff outlines its failing
-            layers. Each gets the SVG id ``outline-<name>``, which a page can link to.
+            layers. Each gets the SVG id ``outline_<name>``, which a page can link to.
     """
 
     colors: Mapping[str, str] = field(default_factory=dict)

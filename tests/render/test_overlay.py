@@ -101,15 +101,15 @@ def test_outlined_layer_is_thick_red_and_folded_ones_thinner(tiny_graph):
     cluster = lines[next(i for i, line in enumerate(lines)
                          if 'subgraph "cluster_encoder/encoder.layer.1"' in line) + 1]
     assert 'color="#cf222e"' in cluster and "penwidth=5" in cluster
-    assert 'id="outline-encoder.layer.1"' in cluster
-    others = [line for line in lines if "penwidth=" in line and "outline-" not in line
+    assert 'id="outline_encoder.layer.1"' in cluster
+    others = [line for line in lines if "penwidth=" in line and "outline_" not in line
               and "cluster" not in line and line.lstrip().startswith(("color=", "fontsize"))]
     assert all("penwidth=5" not in line and "penwidth=4" not in line for line in others)
     boxed = draw_graph(tiny_graph, depth=1, fold=False, overlay=outlined).source
     box = next(line for line in boxed.splitlines()
                if line.strip().startswith('"box/encoder.layer.1" '))
-    assert 'color="#cf222e"' in box and 'id="outline-encoder.layer.1"' in box
-    assert "outline-" not in draw_graph(tiny_graph, depth=2, overlay=overlay).source
+    assert 'color="#cf222e"' in box and 'id="outline_encoder.layer.1"' in box
+    assert "outline_" not in draw_graph(tiny_graph, depth=2, overlay=overlay).source
 
 
 def test_a_passing_folded_block_has_a_thin_border(trace_tiny, tiny_graph):
