@@ -19,13 +19,14 @@ _FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-n
           "--hide-scrollbars")
 
 
-def screenshot(page: Path, shot: Path, width: int, height: int) -> None:
-    """A PNG of ``page`` in a window of ``width`` x ``height`` CSS pixels."""
+def screenshot(page: Path, shot: Path, width: int, height: int, fragment: str = "") -> None:
+    """A PNG of ``page`` (opened at ``#fragment``) in a ``width`` x ``height`` window."""
     assert CHROMIUM is not None
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run([CHROMIUM, *_FLAGS, f"--user-data-dir={profile}",
                         f"--screenshot={shot}", f"--window-size={width},{height}",
-                        page.as_uri()], capture_output=True, timeout=120, check=False)
+                        page.as_uri() + (f"#{fragment}" if fragment else "")],
+                       capture_output=True, timeout=120, check=False)
 
 
 def probe(page_html: str, width: int, script: str, *, height: int = 900) -> str:

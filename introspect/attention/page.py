@@ -118,7 +118,7 @@ svg .off { display: none; }
 .scale { display: flex; align-items: center; gap: .5em; font-size: .85em; color: #57606a; }
 .scale .bar { width: 160px; max-width: 40vw; height: 12px; border: 1px solid #d0d7de;
   background: linear-gradient(to right, rgb(255,255,255), rgb(8,48,107)); }
-.model { display: grid; gap: 4px; align-items: center; max-width: 100%; }
+.model { display: grid; gap: 4px; align-items: center; justify-content: start; max-width: 100%; }
 .model canvas { width: 100%; max-width: 64px; aspect-ratio: 1 / 1; image-rendering: pixelated;
   border: 1px solid #d0d7de; cursor: zoom-in; box-sizing: border-box; }
 .model .label { font-size: .75em; color: #57606a; text-align: center; white-space: nowrap; }
@@ -184,7 +184,7 @@ function kept(i, j) {
   return s === "all" || (side(s[0], i) && side(s[1], j));
 }
 function svgOpen(width, height) {
-  return '<svg xmlns="http://www.w3.org/2000/svg" width="' + width + '" height="' + height +
+  return '<svg width="' + width + '" height="' + height +
     '" viewBox="0 0 ' + width + " " + height + '">';
 }
 // Head view: queries left, keys right, one line per (query, key, head), in the head's colour.
