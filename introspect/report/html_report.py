@@ -106,12 +106,12 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{e(title)}</title>",
         f"<style>{_CSS}{_CSS_SMALL_SCREENS}</style></head><body>",
-        *_verdict(result, drawn=svg is not None),
+        *_verdict(result, outlined=_outlined(result, svg)),
         _jump_links(drawn=svg is not None),
         *_divergence(result),
         "<h2 id='layers-section'>Layers</h2>",
         _STATUS_LEGEND,
-        _layers_table(result, drawn=svg is not None),
+        _layers_table(result, outlined=_outlined(result, svg)),
         *_drawing_section(svg),
         *_nodes_section(result),
         *_unmatched_section(result),
@@ -147,6 +147,14 @@ def _layer_anchor(layer: str) -> str:
     return f"outline_{layer}"
 
 
+def _outlined(result: DiffResult, svg: bytes | None) -> set[str]:
+    """The failing layers the drawing outlines (a link needs its target: the mask is no
+    block of its own, and without Graphviz there is no drawing)."""
+    text = svg.decode("utf-8") if svg is not None else ""
+    return {layer for layer in failing_layer_names(result)
+            if f'id="{html.escape(_layer_anchor(layer))}"' in text}
+
+
 _STATUS_LEGEND = (
     "<p class='notes legend'><b>pass</b>: compared, every local error within its budget; "
     "<b>FAIL</b>: a node's local error over its budget (the bug is here); <b>drift</b>: "
@@ -154,16 +162,17 @@ _STATUS_LEGEND = (
     "from earlier); <b>n/a</b>: nothing compared.</p>")
 
 
-def _verdict(result: DiffResult, *, drawn: bool = False) -> list[str]:
+def _verdict(result: DiffResult, *, outlined: set[str] | None = None) -> list[str]:
     e = html.escape
     kind, word = ("pass", "Parity holds") if result.passed else ("fail", "Parity fails")
     counts = result.counts()
-    failing = failing_layer_names(result)
+    failing, outlined = failing_layer_names(result), outlined or set()
     where = ""
     if failing:
-        links = ", ".join(f"<a href='#{e(_layer_anchor(layer)) if drawn else 'layers'}'>"
-                          f"{e(layer)}</a>" for layer in failing)
-        where = f" Failing: {links}" + (" (outlined in the drawing)." if drawn else ".")
+        links = ", ".join(
+            f"<a href='#{e(_layer_anchor(layer)) if layer in outlined else 'layers'}'>"
+            f"{e(layer)}</a>" for layer in failing)
+        where = f" Failing: {links}" + (" (outlined in the drawing)." if outlined else ".")
     return [
         f"<h1>introspect diff: <b>{e(result.candidate_label)}</b> against "
         f"<b>{e(result.reference_label)}</b></h1>",
@@ -189,10 +198,10 @@ def _divergence(result: DiffResult) -> list[str]:
     return parts
 
 
-def _layers_table(result: DiffResult, *, drawn: bool = False) -> str:
+def _layers_table(result: DiffResult, *, outlined: set[str] | None = None) -> str:
     headers = ["status", "layer", "output max abs err", "worst local err", "worst node",
                "nodes", "failing", "unmatched"]
-    outlined = set(failing_layer_names(result)) if drawn else set()
+    outlined = outlined or set()
     rows = []
     for r in result.layer_rows:
         layer = text_cell(r.layer)

@@ -57,7 +57,8 @@ def overlay_digraph(result: DiffResult, *, depth: Any = None, **options: Any) ->
     if failing_layers:
         caption += "; thick red border: a failing layer"
     overlay = Overlay(colors, notes, scores, ERROR_SCALE, caption, outline=failing_layers)
-    failing = sorted(int(layer.rpartition(".")[2]) for layer in failing_layers)
+    failing = sorted(int(layer.rpartition(".")[2]) for layer in failing_layers
+                     if layer.startswith("encoder.layer.") and layer.rpartition(".")[2].isdigit())
     options.setdefault("expand", failing)
     options.setdefault("max_width", NOTEBOOK_WIDTH)
     if result.reference is None:
@@ -67,7 +68,6 @@ def overlay_digraph(result: DiffResult, *, depth: Any = None, **options: Any) ->
 
 
 def failing_layer_names(result: DiffResult) -> tuple[str, ...]:
-    """The encoder layers that fail, in order: the drawing outlines them, the page links."""
-    return tuple(r.layer for r in result.layer_rows
-                 if not r.passed and r.layer.startswith("encoder.layer.")
-                 and r.layer.rpartition(".")[2].isdigit())
+    """The layers that fail, in order (``encoder.layer.3``, ``embeddings``): the drawing
+    outlines those it draws as a block, and the page links to them."""
+    return tuple(r.layer for r in result.layer_rows if not r.passed)

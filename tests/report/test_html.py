@@ -192,3 +192,19 @@ def test_screenshots_at_phone_and_desktop_width(failing_diff, tmp_path, width):
     red = sum(count for count, rgb in (image.getcolors(maxcolors=1 << 22) or [])
               if rgb == (207, 34, 46))
     assert red > 200 * 390 / width  # the failing layer's thick red outline is on screen
+
+
+def test_a_failing_embeddings_block_is_outlined_and_linked_too(tiny_models, tiny_inputs):
+    import torch
+
+    import introspect
+
+    hf = tiny_models("base", "sdpa").model
+    faulty = introspect.scratch.BertModel.from_hf(hf)
+    with torch.no_grad():
+        faulty.embeddings.LayerNorm.bias += 0.05
+    reports = render_reports(introspect.diff(hf, faulty, tiny_inputs))
+    page = reports["diff.html"]
+    assert "Failing: <a href='#outline_embeddings'>embeddings</a>" in page
+    assert page.count('id="outline_embeddings"') == 1
+    assert page == render_reports(introspect.diff(hf, faulty, tiny_inputs))["diff.html"]
