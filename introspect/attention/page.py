@@ -122,7 +122,7 @@ svg .off { display: none; }
 .model canvas { width: 100%; max-width: 64px; aspect-ratio: 1 / 1; image-rendering: pixelated;
   border: 1px solid #d0d7de; cursor: zoom-in; box-sizing: border-box; }
 .model .label { font-size: .75em; color: #57606a; text-align: center; white-space: nowrap; }
-#zoom { position: fixed; inset: 0; background: rgba(255,255,255,.98); overflow: auto;
+#zoom { position: fixed; inset: 0; background: #fff; overflow: auto;
   padding: 1em 1.5em; z-index: 1; }
 #zoom[hidden] { display: none; }
 #zoom header { display: flex; gap: 1em; align-items: center; justify-content: space-between; }

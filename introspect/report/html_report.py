@@ -130,7 +130,8 @@ def _drawing_section(svg: bytes | None) -> list[str]:
     return ["<h2 id='drawing'>Drawing</h2>",
             "<p class='notes'>Each node coloured by its local error against its "
             "budget: green within, yellow up to 10x, orange up to 1000x, red beyond. "
-            "Failing layers are drawn open, with a thick red border.</p>",
+            "Failing layers are drawn open, with a thick red border. "
+            "<a href='diff.svg'>The drawing on its own</a> zooms further.</p>",
             f"<div class='drawing'>{text}</div>"]
 
 
