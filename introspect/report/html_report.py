@@ -100,18 +100,19 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
     """The whole report as one HTML page (inline CSS, script and SVG)."""
     e = html.escape
     title = f"introspect diff: {result.candidate_label} vs {result.reference_label}"
+    outlined = _outlined(result, svg)  # failing layers with a red outline to link to
     parts = [
         "<!DOCTYPE html>",
         "<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{e(title)}</title>",
         f"<style>{_CSS}{_CSS_SMALL_SCREENS}</style></head><body>",
-        *_verdict(result, outlined=_outlined(result, svg)),
+        *_verdict(result, outlined=outlined),
         _jump_links(drawn=svg is not None),
         *_divergence(result),
         "<h2 id='layers-section'>Layers</h2>",
         _STATUS_LEGEND,
-        _layers_table(result, outlined=_outlined(result, svg)),
+        _layers_table(result, outlined=outlined),
         *_drawing_section(svg),
         *_nodes_section(result),
         *_unmatched_section(result),
