@@ -36,6 +36,8 @@ from introspect.render.output import (
 from introspect.render.overlay import ERROR_SCALE, Overlay, as_overlay
 from introspect.render.plan import FULL, Depth, Plan, TracedGraph, build_plan
 
+NOTEBOOK_WIDTH = 9.4  # inches: about 900 px, the width of a Jupyter output cell
+
 if TYPE_CHECKING:
     import graphviz
 
@@ -53,6 +55,7 @@ __all__ = [
     "FORMATS",
     "FULL",
     "GraphvizMissingError",
+    "NOTEBOOK_WIDTH",
 ]
 
 
@@ -64,6 +67,7 @@ def draw_graph(
     expand: Iterable[int] = (),
     overlay: Overlay | Mapping[str, str] | Any = None,
     title: str | None = None,
+    max_width: float | None = None,
 ) -> graphviz.Digraph:
     """Draw the tensor flow of ``graph``, from the tokens at the top to the logits.
 
@@ -80,6 +84,8 @@ def draw_graph(
         overlay: colours and notes per node name: an ``Overlay``, a mapping of node
             name to colour, or a DataFrame with columns name, color, note (and score).
         title: the drawing's title (default: the graph's).
+        max_width: the most inches wide the picture may be; Graphviz scales a wider one
+            down to it (``NOTEBOOK_WIDTH`` fits a notebook cell). Default: natural size.
 
     Returns:
         A ``graphviz.Digraph``; the same graph and options give the same DOT bytes.
@@ -109,4 +115,9 @@ def draw_graph(
     plan = build_plan(graph, depth=depth, fold=fold, expand=expand)
     if title is not None:
         plan.title = title
-    return to_digraph(plan, painted)
+    digraph = to_digraph(plan, painted)
+    if max_width is not None:
+        if not max_width > 0:
+            raise InputError(f"max_width must be a positive number of inches, not {max_width!r}")
+        digraph.attr(size=f"{max_width:g},1000")  # height free: only the width is bounded
+    return digraph

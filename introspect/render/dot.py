@@ -7,7 +7,8 @@ Node looks, so that a reader tells them apart at a glance:
 - ops (add, attention, select): grey ellipses; layout chains: dashed white ellipses;
 - parameters and buffers: violet cylinders; the attention mask: a pink box (dashed
   where a later layer refers back to it, instead of an edge down the whole page);
-- folded layers (×N): a violet block or cluster with a bold border.
+- folded layers (×N): a violet block or cluster with a bold border;
+- an overlay's outlined layers (the diff's failing ones): a thick red border.
 
 Every label is an HTML-like label built from escaped text (``labels.escape``). The DOT is
 emitted in plan order, with nothing taken from ids or unordered sets, so it is the same
@@ -33,6 +34,7 @@ from introspect.render.plan import ClusterSpec, DrawNode, Plan
 FONT = "Helvetica"
 MAX_TOKENS = 16  # token cells per row before "… +N"
 MAX_ROWS = 4  # texts shown in the tokens table before "… N more"
+TITLE_LINE_CHARS = 90  # the dims legend and the overlay caption wrap here
 
 GRAPH_ATTRS = {
     "rankdir": "TB",
@@ -96,6 +98,8 @@ STYLES: dict[str, dict[str, str]] = {
         "fontsize": "8",
     },
 }
+OUTLINE_COLOR = "#cf222e"  # an overlay's outlined (failing) layers: thick and red
+OUTLINE_ID = "outline_"  # + the layer's name: the SVG id a page links to
 CLUSTER_FILLS = ("#f8fafc", "#f1f5f9", "#e8edf3", "#e2e8f0")  # deeper levels, darker
 LEGEND = (
     "box: module · 3-D box: closed module · ellipse: op · dashed: layout only · "
@@ -117,10 +121,32 @@ def to_digraph(plan: Plan, overlay: Overlay | None = None) -> graphviz.Digraph:
     )
     digraph.attr(label=_title_label(plan, overlay))
     _emit(digraph, plan, overlay)
+    stacked = _entries_below_mask_references(plan)
     for edge in plan.edges:
         attrs = {"label": f" {edge.label} "} if edge.label else {}
+        if (edge.source, edge.target) in stacked:
+            attrs["minlen"] = "2"
         digraph.edge(edge.source, edge.target, **attrs)
     return digraph
+
+
+def _entries_below_mask_references(plan: Plan) -> set[tuple[str, str]]:
+    """Edges into a layer block whose first node a mask reference also feeds.
+
+    The reference sits one rank above that node, the rank of the previous block's last
+    node; two clusters sharing a rank are put side by side, and a model's layers become
+    a diagonal staircase wider than a notebook cell. Two ranks on the edge between the
+    blocks leave the reference a rank of its own, and the blocks stack.
+    """
+    node = {n.id: n for n in plan.nodes}
+    fed = {e.target for e in plan.edges if node[e.source].style == "maskref"}
+    return {
+        (e.source, e.target)
+        for e in plan.edges
+        if e.target in fed
+        and node[e.source].style != "maskref"
+        and node[e.source].cluster[:2] != node[e.target].cluster[:2]
+    }
 
 
 def _emit(digraph: graphviz.Digraph, plan: Plan, overlay: Overlay | None) -> None:
@@ -218,11 +244,26 @@ def _token_cell(token: str) -> str:
 def _title_label(plan: Plan, overlay: Overlay | None) -> str:
     lines = [f'<FONT POINT-SIZE="16"><B>{escape(plan.title or "model")}</B></FONT>']
     if plan.dims.sizes:
-        lines.append(escape(plan.dims.legend()))
-    lines.append(_small(LEGEND))
+        lines += [escape(line) for line in _wrap(plan.dims.legend().split(" · "), " · ")]
+    lines += [_small(line) for line in _wrap(LEGEND.split(" · "), " · ")]
     if overlay is not None and overlay.caption:
-        lines.append(escape(overlay.caption))
+        lines += [escape(line) for line in _wrap(overlay.caption.split("; "), "; ")]
     return "<" + "<BR/>".join(lines) + "<BR/> >"
+
+
+def _wrap(parts: Sequence[str], separator: str, limit: int = TITLE_LINE_CHARS) -> list[str]:
+    """Parts joined into lines of at most ``limit`` characters (a longer part stays whole).
+
+    The title is the widest thing of a small drawing: one long line would make the
+    whole picture wider than a notebook cell.
+    """
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(separator) + len(part) <= limit:
+            lines[-1] += separator + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _small(text: str) -> str:
@@ -237,6 +278,8 @@ def _node_attrs(node: DrawNode, overlay: Overlay | None) -> dict[str, str]:
             attrs["fillcolor"] = overlay.colors[worst]
             if "filled" not in attrs.get("style", ""):
                 attrs["style"] = (attrs.get("style", "") + ",filled").strip(",")
+    if overlay is not None and node.id.startswith("box/") and node.id[4:] in overlay.outline:
+        attrs.update(color=OUTLINE_COLOR, penwidth="4", id=f"{OUTLINE_ID}{node.id[4:]}")
     attrs["tooltip"] = _tooltip(node)
     return attrs
 
@@ -278,7 +321,14 @@ def _cluster_attrs(
         "labeljust": "l",
         "margin": "10",
     }
-    if spec.folded:
+    outline = overlay.outline if overlay is not None else ()
+    if any(key in outline for key in spec.key[:-1]):
+        # Graphviz hands a cluster's attributes down to the clusters inside it: reset them
+        attrs.update(penwidth="1", fontcolor="black", id="")
+    if spec.key[-1] in outline:
+        attrs.update(style="rounded,filled,bold", color=OUTLINE_COLOR, penwidth="5",
+                     fontsize="12", fontcolor=OUTLINE_COLOR, id=f"{OUTLINE_ID}{spec.key[-1]}")
+    elif spec.folded:
         attrs.update(
             style="rounded,filled,bold",
             fillcolor="#f5f3ff",
@@ -288,7 +338,7 @@ def _cluster_attrs(
         )
         worst = overlay.worst(members) if overlay is not None else None
         if overlay is not None and worst is not None and worst in overlay.colors:
-            attrs.update(color=overlay.colors[worst], penwidth="4")
+            attrs.update(color=overlay.colors[worst])  # thinner than an outlined layer
             note = overlay.notes.get(worst, "")
             label = f"<B>{escape(spec.label)}</B>" + (
                 f'<BR/><FONT POINT-SIZE="9">worst: {escape(note)} ({escape(worst)})</FONT>'

@@ -45,6 +45,9 @@ class Overlay:
         scores: node name -> a number, larger is worse; decides the worst node in a box.
         severity: colours from best to worst, used when there are no scores.
         caption: a line for the drawing's title, saying what the colours mean.
+        outline: modules (layer names such as ``"encoder.layer.3"``) drawn with a thick
+            red border, so the eye goes there first: the diff outlines its failing
+            layers. Each gets the SVG id ``outline_<name>``, which a page can link to.
     """
 
     colors: Mapping[str, str] = field(default_factory=dict)
@@ -52,6 +55,7 @@ class Overlay:
     scores: Mapping[str, float] = field(default_factory=dict)
     severity: tuple[str, ...] = ERROR_SCALE
     caption: str = ""
+    outline: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, color in self.colors.items():

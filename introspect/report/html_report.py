@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
-from introspect.diff.status import status_word
+from introspect.diff.status import layer_statuses, status_legend, status_word
 from introspect.report.html_tables import Cell, number_cell, table, text_cell
+from introspect.report.overlay import failing_layer_names
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -47,6 +48,19 @@ tr.unmatched td, tr.skipped td { color: #777; }
 .filter input[type=search] { width: 24em; padding: 3px 6px; }
 .drawing { border: 1px solid #d0d7de; padding: .5em; }
 .drawing svg { max-width: 100%; height: auto; display: block; margin: 0 auto; }
+"""
+# Readable on a phone (390 px): long node names wrap instead of widening the page, the
+# filter row wraps, tables scroll inside their own box, the drawing scales to the width.
+_CSS_SMALL_SCREENS = """
+h1, p, .verdict, .divergence, .hint, code, summary { overflow-wrap: anywhere; }
+.filter { flex-wrap: wrap; gap: .4em 1.5em; }
+.filter input[type=search] { max-width: 100%; box-sizing: border-box; }
+nav.jump { font-size: .9em; margin: 0 0 1em; } nav.jump a { margin-right: 1em; }
+.verdict a, .divergence a { color: inherit; font-weight: 600; }
+@media (max-width: 640px) {
+  body { padding: 1em .75em; } h1 { font-size: 1.25em; }
+  .filter input[type=search] { width: 100%; }
+}
 """
 
 # Click a header to sort (numbers by value, the rest as text); type to filter rows.
@@ -87,43 +101,88 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
     """The whole report as one HTML page (inline CSS, script and SVG)."""
     e = html.escape
     title = f"introspect diff: {result.candidate_label} vs {result.reference_label}"
+    outlined = _outlined(result, svg)  # failing layers with a red outline to link to
     parts = [
         "<!DOCTYPE html>",
         "<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{e(title)}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        *_verdict(result),
+        f"<style>{_CSS}{_CSS_SMALL_SCREENS}</style></head><body>",
+        *_verdict(result, outlined=outlined),
+        _jump_links(drawn=svg is not None),
         *_divergence(result),
-        "<h2>Layers</h2>",
-        _layers_table(result),
+        "<h2 id='layers-section'>Layers</h2>",
+        _STATUS_LEGEND,
+        _layers_table(result, outlined=outlined),
+        *_drawing_section(svg),
         *_nodes_section(result),
         *_unmatched_section(result),
+        f"<p class='notes'>introspect {e(__version__)}</p>",
+        f"<script>{_SCRIPT}</script>", "</body></html>",
     ]
-    if svg is not None:
-        text = svg.decode("utf-8")
-        text = text[text.find("<svg"):] if "<svg" in text else text
-        parts += ["<h2>Drawing</h2>",
-                  "<p class='notes'>Each node coloured by its local error against its "
-                  "budget: green within, yellow up to 10x, orange up to 1000x, red beyond. "
-                  "Failing layers are drawn open.</p>",
-                  f"<div class='drawing'>{text}</div>"]
-    parts += [f"<p class='notes'>introspect {e(__version__)}</p>",
-              f"<script>{_SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
 
 
-def _verdict(result: DiffResult) -> list[str]:
+def _drawing_section(svg: bytes | None) -> list[str]:
+    """The drawing, right under the layers table: the failing layer is one glance away."""
+    if svg is None:
+        return []
+    text = svg.decode("utf-8")
+    text = text[text.find("<svg"):] if "<svg" in text else text
+    return ["<h2 id='drawing'>Drawing</h2>",
+            "<p class='notes'>Each node coloured by its local error against its "
+            "budget: green within, yellow up to 10x, orange up to 1000x, red beyond. "
+            "Failing layers are drawn open, with a thick red border. "
+            "<a href='diff.svg'>The drawing on its own</a> zooms further.</p>",
+            f"<div class='drawing'>{text}</div>"]
+
+
+def _jump_links(*, drawn: bool) -> str:
+    links = [("layers-section", "layers"), ("drawing", "drawing"),
+             ("nodes-section", "compared nodes"), ("unmatched-nodes", "nodes without counterpart")]
+    return "<nav class='jump'>Jump to: " + "".join(
+        f"<a href='#{anchor}'>{text}</a>" for anchor, text in links
+        if drawn or anchor != "drawing") + "</nav>"
+
+
+def _layer_anchor(layer: str) -> str:
+    """The id of a failing layer's outline in the drawing (``render.dot`` writes it)."""
+    return f"outline_{layer}"
+
+
+def _outlined(result: DiffResult, svg: bytes | None) -> set[str]:
+    """The failing layers the drawing outlines (a link needs its target: the mask is no
+    block of its own, and without Graphviz there is no drawing)."""
+    text = svg.decode("utf-8") if svg is not None else ""
+    return {layer for layer in failing_layer_names(result)
+            if f'id="{html.escape(_layer_anchor(layer))}"' in text}
+
+
+_STATUS_LEGEND = (
+    "<p class='notes legend'><b>pass</b>: compared, every local error within its budget; "
+    "<b>FAIL</b>: a node's local error over its budget (the bug is here); <b>drift</b>: "
+    "the output is over budget but every local error is within it (an error carried in "
+    "from earlier); <b>n/a</b>: nothing compared.</p>")
+
+
+def _verdict(result: DiffResult, *, outlined: set[str] | None = None) -> list[str]:
     e = html.escape
     kind, word = ("pass", "Parity holds") if result.passed else ("fail", "Parity fails")
     counts = result.counts()
+    failing, outlined = failing_layer_names(result), outlined or set()
+    where = ""
+    if failing:
+        links = ", ".join(
+            f"<a href='#{e(_layer_anchor(layer)) if layer in outlined else 'layers'}'>"
+            f"{e(layer)}</a>" for layer in failing)
+        where = f" Failing: {links}" + (" (outlined in the drawing)." if outlined else ".")
     return [
         f"<h1>introspect diff: <b>{e(result.candidate_label)}</b> against "
         f"<b>{e(result.reference_label)}</b></h1>",
         f"<div class='verdict {kind}'><span class='word'>{word}</span>: "
         f"{counts[STATUS_FAIL]} node(s) over budget; max abs error "
         f"{result.max_abs_err:.3g}; {counts['pairs']} aligned pairs, "
-        f"{e(_coverage(result))}.</div>",
+        f"{e(_coverage(result))}.{where}</div>",
     ]
 
 
@@ -146,15 +205,17 @@ def _divergence(result: DiffResult) -> list[str]:
     return parts
 
 
-def _layers_table(result: DiffResult) -> str:
+def _layers_table(result: DiffResult, *, outlined: set[str] | None = None) -> str:
     headers = ["status", "layer", "output max abs err", "worst local err", "worst node",
                "nodes", "failing", "unmatched"]
-    from introspect.diff.status import layer_statuses, status_legend
-
+    outlined = outlined or set()
     rows = []
     words = layer_statuses(result)
     for r, word in zip(result.layer_rows, words, strict=True):
-        cells: list[Cell] = [text_cell(word), text_cell(r.layer),
+        layer = text_cell(r.layer)
+        if r.layer in outlined:  # a link to its outline in the drawing
+            layer = Cell(f"<a href='#{html.escape(_layer_anchor(r.layer))}'>{layer.html}</a>")
+        cells: list[Cell] = [text_cell(word), layer,
                              number_cell(r.max_abs_err), number_cell(r.local_max_abs_err),
                              text_cell(r.worst_node, code=True), number_cell(r.nodes),
                              number_cell(r.failing), number_cell(r.unmatched)]
@@ -182,7 +243,7 @@ def _nodes_section(result: DiffResult) -> list[str]:
         rows.append((r.status, cells))
     failing = sum(r.status == STATUS_FAIL for r in compared)
     return [
-        f"<h2>Compared nodes ({len(compared)}, {failing} over budget)</h2>",
+        f"<h2 id='nodes-section'>Compared nodes ({len(compared)}, {failing} over budget)</h2>",
         "<p class='notes'>Local error: the candidate's node fed the reference's inputs (where "
         "the bug is). Max abs error: each model on its own (where it shows). Click a header "
         "to sort.</p>",
@@ -201,8 +262,8 @@ def _unmatched_section(result: DiffResult) -> list[str]:
                         text_cell(r.layer), text_cell(r.op), text_cell(r.shape),
                         text_cell(r.note)]) for r in unmatched]
     skipped = sum(r.status == STATUS_SKIPPED for r in result.rows)
-    return [f"<details><summary><b>Nodes without counterpart ({len(unmatched)})</b>: never "
-            "paired by position; each says why</summary>",
+    return [f"<details id='unmatched-nodes'><summary><b>Nodes without counterpart "
+            f"({len(unmatched)})</b>: never paired by position; each says why</summary>",
             table("unmatched", ["graph", "node", "layer", "op", "shape", "reason"], rows),
             "</details>",
             f"<p class='notes'>{skipped} shape-bookkeeping and constant nodes were not "

@@ -48,7 +48,7 @@ def overlay_svg(result: ComparedGraph, *, depth: Any = None) -> bytes | None:
     try:
         from introspect.render import render_bytes
 
-        return bytes(render_bytes(overlay_digraph(result, depth=depth), "svg"))
+        return bytes(render_bytes(overlay_digraph(result, depth=depth, max_width=None), "svg"))
     except (ImportError, IntrospectError):
         return None
 
@@ -56,13 +56,14 @@ def overlay_svg(result: ComparedGraph, *, depth: Any = None) -> bytes | None:
 def overlay_digraph(result: ComparedGraph, *, depth: Any = None, **options: Any) -> Any:
     """The reference's drawing (a ``graphviz.Digraph``) coloured by each node's local error.
 
-    Identical layers fold into one box; the failing ones stay open. ``options`` go to
-    ``introspect.render.draw_graph`` (``fold``, ``expand``, ``title``).
+    Identical layers fold into one box; the failing ones stay open, outlined in red.
+    ``options`` go to ``introspect.render.draw_graph`` (``fold``, ``expand``, ``title``,
+    ``max_width``: by default the picture is scaled down to fit a notebook cell).
 
     Raises:
         ImportError: the graphviz package is missing.
     """
-    from introspect.render import ERROR_SCALE, Overlay, draw_graph
+    from introspect.render import ERROR_SCALE, NOTEBOOK_WIDTH, Overlay, draw_graph
 
     colors: dict[str, str] = {}
     notes: dict[str, str] = {}
@@ -78,13 +79,23 @@ def overlay_digraph(result: ComparedGraph, *, depth: Any = None, **options: Any)
         colors[r.reference_node] = ERROR_SCALE[step]
         notes[r.reference_node] = f"local err {error:.2g}"
         scores[r.reference_node] = ratio
-    overlay = Overlay(colors, notes, scores, ERROR_SCALE,
-                      "colour: local max abs error against each node's budget "
-                      "(green within, yellow <=10x, orange <=1000x, red beyond)")
-    failing = sorted({int(r.layer.rpartition(".")[2]) for r in result.layer_rows
-                      if not r.passed and r.layer.startswith("encoder.layer.")})
+    failing_layers = failing_layer_names(result)
+    caption = ("colour: local max abs error against each node's budget "
+               "(green within, yellow <=10x, orange <=1000x, red beyond)")
+    if failing_layers:
+        caption += "; thick red border: a failing layer"
+    overlay = Overlay(colors, notes, scores, ERROR_SCALE, caption, outline=failing_layers)
+    failing = sorted(int(layer.rpartition(".")[2]) for layer in failing_layers
+                     if layer.startswith("encoder.layer.") and layer.rpartition(".")[2].isdigit())
     options.setdefault("expand", failing)
+    options.setdefault("max_width", NOTEBOOK_WIDTH)
     if result.reference is None:
         raise InputError("this diff's reference is a capture file, which holds no graph to "
                          "draw; diff against the live model to draw it")
     return draw_graph(result.reference, depth, overlay=overlay, **options)
+
+
+def failing_layer_names(result: ComparedGraph) -> tuple[str, ...]:
+    """The layers that fail, in order (``encoder.layer.3``, ``embeddings``): the drawing
+    outlines those it draws as a block, and the page links to them."""
+    return tuple(r.layer for r in result.layer_rows if not r.passed)

@@ -140,45 +140,6 @@ def test_html_page_is_self_contained_and_escapes_tokens(tiny_models):
     assert page == maps.html(batch=0)
 
 
-@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="needs node")
-def test_html_page_script_draws_both_views(tiny_short_maps, tmp_path):
-    """The page's own script, run by node against a minimal stand-in for the DOM."""
-    import json
-    import subprocess
-
-    page = tiny_short_maps.html()
-    data = re.search(r'<script type="application/json" id="data">(.*?)</script>', page,
-                     re.S).group(1)
-    code = re.findall(r"<script>(.*?)</script>", page, re.S)[0]
-    stand_in = """
-const els = {};
-function el(id) {
-  if (!els[id]) els[id] = {id, value: "0", textContent: "", innerHTML: "", options: [],
-    add(o) { this.options.push(o); }, addEventListener() {}, querySelectorAll() { return []; }};
-  return els[id];
-}
-globalThis.document = {getElementById(id) {
-  const e = el(id); if (id === "data") e.textContent = DATA; return e; }};
-globalThis.Option = function (text, value) { this.text = text; this.value = value; };
-const DATA = JSON_TEXT;
-""".replace("JSON_TEXT", json.dumps(data))
-    check = """
-els.kind.value = "head"; draw();
-const lines = (els.view.innerHTML.match(/<line/g) || []).length;
-els.kind.value = "matrix"; els.layer.value = "1"; els.head.value = "1"; draw();
-const rects = (els.view.innerHTML.match(/<rect/g) || []).length;
-console.log(JSON.stringify({lines, rects, layers: els.layer.options.length}));
-"""
-    script = tmp_path / "page.js"
-    script.write_text(stand_in + code + check)
-    done = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    n = tiny_short_maps.length(0)
-    assert result == {"lines": int((tiny_short_maps.head(0, 0) >= 0.01).sum()),
-                      "rects": n * n, "layers": 2}
-
-
 def test_a_long_text_does_not_widen_the_picture():
     maps = _long_maps(16)
     maps.texts = ("word " * 600,)

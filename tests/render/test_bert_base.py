@@ -24,7 +24,9 @@ def test_folded_svg_names_x12_once(base_graph):
     svg = render_bytes(draw_graph(base_graph), "svg")
     text = " ".join(ElementTree.fromstring(svg).itertext())
     assert text.count("×12") == 1 and "encoder.layer.0–11 ×12" in text
-    assert "H=768 hidden · nh=12 heads · hd=64 head size · I=3072 intermediate" in text
+    # the legend of named dims, wrapped so the title is no wider than a notebook cell
+    assert "B=2 batch · S=8 tokens · H=768 hidden · nh=12 heads · hd=64 head size" in text
+    assert "I=3072 intermediate · V=30522 vocab" in text
     assert "(2, 12, 8, 64)" in text and "(2, 8, 768)" in text
     assert len(svg) < 100_000
 

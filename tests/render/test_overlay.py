@@ -91,3 +91,68 @@ def test_overlay_with_unknown_names_is_refused(tiny_graph):
         draw_graph(tiny_graph, overlay={"no_such_node": "red"})
     with pytest.raises(InputError, match="overlay must be an Overlay"):
         draw_graph(tiny_graph, overlay=42)
+
+
+def test_outlined_layer_is_thick_red_and_folded_ones_thinner(tiny_graph):
+    overlay = Overlay.from_errors({QUERY_0: 0.0, QUERY_1: 0.5}, budget=1e-5)
+    outlined = Overlay(overlay.colors, overlay.notes, overlay.scores, outline=("encoder.layer.1",))
+    source = draw_graph(tiny_graph, depth=2, expand=[1], overlay=outlined).source
+    lines = source.splitlines()
+    cluster = lines[next(i for i, line in enumerate(lines)
+                         if 'subgraph "cluster_encoder/encoder.layer.1"' in line) + 1]
+    assert 'color="#cf222e"' in cluster and "penwidth=5" in cluster
+    assert 'id="outline_encoder.layer.1"' in cluster
+    others = [line for line in lines if "penwidth=" in line and "outline_" not in line
+              and "cluster" not in line and line.lstrip().startswith(("color=", "fontsize"))]
+    assert all("penwidth=5" not in line and "penwidth=4" not in line for line in others)
+    boxed = draw_graph(tiny_graph, depth=1, fold=False, overlay=outlined).source
+    box = next(line for line in boxed.splitlines()
+               if line.strip().startswith('"box/encoder.layer.1" '))
+    assert 'color="#cf222e"' in box and 'id="outline_encoder.layer.1"' in box
+    assert "outline_" not in draw_graph(tiny_graph, depth=2, overlay=overlay).source
+
+
+def test_a_passing_folded_block_has_a_thin_border(trace_tiny, tiny_graph):
+    overlay = Overlay.from_errors({QUERY_0: 0.0, QUERY_1: 0.0}, budget=1e-5)
+    source = draw_graph(tiny_graph, overlay=overlay).source
+    block = next(line for line in source.splitlines() if "×2" in line and "color=" in line)
+    assert f'color="{ERROR_SCALE[0]}"' in block and "penwidth=2" in block
+
+
+def _cluster_boxes(svg: bytes) -> dict[str, tuple[float, float, float, float]]:
+    """(left, top, right, bottom) of each cluster of a Graphviz SVG, by its name."""
+    import re
+    from xml.etree import ElementTree
+
+    ns = "{http://www.w3.org/2000/svg}"
+    boxes = {}
+    for group in ElementTree.fromstring(svg).iter(f"{ns}g"):
+        if group.get("class") != "cluster":
+            continue
+        name = group.findtext(f"{ns}title") or ""
+        shape = group.find(f"{ns}path")
+        points = shape.get("d") if shape is not None else group.find(f"{ns}polygon").get("points")
+        numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", points or "")]
+        xs, ys = numbers[0::2], numbers[1::2]
+        boxes[name] = (min(xs), min(ys), max(xs), max(ys))
+    return boxes
+
+
+@pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="no Graphviz")
+def test_layer_blocks_stack_vertically_not_as_a_staircase(tiny_graph):
+    """Layer 1 holds a mask reference: its block once sat beside layer 0's, not below it."""
+    from introspect.render import render_bytes
+
+    svg = render_bytes(draw_graph(tiny_graph, depth=2, fold=False), "svg")
+    boxes = _cluster_boxes(svg)
+    first = boxes["cluster_encoder/encoder.layer.0"]
+    second = boxes["cluster_encoder/encoder.layer.1"]
+    assert second[1] >= first[3]  # below it, not beside it
+    assert min(first[2], second[2]) - max(first[0], second[0]) > 0  # in one column
+
+
+def test_max_width_bounds_the_picture(tiny_graph):
+    assert 'size="9.4,1000"' in draw_graph(tiny_graph, max_width=9.4).source
+    assert " size=" not in draw_graph(tiny_graph).source
+    with pytest.raises(InputError, match="max_width must be a positive number"):
+        draw_graph(tiny_graph, max_width=0)

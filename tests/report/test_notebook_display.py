@@ -42,3 +42,21 @@ def test_draw_gives_the_error_coloured_drawing(failing_diff):
     assert ERROR_SCALE[0] in source  # nodes within budget: green
     assert "fillcolor=\"#ffc98a\"" in source  # the tanh GELU: orange, up to 1000x its budget
     assert "box/encoder.layer.1.intermediate" in source  # the failing layer is drawn open
+
+
+@pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="no Graphviz")
+def test_draw_fits_a_notebook_cell_and_stacks_the_layers(failing_diff):
+    """result.draw(depth=2) once drew the layers as a staircase cut at the cell's edge."""
+    import re
+
+    from introspect.render import render_bytes
+    from tests.render.test_overlay import _cluster_boxes
+
+    svg = render_bytes(failing_diff.draw(depth=2), "svg")
+    width = float(re.search(rb'<svg width="([\d.]+)pt"', svg).group(1))
+    assert width <= 9.4 * 72 + 1  # about 900 px: a Jupyter output cell
+    boxes = _cluster_boxes(svg)
+    first, second = boxes["cluster_encoder/encoder.layer.0"], boxes[
+        "cluster_encoder/encoder.layer.1"]
+    assert second[1] >= first[3] and min(first[2], second[2]) > max(first[0], second[0])
+    assert 'id="outline_encoder.layer.1"' in svg.decode()  # the failing one, in red
