@@ -19,11 +19,27 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
     from introspect import render, scratch, testing
-    from introspect.attention.maps import AttentionMaps, attention
+    from introspect.attention import heads as _heads
+    from introspect.attention import maps as _maps
+    from introspect.attention.heads import HeadParity
+    from introspect.attention.maps import AttentionMaps
     from introspect.diff.api import diff
+    from introspect.diff.records import Divergence
     from introspect.diff.result import DiffResult
     from introspect.graph import IntrospectGraph, trace
-    from introspect.load import load_model, tokenize
+    from introspect.load import LoadedModel, TokenizedInputs, load_model, tokenize
+
+    class _AttentionPackage:
+        """``introspect.attention`` as type checkers see it: the package (its public names)
+        and, called, ``introspect.attention.maps.attention``."""
+
+        AttentionMaps = _maps.AttentionMaps
+        HeadParity = _heads.HeadParity
+        compare_heads = staticmethod(_heads.compare_heads)
+        attention = staticmethod(_maps.attention)
+        __call__ = staticmethod(_maps.attention)
+
+    attention: _AttentionPackage
 
 # name -> "module:attribute"; imported on first use only.
 _LAZY_API = {
@@ -31,17 +47,22 @@ _LAZY_API = {
     "IntrospectGraph": "introspect.graph:IntrospectGraph",
     "load_model": "introspect.load:load_model",
     "tokenize": "introspect.load:tokenize",
+    "LoadedModel": "introspect.load:LoadedModel",
+    "TokenizedInputs": "introspect.load:TokenizedInputs",
     "diff": "introspect.diff.api:diff",
     "DiffResult": "introspect.diff.result:DiffResult",
+    "Divergence": "introspect.diff.records:Divergence",
     "AttentionMaps": "introspect.attention:AttentionMaps",
+    "HeadParity": "introspect.attention:HeadParity",
 }
 
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
 _LAZY_SUBMODULES = ("scratch", "render", "testing", "attention")  # attention is callable
 
 # Spelled out (not built from the two above) so that linters and type checkers read it.
-__all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "diff",
-           "DiffResult", "attention", "AttentionMaps", "scratch", "render", "testing"]
+__all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "LoadedModel",
+           "TokenizedInputs", "diff", "DiffResult", "Divergence", "attention", "AttentionMaps",
+           "HeadParity", "scratch", "render", "testing"]
 
 
 def __getattr__(name: str) -> Any:
