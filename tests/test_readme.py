@@ -187,5 +187,9 @@ def test_readme_commands_run_in_a_fresh_copy(tmp_path):
         assert "Traceback" not in done.stderr, command
         ran += 1
     assert ran == len(RUN)
+    for snippet in readme_python_snippets():  # the Python section, pasted into a script
+        done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (snippet, done.stderr[-3000:])
     assert (tmp_path / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "parity-report" / "junit.xml").is_file()
