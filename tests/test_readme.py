@@ -62,7 +62,8 @@ RUN = {
     'introspect capture -o ref.safetensors',
     'python examples/numpy_port/bert_numpy.py --capture ref.safetensors -o port.npz',
     'introspect diff --reference-dump ref.safetensors --candidate-dump port.npz',
-    'introspect diff --candidate-dump port.npz',
+    'introspect diff --candidate-dump port.npz --text "I love cats!" '
+    '--text "He hates pineapple pizza."',
     'introspect diff --model minilm --out parity-report --junit parity-report/junit.xml --quiet',
 }
 # The exit status each RUN command must give (the faulty port fails parity).
