@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
+    from collections.abc import Mapping
+
+    import torch
+
     from introspect import render, scratch, testing
-    from introspect.attention import heads as _heads
-    from introspect.attention import maps as _maps
     from introspect.attention.heads import HeadParity
     from introspect.attention.maps import AttentionMaps
     from introspect.diff.api import diff
@@ -29,16 +31,30 @@ if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports 
     from introspect.graph import IntrospectGraph, trace
     from introspect.load import LoadedModel, TokenizedInputs, load_model, tokenize
 
-    class _AttentionPackage:
-        """``introspect.attention`` as type checkers see it: the package (its public names)
-        and, called, ``introspect.attention.maps.attention``."""
 
-        AttentionMaps = _maps.AttentionMaps
-        HeadParity = _heads.HeadParity
-        compare_heads = staticmethod(_heads.compare_heads)
-        attention = staticmethod(_maps.attention)
-        __call__ = staticmethod(_maps.attention)
+class _AttentionPackage:
+    """``introspect.attention`` as type checkers see it: ``compare_heads``, ``attention`` and,
+    called, ``introspect.attention.maps.attention``. Declared with full signatures (a test
+    holds them equal to the real ones): pyright infers nothing from an installed package."""
 
+    @staticmethod
+    def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
+                      inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
+                      atol: float | None = None, rtol: float | None = None) -> HeadParity:
+        raise NotImplementedError  # never called: introspect.attention is the package
+
+    @staticmethod
+    def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
+                  *, title: str = "") -> AttentionMaps:
+        raise NotImplementedError
+
+    def __call__(self, model: torch.nn.Module,
+                 inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
+                 title: str = "") -> AttentionMaps:
+        raise NotImplementedError
+
+
+if TYPE_CHECKING:
     attention: _AttentionPackage
 
 # name -> "module:attribute"; imported on first use only.

@@ -84,3 +84,16 @@ def test_the_result_types_are_public():
             introspect.HeadParity) == (LoadedModel, TokenizedInputs, Divergence, HeadParity)
     assert callable(introspect.attention)
     assert introspect.attention.compare_heads.__name__ == "compare_heads"
+
+
+def test_the_typed_view_of_attention_has_the_real_signatures():
+    import inspect
+
+    from introspect.attention.heads import compare_heads
+    from introspect.attention.maps import attention
+
+    typed = introspect._AttentionPackage
+    assert str(inspect.signature(typed.compare_heads)) == str(inspect.signature(compare_heads))
+    assert str(inspect.signature(typed.attention)) == str(inspect.signature(attention))
+    call = str(inspect.signature(typed.__call__)).replace("(self, ", "(")
+    assert call == str(inspect.signature(attention))
