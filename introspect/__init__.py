@@ -18,12 +18,44 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
+    from collections.abc import Mapping
+
+    import torch
+
     from introspect import render, scratch, testing
-    from introspect.attention.maps import AttentionMaps, attention
+    from introspect.attention.heads import HeadParity
+    from introspect.attention.maps import AttentionMaps
     from introspect.diff.api import diff
+    from introspect.diff.records import Divergence
     from introspect.diff.result import DiffResult
     from introspect.graph import IntrospectGraph, trace
-    from introspect.models.load import load_model, tokenize
+    from introspect.models.load import LoadedModel, TokenizedInputs, load_model, tokenize
+
+
+class _AttentionPackage:
+    """``introspect.attention`` as type checkers see it: ``compare_heads``, ``attention`` and,
+    called, ``introspect.attention.maps.attention``. Declared with full signatures (a test
+    holds them equal to the real ones): pyright infers nothing from an installed package."""
+
+    @staticmethod
+    def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
+                      inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
+                      atol: float | None = None, rtol: float | None = None) -> HeadParity:
+        raise NotImplementedError  # never called: introspect.attention is the package
+
+    @staticmethod
+    def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.Tensor],
+                  *, title: str = "") -> AttentionMaps:
+        raise NotImplementedError
+
+    def __call__(self, model: torch.nn.Module,
+                 inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
+                 title: str = "") -> AttentionMaps:
+        raise NotImplementedError
+
+
+if TYPE_CHECKING:
+    attention: _AttentionPackage
 
 # name -> "module:attribute"; imported on first use only.
 _LAZY_API = {
@@ -31,17 +63,22 @@ _LAZY_API = {
     "IntrospectGraph": "introspect.graph:IntrospectGraph",
     "load_model": "introspect.models.load:load_model",
     "tokenize": "introspect.models.load:tokenize",
+    "LoadedModel": "introspect.models.load:LoadedModel",
+    "TokenizedInputs": "introspect.models.load:TokenizedInputs",
     "diff": "introspect.diff.api:diff",
     "DiffResult": "introspect.diff.result:DiffResult",
+    "Divergence": "introspect.diff.records:Divergence",
     "AttentionMaps": "introspect.attention:AttentionMaps",
+    "HeadParity": "introspect.attention:HeadParity",
 }
 
 # Subpackages reachable as attributes (``introspect.scratch.BertModel``), also lazily.
 _LAZY_SUBMODULES = ("scratch", "render", "testing", "attention")  # attention is callable
 
 # Spelled out (not built from the two above) so that linters and type checkers read it.
-__all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "diff",
-           "DiffResult", "attention", "AttentionMaps", "scratch", "render", "testing"]
+__all__ = ["__version__", "trace", "IntrospectGraph", "load_model", "tokenize", "LoadedModel",
+           "TokenizedInputs", "diff", "DiffResult", "Divergence", "attention", "AttentionMaps",
+           "HeadParity", "scratch", "render", "testing"]
 
 
 def __getattr__(name: str) -> Any:

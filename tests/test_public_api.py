@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,8 @@ import introspect
 
 ROOT = Path(__file__).resolve().parents[1]
 API = {"trace", "diff", "load_model", "tokenize", "IntrospectGraph", "DiffResult", "scratch",
-       "render", "testing", "__version__"}
+       "render", "testing", "__version__", "LoadedModel", "TokenizedInputs", "Divergence",
+       "HeadParity", "AttentionMaps", "attention"}
 
 
 def test_dir_lists_the_api_before_it_is_loaded():
@@ -53,3 +55,49 @@ def test_mypy_sees_the_real_signature_of_diff(tmp_path):
 def test_all_names_the_lazy_api():
     assert set(introspect.__all__) == {"__version__", *introspect._LAZY_API,
                                        *introspect._LAZY_SUBMODULES}
+
+
+@pytest.mark.slow
+def test_the_readmes_python_type_checks(tmp_path):
+    pytest.importorskip("mypy")
+    readme = (ROOT / "README.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert snippets and "compare_heads" in "".join(snippets)
+    user = tmp_path / "readme_python.py"
+    user.write_text("\n".join(snippets) + "\nreveal_type(parity)\nreveal_type(loaded)\n")
+    from tests.test_packaging import MYPY_INI
+
+    (tmp_path / "mypy.ini").write_text(MYPY_INI)  # torch & co. skipped: seconds, not minutes
+    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file",
+                           str(tmp_path / "mypy.ini"), "--no-error-summary", "--cache-dir",
+                           str(tmp_path / "cache"), str(user)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert errors == [], done.stdout
+    assert 'Revealed type is "introspect.attention.heads.HeadParity"' in done.stdout, done.stdout
+    assert 'Revealed type is "introspect.models.load.LoadedModel"' in done.stdout, done.stdout
+
+
+def test_the_result_types_are_public():
+    from introspect.attention.heads import HeadParity
+    from introspect.diff.records import Divergence
+    from introspect.models.load import LoadedModel, TokenizedInputs
+
+    assert (introspect.LoadedModel, introspect.TokenizedInputs, introspect.Divergence,
+            introspect.HeadParity) == (LoadedModel, TokenizedInputs, Divergence, HeadParity)
+    assert callable(introspect.attention)
+    assert introspect.attention.compare_heads.__name__ == "compare_heads"
+
+
+def test_the_typed_view_of_attention_has_the_real_signatures():
+    import inspect
+
+    from introspect.attention.heads import compare_heads
+    from introspect.attention.maps import attention
+
+    typed = introspect._AttentionPackage
+    assert str(inspect.signature(typed.compare_heads)) == str(inspect.signature(compare_heads))
+    assert str(inspect.signature(typed.attention)) == str(inspect.signature(attention))
+    call = str(inspect.signature(typed.__call__)).replace("(self, ", "(")
+    assert call == str(inspect.signature(attention))

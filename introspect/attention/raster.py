@@ -3,7 +3,8 @@
 A thumbnail of a head is one pixel per (query, key) weight, encoded as an RGB PNG with
 ``zlib`` at a fixed level (1: heatmaps compress little, and the model view of BERT-large
 holds 384 of them), so the same weights give the same bytes. A whole picture
-becomes PNG through ``cairosvg`` (needs the cairo library, which Graphviz installs too).
+becomes PNG through ``cairosvg`` (the extra ``png``; needs the cairo library, which Graphviz
+installs too).
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def svg_to_png(svg: str, scale: float = PNG_SCALE) -> bytes:
     try:
         import cairosvg
     except (ImportError, OSError) as e:  # OSError: cairocffi found no libcairo
+        missing = "cairosvg" if isinstance(e, ImportError) else "the cairo library"
         raise PngConverterMissingError(
-            "PNG output needs cairosvg and the cairo library: pip install cairosvg "
-            f"(and apt-get install libcairo2); or write .svg or .html instead ({e})"
+            f"PNG output needs the 'png' extra ({missing} is missing): "
+            "pip install 'introspect-bert[png]' (and apt-get install libcairo2); "
+            "or write .svg or .html instead"
         ) from e
     try:
         return bytes(cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale))

