@@ -25,7 +25,7 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.load import TokenizedInputs
 from introspect.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.tracer import Decision, trace_module
+from introspect.tracer import CACHE_OFF_NOTE, Decision, cache_off, trace_module
 
 if TYPE_CHECKING:
     import networkx
@@ -194,6 +194,8 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     records = result.records
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)
+    if cache_off(model, tensors):
+        notes.append(CACHE_OFF_NOTE)
     return IntrospectGraph(result.gm, records, result.input_names, result.output_names,
                            tokens, texts, result.decisions, notes + result.notes,
                            title or type(model).__name__)

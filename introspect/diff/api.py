@@ -46,6 +46,7 @@ from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.load import TokenizedInputs
 from introspect.shapes import node_records, refresh_records
+from introspect.tracer import CACHE_OFF_NOTE, cache_off
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff
@@ -72,9 +73,11 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     if not accepted:
         raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
                          f"{', '.join(tensors)}")
-    recording = record_forward(model, accepted, title)
+    keywords = cache_off(model, accepted)  # a decoder's cache on by default: one forward
+    recording = record_forward(model, accepted, title, keywords)
+    notes = [*recording.notes, *([CACHE_OFF_NOTE] if keywords else [])]
     graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
-                            recording.output_names, notes=list(recording.notes), title=title)
+                            recording.output_names, notes=notes, title=title)
     return graph, accepted, recording
 
 
