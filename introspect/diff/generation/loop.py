@@ -133,10 +133,11 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         step_rows.append(StepDiff(
             step, position, int(fed.shape[1]), ref_token, cand_token, ref_token == cand_token,
             logits_err, passed, d.reference_node if d else "", d.candidate_node if d else "",
-            d.module if d else "", d.layer if d else "", d.op if d else "",
+            *(_where_used(result, d.reference_node) or (d.module, d.layer) if d else ("", "")),
+            d.op if d else "",
             d.local_max_abs_err if d else None, cache_finding, hints,
             _piece(tokenizer, ref_token), _piece(tokenizer, cand_token)))
-        result.notes = [n for n in result.notes if CACHE_OFF_NOTE not in n]
+        result.notes = [n for n in result.notes if not _step_only(n)]
         results.append(result)
         if failure is None and not passed:
             failure = _at_step(result, step, hints, layer_rows)
@@ -333,13 +334,23 @@ def _crashed_step(step: int, position: int, fed: torch.Tensor, ref_out: list[Any
                     False, "", "", "", "", "", None, "", step_hints.crash_hints(message))
 
 
+def _step_only(note: str) -> bool:
+    """A note about one step's recording that says nothing of the models: the cache off
+    (it is on here), the cache's tensors (constants of each step's graph) paired by name."""
+    return CACHE_OFF_NOTE in note or ("by name only" in note and all(
+        name.startswith("_tensor_constant")
+        for name in note.split(": ", 1)[-1].split(", ")))
+
+
 def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
              layer_rows: list[CacheDiff]) -> DiffResult:
     """The step's result with its first divergence (a node's, else a cached tensor's)."""
     d = result.first_divergence
     if d is not None:
+        module, layer = _where_used(result, d.reference_node) or (d.module, d.layer)
         return dataclasses.replace(result, first_divergence=dataclasses.replace(
-            d, step=step, hints=tuple(dict.fromkeys([*hints, *d.hints]))))
+            d, step=step, module=module, layer=layer,
+            hints=tuple(dict.fromkeys([*hints, *d.hints]))))
     from introspect.diff.records import Divergence
 
     row = next(r for r in layer_rows if not r.passed)
@@ -352,6 +363,31 @@ def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
     return dataclasses.replace(result, first_divergence=Divergence(
         what, what, "cache", f"layer {row.layer}", "cache", float(row.max_abs_err or 0.0),
         budget, hints, detail, step))
+
+
+def _where_used(result: DiffResult, node: str) -> tuple[str, str] | None:
+    """Positions made beside the mask, at the model's top: blamed where they are used
+    (GPT-2's ``wpe``, Llama's ``rotary_emb``), the first module of a layer reading them."""
+    graph = result.reference
+    if graph is None:
+        return None
+    records = {r.name: r for r in graph.records}
+    start = records.get(node)
+    if start is None or (start.layer not in ("mask", "inputs", "")
+                         and "." in start.module):
+        return None
+    nodes = {n.name: n for n in graph.gm.graph.nodes}
+    seen, queue = {node}, [node]
+    while queue:
+        for user in nodes[queue.pop(0)].users:
+            record = records.get(user.name)
+            if record is None or user.name in seen:
+                continue
+            if record.layer not in ("mask", "inputs", "outputs", "") and record.module:
+                return record.module, record.layer
+            seen.add(user.name)
+            queue.append(user.name)
+    return None
 
 
 def _piece(tokenizer: Any, token: int) -> str:
