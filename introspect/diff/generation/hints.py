@@ -37,7 +37,7 @@ import torch
 from introspect.diff.generation.caches import compare_cached, sequence_axis
 from introspect.diff.generation.records import CacheDiff
 from introspect.diff.records import Divergence
-from introspect.diff.tolerance import Tolerance
+from introspect.diff.tolerance import Budget, Tolerance
 
 # A variant reproduces the candidate when its error is at most this share of the
 # unmodified step's error, and within rounding of the logits' scale.
@@ -71,9 +71,20 @@ def explain(context: StepContext) -> tuple[str, ...]:
             found = _positions(context)
         if not found:
             found = _key_rotation(context)
-        if not found and not any(not r.passed for r in context.caches):
+        if not found and _cache_follows(context):
             found = _attention_variants(context)
     return tuple(found)
+
+
+def _cache_follows(context: StepContext) -> bool:
+    """No cached tensor differs before the layer of the step's first divergent node (those
+    after it differ because their inputs do)."""
+    failing = [r.layer for r in context.caches if not r.passed]
+    if not failing:
+        return True
+    d = context.divergence
+    digits = [int(part) for part in (d.layer if d else "").split(".") if part.isdigit()]
+    return bool(digits) and min(failing) > digits[-1]
 
 
 def crash_hints(message: str) -> tuple[str, ...]:
@@ -194,17 +205,17 @@ def _cache_updates(context: StepContext) -> list[str]:
 def _key_rotation(context: StepContext) -> list[str]:
     """The new keys in the candidate's cache are the reference's rotated by another angle."""
     inv_freq = _rotary_frequencies(context.reference)
-    keys = [r for r in context.caches if not r.passed and r.kind == "keys"]
-    if inv_freq is None or not keys or any(not r.passed and r.kind == "values"
-                                           for r in context.caches):
-        return []
+    failing = [r for r in context.caches if not r.passed]
+    if inv_freq is None or not failing or failing[0].kind != "keys" or any(
+            r.layer == failing[0].layer and r.kind == "values" for r in failing):
+        return []  # the first layer that differs must differ in its keys alone
     if not context.reference_layers or not context.candidate_layers:
         return []
-    row = keys[0]
+    row = failing[0]
     ref = context.reference_layers[row.layer][0]
     cand = context.candidate_layers[row.layer][0]
     budget = context.tolerance.budget(str(ref.dtype).removeprefix("torch."))
-    found = compare_cached(ref, cand, Tolerance(atol=math.inf).budget("float32"), row.filled)
+    found = compare_cached(ref, cand, Budget(math.inf, 0.0), row.filled)  # the layout only
     axis = sequence_axis(ref, row.filled)
     if found.candidate_filled is None or axis is None:
         return []
