@@ -81,6 +81,7 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
                  "cached keys and values after each step")
     ref_cache: Any = None
     cand_cache: Any = None
+    allocated: dict[tuple[int, str], int] = {}  # the candidate's sequence length, per tensor
     fed = prompt
     position = 0
     step_rows: list[StepDiff] = []
@@ -111,7 +112,8 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         ref_token = int(ref_logits[0, -1].argmax())
         cand_token = int(cand_logits[0, -1].argmax())
         filled = position + fed.shape[1]
-        layer_rows, compared = _compare_caches(step, ref_cache, cand_cache, filled, tolerance)
+        layer_rows, compared = _compare_caches(step, ref_cache, cand_cache, filled, tolerance,
+                                               allocated)
         cache_rows += layer_rows
         if not compared and step == 0:
             notes.append(_unreadable_note(ref_cache, cand_cache))
@@ -158,7 +160,7 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
 
         row = step_rows[-1]
         failure = dataclasses.replace(results[-1], first_divergence=Divergence(
-            "", "", "", "", "error", 0.0, "", row.hints,
+            f"step {row.step}", "raised", "", f"step {row.step}", "error", 0.0, "", row.hints,
             f"the candidate failed at step {row.step}: {notes[-1].split(': ', 1)[-1]}",
             row.step))
     shown = failure or results[0]
@@ -288,7 +290,11 @@ def _snapshot(cache: Any) -> Any:
 
 
 def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
-                    tolerance: Tolerance) -> tuple[list[CacheDiff], bool]:
+                    tolerance: Tolerance, allocated: dict[tuple[int, str], int],
+                    ) -> tuple[list[CacheDiff], bool]:
+    """Every layer's keys and values; ``allocated`` holds each candidate tensor's length
+    along its sequence axis at the step before: a static cache keeps it, a concatenated one
+    grows it by the step's tokens (longer than the reference's is then a finding)."""
     ref_layers = cache_values.cache_layers(reference)
     cand_layers = cache_values.cache_layers(candidate)
     if not ref_layers or not cand_layers:
@@ -302,9 +308,17 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
             found = cache_values.compare_cached(ref.detach(), cand.detach(), budget, filled)
             note = "" if found.layout else ("no layout of the candidate's tensor holds the "
                                             f"reference's {filled} position(s)")
+            passed = found.passed
+            before = allocated.get((layer, kind))
+            if passed and found.allocated > filled and step > 0 and before is not None \
+                    and found.allocated != before:  # grown, not pre-allocated
+                passed = False
+                note = (f"the candidate's cache grew to {found.allocated} positions; the "
+                        f"reference holds {filled}")
+            allocated[(layer, kind)] = found.allocated
             rows.append(CacheDiff(step, layer, kind, cache_values.shape_text(ref),
                                   cache_values.shape_text(cand), found.layout, filled,
-                                  found.max_abs_err, found.passed, note))
+                                  found.max_abs_err, passed, note))
     if len(ref_layers) != len(cand_layers):
         rows.append(CacheDiff(step, min(len(ref_layers), len(cand_layers)), "layers", "", "",
                               "", filled, None, False,
