@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.report.generation import generation_html
 from introspect.report.html_tables import Cell, number_cell, table, text_cell
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         f"<style>{_CSS}</style></head><body>",
         *_verdict(result),
         *_divergence(result),
+        *generation_html(result),
         "<h2>Layers</h2>",
         _layers_table(result),
         *_nodes_section(result),

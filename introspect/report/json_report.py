@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from introspect import __version__
 from introspect.diff.records import STATUS_SKIPPED
 from introspect.diff.tolerance import DEFAULTS
+from introspect.report.generation import generation_json
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -56,6 +57,7 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
         "layers": [asdict(r) for r in result.layer_rows],
         "notes": list(result.notes),
+        **generation_json(result),  # steps, caches, generated: with --generate only
     })
 
 

@@ -184,3 +184,13 @@ class Llama(nn.Module):
                     source = f"{names[parts[0]]}.{parts[1]}"
                 tensor.copy_(theirs[source])
         return model.eval()
+
+
+def build(reference: object) -> Llama:
+    """``--candidate tests/generate/llama_static.py:build``: the correct port."""
+    return Llama.from_hf(getattr(reference, "model", reference))
+
+
+def build_gqa_tiled(reference: object) -> Llama:
+    """The port with key/value heads tiled on the cached path."""
+    return Llama.from_hf(getattr(reference, "model", reference), "gqa-tiled")

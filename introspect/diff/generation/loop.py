@@ -166,11 +166,11 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     shown = failure or results[0]
     for result in results:
         notes += [n for n in result.notes if n not in notes]
-    generated = Generated(tuple(int(t) for t in prompt[0]), tuple(ref_tokens),
-                          tuple(cand_tokens),
-                          tuple(_piece(tokenizer, t) for t in ref_tokens),
-                          tuple(_piece(tokenizer, t) for t in cand_tokens),
-                          _decode(tokenizer, prompt[0].tolist()))
+    prompt_ids = [int(t) for t in prompt[0]]
+    generated = Generated(tuple(prompt_ids), tuple(ref_tokens), tuple(cand_tokens),
+                          _pieces(tokenizer, prompt_ids, ref_tokens),
+                          _pieces(tokenizer, prompt_ids, cand_tokens),
+                          _decode(tokenizer, prompt_ids))
     passed = failure is None and not crashed
     return dataclasses.replace(shown, passed=passed, notes=notes, step_rows=step_rows,
                                cache_rows=cache_rows, generated=generated)
@@ -402,6 +402,16 @@ def _where_used(result: DiffResult, node: str) -> tuple[str, str] | None:
             seen.add(user.name)
             queue.append(user.name)
     return None
+
+
+def _pieces(tokenizer: Any, prompt: list[int], tokens: list[int]) -> tuple[str, ...]:
+    """Each token as the text it adds after the prompt and the tokens before it (spaces
+    included, as the tokenizer joins them)."""
+    if tokenizer is None:
+        return ()
+    texts = [_decode(tokenizer, prompt + tokens[:i]) for i in range(len(tokens) + 1)]
+    return tuple(after[len(before):] if after.startswith(before) else _piece(tokenizer, t)
+                 for before, after, t in zip(texts[:-1], texts[1:], tokens, strict=True))
 
 
 def _piece(tokenizer: Any, token: int) -> str:
