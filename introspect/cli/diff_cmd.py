@@ -273,7 +273,8 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
                       noise_budget=args.noise_budget, reference_label=reference_label,
                       candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite,
                       **_generation_options(args, loaded))
-        if (args.out or not result.passed) and not getattr(args, "generate", 0):  # which head parts: for the reports, or a failure
+        # which head parts: for the reports, or a failure (one forward only)
+        if (args.out or not result.passed) and not getattr(args, "generate", 0):
             from introspect.cli.attention_cmd import head_parity_for_diff
 
             args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)

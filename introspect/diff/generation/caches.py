@@ -50,7 +50,7 @@ def _layers(cache: Any, depth: int) -> list[tuple[torch.Tensor, torch.Tensor]] |
     own = _pair(cache)
     if own is not None:  # one layer's pair, or an object holding one
         return [own]
-    items: Sequence[Any] | None = None
+    items: Any = None
     if isinstance(cache, (tuple, list)):
         items = cache
     elif isinstance(cache, torch.nn.Module):

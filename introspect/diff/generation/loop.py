@@ -300,7 +300,8 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
     if not ref_layers or not cand_layers:
         return [], False
     rows = []
-    for layer, (ref_pair, cand_pair) in enumerate(zip(ref_layers, cand_layers)):
+    pairs = zip(ref_layers, cand_layers, strict=False)  # unequal counts: a row below
+    for layer, (ref_pair, cand_pair) in enumerate(pairs):
         for kind, ref, cand in (("keys", ref_pair[0], cand_pair[0]),
                                 ("values", ref_pair[1], cand_pair[1])):
             budget = tolerance.budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
