@@ -124,7 +124,7 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
                              "")
         passed = result.passed and not cache_finding
         hints: tuple[str, ...] = ()
-        if not passed and step > 0:
+        if not passed and step > 0 and failure is None:  # the first divergent step's
             hints = step_hints.explain(step_hints.StepContext(
                 step=step, position=position, fed=fed, reference=reference,
                 reference_cache=before, reference_logits=ref_logits,

@@ -32,7 +32,7 @@ class StepDiff:
     op: str
     local_max_abs_err: float | None
     cache: str  # the first cached tensor over budget, e.g. "layer 3 keys" ("" when none)
-    hints: tuple[str, ...]  # incremental-decoding hints tested on this step's values
+    hints: tuple[str, ...]  # incremental-decoding hints tested on the values (first failing step)
     reference_text: str = ""  # the chosen tokens, decoded ("" without a tokenizer)
     candidate_text: str = ""
 
