@@ -263,7 +263,7 @@ def _logits_and_cache(side: str, output: Any) -> tuple[torch.Tensor, Any]:
     if isinstance(output, Mapping) or hasattr(output, "logits"):
         logits = output["logits"] if isinstance(output, Mapping) else output.logits
         fields = output if isinstance(output, Mapping) else vars(output)
-        cache = fields.get("cache", fields.get("past_key_values"))
+        cache = fields["cache"] if "cache" in fields else fields.get("past_key_values")
     elif isinstance(output, (tuple, list)) and output:
         logits, cache = output[0], output[1] if len(output) > 1 else None
     else:
