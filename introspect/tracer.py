@@ -427,6 +427,8 @@ def cache_off(model: torch.nn.Module, names: Any = ()) -> dict[str, Any]:
     if "use_cache" not in parameters:
         return {}
     config = getattr(model, "config", None)
+    if getattr(config, "is_decoder", True) is False:  # BERT and its cousins: no cache made
+        return {}
     return {"use_cache": False} if getattr(config, "use_cache", True) else {}
 
 
