@@ -44,5 +44,5 @@ def test_a_model_without_use_cache_gets_no_note(gpt2):
         def forward(self, input_ids):
             return self.inner(input_ids=input_ids, use_cache=False).logits
 
-    graph = introspect.trace(Plain(), {"input_ids": PROMPT}, cache=False)
+    graph = introspect.trace(Plain().eval(), {"input_ids": PROMPT}, cache=False)
     assert CACHE_OFF_NOTE not in graph.notes

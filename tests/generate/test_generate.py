@@ -168,3 +168,12 @@ def test_bad_inputs_are_one_line_errors(gpt2):
     with pytest.raises(InputError, match="prompt"):
         introspect.diff(gpt2, gpt2, {"input_ids": torch.zeros(1, 0, dtype=torch.long)},
                         generate=2)
+
+
+def test_training_mode_is_run_in_eval_and_put_back(gpt2, gpt2_example):
+    port = gpt2_example.build(gpt2).train()
+    result = _generate(gpt2, port, 2)
+    assert result.passed, result.summary()
+    assert port.training and all(m.training for m in port.modules())
+    assert not gpt2.training
+    assert any("the candidate had module(s) in training mode" in n for n in result.notes)

@@ -64,8 +64,6 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         InputError: ``steps`` not a positive integer, no ``input_ids``, a model whose
             forward takes no ``past_key_values``, a reference that fails on a step.
     """
-    from introspect.diff.api import diff
-
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(f"generate must be a positive number of tokens, got {steps!r}")
     if noise_budget:
@@ -75,6 +73,30 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     prompt, notes = _prompt(inputs)
     for side, model in (("reference", reference), ("candidate", candidate)):
         _check_protocol(side, model)
+    # eval mode for the whole run: the hints re-run the reference between the steps' diffs
+    modes = [{name: m.training for name, m in model.named_modules()}
+             for model in (reference, candidate)]
+    notes += [f"the {side} had module(s) in training mode; generation ran it in eval mode "
+              "(dropout off) and put it back"
+              for side, saved in zip(("reference", "candidate"), modes, strict=True)
+              if any(saved.values())]
+    reference.eval()
+    candidate.eval()
+    try:
+        return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
+                                   tolerance, atol, rtol, options)
+    finally:
+        for model, saved in zip((reference, candidate), modes, strict=True):
+            for name, module in model.named_modules():
+                module.training = saved.get(name, module.training)
+
+
+def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
+                        prompt: torch.Tensor, notes: list[str], steps: int, tokenizer: Any,
+                        tolerance: Tolerance, atol: float | None, rtol: float | None,
+                        options: Mapping[str, Any]) -> DiffResult:
+    from introspect.diff.api import diff
+
     notes.append(f"generation: {steps} token(s) decoded greedily from a prompt of "
                  f"{prompt.shape[1]} token(s), each side with its own key/value cache; the "
                  "prefill and every one-token step compared node by node, and every layer's "
