@@ -110,6 +110,7 @@ def _check_bug(result, step, where, hint):
         assert d.module == "cache" and d.layer == f"layer {where.split()[2]}"
     elif where.startswith("step "):
         assert d.layer == where and d.op == "error"
+        assert d.detail.startswith(f"the candidate failed at {where}: ") and "Sizes" in d.detail
     else:
         assert d.module == where or d.layer == where or d.module.startswith(where), \
             result.summary()

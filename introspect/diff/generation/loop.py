@@ -113,6 +113,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
     cand_tokens: list[int] = []
     forced_from: int | None = None
     failure: DiffResult | None = None
+    crash = ""
     for step in range(steps):
         before = _snapshot(ref_cache)  # for the hints that re-run the reference's step
         ref_kw = _keywords(reference, ref_cache)
@@ -126,7 +127,8 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                 if not ref_out or step == 0:
                     raise
                 step_rows.append(_crashed_step(step, position, fed, ref_out, str(e)))
-                notes.append(f"the candidate failed at step {step}: {e}")
+                crash = f"the candidate failed at step {step}: {e}"
+                notes.append(crash)
                 break
             ref_out, cand_out = sides()
         ref_logits, ref_cache = _logits_and_cache("reference", ref_out[0])
@@ -183,8 +185,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         row = step_rows[-1]
         failure = dataclasses.replace(results[-1], first_divergence=Divergence(
             f"step {row.step}", "raised", "", f"step {row.step}", "error", 0.0, "", row.hints,
-            f"the candidate failed at step {row.step}: {notes[-1].split(': ', 1)[-1]}",
-            row.step))
+            crash, row.step))
     shown = failure or results[0]
     for result in results:
         notes += [n for n in result.notes if n not in notes]
