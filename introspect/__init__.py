@@ -40,7 +40,8 @@ class _AttentionPackage:
     @staticmethod
     def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
                       inputs: TokenizedInputs | Mapping[str, torch.Tensor], *,
-                      atol: float | None = None, rtol: float | None = None) -> HeadParity:
+                      atol: float | None = None, rtol: float | None = None,
+                      local: bool = True) -> HeadParity:
         raise NotImplementedError  # never called: introspect.attention is the package
 
     @staticmethod

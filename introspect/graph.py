@@ -25,7 +25,13 @@ import torch.fx
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
 from introspect.trace.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.trace.tracer import Decision, holds_trace_lock, trace_module
+from introspect.trace.tracer import (
+    CACHE_OFF_NOTE,
+    Decision,
+    cache_off,
+    holds_trace_lock,
+    trace_module,
+)
 
 if TYPE_CHECKING:
     import networkx
@@ -195,6 +201,8 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     records = result.records
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)
+    if cache_off(model, tensors):
+        notes.append(CACHE_OFF_NOTE)
     return IntrospectGraph(result.gm, records, result.input_names, result.output_names,
                            tokens, texts, result.decisions, notes + result.notes,
                            title or type(model).__name__)

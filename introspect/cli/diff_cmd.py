@@ -9,6 +9,7 @@ Examples:
   introspect diff --model bert-tiny --candidate my_port.py:build   # your port (see below)
   introspect diff --out parity-report --junit junit.xml    # CI: reports, exit 1 on failure
   introspect diff --json - --quiet | jq .first_divergence  # the JSON report on stdout
+  introspect diff --model gpt2 --head causal-lm --candidate my_gpt.py:build --generate 16
 
 --reference and --candidate take hf, scratch (the from-scratch BERT), a checkpoint
 folder, or your own port as path/to/port.py:NAME or package.module:NAME: NAME is a
@@ -29,6 +30,12 @@ mix). The verdict notes what the inputs left untested (one segment only, no padd
 A port is untrusted code: the reference is fingerprinted around its build and its
 forward, and a port that changes it, exits or raises what is not an Exception ends the
 run with one line and exit 2, never a verdict.
+
+--generate N decodes N tokens greedily from the first text on both sides, each with its
+own key/value cache, and compares the prefill and every one-token step node by node and
+every layer's cached keys and values by value (whatever their layout); both sides are fed
+the reference's tokens (teacher forcing). A port is called as model(input_ids,
+past_key_values=cache, use_cache=True) and returns (logits, cache); None starts a sequence.
 
 Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 1.3e-6,
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
@@ -95,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write JUnit XML here ('-': stdout)")
     parser.add_argument("--nodes", action="store_true",
                         help="print every compared node, not only those over budget")
+    parser.add_argument("--generate", metavar="N",
+                        help="decode N tokens greedily from the first text, each model with its "
+                             "own key/value cache, and compare the prefill and every one-token "
+                             "step node by node, and every layer's cache (a decoder with a "
+                             "causal-lm head; a port is called as model(input_ids, "
+                             "past_key_values=cache, use_cache=True) -> (logits, cache))")
     add_dump_arguments(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
@@ -109,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     input_texts(args)  # an empty text, or --text with --text-pair
+    args.generate = _generate_steps(args)
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)
@@ -137,6 +151,25 @@ def run(args: argparse.Namespace) -> int:
     print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out,
                heads=getattr(args, "head_parity", None))
     return 0 if result.passed else 1
+
+
+def _generate_steps(args: argparse.Namespace) -> int:
+    """--generate N: a positive number of tokens, and the options it does not mix with."""
+    text = getattr(args, "generate", None)
+    if text is None:
+        return 0
+    try:
+        steps = int(text)
+    except ValueError as e:
+        raise InputError(f"--generate takes a number of tokens, got {text!r}") from e
+    if steps < 1:
+        raise InputError(f"--generate takes a number of tokens >= 1, got {steps}")
+    if args.noise_budget:
+        raise InputError("--generate does not mix with --noise-budget (the float64 copy of "
+                         "the reference would need a cache of its own)")
+    if uses_dumps(args):
+        raise InputError("--generate runs both models; it does not take activation dumps")
+    return steps
 
 
 @dataclass(frozen=True)
@@ -233,14 +266,21 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
             port_code(ports, "in its forward, while the diff ran it"):
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
-                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
-        if args.out or not result.passed:  # which head parts: for the reports, or a failure
+                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite,
+                      **_generation_options(args, loaded))
+        # which head parts: for the reports, or a failure (one forward only)
+        if (args.out or not result.passed) and not getattr(args, "generate", 0):
             from introspect.cli.attention_cmd import head_parity_for_diff
 
             args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
     _check_reference(before, loaded.model, "the port's forward changed the reference while "
                      "the diff ran it (no verdict)")
     return result
+
+
+def _generation_options(args: argparse.Namespace, loaded: Any) -> dict[str, Any]:
+    steps = getattr(args, "generate", 0)
+    return {"generate": steps, "tokenizer": loaded.tokenizer} if steps else {}
 
 
 def _fingerprint(model: Any) -> Any:

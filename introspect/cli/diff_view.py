@@ -21,6 +21,10 @@ def verdict_lines(result: Any) -> list[str]:
     """The verdict and the hints at the failure's cause: what opens the output."""
     summary = result.summary().splitlines()
     lines = summary[:1]
+    if getattr(result, "step_rows", None):  # --generate: the first divergent step
+        from introspect.diff.generation.tables import step_summary
+
+        lines += step_summary(result)
     d = result.first_divergence
     if d is not None:
         if getattr(d, "detail", ""):
@@ -64,6 +68,10 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
             emit(console, node_table(result, console.width, rows,
                                      None if all_nodes else MAX_FAILING_ROWS))
         console.print(status_legend(words), style="dim")  # wrapped at the width
+    if getattr(result, "step_rows", None):
+        from introspect.cli.generation_view import print_steps
+
+        print_steps(result, stream, quiet=quiet, width=width)
     if heads is not None and (not quiet or not heads.all_passed):
         console.print(heads.summary(), soft_wrap=True)
     if out and not quiet:

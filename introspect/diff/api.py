@@ -46,7 +46,7 @@ from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.trace.shapes import node_records, refresh_records
-from introspect.trace.tracer import holds_trace_lock
+from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off, holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff
@@ -62,7 +62,8 @@ def _accepted_inputs(model: torch.nn.Module,
 
 
 def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
-                    title: str) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
+                    title: str, keywords: Mapping[str, Any] | None = None,
+                    ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
     """Run ``model`` once and record what it ran (``introspect.diff.eager``).
 
     The diff works on what the model really computes on these inputs: its hooks,
@@ -73,9 +74,13 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     if not accepted:
         raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
                          f"{', '.join(tensors)}")
-    recording = record_forward(model, accepted, title)
+    cache_note = keywords is None and bool(cache_off(model, accepted))
+    if keywords is None:  # a decoder's cache on by default: one forward without it
+        keywords = cache_off(model, accepted)
+    recording = record_forward(model, accepted, title, keywords)
+    notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
     graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
-                            recording.output_names, notes=list(recording.notes), title=title)
+                            recording.output_names, notes=notes, title=title)
     return graph, accepted, recording
 
 
@@ -89,7 +94,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          atol: float | None = None, rtol: float | None = None, noise_budget: bool = False,
          noise_factor: float = 4.0, name_map: Mapping[str, str] | None = None,
          reference_label: str = "", candidate_label: str = "",
-         allow_nonfinite: bool = False) -> DiffResult:
+         allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
+         forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+         ) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -115,6 +122,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         reference_label, candidate_label: names for tables and reports.
         allow_nonfinite: NaN or Inf in a compared value is a warning in the notes, not a
             failure (by default it fails the diff: equal NaNs prove nothing).
+        generate: decode this many tokens greedily, each side with its own key/value cache,
+            and compare every step node by node and every layer's cache
+            (``introspect.diff.generation``; ``result.steps``, ``result.caches``,
+            ``first_divergence.step``). 0: one forward.
+        tokenizer: decodes the generated tokens for the reports (``generate`` only).
+        forward_keywords: other keyword arguments of each model's forward (reference's,
+            candidate's), passed as they are (a cache); the hints that run a model again
+            are left out. Used by ``generate`` for each step.
 
     Returns:
         A ``DiffResult``.
@@ -129,6 +144,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    if generate:
+        from introspect.diff.generation import diff_generation
+
+        return diff_generation(reference, candidate, inputs, generate, tokenizer=tokenizer,
+                               atol=atol, rtol=rtol, noise_budget=noise_budget,
+                               name_map=name_map, reference_label=reference_label,
+                               candidate_label=candidate_label,
+                               allow_nonfinite=allow_nonfinite)
     tolerance = Tolerance(atol=atol, rtol=rtol, noise_factor=noise_factor)
     tensors = _tensors(inputs)
     reference_label = reference_label or type(reference).__name__
@@ -146,10 +169,12 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
+        ref_keywords, cand_keywords = forward_keywords or (None, None)
         ref_graph, ref_inputs, ref_recording = record_for_diff(reference, tensors,
-                                                               reference_label)
+                                                               reference_label, ref_keywords)
         cand_graph, cand_inputs, cand_recording = record_for_diff(candidate, tensors,
-                                                                  candidate_label)
+                                                                  candidate_label,
+                                                                  cand_keywords)
         notes += [f"the {side}'s {note}" for side, graph in
                   (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
@@ -184,7 +209,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         context = {"reference_model": reference, "candidate_model": candidate,
                    "inputs": ref_inputs, "tolerance": tolerance}
         divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
-                                      budgets, context=context, noise_budget=noise_budget)
+                                      budgets, context=None if forward_keywords else context,
+                                      noise_budget=noise_budget)
     finally:  # every module back in its own mode, not only the top one
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])

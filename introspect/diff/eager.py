@@ -319,7 +319,7 @@ def outputs_as_dict(outputs: Any) -> dict[str, Any]:
 
 
 def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                   title: str = "") -> Recording:
+                   title: str = "", keywords: Mapping[str, Any] | None = None) -> Recording:
     """Run ``model(**inputs)`` once, for real, and record every torch call it makes.
 
     Args:
@@ -327,6 +327,8 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
             whatever this call runs is what is recorded).
         inputs: the input tensors by keyword.
         title: the GraphModule's class name.
+        keywords: other keyword arguments, passed as they are (``use_cache=False``, a
+            cache object); not placeholders: a tensor they hold is a constant of the graph.
 
     Returns:
         A ``Recording``: a GraphModule that replays this very call, with tensor
@@ -342,7 +344,7 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         recorder.nodes[tensor] = placeholders[name]
     try:
         with torch.no_grad(), _module_hooks(recorder, model), recorder:
-            outputs = model(**inputs)
+            outputs = model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
         raise InputError(f"{type(model).__name__} could not run on the inputs: "

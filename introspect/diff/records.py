@@ -157,3 +157,4 @@ class Divergence:
     budget: str  # "atol 1e-05 + rtol 1.3e-06 * |ref|"
     hints: tuple[str, ...]  # known causes that match, in order of confidence
     detail: str = ""  # where the values first differ when that is a layout op, NaN, ...
+    step: int | None = None  # with generate: the decoding step (0: the prefill)

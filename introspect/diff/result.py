@@ -83,6 +83,26 @@ class DiffResult:
     reference_label: str = "reference"
     candidate_label: str = "candidate"
     noise_budget: bool = False
+    # With generate (``introspect.diff.generation``): rows are the divergent step's (else
+    # the prefill's); one StepDiff per step, one CacheDiff per layer's keys/values per step.
+    step_rows: list[Any] = field(default_factory=list)
+    cache_rows: list[Any] = field(default_factory=list)
+    generated: Any = None  # a generation.records.Generated
+
+    @property
+    def steps(self) -> pandas.DataFrame:
+        """One row per decoding step (empty without generate): tokens, logits error, the
+        step's first divergent node, its cache finding and hints."""
+        from introspect.diff.generation.tables import steps_frame
+
+        return steps_frame(self.step_rows)
+
+    @property
+    def caches(self) -> pandas.DataFrame:
+        """Each layer's cached keys and values after each step, compared by value."""
+        from introspect.diff.generation.tables import caches_frame
+
+        return caches_frame(self.cache_rows)
 
     @property
     def nodes(self) -> pandas.DataFrame:
@@ -156,6 +176,10 @@ class DiffResult:
             if d.detail:
                 lines.append(f"  detail: {d.detail}")
             lines += [f"  hint: {h}" for h in d.hints]
+        if self.step_rows:
+            from introspect.diff.generation.tables import step_summary
+
+            lines[1:1] = step_summary(self)
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
 from introspect.diff.status import layer_statuses, status_legend, status_word
+from introspect.report.generation import generation_html
 from introspect.report.html_tables import Cell, number_cell, table, text_cell
 from introspect.report.overlay import failing_layer_names
 
@@ -111,8 +112,8 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         *_verdict(result, outlined=outlined),
         _jump_links(drawn=svg is not None),
         *_divergence(result),
+        *generation_html(result),
         "<h2 id='layers-section'>Layers</h2>",
-        _STATUS_LEGEND,
         _layers_table(result, outlined=outlined),
         *_drawing_section(svg),
         *_nodes_section(result),
@@ -156,13 +157,6 @@ def _outlined(result: DiffResult, svg: bytes | None) -> set[str]:
     text = svg.decode("utf-8") if svg is not None else ""
     return {layer for layer in failing_layer_names(result)
             if f'id="{html.escape(_layer_anchor(layer))}"' in text}
-
-
-_STATUS_LEGEND = (
-    "<p class='notes legend'><b>pass</b>: compared, every local error within its budget; "
-    "<b>FAIL</b>: a node's local error over its budget (the bug is here); <b>drift</b>: "
-    "the output is over budget but every local error is within it (an error carried in "
-    "from earlier); <b>n/a</b>: nothing compared.</p>")
 
 
 def _verdict(result: DiffResult, *, outlined: set[str] | None = None) -> list[str]:

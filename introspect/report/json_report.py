@@ -30,6 +30,7 @@ from introspect import __version__
 from introspect.diff.records import STATUS_SKIPPED
 from introspect.diff.status import layer_statuses
 from introspect.diff.tolerance import DEFAULTS
+from introspect.report.generation import generation_json
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -59,6 +60,7 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
         "layers": [{**asdict(r), "status": word}
                    for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
         "notes": list(result.notes),
+        **generation_json(result),  # steps, caches, generated: with --generate only
     })
 
 

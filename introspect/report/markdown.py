@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from introspect.diff.records import STATUS_FAIL
+from introspect.report.generation import generation_markdown
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -54,6 +55,7 @@ def markdown_summary(result: DiffResult) -> str:
         if len(failing) > _MAX_FAILING_ROWS:
             lines.append(f"| ... {len(failing) - _MAX_FAILING_ROWS} more | | | | | |")
         lines += ["", "</details>"]
+    lines += generation_markdown(result)
     if result.notes:
         lines += [""] + [f"> {_md(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"

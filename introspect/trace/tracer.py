@@ -264,9 +264,10 @@ class MetaTracer(torch.fx.Tracer):
         self, root_fn: Any, is_module: bool, concrete_args: Any = None
     ) -> tuple[Any, list[Any]]:
         names = list(self.example_inputs)
+        fixed = cache_off(self.root, names)
 
         def call_forward_with_keywords(root: torch.nn.Module, *proxies: Any) -> Any:
-            outputs = root.forward(**dict(zip(names, proxies, strict=True)))
+            outputs = root.forward(**dict(zip(names, proxies, strict=True)), **fixed)
             return _outputs_as_dict(outputs)
 
         proxies = [self.create_proxy("placeholder", name, (), {}) for name in names]
@@ -424,6 +425,32 @@ def _fetch_attr(root: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
+
+
+CACHE_OFF_NOTE = ("key/value cache, on by default (config.use_cache), was off for this "
+                  "forward (use_cache=False): one forward without a cache is in the graph, "
+                  "which the cache neither enters nor changes")
+
+
+def cache_off(model: torch.nn.Module, names: Any = ()) -> dict[str, Any]:
+    """``{"use_cache": False}`` for a decoder whose forward takes it and whose cache is on.
+
+    A decoder built with its default config (``GPT2LMHeadModel(GPT2Config())``) makes a
+    ``DynamicCache`` at every forward; a graph of one forward has no use for it, and
+    torch.fx cannot trace through it.
+    """
+    if "use_cache" in names:
+        return {}
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    if "use_cache" not in parameters:
+        return {}
+    config = getattr(model, "config", None)
+    if getattr(config, "is_decoder", True) is False:  # BERT and its cousins: no cache made
+        return {}
+    return {"use_cache": False} if getattr(config, "use_cache", True) else {}
 
 
 def _outputs_as_dict(outputs: Any) -> Any:

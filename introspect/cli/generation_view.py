@@ -1,0 +1,41 @@
+"""What ``introspect diff --generate`` adds to the terminal: one row per decoding step."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from introspect.cli.tables import Column, console_for, emit, table
+
+
+def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None = None) -> None:
+    """The per-step table (after the layer table of the step shown); nothing with --quiet,
+    whose verdict already names the first divergent step and node."""
+    if quiet or not getattr(result, "step_rows", None):
+        return
+    from introspect.diff.generation.tables import token_text
+
+    console = console_for(stream, width)
+    columns = [Column("status", 6), Column("step", 4, justify="right"),
+               Column("pos", 4, justify="right"), Column("reference", 0, flex=1, min_width=8),
+               Column("candidate", 0, flex=1, min_width=8),
+               Column("logits err", 10, justify="right"),
+               Column("first divergent node / cache", 0, flex=4, min_width=16)]
+    rows = []
+    for r in result.step_rows:
+        where = r.first_node and f"{r.first_node} ({r.op} in {r.module or r.layer})"
+        where = "; ".join(x for x in (where, r.cache and f"cache: {r.cache}") if x)
+        rows.append(("pass" if r.passed else "FAIL", str(r.step), str(r.position),
+                     token_text(r, "reference"), token_text(r, "candidate"),
+                     f"{r.logits_max_abs_err:.3g}", where))
+    console.print()
+    emit(console, table(columns, rows, width=min(console.width, 140),
+                        title="generation steps (teacher-forced on the reference's tokens)"))
+    generated = result.generated
+    if generated is not None and generated.reference_pieces and any(generated.reference_pieces):
+        console.print(f"reference: {generated.prompt_text}|{''.join(generated.reference_pieces)}",
+                      soft_wrap=True, markup=False)
+        console.print(f"candidate: {generated.prompt_text}|{''.join(generated.candidate_pieces)}",
+                      soft_wrap=True, markup=False)
+
+
+__all__ = ["print_steps"]

@@ -1,0 +1,454 @@
+"""Greedy decoding on both sides, each with its own cache, compared step by step.
+
+The protocol a model decodes by is HF's: it is called as
+``model(input_ids=ids, past_key_values=cache, use_cache=True)`` (``cache=`` where its
+forward takes that, as transformers >= 5.2 does; ``use_cache`` only when it takes it) and
+returns the logits and its cache: a ``ModelOutput`` with ``.logits`` and ``.cache`` (or
+``.past_key_values``), a mapping with those keys, or a tuple
+``(logits, cache, ...)``. The cache is whatever the model wants back on the next call
+(HF's ``Cache`` classes, a tuple of ``(keys, values)`` per layer, its own object holding
+pre-allocated buffers); ``past_key_values=None`` starts a new sequence (a port keeping
+its buffers inside resets them). A model with another signature is wrapped in a small
+``nn.Module`` that calls it this way (README: "Parity through generation").
+
+Step 0 (the prefill) runs the prompt; step k > 0 runs one token at position
+``len(prompt) + k - 1``. Every step is recorded and compared node by node by
+``introspect.diff`` itself (``forward_keywords``: each side's own cache); after each
+step, every layer's cached keys and values are compared by value (``caches``); a step
+that fails gets the incremental-decoding hints tested on its values (``hints``). Both
+sides are fed the reference's greedy token (teacher forcing), so when the chosen tokens
+part the later steps are still compared, and the notes say from which step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from introspect.diff.generation import caches as cache_values
+from introspect.diff.generation import hints as step_hints
+from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
+from introspect.diff.result import DiffResult
+from introspect.diff.tolerance import Tolerance, compare_dtype
+from introspect.errors import InputError
+from introspect.models.load import TokenizedInputs
+from introspect.trace.tracer import CACHE_OFF_NOTE
+
+
+def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
+                    inputs: TokenizedInputs | Mapping[str, torch.Tensor], steps: int, *,
+                    tokenizer: Any = None, atol: float | None = None,
+                    rtol: float | None = None, noise_budget: bool = False,
+                    **options: Any) -> DiffResult:
+    """Decode ``steps`` tokens greedily on both sides and compare every step node by node.
+
+    Args:
+        reference, candidate: models that decode by the protocol of this module.
+        inputs: the prompt: ``input_ids`` of one row (the first row of a batch is taken).
+        steps: tokens to generate (the prefill chooses the first).
+        tokenizer: decodes the chosen tokens for the reports.
+        atol, rtol, options: as ``introspect.diff``.
+
+    Returns:
+        A ``DiffResult`` whose rows are the first failing step's (the prefill's when
+        every step passes), with ``steps``, ``caches``, ``generated`` and
+        ``first_divergence.step``.
+
+    Raises:
+        InputError: ``steps`` not a positive integer, no ``input_ids``, a model whose
+            forward takes no ``past_key_values``, a reference that fails on a step.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError(f"generate must be a positive number of tokens, got {steps!r}")
+    if noise_budget:
+        raise InputError("generate does not take noise_budget (--noise-budget): the float64 "
+                         "copy of the reference would need a cache of its own")
+    tolerance = Tolerance(atol=atol, rtol=rtol)
+    prompt, notes = _prompt(inputs)
+    for side, model in (("reference", reference), ("candidate", candidate)):
+        _check_protocol(side, model)
+    # eval mode for the whole run: the hints re-run the reference between the steps' diffs
+    modes = [{name: m.training for name, m in model.named_modules()}
+             for model in (reference, candidate)]
+    notes += [f"the {side} had module(s) in training mode; generation ran it in eval mode "
+              "(dropout off) and put it back"
+              for side, saved in zip(("reference", "candidate"), modes, strict=True)
+              if any(saved.values())]
+    reference.eval()
+    candidate.eval()
+    try:
+        return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
+                                   tolerance, atol, rtol, options)
+    finally:
+        for model, saved in zip((reference, candidate), modes, strict=True):
+            for name, module in model.named_modules():
+                module.training = saved.get(name, module.training)
+
+
+def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
+                        prompt: torch.Tensor, notes: list[str], steps: int, tokenizer: Any,
+                        tolerance: Tolerance, atol: float | None, rtol: float | None,
+                        options: Mapping[str, Any]) -> DiffResult:
+    from introspect.diff.api import diff
+
+    notes.append(f"generation: {steps} token(s) decoded greedily from a prompt of "
+                 f"{prompt.shape[1]} token(s), each side with its own key/value cache; the "
+                 "prefill and every one-token step compared node by node, and every layer's "
+                 "cached keys and values after each step")
+    ref_cache: Any = None
+    cand_cache: Any = None
+    allocated: dict[tuple[int, str], int] = {}  # the candidate's sequence length, per tensor
+    fed = prompt
+    position = 0
+    step_rows: list[StepDiff] = []
+    cache_rows: list[CacheDiff] = []
+    results: list[DiffResult] = []
+    ref_tokens: list[int] = []
+    cand_tokens: list[int] = []
+    forced_from: int | None = None
+    failure: DiffResult | None = None
+    crash = ""
+    for step in range(steps):
+        before = _snapshot(ref_cache)  # for the hints that re-run the reference's step
+        ref_kw = _keywords(reference, ref_cache)
+        cand_kw = _keywords(candidate, cand_cache)
+        with _captured(reference, candidate) as sides:
+            try:
+                result = diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
+                              forward_keywords=(ref_kw, cand_kw), **options)
+            except InputError as e:
+                ref_out, _ = sides()
+                if not ref_out or step == 0:
+                    raise
+                step_rows.append(_crashed_step(step, position, fed, ref_out, str(e)))
+                crash = f"the candidate failed at step {step}: {e}"
+                notes.append(crash)
+                break
+            ref_out, cand_out = sides()
+        ref_logits, ref_cache = _logits_and_cache("reference", ref_out[0])
+        cand_logits, cand_cache = _logits_and_cache("candidate", cand_out[0])
+        ref_token = int(ref_logits[0, -1].argmax())
+        cand_token = int(cand_logits[0, -1].argmax())
+        filled = position + fed.shape[1]
+        layer_rows, compared = _compare_caches(step, ref_cache, cand_cache, filled, tolerance,
+                                               allocated)
+        cache_rows += layer_rows
+        if not compared and step == 0:
+            notes.append(_unreadable_note(ref_cache, cand_cache))
+        logits_err = float((cand_logits[0, -1].to(ref_logits.dtype)
+                            - ref_logits[0, -1]).abs().max())
+        d = result.first_divergence
+        cache_finding = next((f"layer {r.layer} {r.kind}" for r in layer_rows if not r.passed),
+                             "")
+        passed = result.passed and not cache_finding
+        hints: tuple[str, ...] = ()
+        if not passed and step > 0 and failure is None:  # the first divergent step's
+            hints = step_hints.explain(step_hints.StepContext(
+                step=step, position=position, fed=fed, reference=reference,
+                reference_cache=before, reference_logits=ref_logits,
+                candidate_logits=cand_logits, caches=layer_rows,
+                reference_layers=cache_values.cache_layers(ref_cache),
+                candidate_layers=cache_values.cache_layers(cand_cache),
+                tolerance=tolerance, divergence=d))
+        step_rows.append(StepDiff(
+            step, position, int(fed.shape[1]), ref_token, cand_token, ref_token == cand_token,
+            logits_err, passed, d.reference_node if d else "", d.candidate_node if d else "",
+            *(_where_used(result, d.reference_node) or (d.module, d.layer) if d else ("", "")),
+            d.op if d else "",
+            d.local_max_abs_err if d else None, cache_finding, hints,
+            _piece(tokenizer, ref_token), _piece(tokenizer, cand_token)))
+        result.notes = [n for n in result.notes if not _step_only(n)]
+        results.append(result)
+        if failure is None and not passed:
+            failure = _at_step(result, step, hints, layer_rows)
+        ref_tokens.append(ref_token)
+        cand_tokens.append(cand_token)
+        if ref_token != cand_token and forced_from is None:
+            forced_from = step
+        position = filled
+        fed = torch.tensor([[ref_token]], dtype=prompt.dtype)
+    if forced_from is not None:
+        notes.append(f"the chosen tokens part at step {forced_from} (the reference chose "
+                     f"{ref_tokens[forced_from]}, the candidate {cand_tokens[forced_from]}); "
+                     "from there both sides were fed the reference's tokens (teacher "
+                     "forcing), so later steps are still compared")
+    crashed = len(step_rows) > len(results)
+    if failure is None and crashed:
+        from introspect.diff.records import Divergence
+
+        row = step_rows[-1]
+        failure = dataclasses.replace(results[-1], first_divergence=Divergence(
+            f"step {row.step}", "raised", "", f"step {row.step}", "error", 0.0, "", row.hints,
+            crash, row.step))
+    shown = failure or results[0]
+    for result in results:
+        notes += [n for n in result.notes if n not in notes]
+    prompt_ids = [int(t) for t in prompt[0]]
+    generated = Generated(tuple(prompt_ids), tuple(ref_tokens), tuple(cand_tokens),
+                          _pieces(tokenizer, prompt_ids, ref_tokens),
+                          _pieces(tokenizer, prompt_ids, cand_tokens),
+                          _decode(tokenizer, prompt_ids))
+    passed = failure is None and not crashed
+    return dataclasses.replace(shown, passed=passed, notes=notes, step_rows=step_rows,
+                               cache_rows=cache_rows, generated=generated)
+
+
+# ---------------------------------------------------------------------------------------
+# The protocol
+
+
+def _prompt(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, list[str]]:
+    tensors = inputs.tensors if isinstance(inputs, TokenizedInputs) else inputs
+    ids = tensors.get("input_ids") if isinstance(tensors, Mapping) else None
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] == 0 \
+            or ids.is_floating_point():
+        raise InputError("generate needs a prompt: input_ids of shape (batch, length) "
+                         "holding token ids")
+    notes = []
+    row = ids[:1]
+    mask = tensors.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+        real = int(mask[0].sum())
+        if real < ids.shape[1]:
+            if bool(mask[0, :real].all()):  # right-padded: the real tokens first
+                row = ids[:1, :real]
+            else:
+                raise InputError("generate needs an unpadded prompt; the first row is "
+                                 "padded on the left: give one text")
+    if ids.shape[0] > 1:
+        notes.append(f"generation decodes the first prompt only ({ids.shape[0]} rows given)")
+    return row.clone(), notes
+
+
+def cache_keyword(model: torch.nn.Module) -> str | None:
+    """The keyword a model takes its cache by: ``cache`` (transformers >= 5.2),
+    ``past_key_values`` (older HF, most ports); any of them under ``**kwargs``."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return "past_key_values"
+    return None
+
+
+def _check_protocol(side: str, model: torch.nn.Module) -> None:
+    if cache_keyword(model) is None:
+        raise InputError(
+            f"generate: the {side} ({type(model).__name__}) takes no past_key_values (nor "
+            "cache); a model decodes when called as model(input_ids, past_key_values=cache, "
+            "use_cache=True) and returns (logits, cache): wrap yours in a module that does "
+            "(README: 'Parity through generation')")
+
+
+def _keywords(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    parameters = inspect.signature(model.forward).parameters
+    keywords: dict[str, Any] = {cache_keyword(model) or "past_key_values": cache}
+    if "use_cache" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                        for p in parameters.values()):
+        keywords["use_cache"] = True
+    return keywords
+
+
+@contextlib.contextmanager
+def _captured(reference: torch.nn.Module,
+              candidate: torch.nn.Module) -> Iterator[Callable[[], tuple[list[Any], list[Any]]]]:
+    """Each side's output of its recorded call, as far as the calls went (the reference
+    runs first; a model compared with itself runs twice)."""
+    outputs: dict[int, list[Any]] = {id(reference): [], id(candidate): []}
+    handles = [model.register_forward_hook(
+        lambda module, args, output: outputs[id(module)].append(output))
+        for model in {id(m): m for m in (reference, candidate)}.values()]
+
+    def sides() -> tuple[list[Any], list[Any]]:
+        if reference is candidate:
+            both = outputs[id(reference)]
+            return both[:1], both[1:2]
+        return outputs[id(reference)][:1], outputs[id(candidate)][:1]
+
+    try:
+        yield sides
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _logits_and_cache(side: str, output: Any) -> tuple[torch.Tensor, Any]:
+    if isinstance(output, Mapping) or hasattr(output, "logits"):
+        logits = output["logits"] if isinstance(output, Mapping) else output.logits
+        fields = output if isinstance(output, Mapping) else vars(output)
+        cache = fields["cache"] if "cache" in fields else fields.get("past_key_values")
+    elif isinstance(output, (tuple, list)) and output:
+        logits, cache = output[0], output[1] if len(output) > 1 else None
+    else:
+        logits, cache = output, None
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        raise InputError(f"generate: the {side} returned {type(output).__name__}; expected "
+                         "logits of shape (batch, length, vocab) and its cache: a ModelOutput "
+                         "with .logits and .past_key_values, or a tuple (logits, cache)")
+    return logits.detach(), cache
+
+
+def _snapshot(cache: Any) -> Any:
+    """A copy of the reference's cache before a step (its hints re-run the step on it)."""
+    if cache is None:
+        return None
+    try:
+        return copy.deepcopy(cache)
+    except Exception:  # a cache that cannot be copied: no hints that re-run the step
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# The caches
+
+
+def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
+                    tolerance: Tolerance, allocated: dict[tuple[int, str], int],
+                    ) -> tuple[list[CacheDiff], bool]:
+    """Every layer's keys and values; ``allocated`` holds each candidate tensor's length
+    along its sequence axis at the step before: a static cache keeps it, a concatenated one
+    grows it by the step's tokens (longer than the reference's is then a finding)."""
+    ref_layers = cache_values.cache_layers(reference)
+    cand_layers = cache_values.cache_layers(candidate)
+    if not ref_layers or not cand_layers:
+        return [], False
+    rows = []
+    pairs = zip(ref_layers, cand_layers, strict=False)  # unequal counts: a row below
+    for layer, (ref_pair, cand_pair) in enumerate(pairs):
+        for kind, ref, cand in (("keys", ref_pair[0], cand_pair[0]),
+                                ("values", ref_pair[1], cand_pair[1])):
+            budget = tolerance.budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
+                                                    str(cand.dtype).removeprefix("torch.")))
+            found = cache_values.compare_cached(ref.detach(), cand.detach(), budget, filled)
+            note = "" if found.layout else ("no layout of the candidate's tensor holds the "
+                                            f"reference's {filled} position(s)")
+            passed = found.passed
+            before = allocated.get((layer, kind))
+            if passed and found.allocated > filled and step > 0 and before is not None \
+                    and found.allocated != before:  # grown, not pre-allocated
+                passed = False
+                note = (f"the candidate's cache grew to {found.allocated} positions; the "
+                        f"reference holds {filled}")
+            allocated[(layer, kind)] = found.allocated
+            rows.append(CacheDiff(step, layer, kind, cache_values.shape_text(ref),
+                                  cache_values.shape_text(cand), found.layout, filled,
+                                  found.max_abs_err, passed, note))
+    if len(ref_layers) != len(cand_layers):
+        rows.append(CacheDiff(step, min(len(ref_layers), len(cand_layers)), "layers", "", "",
+                              "", filled, None, False,
+                              f"the reference caches {len(ref_layers)} layer(s), the "
+                              f"candidate {len(cand_layers)}"))
+    return rows, True
+
+
+def _unreadable_note(reference: Any, candidate: Any) -> str:
+    unread = [f"the {side}'s ({type(c).__name__})" for side, c in
+              (("reference", reference), ("candidate", candidate))
+              if not cache_values.cache_layers(c)]
+    return (f"caches not compared: {' and '.join(unread)} cache holds no keys and values "
+            "introspect can read (HF Cache, a tuple of (keys, values) per layer, or objects "
+            "with k_cache/v_cache)")
+
+
+# ---------------------------------------------------------------------------------------
+# Rows and the result
+
+
+def _crashed_step(step: int, position: int, fed: torch.Tensor, ref_out: list[Any],
+                  message: str) -> StepDiff:
+    ref_logits, _ = _logits_and_cache("reference", ref_out[0])
+    ref_token = int(ref_logits[0, -1].argmax())
+    return StepDiff(step, position, int(fed.shape[1]), ref_token, -1, False, float("inf"),
+                    False, "", "", "", "", "", None, "", step_hints.crash_hints(message))
+
+
+def _step_only(note: str) -> bool:
+    """A note about one step's recording that says nothing of the models: the cache off
+    (it is on here), the cache's tensors (constants of each step's graph) paired by name."""
+    return CACHE_OFF_NOTE in note or ("by name only" in note and all(
+        name.startswith("_tensor_constant")
+        for name in note.split(": ", 1)[-1].split(", ")))
+
+
+def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
+             layer_rows: list[CacheDiff]) -> DiffResult:
+    """The step's result with its first divergence (a node's, else a cached tensor's)."""
+    d = result.first_divergence
+    if d is not None:
+        module, layer = _where_used(result, d.reference_node) or (d.module, d.layer)
+        return dataclasses.replace(result, first_divergence=dataclasses.replace(
+            d, step=step, module=module, layer=layer,
+            hints=tuple(dict.fromkeys([*hints, *d.hints]))))
+    from introspect.diff.records import Divergence
+
+    row = next(r for r in layer_rows if not r.passed)
+    what = f"cache.layer.{row.layer}.{row.kind}"
+    detail = (f"after step {step}, layer {row.layer}'s cached {row.kind} differ from the "
+              f"reference's ({row.note or f'max abs error {row.max_abs_err:.3g}'}; candidate "
+              f"{row.candidate_shape}, reference {row.reference_shape}); the step's own "
+              "outputs still agree: the next step reads them")
+    budget = "atol/rtol of the cache's dtype"
+    return dataclasses.replace(result, first_divergence=Divergence(
+        what, what, "cache", f"layer {row.layer}", "cache", float(row.max_abs_err or 0.0),
+        budget, hints, detail, step))
+
+
+def _where_used(result: DiffResult, node: str) -> tuple[str, str] | None:
+    """Positions made beside the mask, at the model's top: blamed where they are used
+    (GPT-2's ``wpe``, Llama's ``rotary_emb``), the first module of a layer reading them."""
+    graph = result.reference
+    if graph is None:
+        return None
+    records = {r.name: r for r in graph.records}
+    start = records.get(node)
+    if start is None or (start.layer not in ("mask", "inputs", "")
+                         and "." in start.module):
+        return None
+    nodes = {n.name: n for n in graph.gm.graph.nodes}
+    seen, queue = {node}, [node]
+    while queue:
+        for user in nodes[queue.pop(0)].users:
+            record = records.get(user.name)
+            if record is None or user.name in seen:
+                continue
+            if record.layer not in ("mask", "inputs", "outputs", "") and record.module:
+                return record.module, record.layer
+            seen.add(user.name)
+            queue.append(user.name)
+    return None
+
+
+def _pieces(tokenizer: Any, prompt: list[int], tokens: list[int]) -> tuple[str, ...]:
+    """Each token as the text it adds after the prompt and the tokens before it (spaces
+    included, as the tokenizer joins them)."""
+    if tokenizer is None:
+        return ()
+    texts = [_decode(tokenizer, prompt + tokens[:i]) for i in range(len(tokens) + 1)]
+    return tuple(after[len(before):] if after.startswith(before) else _piece(tokenizer, t)
+                 for before, after, t in zip(texts[:-1], texts[1:], tokens, strict=True))
+
+
+def _piece(tokenizer: Any, token: int) -> str:
+    return _decode(tokenizer, [token])
+
+
+def _decode(tokenizer: Any, tokens: list[int]) -> str:
+    if tokenizer is None:
+        return ""
+    try:
+        return str(tokenizer.decode(tokens))
+    except Exception:  # a tokenizer that cannot decode an id: no text
+        return ""
+
+
+__all__ = ["diff_generation"]

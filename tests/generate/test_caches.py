@@ -1,0 +1,80 @@
+"""Caches read per layer and compared by value, whatever their layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from introspect.diff.generation.caches import cache_layers, compare_cached
+from introspect.diff.tolerance import Budget
+
+BUDGET = Budget(1e-5, 1.3e-6)
+
+
+@pytest.fixture
+def reference():
+    return torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(0))  # (B, nkv, S, hd)
+
+
+def test_same_layout(reference):
+    found = compare_cached(reference, reference.clone(), BUDGET)
+    assert found.passed and found.max_abs_err == 0.0 and found.layout == "same layout"
+
+
+def test_sequence_first_and_preallocated(reference):
+    static = torch.zeros(1, 16, 2, 4)  # (B, max_len, nkv, hd)
+    static[:, :5] = reference.transpose(1, 2)
+    found = compare_cached(reference, static, BUDGET)
+    assert found.passed and found.allocated == 16
+    assert found.layout == "permute (0, 2, 1, 3), sequence axis pre-allocated to 16 (5 filled)"
+    assert found.tail is not None and not found.tail.any()
+
+
+def test_heads_merged_and_repeated(reference):
+    merged = reference.transpose(1, 2).reshape(1, 5, 8)  # (B, S, nkv * hd)
+    assert compare_cached(reference, merged, BUDGET).layout.endswith("heads merged")
+    repeated = reference.repeat_interleave(3, dim=1)  # (B, nh, S, hd): GQA heads stored
+    found = compare_cached(reference, repeated, BUDGET)
+    assert found.passed and "key/value heads repeated x3" in found.layout
+
+
+def test_a_difference_fails_in_any_layout(reference):
+    static = torch.zeros(1, 16, 2, 4)
+    static[:, :5] = reference.transpose(1, 2)
+    static[0, 3, 1, 2] += 1e-3  # one value of one cached key
+    found = compare_cached(reference, static, BUDGET)
+    assert not found.passed and found.max_abs_err == pytest.approx(1e-3, rel=1e-3)
+    assert found.layout.startswith("permute (0, 2, 1, 3)")
+
+
+def test_too_short_fits_no_layout(reference):
+    found = compare_cached(reference, reference[:, :, :4], BUDGET)
+    assert not found.passed and found.layout == "" and found.max_abs_err is None
+
+
+def test_cache_forms_are_read():
+    k, v = torch.ones(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)
+    assert cache_layers(((k, v), (k, v)))[1][0] is k  # legacy tuple per layer
+
+    class Layer:
+        def __init__(self) -> None:
+            self.k_cache, self.v_cache = k, v
+
+    assert len(cache_layers([Layer(), Layer(), Layer()])) == 3  # a port's own objects
+
+    class Own(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(torch.nn.Module() for _ in range(2))
+            for block in self.blocks:
+                block.register_buffer("cache_k", k)
+                block.register_buffer("cache_v", v)
+
+    assert [p[1] is v for p in cache_layers(Own())] == [True, True]
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(k, v, 0)
+    cache.update(k + 1, v, 1)
+    assert torch.equal(cache_layers(cache)[1][0], k + 1)
+    assert cache_layers(None) is None and cache_layers("nothing") is None
