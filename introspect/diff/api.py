@@ -87,7 +87,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          atol: float | None = None, rtol: float | None = None, noise_budget: bool = False,
          noise_factor: float = 4.0, name_map: Mapping[str, str] | None = None,
          reference_label: str = "", candidate_label: str = "",
-         allow_nonfinite: bool = False) -> DiffResult:
+         allow_nonfinite: bool = False, backward: bool = False,
+         loss: Any = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -113,6 +114,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         reference_label, candidate_label: names for tables and reports.
         allow_nonfinite: NaN or Inf in a compared value is a warning in the notes, not a
             failure (by default it fails the diff: equal NaNs prove nothing).
+        backward: also compare gradients, node by node and per weight
+            (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
+        loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
+            None: the head's own loss with seeded labels (``backward_losses``).
 
     Returns:
         A ``DiffResult``.
@@ -183,14 +188,38 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                    "inputs": ref_inputs, "tolerance": tolerance}
         divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                       budgets, context=context, noise_budget=noise_budget)
+        gradients = _backward(backward, loss, original_reference, candidate, ref_inputs,
+                              cand_inputs, alignment, ref_graph, cand_graph, tolerance,
+                              noise_budget, tensors)
     finally:  # every module back in its own mode, not only the top one
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])
     layers = layer_rows(rows, ref_graph.records)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-        and not unfaithful
+        and not unfaithful and (gradients is None or gradients.passed)
     return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
-                      tolerance, notes, reference_label, candidate_label, noise_budget)
+                      tolerance, notes, reference_label, candidate_label, noise_budget,
+                      backward=gradients)
+
+
+def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,
+              ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
+              alignment: Alignment, ref_graph: IntrospectGraph, cand_graph: IntrospectGraph,
+              tolerance: Tolerance, noise_budget: bool,
+              tensors: Mapping[str, torch.Tensor]) -> Any:
+    """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
+    if not wanted:
+        if loss is not None:
+            raise InputError("loss= is used only with backward=True")
+        return None
+    if loss is not None and not callable(loss):
+        raise InputError(f"loss must be a callable loss(outputs, inputs) -> scalar, got "
+                         f"{type(loss).__name__}")
+    from introspect.diff.backward import backward_diff
+
+    return backward_diff(reference, candidate, ref_inputs, cand_inputs, alignment, ref_graph,
+                         cand_graph, tolerance, loss=loss, noise_budget=noise_budget,
+                         attention_mask=tensors.get("attention_mask"))
 
 
 def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,

@@ -76,6 +76,16 @@ class DiffResult:
     reference_label: str = "reference"
     candidate_label: str = "candidate"
     noise_budget: bool = False
+    # Gradient parity (``diff(..., backward=True)``): an ``introspect.diff.backward.
+    # BackwardResult``, None when only the forward was compared.
+    backward: Any = None
+
+    @property
+    def parameters(self) -> pandas.DataFrame:
+        """With ``backward=True``: one row per weight, its gradient on both sides."""
+        if self.backward is None:
+            raise AttributeError("parameters: run introspect.diff(..., backward=True)")
+        return self.backward.parameters
 
     @property
     def nodes(self) -> pandas.DataFrame:
@@ -145,6 +155,8 @@ class DiffResult:
                 lines.append(f"  detail: {d.detail}")
             lines += [f"  hint: {h}" for h in d.hints]
         lines += [f"note: {n}" for n in self.notes]
+        if self.backward is not None:
+            lines.append(self.backward.summary())
         return "\n".join(lines)
 
     def layer_table(self) -> str:
