@@ -37,7 +37,7 @@ def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | No
         how = " (no gradient reached it at all)" if cut else ""
         hints.append(f"{where} is exactly zero in the candidate and not in the reference"
                      f"{how}: the candidate cuts the graph here (detach(), .data, torch.no_grad"
-                     "() or an op without a gradient)")
+                     "(), an op without a gradient, or a tensor autograd saved changed in place)")
         return hints
     if ref_zero and not cand_zero:
         hints.append(f"{where} is exactly zero in the reference and not in the candidate: the "
@@ -50,10 +50,10 @@ def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | No
             what = "padded positions" if pad is not None and bool(
                 pad.reshape(rows.numel(), -1)[:, 0][rows.reshape(-1)].all()) else \
                 "positions the reference's loss ignores (padding or labels set to -100)"
-            hints.append(f"{where} flows into {what} in the candidate (max {float(leaked):.3g}); "
-                         "the reference gives them none: a loss or mask that counts them")
+            hints.append(f"{where} flows into {what} in the candidate (max {float(leaked):.3g}), "
+                         "where the reference gives them none: a loss or mask that counts them")
     scale = _constant_scale(a, b)
-    if scale is not None and not math.isclose(scale, 1.0, rel_tol=1e-4):
+    if scale is not None and not math.isclose(scale, 1.0, rel_tol=1e-2):
         hints.append(f"{where} is the reference's times {scale:.6g}: a scale applied outside "
                      f"the graph or in one direction only ({_name_scale(scale)})")
     dropout = _dropout_share(a, b)
@@ -67,7 +67,7 @@ def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | No
 def untied_hint(reference: str, copies: list[str]) -> str:
     return (f"{reference} is tied in the reference (one weight, read in several places) and "
             f"copied in the candidate ({', '.join(copies)}): the copies' gradients add up to "
-            "the reference's, but each is trained apart; tie them (one Parameter)")
+            "the reference's, but each is trained apart: tie them (one Parameter)")
 
 
 def _zero_rows(b: torch.Tensor) -> torch.Tensor | None:

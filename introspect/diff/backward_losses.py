@@ -101,8 +101,11 @@ def default_loss(kind: str) -> LossFn:
 def _own_loss(outputs: Any) -> torch.Tensor:
     if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
         return outputs["loss"]
-    for t in _output_tensors(outputs):
-        if t.numel() == 1:
+    items = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs.values()) \
+        if isinstance(outputs, Mapping) else list(outputs) if isinstance(outputs, (tuple, list)) \
+        else []
+    for t in items:
+        if isinstance(t, torch.Tensor) and t.numel() == 1 and t.is_floating_point():
             return t
     raise InputError("the inputs hold labels, but the model returned no loss (no scalar "
                      "output); pass loss=... (--loss) to say how to take one")

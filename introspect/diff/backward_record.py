@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.autograd.graph import get_gradient_edge
 
 from introspect.diff.eager import _module_hooks, _Recorder, outputs_as_dict
 from introspect.errors import InputError
@@ -42,6 +43,10 @@ class GradientRecording:
     loss: float
     outputs: dict[str, Any] = field(default_factory=dict)
     node_targets: dict[str, str] = field(default_factory=dict)  # node name -> op and target
+    # node name -> the live tensor, its autograd graph kept (with keep_graph only)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # node name -> (autograd function, output number) of the value as the node made it
+    edges: dict[str, tuple[Any, int]] = field(default_factory=dict)
 
 
 class _GradientRecorder(_Recorder):
@@ -53,6 +58,9 @@ class _GradientRecorder(_Recorder):
         self.grads: dict[str, torch.Tensor] = {}
         self.requires_grad: set[str] = set()
         self.targets: dict[str, str] = {}
+        self.tensors: dict[str, torch.Tensor] = {}  # the live tensors (autograd's graph)
+        self.later: list[tuple[str, torch.Tensor]] = []
+        self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
 
     def _claim(self, result: Any, node: torch.fx.Node) -> None:
         super()._claim(result, node)
@@ -64,17 +72,34 @@ class _GradientRecorder(_Recorder):
         name = node.name
         self.targets[name] = f"{node.op}:{getattr(node.target, '__name__', node.target)}"
         self.values[name] = tensor.detach().clone()
-        if tensor.is_floating_point() and tensor.requires_grad:
-            self.requires_grad.add(name)
+        if not tensor.is_floating_point():
+            return
+        self.tensors[name] = tensor
+        if tensor.requires_grad:
+            self.hook(name, tensor)
+        else:  # made inside a custom autograd.Function: it joins the graph when apply returns
+            self.later.append((name, tensor))
 
-            def keep(grad: torch.Tensor) -> None:
-                self.grads[name] = grad.detach().clone()
+    def hook(self, name: str, tensor: torch.Tensor) -> None:
+        self.requires_grad.add(name)
+        edge = get_gradient_edge(tensor)  # this version's: an in-place op makes a new one
+        self.edges[name] = (edge.node, edge.output_nr)
 
-            tensor.register_hook(keep)
+        def keep(grad: torch.Tensor) -> None:
+            self.grads[name] = grad.detach().clone()
+
+        tensor.register_hook(keep)
+
+    def hook_the_rest(self) -> None:
+        """Values that joined autograd's graph after they were made (custom Functions)."""
+        for name, tensor in self.later:
+            if tensor.requires_grad and name not in self.requires_grad:
+                self.hook(name, tensor)
+        self.later.clear()
 
 
 def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                    loss_fn: LossFn) -> GradientRecording:
+                    loss_fn: LossFn, *, keep_graph: bool = True) -> GradientRecording:
     """Run ``model(**inputs)``, ``loss_fn(outputs, inputs).backward()``; keep all gradients.
 
     Every parameter takes part (``requires_grad`` set for the run, then put back); the
@@ -99,12 +124,13 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
             with torch.enable_grad():
                 with _module_hooks(recorder, model), recorder:
                     outputs = model(**inputs)
+                recorder.hook_the_rest()
                 loss = loss_fn(outputs, inputs)
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1 \
                         or not loss.requires_grad:
                     raise InputError("the loss must be a scalar tensor that depends on the "
                                      f"model's outputs, got {_describe(loss)}")
-                loss.reshape(()).backward()
+                loss.reshape(()).backward(retain_graph=keep_graph)
         except InputError:
             raise
         except Exception as e:
@@ -119,7 +145,9 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
             p.grad = saved[name][1]
     return GradientRecording(recorder.values, recorder.grads, recorder.requires_grad, grads,
                              {n: p.detach() for n, p in named.items()}, float(loss.detach()),
-                             outputs_as_dict(_detached(outputs)), recorder.targets)
+                             outputs_as_dict(_detached(outputs)), recorder.targets,
+                             recorder.tensors if keep_graph else {},
+                             recorder.edges if keep_graph else {})
 
 
 def _detached(outputs: Any) -> Any:
