@@ -6,11 +6,15 @@ node's value (``backward_record``). The forward diff's alignment then says which
 gradients to compare:
 
 - **nodes**: every aligned pair's gradients (regions and layouts as in the forward);
-- **local backward**: each pair's candidate computation is differentiated on the
-  *reference's* values with the *reference's* output gradient, back to the nearest
-  aligned nodes; its input gradients are compared with the reference's own local
-  gradients. A node whose local backward is over budget computes another backward: the
-  first such node walking from the outputs toward the inputs is the first divergence;
+- **local backward**: each pair's backward is run, on each side, by the very autograd
+  functions its forward recorded (custom ``Function.backward``s, saved tensors changed in
+  place and all), fed the *reference's* output gradient and stopped at the nearest
+  aligned nodes; the candidate's input gradients are compared with the reference's. The
+  functions hold each side's own saved values, so a node decides only where the forward
+  diff found the values it reads equal within budget. A node whose local backward is
+  over budget computes another backward: the first such node walking from the outputs
+  toward the inputs is the first divergence (failing that, where the propagated
+  gradient first leaves its budget: a hook or a scale outside the graph);
 - **parameters**: every candidate weight's gradient against the reference weight it
   relates to (same, transposed, a slice, a fusion), and one SGD step from both sides.
 
@@ -549,7 +553,7 @@ _MAX_FUNCTIONS = 400  # autograd functions one local backward may run
 
 def _run_backward(start: tuple[Any, int], g_out: torch.Tensor,
                   stops: Mapping[tuple[Any, int], str]) -> dict[str, torch.Tensor] | None:
-    """Run autograd's own functions from ``start`` (a value's edge) back to the ``stops`` edges, and no further.
+    """Run autograd's functions from ``start`` (a value's edge) back to ``stops``, no further.
 
     ``torch.autograd.grad`` would give total derivatives: a gradient reaching an aligned
     node through another aligned node (a residual add reads x and f(x)) would carry f's
