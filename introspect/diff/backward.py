@@ -692,7 +692,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         names = c_name
         if over:
             hint = "; ".join(gradient_hints(g_c, g_ref, None, cut=cand.parameter_grads.get(
-                c_name) is None, where=f"{r_name}'s gradient"))
+                c_name) is None, where=f"{r_name}'s gradient", weight=True))
             copies = [m for m in mapped if m[1].region is None]
             if len(copies) > 1:
                 total = sum(m[2].double() for m in copies)

@@ -26,7 +26,8 @@ _RESIDUAL = 1e-3  # a fit this close (relative to the gradient's size) is "exact
 
 
 def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | None, *,
-                   cut: bool = False, where: str = "the gradient") -> list[str]:
+                   cut: bool = False, where: str = "the gradient",
+                   weight: bool = False) -> list[str]:
     """What the difference between two gradients looks like (most telling first)."""
     a, b = cand.double(), ref.double()
     if a.shape != b.shape or a.numel() == 0:
@@ -43,7 +44,15 @@ def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | No
         hints.append(f"{where} is exactly zero in the reference and not in the candidate: the "
                      "reference cuts the graph here (detached) and the candidate does not")
         return hints
-    rows = _zero_rows(b)
+    if weight and b.ndim == 2:
+        never = ~b.bool().any(dim=1) & a.bool().any(dim=1)
+        if bool(never.any()):
+            found = never.nonzero().flatten().tolist()
+            hints.append(f"{where} reaches row(s) {', '.join(map(str, found[:4]))} in the "
+                         "candidate, which the reference's never does: an embedding looked up "
+                         "without its padding_idx (the pad token's row trains), or rows the "
+                         "reference freezes")
+    rows = None if weight else _zero_rows(b)
     if rows is not None and bool(rows.any()):
         leaked = a.reshape(rows.numel(), -1)[rows.reshape(-1)].abs().max()
         if float(leaked) > 0:

@@ -13,7 +13,9 @@ except ``dropout`` and ``padded_loss``, which change both, as they do in real po
 - ``scaled_hook``: a gradient hook that multiplies by 8 (loss scaling never undone);
 - ``untied``: the MLM decoder holds a copy of the word embeddings, not the same tensor;
 - ``padded_loss``: the model's own MLM loss counts every position, -100 labels included;
-- ``dropout``: dropout on the attention probabilities left on (training=True).
+- ``dropout``: dropout on the attention probabilities left on (training=True);
+- ``no_padding_idx``: the word embedding looked up without ``padding_idx``, so the pad
+  token's row gets a gradient (HF's never does).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BUGS = ("custom_gelu", "detach", "inplace", "scaled_hook", "untied", "padded_loss", "dropout")
+BUGS = ("custom_gelu", "detach", "inplace", "scaled_hook", "untied", "padded_loss", "dropout",
+        "no_padding_idx")
 
 
 class _WrongGelu(torch.autograd.Function):
@@ -51,6 +54,7 @@ class SmallBert(nn.Module):
         c = body.config
         self.heads, self.eps, self.layers = c.num_attention_heads, c.layer_norm_eps, \
             c.num_hidden_layers
+        self.pad_token = c.pad_token_id
         self.head = "mlm" if hasattr(hf, "cls") else \
             "classifier" if hasattr(hf, "classifier") else "base"
         state = {k: v.detach().clone() for k, v in hf.state_dict().items()}
@@ -113,7 +117,8 @@ class SmallBert(nn.Module):
 
     def forward(self, input_ids, token_type_ids, attention_mask, labels=None):
         S = input_ids.shape[1]
-        x = F.embedding(input_ids, self.w("embeddings.word_embeddings.weight")) \
+        pad = None if self.bug == "no_padding_idx" else self.pad_token
+        x = F.embedding(input_ids, self.w("embeddings.word_embeddings.weight"), pad) \
             + F.embedding(token_type_ids, self.w("embeddings.token_type_embeddings.weight")) \
             + self.w("embeddings.position_embeddings.weight")[:S]
         x = self.ln(x, "embeddings.LayerNorm")
