@@ -9,6 +9,7 @@ Examples:
   introspect diff --model bert-tiny --candidate my_port.py:build   # your port (see below)
   introspect diff --out parity-report --junit junit.xml    # CI: reports, exit 1 on failure
   introspect diff --json - --quiet | jq .first_divergence  # the JSON report on stdout
+  introspect diff --head masked-lm --backward             # gradients too, node by node
 
 --reference and --candidate take hf, scratch (the from-scratch BERT), a checkpoint
 folder, or your own port as path/to/port.py:NAME or package.module:NAME: NAME is a
@@ -34,6 +35,11 @@ Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
 reference in float64 and raises each node's atol to 4x its own noise.
 
+--backward also runs both models backward on one loss (the head's own with seeded
+labels, or --loss FILE.py:NAME, a loss(outputs, inputs) -> scalar for both sides) and
+compares every aligned node's gradient, each node's own backward (the first over budget,
+from the outputs, is where the backwards part), every weight's gradient and one SGD step.
+
 --out DIR writes diff.json, nodes.csv, layers.csv, diff.md (for a pull request),
 diff.html (self-contained), junit.xml (one test case per layer) and diff.svg (the
 drawing, coloured by error). --json and --junit take '-' for stdout; the verdict then
@@ -49,9 +55,11 @@ from typing import Any
 
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
+    add_backward_options,
     add_model_options,
     add_text_pair_option,
     add_verbosity_options,
+    backward_loss,
     input_texts,
     say,
 )
@@ -96,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", action="store_true",
                         help="print every compared node, not only those over budget")
     add_dump_arguments(parser)
+    add_backward_options(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
 
@@ -110,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     input_texts(args)  # an empty text, or --text with --text-pair
+    args.loss_fn = backward_loss(args)  # --loss without --backward, or naming nothing
+    if args.backward and uses_dumps(args):
+        raise InputError("--backward compares two models' gradients; with dumps, compare "
+                         "gradient dumps as --candidate-dump (see introspect capture --backward)")
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)
@@ -136,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         write_output(path, text)
     stream = human_stream(args.json, args.junit)
     print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out)
+    if result.backward is not None and not args.quiet:
+        stream.write(result.backward.parameter_table(limit=10 if result.backward.passed
+                                                     else 20) + "\n")
     print_head_parity(getattr(args, "head_parity", None), stream, quiet=args.quiet)
     return 0 if result.passed else 1
 
@@ -234,7 +250,9 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
             port_code(ports, "in its forward, while the diff ran it"):
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
-                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite)
+                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite,
+                      backward=getattr(args, "backward", False),
+                      loss=getattr(args, "loss_fn", None))
         if args.out or not result.passed:  # which head parts: for the reports, or a failure
             from introspect.cli.attention_cmd import head_parity_for_diff
 

@@ -98,6 +98,7 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         _layers_table(result),
         *_nodes_section(result),
         *_unmatched_section(result),
+        *_backward_section(result),
     ]
     if svg is not None:
         text = svg.decode("utf-8")
@@ -110,6 +111,12 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
     parts += [f"<p class='notes'>introspect {e(__version__)}</p>",
               f"<script>{_SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _backward_section(result: DiffResult) -> list[str]:
+    from introspect.report.backward_report import backward_html
+
+    return backward_html(result)
 
 
 def _verdict(result: DiffResult) -> list[str]:

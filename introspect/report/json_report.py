@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
+def backward_dict(result: DiffResult) -> Any:
+    from introspect.report.backward_report import backward_dict as section
+
+    return section(result)
+
+
 def report_dict(result: DiffResult) -> dict[str, Any]:
     """The report as plain Python values (what ``json_report`` serialises)."""
     d = result.first_divergence
@@ -56,6 +62,7 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
         "layers": [asdict(r) for r in result.layer_rows],
         "notes": list(result.notes),
+        **({"backward": backward_dict(result)} if result.backward is not None else {}),
     })
 
 

@@ -52,6 +52,10 @@ def markdown_summary(result: DiffResult) -> str:
         lines += ["", "</details>"]
     if result.notes:
         lines += [""] + [f"> {_md(n)}" for n in result.notes]
+    if result.backward is not None:
+        from introspect.report.backward_report import backward_markdown
+
+        lines += backward_markdown(result)
     return "\n".join(lines) + "\n"
 
 
