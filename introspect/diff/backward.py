@@ -248,10 +248,11 @@ def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
         low_model = copy.deepcopy(reference).to(dtype).eval()
         ref = record_backward(low_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
     noise: dict[str, float] = {}
-    for name, g in ref.grads.items():
+    for name, node_grad in ref.grads.items():
         e = exact.grads.get(name)
-        if e is not None and e.shape == g.shape:
-            noise[name] = float((g.double() - e).abs().max()) if g.numel() else 0.0
+        if e is not None and e.shape == node_grad.shape:
+            noise[name] = float((node_grad.double() - e).abs().max()) \
+                if node_grad.numel() else 0.0
     for name, g in ref.parameter_grads.items():
         e = exact.parameter_grads.get(name)
         if g is not None and e is not None and e.shape == g.shape:
@@ -678,9 +679,11 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
         budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest),
                          noise.get(f"param:{r_name}"))
-        mapped = [(c, rel, _to_reference(cand.parameter_grads.get(c), cand.parameters[c], rel,
-                                         weight)) for c, rel in related]
-        mapped = [(c, rel, g) for c, rel, g in mapped if g is not None]
+        mapped: list[tuple[str, WeightRelation, torch.Tensor]] = []
+        for c, relation in related:
+            g = _to_reference(cand.parameter_grads.get(c), cand.parameters[c], relation, weight)
+            if g is not None:
+                mapped.append((c, relation, g))
         if not mapped:
             continue
         # Several candidate weights for one reference weight: each is a copy (untied) or a
@@ -695,7 +698,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 c_name) is None, where=f"{r_name}'s gradient", weight=True))
             copies = [m for m in mapped if m[1].region is None]
             if len(copies) > 1:
-                total = sum(m[2].double() for m in copies)
+                total = torch.stack([m[2].double() for m in copies]).sum(dim=0)
                 t_err, _, t_over, _ = _errors(total, g_ref, budget)
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])

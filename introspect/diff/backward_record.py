@@ -112,7 +112,7 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     for name, tensor in inputs.items():
         node = recorder._create("placeholder", name, (), {}, tensor)
         recorder.nodes[tensor] = node
-    named: dict[str, torch.Tensor] = {}
+    named: dict[str, torch.nn.Parameter] = {}
     for name, p in model.named_parameters():
         named.setdefault(name, p)
     saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
