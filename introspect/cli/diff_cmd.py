@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
     input_texts(args)  # an empty text, or --text with --text-pair
     args.loss_fn = backward_loss(args)  # --loss without --backward, or naming nothing
     if args.backward and uses_dumps(args):
-        raise InputError("--backward compares two models' gradients; with dumps, compare "
-                         "gradient dumps as --candidate-dump (see introspect capture --backward)")
+        from introspect.cli.backward_dumps import check_backward_dumps
+
+        check_backward_dumps(args)
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)
@@ -139,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
         check_model_source(args.candidate_model)
     result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
         compute_diff(args, atol, rtol, reference_spec, candidate_spec)
+    if args.backward and uses_dumps(args):
+        from introspect.cli.backward_dumps import add_dump_gradients
+
+        add_dump_gradients(args, result)
     if args.out:
         from introspect.cli.attention_cmd import head_parity_files
         from introspect.report import write_reports
