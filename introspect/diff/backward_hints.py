@@ -100,18 +100,18 @@ def _constant_scale(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 
 def _name_scale(k: float) -> str:
-    """Familiar scales: powers of two (loss scaling), square roots (1/sqrt(d)), counts."""
-    for x, name in ((k, ""), (1 / k, "1/")):
-        if x > 1 and math.isclose(math.log2(x), round(math.log2(x)), abs_tol=1e-6):
-            return f"{name}2^{round(math.log2(x))}: loss scaling not undone, or a mean where " \
-                "the other sums" if round(math.log2(x)) >= 1 else "a power of two"
-        root = math.sqrt(x) if x > 0 else 0
-        if x > 1 and math.isclose(root * root, round(root * root), rel_tol=1e-5) and \
-                math.isclose(x, round(x), rel_tol=1e-5) is False and \
-                math.isclose(x * x, round(x * x), rel_tol=1e-5):
-            return f"{name}sqrt({round(x * x)}): a 1/sqrt(d) scale in one pass only"
-        if x > 1 and math.isclose(x, round(x), rel_tol=1e-5):
-            return f"{name}{round(x)}: a mean where the other sums (over {round(x)} items?)"
+    """Familiar scales: powers of two (loss scaling), counts (mean vs sum), square roots."""
+    for x, prefix in ((k, ""), (1 / k, "1/")):
+        if x <= 1:
+            continue
+        exponent = math.log2(x)
+        if abs(exponent - round(exponent)) < 1e-6:
+            return (f"{prefix}2^{round(exponent)}: loss scaling not undone, a mean where the "
+                    f"other sums, or 1/sqrt({round(x * x)}) in one pass only")
+        if math.isclose(x, round(x), rel_tol=1e-5):
+            return f"{prefix}{round(x)}: a mean where the other sums (over {round(x)} items?)"
+        if math.isclose(x * x, round(x * x), rel_tol=1e-5):
+            return f"{prefix}sqrt({round(x * x)}): a 1/sqrt(d) scale in one pass only"
     return "no familiar factor"
 
 
