@@ -25,7 +25,7 @@ import torch
 import torch.fx
 from torch.autograd.graph import get_gradient_edge
 
-from introspect.diff.eager import _module_hooks, _Recorder, outputs_as_dict
+from introspect.diff.eager import _module_hooks, _mutates, _Recorder, outputs_as_dict
 from introspect.errors import InputError
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
@@ -61,6 +61,23 @@ class _GradientRecorder(_Recorder):
         self.tensors: dict[str, torch.Tensor] = {}  # the live tensors (autograd's graph)
         self.later: list[tuple[str, torch.Tensor]] = []
         self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
+        self.shared: dict[int, list[str]] = {}  # storage -> names of values kept uncopied
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if args and isinstance(args[0], torch.Tensor) and _mutates(func):
+            self._protect(args[0])
+        return super().__torch_function__(func, types, args, kwargs)
+
+    def _protect(self, tensor: torch.Tensor) -> None:
+        """Copy the kept values an in-place op is about to change (they share storage)."""
+        with torch._C.DisableTorchFunction():
+            try:
+                key = tensor.untyped_storage().data_ptr()
+            except Exception:  # a tensor with no storage of its own
+                return
+            for name in self.shared.pop(key, []):
+                self.values[name] = self.values[name].clone()
 
     def _claim(self, result: Any, node: torch.fx.Node) -> None:
         super()._claim(result, node)
@@ -71,7 +88,13 @@ class _GradientRecorder(_Recorder):
     def _watch(self, tensor: torch.Tensor, node: torch.fx.Node) -> None:
         name = node.name
         self.targets[name] = f"{node.op}:{getattr(node.target, '__name__', node.target)}"
-        self.values[name] = tensor.detach().clone()
+        # Kept without a copy (memory: one more forward's worth otherwise); an in-place op
+        # on the storage copies it first (``_protect``).
+        self.values[name] = tensor.detach()
+        try:
+            self.shared.setdefault(tensor.untyped_storage().data_ptr(), []).append(name)
+        except Exception:
+            self.values[name] = tensor.detach().clone()
         if not tensor.is_floating_point():
             return
         self.tensors[name] = tensor
