@@ -71,9 +71,9 @@ def capture_gradients(model: torch.nn.Module, inputs: Any, *, nodes: set[str] | 
     for name, grad in recording.grads.items():
         if nodes is None or name in nodes:
             out[NODE + name] = grad.contiguous()
-    for name, grad in recording.parameter_grads.items():
-        if grad is not None:
-            out[PARAM + name] = grad.contiguous()
+    for name, weight_grad in recording.parameter_grads.items():
+        if weight_grad is not None:
+            out[PARAM + name] = weight_grad.contiguous()
     out[LOSS] = torch.tensor(recording.loss)
     return out, {"loss": kind, "keys": "node.<reference node>, param.<reference parameter>, loss"}
 
