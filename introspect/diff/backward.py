@@ -272,7 +272,10 @@ def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float
 def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
             pad: torch.Tensor | None = None) -> tuple[float, float, bool, float | None]:
     """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients."""
-    a, b = cand.double(), ref.double()
+    if cand.dtype == ref.dtype and torch.equal(cand, ref):  # the common case: no arithmetic
+        return 0.0, 0.0, False, (0.0 if pad is not None else None)
+    dtype = torch.promote_types(cand.dtype, ref.dtype)  # float32 keeps a difference's size
+    a, b = cand.to(dtype), ref.to(dtype)
     d = (a - b).abs()
     if bool(d.isnan().any()):
         d = d.nan_to_num(nan=math.inf)
@@ -688,7 +691,8 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
             continue
         # Several candidate weights for one reference weight: each is a copy (untied) or a
         # part; compare the one that fits best, and the sum of the copies.
-        scored = sorted(mapped, key=lambda m: float((m[2].double() - g_ref.double()).abs().max()))
+        scored = mapped if len(mapped) == 1 else sorted(
+            mapped, key=lambda m: float((m[2].double() - g_ref.double()).abs().max()))
         c_name, relation, g_c = scored[0]
         err, rel, over, _ = _errors(g_c, g_ref, budget)
         hint = ""
@@ -703,11 +707,12 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])
                     names = " + ".join(m[0] for m in copies)
-        w_ref = weight.double() - SGD_LR * g_ref.double()
         w_cand = _to_reference(cand.parameters[c_name].double(), cand.parameters[c_name], relation,
-                               weight)
-        step = None
+                               weight) if err else None
+        step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
+            and torch.equal(cand.parameters[c_name], weight) else None
         if w_cand is not None:
+            w_ref = weight.double() - SGD_LR * g_ref.double()
             w_cand = w_cand.double() - SGD_LR * g_c.double()
             step = float((w_cand - w_ref).abs().max()) if w_ref.numel() else 0.0
             sgd = max(sgd, step)
