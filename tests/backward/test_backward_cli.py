@@ -46,7 +46,7 @@ def test_a_backward_bug_exits_1_naming_the_node(tmp_path, capsys):
      "--loss works with --backward only"),
     ([*BASE, "--loss", "squares"], "expected path/to/file.py:NAME"),
     ([*BASE, "--loss", f"{PORTS}:missing"], "missing"),
-    ([*BASE, "--candidate-dump", "x.safetensors"], "--backward compares two models"),
+    ([*BASE, "--candidate-dump", "x.safetensors"], "no gradient file"),
 ])
 def test_bad_options_exit_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2
