@@ -20,7 +20,7 @@ setup: $(STAMP) system-deps
 $(STAMP): pyproject.toml scripts/install_base.py $(shell find introspect -type d -not -name __pycache__)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python scripts/install_base.py
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,png]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,png,onnx]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 # Graphviz (required for drawings) and Chromium (optional: the diff.html screenshot test),

@@ -37,7 +37,7 @@ def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
 
 def test_set_up_installs_torch_before_the_package():
     makefile = (ROOT / "Makefile").read_text()
-    assert makefile.index("scripts/install_base.py\n") < makefile.index("-e '.[test,dev,png]'")
+    assert makefile.index("scripts/install_base.py\n") < makefile.index("-e '.[test,dev,png,onnx]'")
     assert "editable_mode=strict" in makefile
 
 
@@ -55,6 +55,10 @@ def test_files_the_readme_links_exist():
 # benchmark runs take minutes), or run by a named test (COVERED). A command in none of
 # them fails test_every_readme_command_is_run_or_covered: a new command needs a test.
 
+GENERATE = 'introspect diff --model gpt2 --head causal-lm --text "The cat sat on the" --generate 8 '
+GENERATE_PASSES = GENERATE + "--candidate examples/generation/gpt2_cached.py:build"
+GENERATE_FAILS = GENERATE + \
+    "--candidate examples/generation/gpt2_cached.py:build_positions_not_advanced"
 RUN = {
     'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build',
     'introspect attention --text "time flies like an arrow" --layer 0 --heads 8 '
@@ -65,9 +69,15 @@ RUN = {
     'introspect diff --candidate-dump port.npz --text "I love cats!" '
     '--text "He hates pineapple pizza."',
     'introspect diff --model minilm --out parity-report --junit parity-report/junit.xml --quiet',
+    'introspect diff --model bert-tiny --head masked-lm --backward',
+    'introspect diff --candidate examples/ci/my_port.py:build --backward '
+    '--loss examples/ci/my_loss.py:loss',
+    GENERATE_PASSES,
+    GENERATE_FAILS,
 }
 # The exit status each RUN command must give (the faulty port fails parity).
-EXPECTED_STATUS = {'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build': 1}
+EXPECTED_STATUS = {'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build': 1,
+                   GENERATE_FAILS: 1}
 
 FLAGS = {
     'python -m benchmarks --models bert-base --sizes 2x9 8x128 --peak-sizes 8x512 --no-growth',
@@ -75,6 +85,7 @@ FLAGS = {
     '.venv/bin/python scripts/port_scoreboard.py --quick',
 }
 
+ORT = "tests/examples/test_runtime_recipes.py::test_the_readmes_shipped_graph_command_passes"
 WHEEL = "tests/test_packaging.py::test_wheel_installs_and_runs_outside_the_repository"
 COVERED = {
     "make demo": "tests/test_readme.py::test_make_demo_runs_only_commands_the_cli_accepts",
@@ -82,7 +93,7 @@ COVERED = {
                  "test_command",
     "python3 -m venv .venv": WHEEL,
     ".venv/bin/python scripts/install_base.py": WHEEL,
-    ".venv/bin/python -m pip install -e '.[test,dev,png]' --config-settings "
+    ".venv/bin/python -m pip install -e '.[test,dev,png,onnx]' --config-settings "
     "editable_mode=strict": WHEEL,
     "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu":
         "tests/test_packaging.py::test_install_base_takes_torch_from_the_cpu_index_or_says_why_not",
@@ -96,6 +107,9 @@ COVERED = {
                                       "names_exist",
     ".venv/bin/python -m build --sdist": "tests/test_packaging.py::test_sdist_carries_its_tests_"
                                         "and_they_run",
+    "python examples/onnx_runtime/bert_onnx.py --capture ref.safetensors -o ort.npz --expose "
+    "shipped --level all --transformer-optimizer": ORT,
+    "introspect diff --candidate-dump ort.npz": ORT,
     "INTROSPECT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render tests/diff":
         "tests/golden.py::check_golden",
 }
@@ -106,6 +120,7 @@ def readme_commands() -> list[str]:
     readme = (ROOT / "README.md").read_text()
     commands = []
     for lang, body in re.findall(r"```(\w*)\n(.*?)```", readme, re.S):
+        body = re.sub(r" *\\\n *", " ", body)  # a command continued with \ is one command
         for line in body.splitlines():
             if lang == "sh":
                 command = line.split(" #")[0].strip()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from introspect.cli.options import add_model_options, add_verbosity_options, say
 
@@ -39,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these layers: indices and names, comma-separated (0,3,pooler)")
     parser.add_argument("--noise", action="store_true",
                         help="also store each node's float32 noise (one float64 run)")
+    parser.add_argument("--backward", action="store_true",
+                        help="also write FILE.grads.safetensors: the reference's gradients on "
+                             "the diff's default loss (node.<name>, param.<weight>, loss)")
     add_verbosity_options(parser)
 
 
@@ -54,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if target.suffix != ".safetensors":
         raise InputError(f"capture writes .safetensors; got {args.output!r}")
     index_paths = [target.with_suffix(".index.json"), target.with_suffix(".index.csv")]
+    if args.backward:
+        from introspect.dump.gradients import grads_path
+
+        index_paths.append(grads_path(target))
     for path in (target, *index_paths):
         check_writable(path)  # fail before the slow part
     layers = [w for w in args.layers.split(",") if w.strip()] if args.layers else None
@@ -63,14 +71,35 @@ def run(args: argparse.Namespace) -> int:
     with step(args, "running the reference and capturing its activations"):
         captured = capture(loaded.model, inputs, select=args.select, layers=layers,
                            label=f"{args.model} {args.head} ({args.attn})", noise=args.noise)
+    # The gradients before any write: a failing backward leaves no file behind.
+    gradients = _gradients(args, loaded.model, inputs, captured) if args.backward else None
     payload = capture_bytes(captured)
-    # one set: the three files are replaced together or not at all, the indexes last
-    write_set([(target, payload), (index_paths[0], index_json(captured)),
-               (index_paths[1], index_csv(captured))])
+    # one set: the files are replaced together or not at all, the indexes last
+    files: list[tuple[Path, str | bytes]] = [
+        (target, payload), (index_paths[0], index_json(captured)),
+        (index_paths[1], index_csv(captured))]
+    if gradients is not None:
+        files.insert(1, (index_paths[2], gradients))
+    write_set(files)
+    if gradients is not None:
+        say(args, f"wrote the reference's gradients to {printable_name(str(index_paths[2]))}")
     say(args, f"wrote {len(captured.entries)} tensors and the inputs to "
               f"{printable_name(str(target))} ({_size(len(payload))}), described in "
               f"{printable_name(index_paths[0].name)} and {printable_name(index_paths[1].name)}")
     return 0
+
+
+def _gradients(args: argparse.Namespace, model: Any, inputs: Any, captured: Any) -> bytes:
+    """The reference's gradients, as the file next to the capture holds them
+    (``introspect.dump.gradients``)."""
+    from introspect.cli.progress import step
+    from introspect.dump.formats import safetensors_bytes
+    from introspect.dump.gradients import capture_gradients
+
+    with step(args, "running the reference backward"):
+        tensors, metadata = capture_gradients(model, inputs,
+                                              nodes={e.name for e in captured.entries})
+    return safetensors_bytes(tensors, metadata)
 
 
 def _size(nbytes: int) -> str:

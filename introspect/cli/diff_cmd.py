@@ -10,6 +10,7 @@ Examples:
   introspect diff --out parity-report --junit junit.xml    # CI: reports, exit 1 on failure
   introspect diff --json - --quiet | jq .first_divergence  # the JSON report on stdout
   introspect diff --model gpt2 --head causal-lm --candidate my_gpt.py:build --generate 16
+  introspect diff --head masked-lm --backward             # gradients too, node by node
 
 --reference and --candidate take hf, scratch (the from-scratch BERT), a checkpoint
 folder, or your own port as path/to/port.py:NAME or package.module:NAME: NAME is a
@@ -41,6 +42,11 @@ Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
 reference in float64 and raises each node's atol to 4x its own noise.
 
+--backward also runs both models backward on one loss (the head's own with seeded
+labels, or --loss FILE.py:NAME, a loss(outputs, inputs) -> scalar for both sides) and
+compares every aligned node's gradient, each node's own backward (the first over budget,
+from the outputs, is where the backwards part), every weight's gradient and one SGD step.
+
 --out DIR writes diff.json, nodes.csv, layers.csv, diff.md (for a pull request),
 diff.html (self-contained), junit.xml (one test case per layer) and diff.svg (the
 drawing, coloured by error). --json and --junit take '-' for stdout; the verdict then
@@ -56,9 +62,11 @@ from typing import Any
 
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
+    add_backward_options,
     add_model_options,
     add_text_pair_option,
     add_verbosity_options,
+    backward_loss,
     input_texts,
     say,
 )
@@ -109,6 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "causal-lm head; a port is called as model(input_ids, "
                              "past_key_values=cache, use_cache=True) -> (logits, cache))")
     add_dump_arguments(parser)
+    add_backward_options(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
 
@@ -123,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     input_texts(args)  # an empty text, or --text with --text-pair
     args.generate = _generate_steps(args)
+    args.loss_fn = backward_loss(args)  # --loss without --backward, or naming nothing
+    if args.backward and uses_dumps(args):
+        from introspect.cli.backward_dumps import check_backward_dumps
+
+        check_backward_dumps(args)
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
     reference_spec = implementation("--reference", args.reference)
@@ -139,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
         check_model_source(args.candidate_model)
     result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
         compute_diff(args, atol, rtol, reference_spec, candidate_spec)
+    if args.backward and uses_dumps(args):
+        from introspect.cli.backward_dumps import add_dump_gradients
+
+        add_dump_gradients(args, result)
     if args.out:
         from introspect.cli.attention_cmd import head_parity_files
         from introspect.report import write_reports
@@ -169,6 +187,9 @@ def _generate_steps(args: argparse.Namespace) -> int:
                          "the reference would need a cache of its own)")
     if uses_dumps(args):
         raise InputError("--generate runs both models; it does not take activation dumps")
+    if getattr(args, "backward", False):
+        raise InputError("--generate does not mix with --backward (gradients are compared on "
+                         "one forward; diff with --backward without --generate)")
     return steps
 
 
@@ -267,7 +288,8 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
                       noise_budget=args.noise_budget, reference_label=reference_label,
                       candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite,
-                      **_generation_options(args, loaded))
+                      backward=getattr(args, "backward", False),
+                      loss=getattr(args, "loss_fn", None), **_generation_options(args, loaded))
         # which head parts: for the reports, or a failure (one forward only)
         if (args.out or not result.passed) and not getattr(args, "generate", 0):
             from introspect.cli.attention_cmd import head_parity_for_diff

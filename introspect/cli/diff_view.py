@@ -30,12 +30,26 @@ def verdict_lines(result: Any) -> list[str]:
         if getattr(d, "detail", ""):
             lines.append(f"  detail: {d.detail}")
         lines += [f"  hint: {h}" for h in dict.fromkeys(d.hints)]
+    backward = getattr(result, "backward", None)
+    if backward is not None:  # --backward: its verdict, first divergence and hints
+        lines += [line for line in backward.summary().splitlines()
+                  if not line.startswith("note: ")]
     return lines
+
+
+def _notes(result: Any) -> list[str]:
+    backward = getattr(result, "backward", None)
+    return [*result.notes, *(backward.notes if backward is not None else ())]
 
 
 def divergence_line(result: Any) -> str | None:
     """The first divergence in one line (the last line of a failing diff), or None."""
     d = result.first_divergence
+    backward = getattr(result, "backward", None)
+    if d is None and backward is not None and backward.first_divergence is not None:
+        first = [line for line in backward.summary().splitlines()
+                 if line.startswith("first backward divergence")]
+        return first[0] if first else None
     if d is None:
         return None
     return (f"first divergence: {d.reference_node} -> {d.candidate_node} "
@@ -55,7 +69,7 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
     console = console_for(stream, width)
     lines = verdict_lines(result)
     if not quiet:
-        lines += [f"note: {n}" for n in result.notes]
+        lines += [f"note: {n}" for n in _notes(result)]
     for line in lines:  # long lines wrap as the terminal wraps them: no hard breaks
         console.print(line, style=_verdict_style(line), soft_wrap=True)
     if not quiet:
@@ -72,6 +86,11 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
         from introspect.cli.generation_view import print_steps
 
         print_steps(result, stream, quiet=quiet, width=width)
+    backward = getattr(result, "backward", None)
+    if backward is not None and not quiet:  # --backward: the weights' gradients
+        console.print()
+        console.print(backward.parameter_table(limit=10 if backward.passed else 20),
+                      markup=False, highlight=False, soft_wrap=True)
     if heads is not None and (not quiet or not heads.all_passed):
         console.print(heads.summary(), soft_wrap=True)
     if out and not quiet:

@@ -51,6 +51,37 @@ def add_verbosity_options(parser: argparse.ArgumentParser, *,
                        help="say what happens, with timings")
 
 
+def add_backward_options(parser: argparse.ArgumentParser) -> None:
+    """--backward and --loss (introspect diff: gradient parity)."""
+    parser.add_argument("--backward", action="store_true",
+                        help="also compare gradients: every aligned node's, every weight's, "
+                             "and one SGD step (the loss: the head's own, with seeded labels)")
+    parser.add_argument("--loss", metavar="FILE.py:NAME",
+                        help="with --backward: a callable loss(outputs, inputs) -> scalar used "
+                             "for both sides (path/to/file.py:NAME or package.module:NAME)")
+
+
+def backward_loss(args: argparse.Namespace) -> Any:
+    """The --loss callable, imported (None without --loss); --loss needs --backward.
+
+    Raises:
+        InputError: --loss without --backward, or a spec that names no callable.
+    """
+    from introspect.errors import InputError
+
+    spec = getattr(args, "loss", None)
+    if spec is None:
+        return None
+    if not getattr(args, "backward", False):
+        raise InputError("--loss works with --backward only")
+    from introspect.models.ports import is_port_spec, resolve_builder
+
+    if not is_port_spec(spec):
+        raise InputError(f"--loss {spec!r}: expected path/to/file.py:NAME or "
+                         "package.module:NAME naming loss(outputs, inputs) -> scalar")
+    return resolve_builder(spec)
+
+
 def check_texts(texts: list[str] | None, pairs: list[list[str]] | None = None) -> None:
     """Refuse an empty text, one that is not valid UTF-8, or --text mixed with --text-pair,
     before any model is loaded.

@@ -96,7 +96,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          reference_label: str = "", candidate_label: str = "",
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         ) -> DiffResult:
+         backward: bool = False, loss: Any = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -130,6 +130,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         forward_keywords: other keyword arguments of each model's forward (reference's,
             candidate's), passed as they are (a cache); the hints that run a model again
             are left out. Used by ``generate`` for each step.
+        backward: also compare gradients, node by node and per weight
+            (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
+        loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
+            None: the head's own loss with seeded labels (``backward_losses``).
 
     Returns:
         A ``DiffResult``.
@@ -144,6 +148,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    if generate and backward:
+        raise InputError("generate does not mix with backward: gradients are compared on one "
+                         "forward")
     if generate:
         from introspect.diff.generation import diff_generation
 
@@ -211,14 +218,40 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                       budgets, context=None if forward_keywords else context,
                                       noise_budget=noise_budget)
+        gradients = _backward(backward, loss, original_reference, candidate, ref_inputs,
+                              cand_inputs, alignment, ref_graph, cand_graph, tolerance,
+                              noise_budget, tensors, rows)
     finally:  # every module back in its own mode, not only the top one
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])
     layers = layer_rows(rows, ref_graph.records)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-        and not unfaithful
+        and not unfaithful and (gradients is None or gradients.passed)
     return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
-                      tolerance, notes, reference_label, candidate_label, noise_budget)
+                      tolerance, notes, reference_label, candidate_label, noise_budget,
+                      backward=gradients)
+
+
+def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,
+              ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
+              alignment: Alignment, ref_graph: IntrospectGraph, cand_graph: IntrospectGraph,
+              tolerance: Tolerance, noise_budget: bool,
+              tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff]) -> Any:
+    """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
+    if not wanted:
+        if loss is not None:
+            raise InputError("loss= is used only with backward=True")
+        return None
+    if loss is not None and not callable(loss):
+        raise InputError(f"loss must be a callable loss(outputs, inputs) -> scalar, got "
+                         f"{type(loss).__name__}")
+    from introspect.diff.backward import backward_diff
+
+    return backward_diff(reference, candidate, ref_inputs, cand_inputs, alignment, ref_graph,
+                         cand_graph, tolerance, loss=loss, noise_budget=noise_budget,
+                         attention_mask=tensors.get("attention_mask"),
+                         forward_status={r.reference_node: r.status for r in rows
+                                         if r.reference_node and r.candidate_node})
 
 
 def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,

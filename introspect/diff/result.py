@@ -104,6 +104,17 @@ class DiffResult:
 
         return caches_frame(self.cache_rows)
 
+    # Gradient parity (``diff(..., backward=True)``): an ``introspect.diff.backward.
+    # BackwardResult``, None when only the forward was compared.
+    backward: Any = None
+
+    @property
+    def parameters(self) -> pandas.DataFrame:
+        """With ``backward=True``: one row per weight, its gradient on both sides."""
+        if self.backward is None:
+            raise AttributeError("parameters: run introspect.diff(..., backward=True)")
+        return self.backward.parameters
+
     @property
     def nodes(self) -> pandas.DataFrame:
         """Aligned pairs and unmatched nodes, in graph order (skipped nodes left out)."""
@@ -181,6 +192,8 @@ class DiffResult:
 
             lines[1:1] = step_summary(self)
         lines += [f"note: {n}" for n in self.notes]
+        if self.backward is not None:
+            lines.append(self.backward.summary())
         return "\n".join(lines)
 
     def layer_table(self) -> str:

@@ -118,10 +118,17 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         *_drawing_section(svg),
         *_nodes_section(result),
         *_unmatched_section(result),
+        *_backward_section(result),
         f"<p class='notes'>introspect {e(__version__)}</p>",
         f"<script>{_SCRIPT}</script>", "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _backward_section(result: DiffResult) -> list[str]:
+    from introspect.report.backward_report import backward_html
+
+    return backward_html(result)
 
 
 def _drawing_section(svg: bytes | None) -> list[str]:

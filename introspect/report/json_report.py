@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
+def backward_dict(result: DiffResult) -> Any:
+    from introspect.report.backward_report import backward_dict as section
+
+    return section(result)
+
+
 def report_dict(result: DiffResult) -> dict[str, Any]:
     """The report as plain Python values (what ``json_report`` serialises)."""
     d = result.first_divergence
@@ -61,6 +67,7 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
                    for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
         "notes": list(result.notes),
         **generation_json(result),  # steps, caches, generated: with --generate only
+        **({"backward": backward_dict(result)} if result.backward is not None else {}),
     })
 
 

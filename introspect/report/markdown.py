@@ -58,6 +58,10 @@ def markdown_summary(result: DiffResult) -> str:
     lines += generation_markdown(result)
     if result.notes:
         lines += [""] + [f"> {_md(n)}" for n in result.notes]
+    if result.backward is not None:
+        from introspect.report.backward_report import backward_markdown
+
+        lines += backward_markdown(result)
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,791 @@
+"""Gradient parity: where a port's backward parts from the reference's, node by node.
+
+``backward_diff`` runs both models forward and backward once, for real, with one loss
+(``backward_losses``), keeping the gradient of the loss with respect to every recorded
+node's value (``backward_record``). The forward diff's alignment then says which
+gradients to compare:
+
+- **nodes**: every aligned pair's gradients (regions and layouts as in the forward);
+- **local backward**: each pair's backward is run, on each side, by the very autograd
+  functions its forward recorded (custom ``Function.backward``s, saved tensors changed in
+  place and all), fed the *reference's* output gradient and stopped at the nearest
+  aligned nodes; the candidate's input gradients are compared with the reference's. The
+  functions hold each side's own saved values, so a node decides only where the forward
+  diff found the values it reads equal within budget. A node whose local backward is
+  over budget computes another backward: the first such node walking from the outputs
+  toward the inputs is the first divergence (failing that, where the propagated
+  gradient first leaves its budget: a hook or a scale outside the graph);
+- **parameters**: every candidate weight's gradient against the reference weight it
+  relates to (same, transposed, a slice, a fusion), and one SGD step from both sides.
+
+Budgets are the forward's (``tolerance``), with ``atol`` taken relative to the
+magnitude of the reference's gradient (gradients are small numbers; what rounds is
+their relative size); with ``noise_budget`` a float64 reference's gradients bound the
+noise per node and per parameter, as in the forward.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from introspect.diff.backward_hints import gradient_hints, untied_hint
+from introspect.diff.backward_losses import default_loss, loss_kind
+from introspect.diff.backward_record import GradientRecording, LossFn, record_backward
+from introspect.diff.compare import fit_layout
+from introspect.diff.records import Pair, WeightRelation
+from introspect.diff.status import status_word
+from introspect.diff.tolerance import Budget, Tolerance
+
+if TYPE_CHECKING:
+    import pandas
+
+STATUS_OK, STATUS_DRIFT, STATUS_FAIL = "ok", "drift", "fail"
+STATUS_NOT_COMPARED = "not compared"
+_MAX_REGION = 64  # nodes walked back from a pair to the aligned nodes it reads
+SGD_LR = 1e-3
+# A gradient's rounding comes from the terms summed into it, not from the sum: one that
+# cancels to nearly zero (a key bias: softmax ignores a shift) is measured against at least
+# this share of the largest gradient of its kind.
+FLOOR = 1e-2
+
+
+@dataclass(frozen=True)
+class GradientDiff:
+    """One row of ``BackwardResult.nodes``: an aligned pair's gradients."""
+
+    reference_node: str
+    candidate_node: str
+    module: str
+    layer: str
+    op: str
+    shape: str
+    max_abs_err: float | None  # propagated: each side's own backward
+    max_rel_err: float | None
+    reference_max_abs: float | None  # the reference gradient's largest magnitude
+    local_max_abs_err: float | None  # this node's backward on the reference's values
+    pad_max_abs_err: float | None  # at padded positions (tokens axis known only)
+    atol: float | None  # |cand - ref| <= atol + rtol * |ref|, atol already scaled
+    rtol: float | None
+    status: str
+    hint: str
+    reference_index: int
+
+
+@dataclass(frozen=True)
+class ParameterGradient:
+    """One row of ``BackwardResult.parameters``: a weight's gradient on both sides."""
+
+    reference: str  # parameter path in the reference
+    candidate: str  # parameter path(s) in the candidate ("a + b" when several)
+    relation: str  # same, transposed, slice, fused, ...
+    shape: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    reference_max_abs: float
+    sgd_max_abs_err: float | None  # the weights after one SGD step (lr SGD_LR)
+    status: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class BackwardDivergence:
+    """The first node (from the outputs) whose local backward is over budget, or a weight."""
+
+    reference_node: str
+    candidate_node: str
+    module: str
+    layer: str
+    op: str
+    local_max_abs_err: float
+    budget: str
+    hints: tuple[str, ...]
+    parameter: str = ""  # set when the divergence is a weight's gradient, not a node's
+
+
+@dataclass
+class BackwardResult:
+    """Gradient parity of a candidate against a reference (``DiffResult.backward``)."""
+
+    passed: bool
+    loss: str  # which loss ("masked-lm", "user", ...)
+    reference_loss: float
+    candidate_loss: float
+    rows: list[GradientDiff]
+    parameter_rows: list[ParameterGradient]
+    first_divergence: BackwardDivergence | None
+    sgd_max_abs_err: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> pandas.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.rows],
+                            columns=list(GradientDiff.__dataclass_fields__))
+
+    @property
+    def parameters(self) -> pandas.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.parameter_rows],
+                            columns=list(ParameterGradient.__dataclass_fields__))
+
+    def summary(self) -> str:
+        verdict = "gradient parity holds" if self.passed else "gradient parity FAILS"
+        failing = sum(r.status == STATUS_FAIL for r in self.parameter_rows)
+        lines = [f"backward ({self.loss} loss: reference {self.reference_loss:.6g}, candidate "
+                 f"{self.candidate_loss:.6g}): {verdict}; {len(self.rows)} node gradients, "
+                 f"{len(self.parameter_rows)} parameters ({failing} failing), one SGD step "
+                 f"max abs error {self.sgd_max_abs_err:.3g}"]
+        d = self.first_divergence
+        if d is not None:
+            where = f"parameter {d.parameter}" if d.parameter else \
+                f"{d.reference_node} -> {d.candidate_node} ({d.op} in {d.module or d.layer})"
+            lines.append(f"first backward divergence: {where}, max abs error "
+                         f"{d.local_max_abs_err:.3g} over budget {d.budget}")
+            lines += [f"  hint: {h}" for h in d.hints]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def parameter_table(self, limit: int = 0) -> str:
+        """The parameter rows as fixed-width text (failing first when ``limit`` cuts)."""
+        rows = sorted(self.parameter_rows, key=lambda r: r.status != STATUS_FAIL) if limit \
+            else self.parameter_rows
+        lines = [f"{'parameter':<48} {'max_abs_err':>11} {'max_rel':>9} {'status':<12} "
+                 "candidate"]
+        for r in rows[:limit or None]:
+            lines.append(f"{r.reference:<48} {_num(r.max_abs_err):>11} {_num(r.max_rel_err):>9} "
+                         f"{status_word(r.status):<12} {r.candidate}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.first_divergence
+        return {"passed": self.passed, "loss": self.loss, "reference_loss": self.reference_loss,
+                "candidate_loss": self.candidate_loss, "sgd_max_abs_err": self.sgd_max_abs_err,
+                "first_divergence": asdict(d) if d is not None else None,
+                "nodes": [asdict(r) for r in self.rows],
+                "parameters": [asdict(r) for r in self.parameter_rows], "notes": self.notes}
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+# ---------------------------------------------------------------------------------------
+# The comparison
+
+
+def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
+                  ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
+                  alignment: Any, ref_graph: Any, cand_graph: Any, tolerance: Tolerance, *,
+                  loss: LossFn | None = None, noise_budget: bool = False,
+                  attention_mask: torch.Tensor | None = None,
+                  forward_status: Mapping[str, str] | None = None) -> BackwardResult:
+    """Gradient parity on the forward diff's alignment (see the module's docstring).
+
+    Args:
+        reference, candidate: the two models (put in eval mode by the caller).
+        ref_inputs, cand_inputs: each model's inputs, as the forward diff gave them.
+        alignment, ref_graph, cand_graph: the forward diff's alignment and graphs.
+        tolerance: the forward's budgets.
+        loss: ``loss(outputs, inputs) -> scalar`` for both sides; None: the head's own.
+        noise_budget: bound each gradient's noise by a float64 run of the reference.
+        attention_mask: the padding (gradients at padded positions are measured apart).
+        forward_status: the forward diff's status of each reference node ("ok", "drift",
+            "fail"): a local backward decides only where the values it reads are "ok".
+    """
+    inputs_for_loss = {**cand_inputs, **ref_inputs}
+    kind = "user" if loss is not None else loss_kind(reference, ref_inputs)
+    loss_fn = loss if loss is not None else default_loss(kind)
+    ref = record_backward(reference, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+    cand = record_backward(candidate, cand_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+    notes: list[str] = []
+    noise: dict[str, float] = {}
+    if noise_budget:
+        noise = _gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss, ref)
+        notes.append("the reference also ran forward and backward in float64; each gradient's "
+                     f"budget is at least {tolerance.noise_factor:g}x its own noise")
+    records = {r.name: r for r in ref_graph.records}
+    cand_records = {r.name: r for r in cand_graph.records}
+    pad = attention_mask
+    comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise, pad)
+    rows = comparer.node_rows()
+    local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
+                           forward_status or {})
+    rows = local.apply(rows)
+    params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise)
+    mismatched = [name for name, target in ref.node_targets.items()
+                  if name in records and records[name].op != target.split(":")[0]]
+    if mismatched:
+        notes.append(f"{len(mismatched)} node(s) of the reference ran other ops with autograd "
+                     "on than in the forward diff; their gradients are left out")
+    divergence = _first_divergence(rows, params, records, tolerance)
+    passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
+        and not any(r.status == STATUS_FAIL for r in params)
+    if not math.isclose(ref.loss, cand.loss, rel_tol=1e-4, abs_tol=1e-6):
+        notes.append(f"the two losses differ: reference {ref.loss:.6g}, candidate "
+                     f"{cand.loss:.6g}")
+    return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
+                          notes)
+
+
+def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
+                    ref_inputs: Mapping[str, torch.Tensor], loss_fn: LossFn,
+                    inputs_for_loss: Mapping[str, torch.Tensor],
+                    ref: GradientRecording) -> dict[str, float]:
+    """Per node and per parameter: |gradient in the candidate's dtype - in float64|."""
+    dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()),
+                 torch.float32)
+    exact_model = copy.deepcopy(reference).to(torch.float64).eval()
+    exact = record_backward(exact_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+    if dtype != next((p.dtype for p in reference.parameters()), dtype):
+        low_model = copy.deepcopy(reference).to(dtype).eval()
+        ref = record_backward(low_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+    noise: dict[str, float] = {}
+    for name, node_grad in ref.grads.items():
+        e = exact.grads.get(name)
+        if e is not None and e.shape == node_grad.shape:
+            noise[name] = float((node_grad.double() - e).abs().max()) \
+                if node_grad.numel() else 0.0
+    for name, g in ref.parameter_grads.items():
+        e = exact.parameter_grads.get(name)
+        if g is not None and e is not None and e.shape == g.shape:
+            noise[f"param:{name}"] = float((g.double() - e).abs().max())
+    return noise
+
+
+def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float | None) -> Budget:
+    """The forward's budget for ``dtype``, its atol relative to the gradient's magnitude."""
+    base = tolerance.budget(str(dtype).removeprefix("torch."))
+    atol = base.atol * (scale if scale > 0 else 1.0)
+    if noise is not None:
+        atol = max(atol, tolerance.noise_factor * noise)
+    return Budget(atol, base.rtol)
+
+
+def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
+            pad: torch.Tensor | None = None) -> tuple[float, float, bool, float | None]:
+    """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients."""
+    if cand.dtype == ref.dtype and torch.equal(cand, ref):  # the common case: no arithmetic
+        return 0.0, 0.0, False, (0.0 if pad is not None else None)
+    dtype = torch.promote_types(cand.dtype, ref.dtype)  # float32 keeps a difference's size
+    a, b = cand.to(dtype), ref.to(dtype)
+    d = (a - b).abs()
+    if bool(d.isnan().any()):
+        d = d.nan_to_num(nan=math.inf)
+    over = d > budget.atol + budget.rtol * b.abs()
+    pad_err = None
+    if pad is not None:
+        pad_err = float(d.masked_fill(~pad, 0.0).max()) if d.numel() else 0.0
+        d = d.masked_fill(pad, 0.0)
+        over = over & ~pad
+    magnitude = b.abs()
+    rel = d / magnitude.masked_fill(magnitude == 0, math.inf)
+    if d.numel() == 0:
+        return 0.0, 0.0, False, pad_err
+    return float(d.max()), float(rel.max()), bool(over.any()), pad_err
+
+
+class _Comparer:
+    """Brings a candidate gradient to the reference's layout and measures it."""
+
+    def __init__(self, ref: GradientRecording, cand: GradientRecording, alignment: Any,
+                 records: Mapping[str, Any], cand_records: Mapping[str, Any],
+                 tolerance: Tolerance, noise: Mapping[str, float],
+                 attention_mask: torch.Tensor | None) -> None:
+        self.ref, self.cand, self.alignment = ref, cand, alignment
+        self.records, self.cand_records = records, cand_records
+        self.tolerance, self.noise = tolerance, noise
+        self.mask = attention_mask
+        self.layouts: dict[tuple[str, str], Any] = {}
+
+    def plain(self, pair: Pair) -> bool:
+        return pair.reference_region is None and pair.candidate_region is None \
+            and pair.feature_order is None
+
+    def to_reference(self, pair: Pair, cand_value: torch.Tensor) -> torch.Tensor | None:
+        """A candidate tensor of ``pair.candidate``'s shape in the reference's layout."""
+        ref_value = self.ref.values.get(pair.reference)
+        own = self.cand.values.get(pair.candidate)
+        if ref_value is None or own is None:
+            return None
+        if pair.candidate_region is not None:
+            r = pair.candidate_region
+            cand_value = cand_value.narrow(r.dim, r.start, r.stop - r.start)
+            own = own.narrow(r.dim, r.start, r.stop - r.start)
+        if pair.feature_order is not None:
+            order = torch.tensor(pair.feature_order)
+            inverse = torch.empty_like(order)
+            inverse[order] = torch.arange(order.numel())
+            cand_value, own = cand_value[..., inverse], own[..., inverse]
+        target_shape = self._ref_view(pair, ref_value).shape
+        if cand_value.shape == target_shape:
+            return cand_value
+        key = (pair.reference, pair.candidate)
+        if key not in self.layouts:
+            self.layouts[key] = fit_layout(own, self._ref_view(pair, ref_value))
+        layout = self.layouts[key]
+        return None if layout is None else layout.to_reference(cand_value)
+
+    def to_candidate(self, pair: Pair, ref_value: torch.Tensor) -> torch.Tensor | None:
+        """A reference tensor in ``pair.candidate``'s layout (plain pairs only)."""
+        own = self.cand.values.get(pair.candidate)
+        if own is None or not self.plain(pair):
+            return None
+        if own.shape == ref_value.shape:
+            return ref_value.to(own.dtype)
+        key = (pair.reference, pair.candidate)
+        if key not in self.layouts:
+            self.layouts[key] = fit_layout(own, self.ref.values[pair.reference])
+        layout = self.layouts[key]
+        return None if layout is None else layout.to_candidate(ref_value).to(own.dtype)
+
+    @staticmethod
+    def _ref_view(pair: Pair, value: torch.Tensor) -> torch.Tensor:
+        r = pair.reference_region
+        return value if r is None else value.narrow(r.dim, r.start, r.stop - r.start)
+
+    def pad_for(self, shape: Sequence[int]) -> torch.Tensor | None:
+        """Padded positions of a (B, S, ...) value, where the mask says so."""
+        mask = self.mask
+        if mask is None or mask.ndim != 2 or bool(mask.all()) or len(shape) < 2 \
+                or tuple(shape[:2]) != tuple(mask.shape):
+            return None
+        pad = (mask == 0).reshape(*mask.shape, *([1] * (len(shape) - 2)))
+        return pad.expand(*shape)
+
+    def grad(self, side: GradientRecording, name: str) -> torch.Tensor | None:
+        """The node's gradient; zeros where none flowed into a float value."""
+        g = side.grads.get(name)
+        if g is not None:
+            return g
+        value = side.values.get(name)
+        if value is None or not value.is_floating_point():
+            return None
+        return torch.zeros_like(value)
+
+    def node_rows(self) -> list[GradientDiff]:
+        rows = []
+        largest = max((float(g.abs().max()) for g in self.ref.grads.values() if g.numel()),
+                      default=0.0)
+        for pair in self.alignment.pairs:
+            record = self.records.get(pair.reference)
+            if record is None:
+                continue
+            g_ref, g_cand = self.grad(self.ref, pair.reference), \
+                self.grad(self.cand, pair.candidate)
+            if g_ref is None or g_cand is None:
+                continue
+            g_ref = self._ref_view(pair, g_ref)
+            mapped = self.to_reference(pair, g_cand)
+            base = dict(reference_node=pair.reference, candidate_node=pair.candidate,
+                        module=record.module, layer=record.layer, op=record.op_type,
+                        shape=str(tuple(g_ref.shape)), reference_index=record.index)
+            if mapped is None or mapped.shape != g_ref.shape:
+                rows.append(GradientDiff(**base, max_abs_err=None, max_rel_err=None,
+                                         reference_max_abs=None, local_max_abs_err=None,
+                                         pad_max_abs_err=None, atol=None, rtol=None,
+                                         status=STATUS_NOT_COMPARED,
+                                         hint="no layout maps the candidate's gradient"))
+                continue
+            pad = self.pad_for(g_ref.shape)
+            scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
+            budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
+                             else mapped.dtype, max(scale, FLOOR * largest),
+                             self.noise.get(pair.reference))
+            err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad)
+            hint = ""
+            if over or (pad_err is not None and pad_err > budget.atol):
+                hint = "; ".join(gradient_hints(mapped, g_ref, pad,
+                                                cut=pair.candidate not in self.cand.requires_grad))
+            status = STATUS_DRIFT if over else STATUS_OK
+            rows.append(GradientDiff(**base, max_abs_err=err, max_rel_err=rel,
+                                     reference_max_abs=scale, local_max_abs_err=None,
+                                     pad_max_abs_err=pad_err, atol=budget.atol,
+                                     rtol=budget.rtol, status=status, hint=hint))
+        return rows
+
+
+# ---------------------------------------------------------------------------------------
+# Local backward
+
+
+class _LocalBackward:
+    """Each pair's backward on the reference's values and output gradient."""
+
+    def __init__(self, ref_gm: torch.fx.GraphModule, cand_gm: torch.fx.GraphModule,
+                 ref: GradientRecording, cand: GradientRecording, alignment: Any,
+                 comparer: _Comparer, forward_status: Mapping[str, str]) -> None:
+        self.forward_status = forward_status
+        self.ref_gm, self.cand_gm = ref_gm, cand_gm
+        self.ref, self.cand = ref, cand
+        self.comparer = comparer
+        plain = [p for p in alignment.pairs if comparer.plain(p)]
+        counts: dict[str, int] = {}
+        for p in alignment.pairs:
+            counts[p.candidate] = counts.get(p.candidate, 0) + 1
+            counts["\x00" + p.reference] = counts.get("\x00" + p.reference, 0) + 1
+        # Pairs one to one: the frontier of a local backward.
+        self.by_cand = {p.candidate: p for p in plain if counts[p.candidate] == 1}
+        self.by_ref = {p.reference: p for p in plain if counts["\x00" + p.reference] == 1
+                       and p.candidate in self.by_cand}
+        self.ref_nodes = {n.name: n for n in ref_gm.graph.nodes}
+        self.cand_nodes = {n.name: n for n in cand_gm.graph.nodes}
+
+    def apply(self, rows: list[GradientDiff]) -> list[GradientDiff]:
+        out = []
+        for row in rows:
+            pair = self.by_ref.get(row.reference_node)
+            if pair is None or row.status == STATUS_NOT_COMPARED \
+                    or pair.candidate != row.candidate_node:
+                out.append(row)
+                continue
+            try:
+                found = self.local(pair)
+            except Exception as e:  # an op that cannot run again in isolation
+                out.append(_replace(row, hint=(row.hint + "; " if row.hint else "")
+                                    + f"local backward not run ({type(e).__name__}: {e})"))
+                continue
+            if found is None:
+                out.append(row)
+                continue
+            err, over, hints, frontier = found
+            # The candidate's backward runs on its own saved values: decisive only where the
+            # values it reads agree with the reference's (the forward diff said so).
+            differing = [name for name in frontier
+                         if self.forward_status.get(name, STATUS_OK) != STATUS_OK]
+            status = STATUS_FAIL if over and not differing else row.status
+            hint = "; ".join(hints) if over else row.hint
+            if over and differing:
+                hint = (f"local backward over budget but not decisive: the forward values it "
+                        f"reads already differ ({', '.join(differing[:3])})")
+            out.append(_replace(row, local_max_abs_err=err, status=status, hint=hint))
+        return out
+
+    def local(self, pair: Pair) -> tuple[float, bool, list[str], list[str]] | None:
+        g_out = self.ref.grads.get(pair.reference)
+        if g_out is None:
+            return None
+        ref_node, cand_node = self.ref_nodes.get(pair.reference), \
+            self.cand_nodes.get(pair.candidate)
+        if ref_node is None or cand_node is None or ref_node.op in ("placeholder", "output") \
+                or cand_node.op in ("placeholder", "output"):
+            return None
+        ref_grads = self._vjp(self.ref_gm, ref_node, self.ref, g_out,
+                              lambda n: n in self.by_ref)
+        g_cand = self.comparer.to_candidate(pair, g_out)
+        if g_cand is None or ref_grads is None:
+            return None
+        cand_grads = self._vjp(self.cand_gm, cand_node, self.cand, g_cand,
+                               lambda n: n in self.by_cand)
+        if cand_grads is None:
+            return None
+        worst, over, hints = 0.0, False, []
+        frontier = {**{self.by_cand[c].reference: g for c, g in cand_grads.items()}}
+        for name in dict.fromkeys([*ref_grads, *frontier]):
+            front_pair = self.by_ref.get(name)
+            if front_pair is None:
+                continue
+            g_ref = ref_grads.get(name)
+            g_c = frontier.get(name)
+            value = self.ref.values[name]
+            g_ref = torch.zeros_like(value) if g_ref is None else g_ref
+            if g_c is None:
+                g_c_ref = torch.zeros_like(value)
+            else:
+                mapped = self.comparer.to_reference(front_pair, g_c)
+                if mapped is None or mapped.shape != g_ref.shape:
+                    continue
+                g_c_ref = mapped
+            scale = max(float(g_ref.abs().max()) if g_ref.numel() else 0.0,
+                        FLOOR * float(g_out.abs().max()))
+            budget = _budget(self.comparer.tolerance, g_ref.dtype, scale, None)
+            err, _, bad, _ = _errors(g_c_ref, g_ref, budget)
+            worst = max(worst, err)
+            if bad:
+                over = True
+                pad = self.comparer.pad_for(g_ref.shape)
+                hints += gradient_hints(g_c_ref, g_ref, pad, cut=g_c is None,
+                                        where=f"the gradient into {name}")
+        return worst, over, list(dict.fromkeys(hints)), list(ref_grads)
+
+    def _frontier(self, gm_nodes: Mapping[str, torch.fx.Node], node: torch.fx.Node,
+                  is_frontier: Any) -> list[str] | None:
+        """The aligned nodes ``node`` reads, through the nodes with no counterpart."""
+        frontier: list[str] = []
+        seen: set[str] = set()
+        stack = list(node.all_input_nodes)
+        while stack:
+            n = stack.pop()
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if is_frontier(n.name):
+                frontier.append(n.name)
+            elif n.op not in ("placeholder", "get_attr"):
+                if len(seen) > _MAX_REGION:
+                    return None
+                stack.extend(n.all_input_nodes)
+        return frontier
+
+    def _vjp(self, gm: torch.fx.GraphModule, node: torch.fx.Node,
+             side: GradientRecording, g_out: torch.Tensor,
+             is_frontier: Any) -> dict[str, torch.Tensor | None] | None:
+        """``node``'s own backward, run by autograd's recorded functions, back to the
+        aligned nodes it reads (``_run_backward``)."""
+        nodes = {n.name: n for n in gm.graph.nodes}
+        frontier = self._frontier(nodes, node, is_frontier)
+        out = side.tensors.get(node.name)
+        root = side.edges.get(node.name)
+        if frontier is None or out is None or root is None:
+            return None
+        stops = {side.edges[name]: name for name in frontier if name in side.edges}
+        found = _run_backward(root, g_out.to(out.dtype), stops)
+        if found is None:
+            return None
+        return {name: found.get(name) for name in frontier if name in side.tensors}
+
+
+_MAX_FUNCTIONS = 400  # autograd functions one local backward may run
+
+
+def _run_backward(start: tuple[Any, int], g_out: torch.Tensor,
+                  stops: Mapping[tuple[Any, int], str]) -> dict[str, torch.Tensor] | None:
+    """Run autograd's functions from ``start`` (a value's edge) back to ``stops``, no further.
+
+    ``torch.autograd.grad`` would give total derivatives: a gradient reaching an aligned
+    node through another aligned node (a residual add reads x and f(x)) would carry f's
+    backward too, and a bug in f would show at the add. Here each function of the graph
+    kept by the recording is called directly (with the saved tensors of the real forward,
+    custom ``Function.backward``s and all), stopping at the aligned nodes' edges, so the
+    gradient into each of them is the local one. Returns None where the region between
+    is too large (the stops do not cut ``out`` from the rest of the graph).
+    """
+    root, root_nr = start
+    stop_nodes = {node for node, _ in stops}
+    region: dict[Any, int] = {}  # autograd node -> inputs from within the region
+    order = [root]
+    region[root] = 0
+    i = 0
+    while i < len(order):
+        fn = order[i]
+        i += 1
+        for next_fn, _ in fn.next_functions:
+            if next_fn is None or next_fn in stop_nodes or _is_sink(next_fn):
+                continue
+            if next_fn not in region:
+                if len(region) >= _MAX_FUNCTIONS:
+                    return None
+                region[next_fn] = 0
+                order.append(next_fn)
+            region[next_fn] += 1
+    pending: dict[Any, list[torch.Tensor | None]] = {root: [None] * root_nr + [g_out]}
+    ready = [root]
+    collected: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        while ready:
+            fn = ready.pop()
+            grads = pending.pop(fn, [])
+            n_edges = len(fn.next_functions)
+            results = _call(fn, grads) if any(g is not None for g in grads) \
+                else (None,) * n_edges
+            for (next_fn, nr), g in zip(fn.next_functions, results, strict=False):
+                if next_fn is None:
+                    continue
+                if g is not None:
+                    g = _as_input(next_fn, nr, g)
+                if (next_fn, nr) in stops:
+                    if g is not None:
+                        name = stops[(next_fn, nr)]
+                        collected[name] = g if name not in collected else collected[name] + g
+                    continue
+                if next_fn in stop_nodes or _is_sink(next_fn) or next_fn not in region:
+                    continue
+                if g is not None:
+                    slots = pending.setdefault(next_fn, [])
+                    while len(slots) <= nr:
+                        slots.append(None)
+                    slots[nr] = g if slots[nr] is None else slots[nr] + g
+                region[next_fn] -= 1
+                if region[next_fn] == 0:
+                    ready.append(next_fn)
+    return collected
+
+
+def _as_input(fn: Any, nr: int, g: torch.Tensor) -> torch.Tensor:
+    """What autograd's engine does between two functions: sum a broadcast gradient back
+    to the input's shape, cast it to the input's dtype."""
+    metadata = getattr(fn, "_input_metadata", None)
+    if not metadata or nr >= len(metadata):
+        return g
+    shape, dtype = tuple(metadata[nr].shape), metadata[nr].dtype
+    if tuple(g.shape) != shape:
+        g = g.sum_to_size(shape)
+    return g if g.dtype == dtype else g.to(dtype)
+
+
+def _is_sink(fn: Any) -> bool:
+    """A parameter's or input's gradient accumulator: never called (it writes .grad)."""
+    return type(fn).__name__ == "AccumulateGrad"
+
+
+def _call(fn: Any, grads: list[torch.Tensor | None]) -> Sequence[torch.Tensor | None]:
+    """One autograd function's backward on ``grads`` (missing ones as zeros of no shape)."""
+    outputs = fn.apply(*grads) if hasattr(fn, "_forward_cls") else fn(*grads)
+    if isinstance(outputs, torch.Tensor) or outputs is None:
+        return (outputs,)
+    return tuple(outputs)
+
+
+def _replace(row: GradientDiff, **changes: Any) -> GradientDiff:
+    from dataclasses import replace
+
+    return replace(row, **changes)
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters
+
+
+def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
+                    reference: torch.nn.Module, candidate: torch.nn.Module, alignment: Any,
+                    tolerance: Tolerance, noise: Mapping[str, float],
+                    ) -> tuple[list[ParameterGradient], float]:
+    """One row per reference parameter read by an aligned weight, and the SGD step."""
+    ref_alias = _aliases(reference)
+    cand_alias = _aliases(candidate)
+    by_ref: dict[str, list[tuple[str, WeightRelation]]] = {}
+    for relation in alignment.relations:
+        r_name, c_name = ref_alias.get(relation.reference), cand_alias.get(relation.candidate)
+        if r_name is None or c_name is None:
+            continue
+        found = by_ref.setdefault(r_name, [])
+        if all(c != c_name for c, _ in found):
+            found.append((c_name, relation))
+    rows, sgd = [], 0.0
+    largest = max((float(g.abs().max()) for g in ref.parameter_grads.values()
+                   if g is not None and g.numel()), default=0.0)
+    for r_name in ref.parameters:
+        related = by_ref.get(r_name)
+        g_ref = ref.parameter_grads.get(r_name)
+        weight = ref.parameters[r_name]
+        if not related:
+            continue
+        if g_ref is None:
+            g_ref = torch.zeros_like(weight)
+        scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
+        budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest),
+                         noise.get(f"param:{r_name}"))
+        mapped: list[tuple[str, WeightRelation, torch.Tensor]] = []
+        for c, relation in related:
+            g = _to_reference(cand.parameter_grads.get(c), cand.parameters[c], relation, weight)
+            if g is not None:
+                mapped.append((c, relation, g))
+        if not mapped:
+            continue
+        # Several candidate weights for one reference weight: each is a copy (untied) or a
+        # part; compare the one that fits best, and the sum of the copies.
+        scored = mapped if len(mapped) == 1 else sorted(
+            mapped, key=lambda m: float((m[2].double() - g_ref.double()).abs().max()))
+        c_name, relation, g_c = scored[0]
+        err, rel, over, _ = _errors(g_c, g_ref, budget)
+        hint = ""
+        names = c_name
+        if over:
+            hint = "; ".join(gradient_hints(g_c, g_ref, None, cut=cand.parameter_grads.get(
+                c_name) is None, where=f"{r_name}'s gradient", weight=True))
+            copies = [m for m in mapped if m[1].region is None]
+            if len(copies) > 1:
+                total = torch.stack([m[2].double() for m in copies]).sum(dim=0)
+                t_err, _, t_over, _ = _errors(total, g_ref, budget)
+                if not t_over:
+                    hint = untied_hint(r_name, [m[0] for m in copies])
+                    names = " + ".join(m[0] for m in copies)
+        w_cand = _to_reference(cand.parameters[c_name].double(), cand.parameters[c_name], relation,
+                               weight) if err else None
+        step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
+            and torch.equal(cand.parameters[c_name], weight) else None
+        if w_cand is not None:
+            w_ref = weight.double() - SGD_LR * g_ref.double()
+            w_cand = w_cand.double() - SGD_LR * g_c.double()
+            step = float((w_cand - w_ref).abs().max()) if w_ref.numel() else 0.0
+            sgd = max(sgd, step)
+        rows.append(ParameterGradient(r_name, names, relation.kind, str(tuple(g_ref.shape)),
+                                      err, rel, scale, step, STATUS_FAIL if over else STATUS_OK,
+                                      hint))
+    return rows, sgd
+
+
+def _aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Every name a parameter is reachable under -> its first name (tied weights: one)."""
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters():
+        first.setdefault(id(p), name)
+    return {name: first[id(p)] for name, p in model.named_parameters(remove_duplicate=False)}
+
+
+def _to_reference(g: torch.Tensor | None, param: torch.Tensor, relation: WeightRelation,
+                  ref_weight: torch.Tensor) -> torch.Tensor | None:
+    """A candidate parameter's tensor brought to the reference weight's shape and order."""
+    if g is None:
+        g = torch.zeros_like(param)
+    kind = relation.kind
+    if "transposed" in kind and g.ndim == 2:
+        g = g.t()
+    region = relation.region
+    if kind.startswith("fused") and region is not None:
+        g = g.narrow(0, region.start, region.stop - region.start) if g.ndim >= 1 else g
+    if kind == "permuted" and relation.order is not None:
+        order = torch.tensor(relation.order)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel())
+        g = g[inverse]
+    if "slice" in kind:
+        return None  # a part of the reference's weight: compared through the fused rows
+    if g.shape != ref_weight.shape:
+        return g.reshape(ref_weight.shape) if g.numel() == ref_weight.numel() else None
+    return g
+
+
+def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGradient],
+                      records: Mapping[str, Any], tolerance: Tolerance,
+                      ) -> BackwardDivergence | None:
+    """Walking from the outputs toward the inputs: the first failing node, else weight."""
+    failing = [r for r in rows if r.status == STATUS_FAIL]
+    if failing:
+        r = max(failing, key=lambda row: row.reference_index)
+        return BackwardDivergence(r.reference_node, r.candidate_node, r.module, r.layer, r.op,
+                                  r.local_max_abs_err or 0.0,
+                                  f"atol {tolerance.budget('float32').atol:.3g} x the gradient's "
+                                  f"magnitude + rtol {tolerance.budget('float32').rtol:.3g} "
+                                  "* |ref|", tuple(h for h in r.hint.split("; ") if h))
+    bad = [p for p in params if p.status == STATUS_FAIL]
+    drifting = [r for r in rows if r.status == STATUS_DRIFT]
+    if bad and drifting:  # where the gradient first left its budget, from the outputs
+        r = max(drifting, key=lambda row: row.reference_index)
+        hints = tuple(h for h in r.hint.split("; ") if h) + (
+            "every aligned node's own backward is within budget here: the gradient changed "
+            "outside the ops between aligned nodes (a tensor hook, a saved tensor changed in "
+            "place through .data, a scale applied outside the graph)",)
+        return BackwardDivergence(r.reference_node, r.candidate_node, r.module, r.layer, r.op,
+                                  r.max_abs_err or 0.0, f"atol {r.atol:.3g} + rtol {r.rtol:.3g}"
+                                  " * |ref|", hints)
+    if bad:
+        p = bad[-1]  # parameters in the reference's order: the last is nearest the outputs
+        module = p.reference.rsplit(".", 1)[0]
+        return BackwardDivergence("", p.candidate, module, "", "parameter", p.max_abs_err or 0.0,
+                                  f"atol {tolerance.budget('float32').atol:.3g} x the gradient's "
+                                  "magnitude", tuple(h for h in p.hint.split("; ") if h),
+                                  parameter=p.reference)
+    return None
+
+
+__all__ = ["BackwardDivergence", "BackwardResult", "GradientDiff", "ParameterGradient",
+           "backward_diff"]

@@ -1,0 +1,194 @@
+"""Run a model forward and backward once, for real, and keep every node's gradient.
+
+The forward is recorded exactly as ``introspect.diff.eager`` records it (the same node
+names, so the diff's alignment applies), with autograd on. Each tensor a node produces
+gets a hook at the moment it is made, so the gradient kept is the one of that very
+value, even where a later in-place op changes the tensor (torch gives a hook registered
+before an in-place op the gradient of the value before it). Nothing is replayed: the
+gradients are the model's own, its custom ``autograd.Function``s, detaches, tensor hooks
+and in-place ops included.
+
+Example::
+
+    >>> recording = record_backward(model, inputs, loss_fn)
+    >>> recording.grads["encoder_layer_0_output_dense"].shape
+    torch.Size([2, 9, 128])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.autograd.graph import get_gradient_edge
+
+from introspect.diff.eager import _module_hooks, _mutates, _Recorder, outputs_as_dict
+from introspect.errors import InputError
+
+LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
+
+
+@dataclass
+class GradientRecording:
+    """One side's forward and backward: values and gradients by node name."""
+
+    values: dict[str, torch.Tensor]  # node name -> its value (a copy, taken when made)
+    grads: dict[str, torch.Tensor]  # node name -> d loss / d value (absent: none flowed)
+    requires_grad: set[str]  # nodes whose value was part of autograd's graph
+    parameter_grads: dict[str, torch.Tensor | None]  # parameter path -> its .grad
+    parameters: dict[str, torch.Tensor]  # parameter path -> the parameter (first name of each)
+    loss: float
+    outputs: dict[str, Any] = field(default_factory=dict)
+    node_targets: dict[str, str] = field(default_factory=dict)  # node name -> op and target
+    # node name -> the live tensor, its autograd graph kept (with keep_graph only)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # node name -> (autograd function, output number) of the value as the node made it
+    edges: dict[str, tuple[Any, int]] = field(default_factory=dict)
+
+
+class _GradientRecorder(_Recorder):
+    """The eager recorder, also keeping each value and hooking its gradient."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model)
+        self.values: dict[str, torch.Tensor] = {}
+        self.grads: dict[str, torch.Tensor] = {}
+        self.requires_grad: set[str] = set()
+        self.targets: dict[str, str] = {}
+        self.tensors: dict[str, torch.Tensor] = {}  # the live tensors (autograd's graph)
+        self.later: list[tuple[str, torch.Tensor]] = []
+        self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
+        self.shared: dict[int, list[str]] = {}  # storage -> names of values kept uncopied
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if args and isinstance(args[0], torch.Tensor) and _mutates(func):
+            self._protect(args[0])
+        return super().__torch_function__(func, types, args, kwargs)
+
+    def _protect(self, tensor: torch.Tensor) -> None:
+        """Copy the kept values an in-place op is about to change (they share storage)."""
+        with torch._C.DisableTorchFunction():
+            try:
+                key = tensor.untyped_storage().data_ptr()
+            except Exception:  # a tensor with no storage of its own
+                return
+            for name in self.shared.pop(key, []):
+                self.values[name] = self.values[name].clone()
+
+    def _claim(self, result: Any, node: torch.fx.Node) -> None:
+        super()._claim(result, node)
+        if isinstance(result, torch.Tensor):
+            with torch._C.DisableTorchFunction():  # our own calls are not the model's
+                self._watch(result, node)
+
+    def _watch(self, tensor: torch.Tensor, node: torch.fx.Node) -> None:
+        name = node.name
+        self.targets[name] = f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+        # Kept without a copy (memory: one more forward's worth otherwise); an in-place op
+        # on the storage copies it first (``_protect``).
+        self.values[name] = tensor.detach()
+        try:
+            self.shared.setdefault(tensor.untyped_storage().data_ptr(), []).append(name)
+        except Exception:
+            self.values[name] = tensor.detach().clone()
+        if not tensor.is_floating_point():
+            return
+        self.tensors[name] = tensor
+        if tensor.requires_grad:
+            self.hook(name, tensor)
+        else:  # made inside a custom autograd.Function: it joins the graph when apply returns
+            self.later.append((name, tensor))
+
+    def hook(self, name: str, tensor: torch.Tensor) -> None:
+        self.requires_grad.add(name)
+        edge = get_gradient_edge(tensor)  # this version's: an in-place op makes a new one
+        self.edges[name] = (edge.node, edge.output_nr)
+
+        def keep(grad: torch.Tensor) -> None:
+            self.grads[name] = grad.detach().clone()
+
+        tensor.register_hook(keep)
+
+    def hook_the_rest(self) -> None:
+        """Values that joined autograd's graph after they were made (custom Functions)."""
+        for name, tensor in self.later:
+            if tensor.requires_grad and name not in self.requires_grad:
+                self.hook(name, tensor)
+        self.later.clear()
+
+
+def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                    loss_fn: LossFn, *, keep_graph: bool = True) -> GradientRecording:
+    """Run ``model(**inputs)``, ``loss_fn(outputs, inputs).backward()``; keep all gradients.
+
+    Every parameter takes part (``requires_grad`` set for the run, then put back); the
+    parameters' own ``.grad`` are put back afterwards too, so the model is left as found.
+
+    Raises:
+        InputError: the model or the loss failed, or the loss is not a scalar.
+    """
+    recorder = _GradientRecorder(model)
+    for name, tensor in inputs.items():
+        node = recorder._create("placeholder", name, (), {}, tensor)
+        recorder.nodes[tensor] = node
+    named: dict[str, torch.nn.Parameter] = {}
+    for name, p in model.named_parameters():
+        named.setdefault(name, p)
+    saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
+    try:
+        for p in named.values():
+            p.requires_grad_(True)
+            p.grad = None
+        try:
+            with torch.enable_grad():
+                with _module_hooks(recorder, model), recorder:
+                    outputs = model(**inputs)
+                recorder.hook_the_rest()
+                loss = loss_fn(outputs, inputs)
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1 \
+                        or not loss.requires_grad:
+                    raise InputError("the loss must be a scalar tensor that depends on the "
+                                     f"model's outputs, got {_describe(loss)}")
+                loss.reshape(()).backward(retain_graph=keep_graph)
+        except InputError:
+            raise
+        except Exception as e:
+            cause = " ".join(str(e).split())
+            raise InputError(f"{type(model).__name__} could not run forward and backward: "
+                             f"{type(e).__name__}: {cause}") from e
+        grads: dict[str, torch.Tensor | None] = {
+            name: None if p.grad is None else p.grad.detach().clone() for name, p in named.items()}
+    finally:
+        for name, p in named.items():
+            p.requires_grad_(saved[name][0])
+            p.grad = saved[name][1]
+    return GradientRecording(recorder.values, recorder.grads, recorder.requires_grad, grads,
+                             {n: p.detach() for n, p in named.items()}, float(loss.detach()),
+                             outputs_as_dict(_detached(outputs)), recorder.targets,
+                             recorder.tensors if keep_graph else {},
+                             recorder.edges if keep_graph else {})
+
+
+def _detached(outputs: Any) -> Any:
+    if isinstance(outputs, torch.Tensor):
+        return outputs.detach()
+    if isinstance(outputs, Mapping):
+        return {k: _detached(v) for k, v in outputs.items()}
+    if isinstance(outputs, (tuple, list)):
+        return type(outputs)(_detached(v) for v in outputs) if type(outputs) in (tuple, list) \
+            else tuple(_detached(v) for v in outputs)
+    return outputs
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}" + (
+            "" if value.requires_grad else " that does not require grad")
+    return type(value).__name__
+
+
+__all__ = ["GradientRecording", "LossFn", "record_backward"]

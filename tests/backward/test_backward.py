@@ -1,0 +1,201 @@
+"""Gradient parity (``diff(..., backward=True)``): correct ports pass, each training bug of
+``tests/backward/ports.py`` fails at its node or weight with its hint (or none)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import introspect
+import introspect.scratch as scratch
+from introspect.diff.backward_losses import _mlm_labels
+from introspect.errors import InputError
+from introspect.models.load import load_model, tokenize
+from tests.backward import ports
+from tests.conftest import make_batch
+
+SCRATCH = {"base": "BertModel", "masked-lm": "BertForMaskedLM",
+           "sequence-classification": "BertForSequenceClassification",
+           "token-classification": "BertForTokenClassification",
+           "question-answering": "BertForQuestionAnswering",
+           "multiple-choice": "BertForMultipleChoice",
+           "next-sentence": "BertForNextSentencePrediction",
+           "pretraining": "BertForPreTraining"}
+
+
+def perturbed(head: str, attn: str = "sdpa") -> tuple[torch.nn.Module, object]:
+    """bert-tiny with every LayerNorm and bias moved off (1, 0): faults cannot hide."""
+    loaded = load_model("bert-tiny", head=head, attn=attn)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in loaded.model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(torch.randn(p.shape, generator=generator) * 0.1)
+    return loaded.model, loaded.tokenizer
+
+
+@pytest.fixture(scope="module")
+def mlm():
+    return perturbed("masked-lm")
+
+
+def _inputs(head: str, tokenizer) -> dict[str, torch.Tensor]:
+    if head == "multiple-choice":
+        return make_batch(2, 8, padded=True, choices=2)
+    return dict(tokenize(tokenizer).tensors)
+
+
+@pytest.mark.parametrize("head", [
+    "base", "masked-lm",
+    pytest.param("sequence-classification", marks=pytest.mark.slow),
+    pytest.param("token-classification", marks=pytest.mark.slow),
+    pytest.param("question-answering", marks=pytest.mark.slow),
+    pytest.param("multiple-choice", marks=pytest.mark.slow),
+    pytest.param("next-sentence", marks=pytest.mark.slow),
+    pytest.param("pretraining", marks=pytest.mark.slow),
+])
+def test_scratch_against_hf_every_head(head):
+    hf, tokenizer = perturbed(head)
+    port = getattr(scratch, SCRATCH[head]).from_hf(hf)
+    result = introspect.diff(hf, port, _inputs(head, tokenizer), backward=True)
+    b = result.backward
+    assert result.passed, result.summary()
+    assert b.passed and b.first_divergence is None
+    assert b.reference_loss == pytest.approx(b.candidate_loss, rel=1e-6)
+    assert len(b.rows) > 20 and len(b.parameter_rows) >= 39
+    assert all(r.status == "ok" for r in b.parameter_rows), b.parameter_table()
+    assert not [r for r in b.rows if r.status == "fail"]
+    # every weight has its gradient compared, and the step agrees at float noise
+    assert b.sgd_max_abs_err < 1e-8
+    frame = result.parameters
+    assert list(frame.columns[:3]) == ["reference", "candidate", "relation"]
+    assert len(frame) == len(b.parameter_rows)
+
+
+def test_correct_hand_written_port_passes(mlm):
+    hf, tokenizer = mlm
+    result = introspect.diff(hf, ports.build(hf), tokenize(tokenizer), backward=True)
+    assert result.passed, result.summary()
+    b = result.backward
+    assert b.loss == "masked-lm"
+    # attention by hand against sdpa: not bit-exact, within the budget
+    assert 0 < max(r.max_abs_err or 0 for r in b.parameter_rows) < 1e-5
+    assert {r.candidate for r in b.parameter_rows if "word_embeddings" in r.reference} == \
+        {"p.embeddings__word_embeddings__weight"}
+
+
+# bug -> (reference node or "param:NAME", module of the divergence, hint words or None)
+EXPECTED = {
+    "custom_gelu": ("bert_encoder_layer_1_intermediate_intermediate_act_fn", None),
+    "detach": ("add_6", "exactly zero in the candidate"),
+    "inplace": ("scaled_dot_product_attention_1", "exactly zero in the candidate"),
+    "scaled_hook": ("bert_encoder_layer_1_intermediate_dense", "times 8"),
+    "untied": ("param:bert.embeddings.word_embeddings.weight", "tied in the reference"),
+    "dropout": ("scaled_dot_product_attention_1", None),
+}
+
+
+@pytest.mark.parametrize("bug", [
+    "custom_gelu", "detach", "inplace",
+    pytest.param("scaled_hook", marks=pytest.mark.slow),
+    pytest.param("untied", marks=pytest.mark.slow),
+    pytest.param("dropout", marks=pytest.mark.slow),
+])
+def test_training_bug_found_at_its_node(mlm, bug):
+    hf, tokenizer = mlm
+    result = introspect.diff(hf, ports.build(hf, bug, layer=1), tokenize(tokenizer),
+                             backward=True)
+    b = result.backward
+    assert not result.passed and not b.passed
+    where, words = EXPECTED[bug]
+    d = b.first_divergence
+    assert d is not None, b.summary()
+    if where.startswith("param:"):
+        assert d.parameter == where.removeprefix("param:"), b.summary()
+    else:
+        assert d.reference_node == where, b.summary()
+    if words is None:
+        assert not any("times" in h or "tied" in h for h in d.hints), d.hints
+    else:
+        assert any(words in h for h in d.hints), d.hints
+    if bug in ("custom_gelu", "detach", "inplace", "scaled_hook", "untied"):
+        assert result.first_divergence is None  # the forward agrees: only the backward tells
+
+
+def test_loss_over_padded_labels(mlm):
+    """The models' own losses (labels in the inputs): the port counts the -100 positions."""
+    hf, tokenizer = mlm
+    tensors = dict(tokenize(tokenizer).tensors)
+    tensors["labels"] = _mlm_labels(tensors, tensors["input_ids"].shape)
+    good = introspect.diff(hf, ports.build(hf), tensors, backward=True)
+    assert good.backward.loss == "own-loss" and good.passed, good.summary()
+    bad = introspect.diff(hf, ports.build(hf, "padded_loss"), tensors, backward=True)
+    d = bad.backward.first_divergence
+    assert d is not None and d.reference_node == "cross_entropy"
+    assert any("flows into positions the reference's loss ignores" in h for h in d.hints)
+
+
+@pytest.mark.slow
+def test_float64_bounds_the_noise(mlm):
+    """Both sides in float64: the hand-written port's gradients agree to ~1e-15; the noise
+    budget (a float64 reference) keeps a correct float32 port passing and a bug failing."""
+    hf, tokenizer = mlm
+    inputs = tokenize(tokenizer)
+    exact = introspect.diff(hf.double(), ports.build(hf), inputs, backward=True)
+    hf.float()
+    worst = max(r.max_rel_err or 0 for r in exact.backward.parameter_rows
+                if r.reference_max_abs > 1e-6)
+    assert exact.passed and worst < 1e-9, exact.backward.parameter_table()
+    noisy = introspect.diff(hf, ports.build(hf), inputs, backward=True, noise_budget=True)
+    assert noisy.passed, noisy.summary()
+    assert any("float64" in n for n in noisy.backward.notes)
+    broken = introspect.diff(hf, ports.build(hf, "custom_gelu", layer=1), inputs, backward=True,
+                             noise_budget=True)
+    assert broken.backward.first_divergence.reference_node == \
+        "bert_encoder_layer_1_intermediate_intermediate_act_fn"
+
+
+def test_user_loss_for_both_sides(mlm):
+    hf, tokenizer = mlm
+    seen = []
+
+    def loss(outputs, inputs):
+        seen.append(sorted(inputs))
+        return outputs[0][..., :7].pow(2).mean()
+
+    result = introspect.diff(hf, ports.build(hf), tokenize(tokenizer), backward=True, loss=loss)
+    assert result.backward.loss == "user" and result.passed
+    assert len(seen) == 2 and "attention_mask" in seen[0]
+
+
+def test_bad_loss_is_input_error(mlm):
+    hf, tokenizer = mlm
+    inputs = tokenize(tokenizer)
+    with pytest.raises(InputError, match="loss= is used only with backward=True"):
+        introspect.diff(hf, ports.build(hf), inputs, loss=lambda o, i: o[0].sum())
+    with pytest.raises(InputError, match="loss must be a callable"):
+        introspect.diff(hf, ports.build(hf), inputs, backward=True, loss="mse")
+    with pytest.raises(InputError, match="scalar tensor"):
+        introspect.diff(hf, ports.build(hf), inputs, backward=True, loss=lambda o, i: o[0])
+
+
+def test_parameters_needs_backward(mlm):
+    hf, tokenizer = mlm
+    result = introspect.diff(hf, ports.build(hf), tokenize(tokenizer))
+    with pytest.raises(AttributeError, match="backward=True"):
+        _ = result.parameters
+
+
+def test_embedding_without_padding_idx(mlm):
+    """A loss that reaches padded positions: HF's pad row never trains, the port's does."""
+    hf, tokenizer = mlm
+
+    def everywhere(outputs, inputs):  # padded positions count; the pad token's logit not
+        return outputs[0][..., 1000:1007].pow(2).mean()
+
+    inputs = tokenize(tokenizer)
+    result = introspect.diff(hf, ports.build(hf, "no_padding_idx"), inputs, backward=True,
+                             loss=everywhere)
+    d = result.backward.first_divergence
+    assert d is not None and d.parameter == "bert.embeddings.word_embeddings.weight"
+    assert any("row(s) 0 " in h and "padding_idx" in h for h in d.hints), d.hints
