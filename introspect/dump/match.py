@@ -19,7 +19,10 @@ under *any* layout, cheap enough to rule out almost every reference node of the 
 4. **Faults**: a fault propagates to the output of its layer and to every later layer. A
    tensor with no partner by value is therefore paired with a free reference node only
    between the two value pairs around it, by a monotone alignment of the two orders, when
-   the dump's order is known (each pair's distance under a ceiling); without an order,
+   the dump's order is known (each pair's distance under a ceiling; the closest first):
+   after the node that the value pair just before it in the dump holds and before the one
+   that the value pair just after it holds (none between them, as for a tensor between a
+   quantity and its cast: unpaired, not guessed); without an order,
    only where no value pair lies at or after that node's layer output ("the fault zone"),
    with the closest free node. A tensor with no partner
    elsewhere is left unpaired and never fails the verdict by itself.
@@ -600,9 +603,11 @@ def _monotone(rows: Sequence[int], columns: Sequence[int],
               cost: Mapping[tuple[int, int], float]) -> dict[int, int]:
     """The pairing of dumped tensors with reference nodes that keeps both orders: dynamic
     programming. Pairing matters most (an unpaired tensor costs ``_UNASSIGNED_COST``, a
-    pair a tenth of its distance); a node skipped between two pairs costs
-    ``_SKIP_COST``, so that a tensor that stands for several of the reference's ops pairs
-    with the last of them, next to the node its successor pairs with."""
+    pair its distance, under the ceiling, so less); then closeness; a node skipped between
+    two pairs costs ``_SKIP_COST``, only enough to break ties, so that a tensor that stands
+    for several of the reference's ops pairs with the last of them. (Skips weighed more
+    than closeness pushed a fused first tensor, ORT's EmbedLayerNormalization, onto a later
+    node of its size only to skip fewer nodes: a fault blamed a layer too late.)"""
     n, m = len(rows), len(columns)
     inf = math.inf
     best = [[inf] * (m + 1) for _ in range(n + 1)]
