@@ -19,7 +19,10 @@ under *any* layout, cheap enough to rule out almost every reference node of the 
 4. **Faults**: a fault propagates to the output of its layer and to every later layer. A
    tensor with no partner by value is therefore paired with a free reference node only
    between the two value pairs around it, by a monotone alignment of the two orders, when
-   the dump's order is known (each pair's distance under a ceiling); without an order,
+   the dump's order is known (each pair's distance under a ceiling; the closest first):
+   after the node that the value pair just before it in the dump holds and before the one
+   that the value pair just after it holds (none between them, as for a tensor between a
+   quantity and its cast: unpaired, not guessed); without an order,
    only where no value pair lies at or after that node's layer output ("the fault zone"),
    with the closest free node. A tensor with no partner
    elsewhere is left unpaired and never fails the verdict by itself.
@@ -41,7 +44,7 @@ from introspect.errors import InputError
 BY_NAME, BY_VALUE, BY_ORDER, BY_CLOSEST = "name", "value", "order", "closest"
 _UNASSIGNED_COST = 1.0  # the cost of leaving a dumped tensor unpaired, in the DP below
 ORDER_COST_CEILING = 0.75  # no pair by order or closeness farther apart than this
-_SKIP_COST = 0.05  # a reference node skipped between two pairs made by order
+_SKIP_COST = 0.002  # a reference node skipped between two pairs made by order
 _QUANTILES = 257  # points of each sorted tensor kept for the cheap first bound
 _KEEP_SORTED = 1 << 22  # larger tensors are sorted again when needed, not kept sorted
 _MAX_PERMUTED_DIMS = 5  # up to 120 permutations of a dumped tensor's dims are tried
@@ -298,10 +301,12 @@ class _Matcher:
                 if j not in taken and (zone[j] or order_used)}
         how = BY_ORDER if order_used else BY_CLOSEST
         considered: set[int] = set()
+        window = self._windows(found, candidates) if order_used else {}
         for rows, columns in self._segments(found, candidates, free, order_used):
             considered |= set(rows)
             cost = {(i, j): c for i in rows for j in columns
-                    if self.dump[self.names[i]].numel()
+                    if (i not in window or window[i][0] < j < window[i][1])
+                    and self.dump[self.names[i]].numel()
                     == self.reference[self.ref_names[j]].numel()
                     and (c := self.profile("dump", self.names[i]).cost(
                         self.profile("ref", self.ref_names[j]))) <= ORDER_COST_CEILING}
@@ -313,7 +318,7 @@ class _Matcher:
                 found[i] = (j, layout, BY_VALUE if agreed else how)
         for i in candidates:
             if i not in found:
-                reasons[i] = self._why_unpaired(i, i in considered, zone)
+                reasons[i] = self._why_unpaired(i, i in considered, zone, window.get(i))
         return DumpMatching(self._matches(groups, found, reasons), self.notes, order_used)
 
     def _duplicates(self) -> list[list[int]]:
@@ -439,6 +444,29 @@ class _Matcher:
                 segments.append((rows, columns))
         return segments
 
+    def _windows(self, found: Mapping[int, tuple[int, Layout, str]], candidates: list[int]
+                 ) -> dict[int, tuple[int, int]]:
+        """Per dumped tensor without a value partner, the reference nodes (exclusive bounds)
+        the dump's order allows it: after the node that the value pair just before it in the
+        dump holds, before the one that the value pair just after it holds.
+
+        Every value pair counts here, also one off the longest increasing chain that
+        ``_segments`` cuts by: a tensor between two value pairs of the same node (a
+        quantity saved twice, a cast of it) or of nodes in the other order has no place
+        the order justifies, and an empty window leaves it unpaired rather than guessed.
+        """
+        pairs = sorted((i, j) for i, (j, _, _) in found.items())
+        positions = [i for i, _ in pairs]
+        import bisect
+
+        windows = {}
+        for i in candidates:
+            k = bisect.bisect_left(positions, i)
+            low = pairs[k - 1][1] if k else -1
+            high = pairs[k][1] if k < len(pairs) else len(self.ref_names)
+            windows[i] = (low, high)
+        return windows
+
     def _regrouped(self, i: int) -> tuple[int, str] | None:
         """The reference node ``i`` equals less one constant per feature (a bias), and why."""
         name = self.names[i]
@@ -455,8 +483,15 @@ class _Matcher:
                            "(a projection before its bias, or a fused op's partial sum)")
         return None
 
-    def _why_unpaired(self, i: int, considered: bool, zone: Sequence[bool]) -> str:
+    def _why_unpaired(self, i: int, considered: bool, zone: Sequence[bool],
+                      window: tuple[int, int] | None = None) -> str:
         name = self.names[i]
+        if window is not None and window[1] - window[0] <= 1:
+            low, high = (self.ref_names[j] if 0 <= j < len(self.ref_names) else
+                         "(none)" for j in window)
+            return (f"the dump puts it between tensors paired by value with {low} and "
+                    f"{high}, and no reference node lies between these (a quantity saved "
+                    "twice, or computed in another order): its place is unknown, not guessed")
         if considered and any(zone[j] for j in self.same_size(name)):
             return ("no reference node of its size left unpaired is near enough in value "
                     f"(sorted values over {ORDER_COST_CEILING:g} of their scale apart)")
@@ -568,9 +603,11 @@ def _monotone(rows: Sequence[int], columns: Sequence[int],
               cost: Mapping[tuple[int, int], float]) -> dict[int, int]:
     """The pairing of dumped tensors with reference nodes that keeps both orders: dynamic
     programming. Pairing matters most (an unpaired tensor costs ``_UNASSIGNED_COST``, a
-    pair a tenth of its distance); a node skipped between two pairs costs
-    ``_SKIP_COST``, so that a tensor that stands for several of the reference's ops pairs
-    with the last of them, next to the node its successor pairs with."""
+    pair its distance, under the ceiling, so less); then closeness; a node skipped between
+    two pairs costs ``_SKIP_COST``, only enough to break ties, so that a tensor that stands
+    for several of the reference's ops pairs with the last of them. (Skips weighed more
+    than closeness pushed a fused first tensor, ORT's EmbedLayerNormalization, onto a later
+    node of its size only to skip fewer nodes: a fault blamed a layer too late.)"""
     n, m = len(rows), len(columns)
     inf = math.inf
     best = [[inf] * (m + 1) for _ in range(n + 1)]
@@ -581,13 +618,13 @@ def _monotone(rows: Sequence[int], columns: Sequence[int],
             options = [best[i][j - 1] + _SKIP_COST, best[i - 1][j] + _UNASSIGNED_COST]
             pair = cost.get((rows[i - 1], columns[j - 1]))
             if pair is not None:
-                options.append(best[i - 1][j - 1] + 0.1 * pair)
+                options.append(best[i - 1][j - 1] + pair)
             best[i][j] = min(options)
     assigned: dict[int, int] = {}
     i, j = n, m
     while i > 0 and j > 0:
         pair = cost.get((rows[i - 1], columns[j - 1]))
-        if pair is not None and best[i][j] == best[i - 1][j - 1] + 0.1 * pair:
+        if pair is not None and best[i][j] == best[i - 1][j - 1] + pair:
             assigned[rows[i - 1]] = columns[j - 1]
             i, j = i - 1, j - 1
         elif best[i][j] == best[i - 1][j] + _UNASSIGNED_COST:

@@ -300,3 +300,65 @@ def test_only_tensors_of_a_reference_size_are_sorted(tiny_capture):
     matching = matcher.run()
     assert ("dump", "big") not in matcher._profiles
     assert next(m for m in matching.matches if m.name == "big").reference == ""
+
+
+# ---------------------------------------------------------------------------------------
+# Tensors without a value partner, placed by the dump's order (or left unpaired)
+
+
+def _synthetic_reference():
+    """A two-layer stack whose values all share one distribution (as BERT's residual stream
+    and projections nearly do): sorted values alone cannot tell its nodes apart."""
+    generator = torch.Generator().manual_seed(0)
+    names = ["emb.word", "emb.sum", "emb.ln"] + [
+        f"l{k}.{n}" for k in (0, 1) for n in ("q", "k", "v", "ctx", "out", "ln")]
+    reference = {n: torch.randn(2, 8, 16, generator=generator) for n in names}
+    layers = {n: "embeddings" if n.startswith("emb") else f"encoder.layer.{n[1]}"
+              for n in names}
+    return reference, layers
+
+
+def _match(dump, reference, layers):
+    from introspect.dump.match import match_dump
+
+    def agrees(name, ref, value):
+        return float((value - reference[ref]).abs().max()) <= 1e-4
+
+    matching = match_dump(dump, reference, ordered=True, agrees=agrees,
+                          allowance=lambda name, ref: 1e-4, layers=layers)
+    return {m.name: m for m in matching.matches}
+
+
+def test_a_fused_first_tensor_with_no_value_pair_is_placed_by_closeness_not_skips():
+    """ORT's EmbedLayerNormalization: the dump starts at the embeddings' LayerNorm, the
+    attention is fused (no q, k, v), and a fault in the embeddings leaves no value pair at
+    all. The first tensor belongs to the LayerNorm it is closest to, not to a later node
+    that only saves skipping q, k and v."""
+    reference, layers = _synthetic_reference()
+    dump = {"embed_ln": reference["emb.ln"] * 1.03}
+    for k in (0, 1):
+        dump |= {f"attn{k}": reference[f"l{k}.ctx"] * 1.03,
+                 f"dense{k}": reference[f"l{k}.out"] * 1.03,
+                 f"ln{k}": reference[f"l{k}.ln"] * 1.03}
+    matches = _match(dump, reference, layers)
+    assert matches["embed_ln"].reference == "emb.ln", matches["embed_ln"]
+    assert matches["embed_ln"].matched_by == "order"
+    assert matches["attn0"].reference == "l0.ctx" and matches["ln1"].reference == "l1.ln"
+
+
+def test_a_tensor_between_two_value_pairs_of_one_node_is_left_unpaired():
+    """A float16 run saves a quantity and its cast (both pair by value with the embeddings'
+    LayerNorm) with layer 0's faulty values between them. The order puts those between a
+    node and itself: nowhere. Unpaired, never blamed on an earlier node; the faulty
+    values after the second copy still pair (and fail) in layer 0."""
+    reference, layers = _synthetic_reference()
+    dump = {"cast(embed_ln)": reference["emb.ln"] + 1e-6,
+            "attn0/out": reference["l0.out"] * 1.05,
+            "embed_ln": reference["emb.ln"].clone()}
+    dump |= {"ln0": reference["l0.ln"] * 1.05, "attn1": reference["l1.ctx"] * 1.05,
+             "ln1": reference["l1.ln"] * 1.05}
+    matches = _match(dump, reference, layers)
+    assert matches["cast(embed_ln)"].reference == matches["embed_ln"].reference == "emb.ln"
+    stray = matches["attn0/out"]
+    assert stray.reference == "" and "no reference node lies between" in stray.reason, stray
+    assert matches["ln0"].reference == "l0.ln" and matches["ln0"].matched_by == "order"
