@@ -15,9 +15,14 @@ def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None =
     from introspect.diff.generation.tables import token_text
 
     console = console_for(stream, width)
+    # The tokens' columns sized from the data (an id is a number: never cut), at most 24
+    # characters; the node column takes what is left.
+    tokens = max((len(token_text(r, side)) for r in result.step_rows
+                  for side in ("reference", "candidate")), default=9)
+    tokens = max(9, min(tokens, 24))
     columns = [Column("status", 6), Column("step", 4, justify="right"),
-               Column("pos", 4, justify="right"), Column("reference", 0, flex=1, min_width=8),
-               Column("candidate", 0, flex=1, min_width=8),
+               Column("pos", 4, justify="right"), Column("reference", tokens),
+               Column("candidate", tokens),
                Column("logits err", 10, justify="right"),
                Column("first divergent node / cache", 0, flex=4, min_width=16)]
     rows = []
