@@ -220,7 +220,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
                            forward_status or {})
     rows = local.apply(rows)
-    params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise)
+    params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
+                                  _weights_read_together(alignment, ref_graph.gm, cand_graph.gm))
     mismatched = [name for name, target in ref.node_targets.items()
                   if name in records and records[name].op != target.split(":")[0]]
     if mismatched:
@@ -654,13 +655,43 @@ def _replace(row: GradientDiff, **changes: Any) -> GradientDiff:
 # Parameters
 
 
+def _weights_read(gm: torch.fx.GraphModule) -> dict[str, set[str]]:
+    """fx node name -> the parameters it reads (its module's, or fetched by get_attr)."""
+    modules = dict(gm.named_modules())
+    read: dict[str, set[str]] = {}
+    for node in gm.graph.nodes:
+        found = {str(n.target) for n in node.all_input_nodes if n.op == "get_attr"}
+        if node.op == "call_module" and str(node.target) in modules:
+            found |= {f"{node.target}.{p}" for p, _ in
+                      modules[str(node.target)].named_parameters()}
+        if found:
+            read[node.name] = found
+    return read
+
+
+def _weights_read_together(alignment: Any, reference: torch.fx.GraphModule,
+                           candidate: torch.fx.GraphModule) -> set[tuple[str, str]]:
+    """(reference weight, candidate weight) read by a pair of aligned nodes: the relations
+    the forward's alignment confirms, beyond equal values (zero biases are all equal)."""
+    ref_read, cand_read = _weights_read(reference), _weights_read(candidate)
+    return {(r, c) for pair in alignment.pairs for r in ref_read.get(pair.reference, ())
+            for c in cand_read.get(pair.candidate, ())}
+
+
 def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                     reference: torch.nn.Module, candidate: torch.nn.Module, alignment: Any,
                     tolerance: Tolerance, noise: Mapping[str, float],
+                    together: set[tuple[str, str]] | None = None,
                     ) -> tuple[list[ParameterGradient], float]:
-    """One row per reference parameter read by an aligned weight, and the SGD step."""
+    """One row per reference parameter read by an aligned weight, and the SGD step.
+
+    Where several candidate weights hold a reference weight's values (random init leaves
+    every bias at zero), those that aligned nodes read together with it are its partners;
+    the gradients never choose (a wrong gradient that fits another weight would pass).
+    """
     ref_alias = _aliases(reference)
     cand_alias = _aliases(candidate)
+    read_together = {(ref_alias.get(r, r), cand_alias.get(c, c)) for r, c in together or ()}
     by_ref: dict[str, list[tuple[str, WeightRelation]]] = {}
     for relation in alignment.relations:
         r_name, c_name = ref_alias.get(relation.reference), cand_alias.get(relation.candidate)
@@ -690,6 +721,8 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 mapped.append((c, relation, g))
         if not mapped:
             continue
+        confirmed = [m for m in mapped if (r_name, m[0]) in read_together]
+        mapped = confirmed or mapped
         # Several candidate weights for one reference weight: each is a copy (untied) or a
         # part; compare the one that fits best, and the sum of the copies.
         scored = mapped if len(mapped) == 1 else sorted(

@@ -199,3 +199,20 @@ def test_embedding_without_padding_idx(mlm):
     d = result.backward.first_divergence
     assert d is not None and d.parameter == "bert.embeddings.word_embeddings.weight"
     assert any("row(s) 0 " in h and "padding_idx" in h for h in d.hints), d.hints
+
+
+def test_equal_weights_pair_by_the_nodes_that_read_them_not_by_their_gradients():
+    """Random init leaves every bias at 0 and every LayerNorm at (1, 0): many weights hold
+    equal values. Each reference weight's partner is the one aligned nodes read with it;
+    choosing by the closest gradient paired layer 0's output LayerNorm bias with its dense
+    bias once a fault made the gradients differ."""
+    loaded = load_model("bert-tiny", head="masked-lm")  # not perturbed: the ties are the point
+    inputs = tokenize(loaded.tokenizer)
+    for bug in (None, "custom_gelu"):
+        port = ports.build(loaded.model, bug, layer=1)
+        rows = introspect.diff(loaded.model, port, inputs, backward=True).backward.parameter_rows
+        encoder = [r for r in rows if r.reference.startswith("bert.encoder.")]
+        assert len(encoder) == 32, [r.reference for r in rows]
+        for r in encoder:
+            assert r.candidate == "p." + r.reference.removeprefix("bert.").replace(".", "__"), \
+                (bug, r.reference, r.candidate)
