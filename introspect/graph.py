@@ -109,9 +109,11 @@ class IntrospectGraph:
         return graph
 
     def draw(self, **options: Any) -> Any:
-        """A Graphviz drawing of the flow (see ``introspect.render``)."""
-        from introspect.render import draw_graph
+        """A Graphviz drawing of the flow (see ``introspect.render``), at most a notebook
+        cell wide unless ``max_width`` says otherwise (``None``: as wide as it lays out)."""
+        from introspect.render import NOTEBOOK_WIDTH, draw_graph
 
+        options.setdefault("max_width", NOTEBOOK_WIDTH)
         return draw_graph(self, **options)
 
     def _repr_html_(self) -> str:

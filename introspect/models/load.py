@@ -244,6 +244,7 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         activations = set(ACT2FN)
     config_file = str(path / "config.json")
     validate.check_config(values, activations=activations, source=config_file)
+    validate.check_model_size(values, source=config_file)  # before any weight is read
     weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
     if weights is None:
         raise ModelSourceError(
@@ -259,10 +260,7 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         else:
             shapes.update({k: tuple(v.shape) for k, v in validate.torch_bin_state(file,
                                                                                   root).items()})
-    # The weights' own sizes first: "config says 100000 layers, the weights hold 2" is the
-    # finding, whatever memory this machine has free right now.
     validate.check_weights_fit(values, shapes, str(weights))
-    validate.check_model_size(values, source=config_file)
     validate.check_tokenizer_files(path)
     return values, weights
 

@@ -136,14 +136,14 @@ def read_checkpoint(
             f"no weights in {str(path)!r}: looked for {', '.join(SAFETENSORS_FILES + TORCH_FILES)}"
         )
     root = validate.checkpoint_root(path)
+    validate.check_model_size(values, source=str(path / "config.json"))
     files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
         weights]
     if weights.name.startswith("model.safetensors"):
         shapes: dict[str, tuple[int, ...]] = {}
         for file in files:
             shapes.update(validate.safetensors_shapes(file, root))
-        validate.check_weights_fit(values, shapes, str(weights))  # headers only: cheap
-        validate.check_model_size(values, source=str(path / "config.json"))
+        validate.check_weights_fit(values, shapes, str(weights))
         state = _read_safetensors(files, weights)
     else:
         state = {}
@@ -151,7 +151,6 @@ def read_checkpoint(
             state.update(validate.torch_bin_state(file, root))  # memory-mapped
         validate.check_weights_fit(values, {k: tuple(v.shape) for k, v in state.items()},
                                    str(weights))
-        validate.check_model_size(values, source=str(path / "config.json"))
     return config, state, str(weights)
 
 

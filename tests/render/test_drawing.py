@@ -87,7 +87,10 @@ def test_every_format_renders(tiny_graph):
 def test_draw_method_of_the_graph(tiny_graph):
     digraph = tiny_graph.draw(depth=0)
     assert hasattr(digraph, "_repr_mimebundle_") or hasattr(digraph, "_repr_svg_")
-    assert digraph.source == draw_graph(tiny_graph, depth=0).source
+    # the same drawing, bounded to a notebook cell's width
+    from introspect.render import NOTEBOOK_WIDTH
+
+    assert digraph.source == draw_graph(tiny_graph, depth=0, max_width=NOTEBOOK_WIDTH).source
 
 
 HEADS = (

@@ -152,6 +152,9 @@ def test_layer_blocks_stack_vertically_not_as_a_staircase(tiny_graph):
 
 
 def test_max_width_bounds_the_picture(tiny_graph):
+    # In a notebook the graph's own drawing fits the cell unless told otherwise.
+    assert 'size="9.4,1000"' in tiny_graph.draw(expand=[0]).source
+    assert " size=" not in tiny_graph.draw(max_width=None).source
     assert 'size="9.4,1000"' in draw_graph(tiny_graph, max_width=9.4).source
     assert " size=" not in draw_graph(tiny_graph).source
     with pytest.raises(InputError, match="max_width must be a positive number"):
