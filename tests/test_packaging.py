@@ -243,11 +243,22 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
                               env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
         return done.stdout + done.stderr
 
+    def pyright() -> str:  # through npx: Node.js fetches it from the npm registry once
+        (work / "pyrightconfig.json").write_text('{"typeCheckingMode": "basic"}')
+        done = subprocess.run(["npx", "--yes", "pyright@1.1.389", "--pythonpath", python,
+                               str(snippet)], cwd=work, capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "PYTHONPATH": ""})
+        return done.stdout + done.stderr
+
     for found_in in ("wheel", "strict editable"):
         out = mypy()
         assert 'Revealed type is "introspect.attention.heads.HeadParity"' in out, (found_in, out)
         errors = [line for line in out.splitlines() if ": error:" in line]
         assert errors == [], (found_in, errors)
+        if shutil.which("npx"):
+            out = pyright()
+            assert re.search(r"^0 errors", out, re.M), (found_in, out)
+            assert 'Type of "parity" is "HeadParity"' in out, (found_in, out)
         if found_in == "wheel":
             run(python, "-m", "pip", "uninstall", "--quiet", "-y", "introspect-bert")
             run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",

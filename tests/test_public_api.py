@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -101,3 +103,23 @@ def test_the_typed_view_of_attention_has_the_real_signatures():
     assert str(inspect.signature(typed.attention)) == str(inspect.signature(attention))
     call = str(inspect.signature(typed.__call__)).replace("(self, ", "(")
     assert call == str(inspect.signature(attention))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npx") is None, reason="pyright runs through npx (Node.js)")
+def test_the_readmes_python_type_checks_under_pyright(tmp_path):
+    """pyright infers nothing from an installed package's code it cannot find: the
+    README's Python, against this interpreter's install (the Makefile's strict editable
+    one, or a wheel), resolves ``introspect`` and its public types."""
+    readme = (ROOT / "README.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", readme, re.S)
+    user = tmp_path / "readme_python.py"
+    user.write_text("\n".join(snippets) + "\nreveal_type(parity)\nreveal_type(loaded)\n")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the snippets run from a checkout
+    (tmp_path / "pyrightconfig.json").write_text('{"typeCheckingMode": "basic"}')
+    done = subprocess.run(["npx", "--yes", "pyright@1.1.389", "--pythonpath", sys.executable,
+                           str(user)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600, env={**os.environ, "PYTHONPATH": ""})
+    assert re.search(r"^0 errors", done.stdout, re.M), done.stdout + done.stderr
+    assert 'Type of "parity" is "HeadParity"' in done.stdout, done.stdout
+    assert 'Type of "loaded" is "LoadedModel"' in done.stdout, done.stdout
