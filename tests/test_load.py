@@ -28,6 +28,16 @@ def test_minilm_is_the_real_pretrained_checkpoint(minilm):
     assert inputs.tensors["input_ids"].shape == inputs.tensors["attention_mask"].shape
 
 
+def test_a_loaded_model_can_be_handed_to_a_port_build_as_it_is(minilm):
+    """The README passes ``load_model(...)`` straight to ``examples/ci/my_port.py:build``,
+    which reads ``.model`` and ``.config`` as a ``LoadedReference`` offers them."""
+    from introspect.models.ports import LoadedReference
+
+    assert minilm.config is minilm.model.config
+    offered = {f for f in LoadedReference.__dataclass_fields__ if f != "config"}
+    assert offered <= set(vars(minilm))  # every other field of the port's contract
+
+
 def test_random_models_are_seeded_and_identical_across_loads():
     first = load_model("bert-tiny").model.state_dict()
     second = load_model("bert-tiny").model.state_dict()

@@ -102,6 +102,12 @@ class LoadedModel:
     folder: Path | None  # the checkpoint folder, None for random-init models
     notes: list[str] = field(default_factory=list)  # e.g. head weights freshly initialised
 
+    @property
+    def config(self) -> Any:
+        """The model's config (``model.config``): a port's ``build`` reads it, and a
+        ``LoadedModel`` can be handed to one as it is."""
+        return self.model.config
+
 
 @dataclass
 class TokenizedInputs:
