@@ -37,7 +37,7 @@ def _as_rows(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _key_columns(width: int) -> list[int]:
-    return sorted({0, 1, width // 3, width // 2, width - 1} & set(range(width)))
+    return sorted(c for c in {0, 1, width // 3, width // 2, width - 1} if 0 <= c < width)
 
 
 class _RowIndex:
@@ -337,9 +337,12 @@ def _relate_reshaped(ref_weights: Mapping[str, torch.Tensor],
                if not relations[label] and t.ndim >= 2 and t.numel() > 1]
     if not pending:
         return
+    # A reshape keeps the number of values, and the key below holds it: reference weights
+    # of another size can relate to no pending weight, so their bytes are never read.
+    sizes = {cand_weights[label].numel() for label in pending}
     by_bytes: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
     for label, tensor in ref_weights.items():
-        if tensor.ndim != 2:
+        if tensor.ndim != 2 or tensor.numel() not in sizes:
             continue
         rows = _as_rows(tensor, dtype)
         by_bytes.setdefault(_vector_key(rows.reshape(-1, 1)), []).append((label, "reshaped"))
