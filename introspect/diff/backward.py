@@ -569,6 +569,12 @@ def _run_backward(start: tuple[Any, int], g_out: torch.Tensor,
     gradient into each of them is the local one. Returns None where the region between
     is too large (the stops do not cut ``out`` from the rest of the graph).
     """
+    if start in stops:
+        # The node's value is the very value of an aligned node it reads (dropout in eval,
+        # ``contiguous`` of a contiguous tensor return their input): its backward is the
+        # identity. Walking on from here would run the input's own backward instead, and
+        # everything behind it, and collect nothing.
+        return {stops[start]: g_out}
     root, root_nr = start
     stop_nodes = {node for node, _ in stops}
     region: dict[Any, int] = {}  # autograd node -> inputs from within the region

@@ -216,3 +216,24 @@ def test_equal_weights_pair_by_the_nodes_that_read_them_not_by_their_gradients()
         for r in encoder:
             assert r.candidate == "p." + r.reference.removeprefix("bert.").replace(".", "__"), \
                 (bug, r.reference, r.candidate)
+
+
+def test_a_node_that_returns_its_input_has_the_identity_as_its_local_backward(mlm):
+    """HF's dropout in eval returns its input itself, so its value is its input's autograd
+    value: its local backward is the identity. A port whose dropout (hand-written, as other
+    frameworks write it) passes; one whose dropout scales the gradient by 2 in its backward
+    only fails there with the scale hint. The walk used to start from the input's own
+    function instead: it ran the network behind it and blamed "exactly zero in the reference
+    (detached)" on the reference."""
+    from tests.backward import hand_dropout_port
+
+    hf, tokenizer = mlm
+    inputs = tokenize(tokenizer)
+    assert introspect.diff(hf, hand_dropout_port.build(hf), inputs, backward=True).passed
+    result = introspect.diff(hf, hand_dropout_port.build(hf, wrong_scale=True), inputs,
+                             backward=True)
+    divergence = result.backward.first_divergence
+    assert not result.passed and divergence is not None
+    assert divergence.module.endswith("output.dropout")
+    assert any("times 2" in hint for hint in divergence.hints)
+    assert not any("zero" in hint for hint in divergence.hints)
