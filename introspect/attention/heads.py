@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx
 
-from introspect.attention.maps import AttentionMaps, attention, attention_nodes
+from introspect.attention.maps import (
+    AttentionMaps,
+    attention,
+    attention_nodes,
+    probabilities_of,
+    returning,
+)
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
@@ -295,12 +301,7 @@ def _values(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node],
     graph = copy.deepcopy(gm.graph)
     by_name = {n.name: n for n in graph.nodes}
     names = list(dict.fromkeys(n.name for n in nodes))
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    graph.erase_node(output)
-    graph.output(tuple(by_name[name] for name in names))
-    rewritten = torch.fx.GraphModule(gm, graph)
-    rewritten.graph.eliminate_dead_code()
-    rewritten.recompile()
+    rewritten = returning(gm, graph, [by_name[name] for name in names])
     with torch.no_grad():
         values = rewritten(**inputs)
     return dict(zip(names, values, strict=True))
@@ -311,8 +312,6 @@ def _substituted_run(gm: torch.fx.GraphModule,
                      inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """``gm``'s attention probabilities with each layer's inputs swapped for the plan's."""
     import copy
-
-    from introspect.attention.maps import is_sdpa, sdpa_probabilities
 
     graph = copy.deepcopy(gm.graph)
     by_name = {n.name: n for n in graph.nodes}
@@ -326,18 +325,7 @@ def _substituted_run(gm: torch.fx.GraphModule,
             feeds[name] = value.to(external.meta["tensor_meta"].dtype)
             for node in inside:
                 by_name[node.name].replace_input_with(by_name[external.name], placeholder)
-    probabilities = []
-    for node in attention_nodes(graph):
-        if is_sdpa(node):
-            with graph.inserting_after(node):
-                node = graph.call_function(sdpa_probabilities, node.args, dict(node.kwargs))
-        probabilities.append(node)
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    graph.erase_node(output)
-    graph.output(tuple(probabilities))
-    rewritten = torch.fx.GraphModule(gm, graph)
-    rewritten.graph.eliminate_dead_code()
-    rewritten.recompile()
+    rewritten = returning(gm, graph, probabilities_of(graph, attention_nodes(graph)))
     result: tuple[torch.Tensor, ...] = rewritten(**inputs, **feeds)
     return result
 

@@ -235,19 +235,36 @@ def probability_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, t
     if not found:
         raise TraceError("found no attention in the traced graph: no "
                          "scaled_dot_product_attention call and no softmax over a 4-D tensor")
+    rewritten = returning(gm, graph, probabilities_of(graph, found),
+                          class_name=f"{type(gm).__name__}Attention")
+    return rewritten, tuple(_module_of(n) for n in found)
+
+
+def probabilities_of(graph: torch.fx.Graph,
+                     found: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The probabilities of each attention node of ``graph``: a softmax's own output, or
+    for an sdpa call a node inserted after it that computes them from its arguments."""
     probabilities = []
     for node in found:
         if is_sdpa(node):
             with graph.inserting_after(node):
                 node = graph.call_function(sdpa_probabilities, node.args, dict(node.kwargs))
         probabilities.append(node)
+    return probabilities
+
+
+def returning(gm: torch.fx.GraphModule, graph: torch.fx.Graph, nodes: list[torch.fx.Node], *,
+              class_name: str = "GraphModule") -> torch.fx.GraphModule:
+    """A module of ``graph`` (a copy of ``gm``'s, sharing its parameters) that returns the
+    values of ``nodes`` as a tuple, and computes nothing they do not need (the layers after
+    the last attention)."""
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     graph.erase_node(output)
-    graph.output(tuple(probabilities))
-    rewritten = torch.fx.GraphModule(gm, graph, class_name=f"{type(gm).__name__}Attention")
-    rewritten.graph.eliminate_dead_code()  # the layers after the last attention
+    graph.output(tuple(nodes))
+    rewritten = torch.fx.GraphModule(gm, graph, class_name=class_name)
+    rewritten.graph.eliminate_dead_code()
     rewritten.recompile()
-    return rewritten, tuple(_module_of(n) for n in found)
+    return rewritten
 
 
 def _module_of(node: torch.fx.Node) -> str:
