@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+from tests.notebooks import cell_text, executed, output_text, stored_with_outputs
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "bert_inner_workings.ipynb"
 
 
 @pytest.mark.slow
 def test_notebook_executes_and_finds_the_broken_layer(tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = "\n".join(_outputs(cell) for cell in notebook.cells if cell.cell_type == "code")
+    text = output_text(executed(NOTEBOOK, tmp_path), html=True)
     assert "[CLS] i love cats ! [SEP] [PAD] [PAD]" in text
     assert "(2, 12, 8, 32)" in text  # queries split into 12 heads of 32
     assert "(2, 12, 8, 8)" in text  # attention scores, eager path
@@ -29,23 +23,7 @@ def test_notebook_executes_and_finds_the_broken_layer(tmp_path):
 
 
 def test_stored_notebook_has_outputs():
-    import nbformat
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert code and all(cell.outputs for cell in code)
-    assert not any(o.output_type == "error" for cell in code for o in cell.outputs)
-
-
-def _outputs(cell) -> str:
-    parts = []
-    for output in cell.outputs:
-        if output.output_type == "stream":
-            parts.append(output.text)
-        elif "data" in output:
-            parts.append(output.data.get("text/plain", ""))
-            parts.append(output.data.get("text/html", ""))
-    return "\n".join(parts)
+    stored_with_outputs(NOTEBOOK)
 
 
 def test_notebook_uses_only_the_public_api():
@@ -72,7 +50,7 @@ def test_stored_failure_cell_shows_the_failure_first():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     cell = next(c for c in notebook.cells
                 if c.cell_type == "code" and "nodes = result.nodes" in c.source)
-    text = _outputs(cell)
+    text = cell_text(cell, html=True)
     rows = [line.split() for line in text.splitlines()
             if line.split() and line.split()[-1] in ("fail", "drift", "unmatched", "ok")]
     assert rows and rows[0][-1] == "fail" and {r[-1] for r in rows[1:]} == {"drift"}

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
+from tests.notebooks import executed, output_text, stored_with_outputs
 
 from .conftest import ROOT
 
 NOTEBOOK = ROOT / "examples" / "generation" / "parity_through_generation.ipynb"
-
-
-def _text(notebook) -> str:
-    parts = []
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        for output in cell.outputs:
-            parts.append(output.get("text") or output.get("data", {}).get("text/plain", ""))
-    return "\n".join(parts)
 
 
 def _claims(text: str) -> None:
@@ -28,22 +18,9 @@ def _claims(text: str) -> None:
 
 
 def test_stored_notebook_has_its_outputs():
-    import nbformat
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert code and all(cell.outputs for cell in code)
-    assert not any(o.output_type == "error" for cell in code for o in cell.outputs)
-    _claims(_text(notebook))
+    _claims(output_text(stored_with_outputs(NOTEBOOK)))
 
 
 @pytest.mark.slow
 def test_notebook_executes():
-    import nbformat
-    from nbclient import NotebookClient
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    _claims(_text(notebook))
+    _claims(output_text(executed(NOTEBOOK, NOTEBOOK.parent)))
