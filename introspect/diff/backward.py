@@ -425,7 +425,6 @@ class _LocalBackward:
                  ref: GradientRecording, cand: GradientRecording, alignment: Any,
                  comparer: _Comparer, forward_status: Mapping[str, str]) -> None:
         self.forward_status = forward_status
-        self.ref_gm, self.cand_gm = ref_gm, cand_gm
         self.ref, self.cand = ref, cand
         self.comparer = comparer
         plain = [p for p in alignment.pairs if comparer.plain(p)]
@@ -479,12 +478,12 @@ class _LocalBackward:
         if ref_node is None or cand_node is None or ref_node.op in ("placeholder", "output") \
                 or cand_node.op in ("placeholder", "output"):
             return None
-        ref_grads = self._vjp(self.ref_gm, ref_node, self.ref, g_out,
+        ref_grads = self._vjp(ref_node, self.ref, g_out,
                               lambda n: n in self.by_ref)
         g_cand = self.comparer.to_candidate(pair, g_out)
         if g_cand is None or ref_grads is None:
             return None
-        cand_grads = self._vjp(self.cand_gm, cand_node, self.cand, g_cand,
+        cand_grads = self._vjp(cand_node, self.cand, g_cand,
                                lambda n: n in self.by_cand)
         if cand_grads is None:
             return None
@@ -517,8 +516,8 @@ class _LocalBackward:
                                         where=f"the gradient into {name}")
         return worst, over, list(dict.fromkeys(hints)), list(ref_grads)
 
-    def _frontier(self, gm_nodes: Mapping[str, torch.fx.Node], node: torch.fx.Node,
-                  is_frontier: Any) -> list[str] | None:
+    @staticmethod
+    def _frontier(node: torch.fx.Node, is_frontier: Any) -> list[str] | None:
         """The aligned nodes ``node`` reads, through the nodes with no counterpart."""
         frontier: list[str] = []
         seen: set[str] = set()
@@ -536,13 +535,11 @@ class _LocalBackward:
                 stack.extend(n.all_input_nodes)
         return frontier
 
-    def _vjp(self, gm: torch.fx.GraphModule, node: torch.fx.Node,
-             side: GradientRecording, g_out: torch.Tensor,
+    def _vjp(self, node: torch.fx.Node, side: GradientRecording, g_out: torch.Tensor,
              is_frontier: Any) -> dict[str, torch.Tensor | None] | None:
         """``node``'s own backward, run by autograd's recorded functions, back to the
         aligned nodes it reads (``_run_backward``)."""
-        nodes = {n.name: n for n in gm.graph.nodes}
-        frontier = self._frontier(nodes, node, is_frontier)
+        frontier = self._frontier(node, is_frontier)
         out = side.tensors.get(node.name)
         root = side.edges.get(node.name)
         if frontier is None or out is None or root is None:
