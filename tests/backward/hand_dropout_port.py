@@ -1,9 +1,10 @@
 """The backward tests' small BERT with dropout written by hand, as ports in other
-frameworks write it: ``x * mask / (1 - p)``, with a mask of ones outside training.
+frameworks write it: ``x * mask``, the mask scaled by ``1 / (1 - p)`` in training and all
+ones outside it.
 
-In eval this dropout is still two real ops whose value equals their input, where HF's
-``nn.Dropout`` returns its input itself. ``wrong_scale`` gives it a custom backward that
-scales the gradient by 2 (a scale applied in the backward only).
+In eval this dropout is still a real op (a product with ones) whose value equals its
+input, where HF's ``nn.Dropout`` returns its input itself. ``wrong_scale`` gives it a
+custom backward that scales the gradient by 2 (a scale applied in the backward only).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ class HandDropoutBert(SmallBert):
     def dropout(self, x: torch.Tensor) -> torch.Tensor:
         if self.wrong_scale:
             return _ScaledIdentity.apply(x)
-        mask = torch.bernoulli(torch.full_like(x, 1 - P)) if self.training \
+        mask = torch.bernoulli(torch.full_like(x, 1 - P)) / (1 - P) if self.training \
             else torch.ones_like(x)
-        return x * mask / (1 - P) * (1 - P if not self.training else 1)
+        return x * mask
 
     def lin(self, x, prefix):
         out = super().lin(x, prefix)
