@@ -214,9 +214,12 @@ def implementation(option: str, spec: str) -> Implementation:
 
     if spec in BUILT_IN:
         return Implementation(option, spec, spec)
-    from introspect.models.ports import is_port_spec, resolve_builder
+    from introspect.models.ports import check_port_source, is_port_spec, resolve_builder
 
     if is_port_spec(spec) and not os.path.isdir(spec):
+        if option == "--candidate":  # imported only once the reference's truth is taken
+            check_port_source(spec)
+            return Implementation(option, spec, "port")
         return Implementation(option, spec, "port", resolve_builder(spec))
     if os.path.isdir(spec):
         return Implementation(option, spec, "folder")
@@ -267,34 +270,55 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     before = _fingerprint(loaded.model) if ports else None  # a port cannot harm the run
     candidate_attn = args.candidate_attn or args.attn
     reference, reference_label = _model(reference_spec, loaded, None, args.attn, args, before)
-    candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
-                                        candidate_attn, args, before)
-    if args.candidate_dtype:
-        import copy
+    candidate_label = candidate_spec.spec if candidate_spec.kind == "port" else ""
 
-        import torch
+    def build_candidate() -> Any:
+        """The candidate, built once the reference's truth runs and recording are taken."""
+        nonlocal candidate_label
+        candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
+                                            candidate_attn, args, before)
+        if args.candidate_dtype:
+            import copy
 
-        if candidate is reference:  # HF against HF in another dtype: cast a copy
-            candidate = copy.deepcopy(reference)
-        candidate = candidate.to(getattr(torch, args.candidate_dtype))
-        candidate_label = f"{candidate_label}, {args.candidate_dtype}"
-        _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
-                         "cast the reference too, as the port shares its tensors (copy them "
-                         "in build)")
+            import torch
+
+            if candidate is reference:  # HF against HF in another dtype: cast a copy
+                candidate = copy.deepcopy(reference)
+            candidate = candidate.to(getattr(torch, args.candidate_dtype))
+            candidate_label = f"{candidate_label}, {args.candidate_dtype}"
+            _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
+                             "cast the reference too, as the port shares its tensors (copy "
+                             "them in build)")
+        deferred.label = candidate_label
+        return candidate
+
+    from introspect.diff.truth import ReferenceChanged
     from introspect.models.ports import port_code
+    from introspect.run.deferred import Deferred
 
-    with step(args, f"diffing {candidate_label} against {reference_label}"), \
+    deferred = Deferred(build_candidate, candidate_label)
+    if candidate_spec.kind != "port":  # our own code: its label is known once it is built
+        deferred.build()
+    with step(args, f"diffing {candidate_spec.spec} against {reference_label}"), \
             port_code(ports, "in its forward, while the diff ran it"):
-        result = diff(reference, candidate, inputs, atol=atol, rtol=rtol,
-                      noise_budget=args.noise_budget, reference_label=reference_label,
-                      candidate_label=candidate_label, allow_nonfinite=args.allow_nonfinite,
-                      backward=getattr(args, "backward", False),
-                      loss=getattr(args, "loss_fn", None), **_generation_options(args, loaded))
+        try:
+            result = diff(reference, deferred, inputs, atol=atol, rtol=rtol,
+                          noise_budget=args.noise_budget, reference_label=reference_label,
+                          candidate_label=deferred.label,
+                          allow_nonfinite=args.allow_nonfinite,
+                          backward=getattr(args, "backward", False),
+                          loss=getattr(args, "loss_fn", None),
+                          **_generation_options(args, loaded))
+        except ReferenceChanged:  # name what changed, where the fingerprint sees it
+            _check_reference(before, loaded.model, "the port's forward changed the reference "
+                             "while the diff ran it (no verdict)")
+            raise
         # which head parts: for the reports, or a failure (one forward only)
-        if (args.out or not result.passed) and not getattr(args, "generate", 0):
+        if (args.out or not result.passed) and not getattr(args, "generate", 0) \
+                and result.candidate is not None:  # no recording: nothing to take heads from
             from introspect.cli.attention_cmd import head_parity_for_diff
 
-            args.head_parity = head_parity_for_diff(reference, candidate, inputs, args)
+            args.head_parity = head_parity_for_diff(reference, deferred.build(), inputs, args)
     _check_reference(before, loaded.model, "the port's forward changed the reference while "
                      "the diff ran it (no verdict)")
     return result
@@ -334,8 +358,13 @@ def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
 
         reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
                                     loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
+        builder = impl.builder
+        if builder is None:  # a candidate's file: imported only now (``implementation``)
+            from introspect.models.ports import resolve_builder
+
+            builder = resolve_builder(impl.spec)
         with step(args, f"building {impl.spec}"):
-            return build_port(impl.spec, impl.builder, reference, before), impl.spec
+            return build_port(impl.spec, builder, reference, before), impl.spec
     if impl.kind == "folder":
         return _implementation("hf", loaded, impl.spec, attn, args)
     return _implementation(impl.kind, loaded, folder, attn, args)

@@ -24,8 +24,6 @@ Example::
 from __future__ import annotations
 
 import copy
-import inspect
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,55 +31,42 @@ from typing import Any
 import torch
 
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare import Padding, run_side_by_side
-from introspect.diff.divergence import confirm_failures, first_divergence
-from introspect.diff.drift import find_drift, mark_drift
-from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
-from introspect.diff.exercised import unexercised_notes
+from introspect.diff.compare import run_side_by_side
+from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
+from introspect.diff.outputs import compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult
-from introspect.diff.tables import layer_rows, node_rows
-from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
+from introspect.diff.tables import layer_rows
+from introspect.diff.tolerance import Budget, Tolerance
+from introspect.diff.truth import (
+    check_reference_again,
+    faithful_recordings,
+    truth_divergence,
+)
 from introspect.errors import InputError
-from introspect.graph import MASK_NOTE, IntrospectGraph
+from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
-from introspect.trace.shapes import node_records, refresh_records
-from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off, holds_trace_lock
+from introspect.run.boundaries import where_paths_part
+from introspect.run.deferred import Deferred
+from introspect.run.truth import identical, run_truth
+from introspect.trace.tracer import holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff
 
 
-def _accepted_inputs(model: torch.nn.Module,
-                     tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inputs ``model.forward`` takes by name (all of them when it takes ``**kwargs``)."""
-    parameters = inspect.signature(model.forward).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return dict(tensors)
-    return {name: t for name, t in tensors.items() if name in parameters}
 
 
-def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
-                    title: str, keywords: Mapping[str, Any] | None = None,
-                    ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
-    """Run ``model`` once and record what it ran (``introspect.diff.eager``).
+def _copies(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of each input: every call and every replay gets its own."""
+    return {name: tensor.clone() for name, tensor in tensors.items()}
 
-    The diff works on what the model really computes on these inputs: its hooks,
-    private state, globals and Python branches included, and no graph is cached or
-    replayed from another layer.
-    """
-    accepted = _accepted_inputs(model, tensors)
-    if not accepted:
-        raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
-                         f"{', '.join(tensors)}")
-    cache_note = keywords is None and bool(cache_off(model, accepted))
-    if keywords is None:  # a decoder's cache on by default: one forward without it
-        keywords = cache_off(model, accepted)
-    recording = record_forward(model, accepted, title, keywords)
-    notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
-    graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
-                            recording.output_names, notes=notes, title=title)
-    return graph, accepted, recording
+
+def built(candidate: Any) -> Any:
+    """The candidate model, built now if it was handed over ``Deferred``."""
+    return candidate.build() if isinstance(candidate, Deferred) else candidate
+
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,94 +139,120 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     if generate:
         from introspect.diff.generation import diff_generation
 
-        return diff_generation(reference, candidate, inputs, generate, tokenizer=tokenizer,
-                               atol=atol, rtol=rtol, noise_budget=noise_budget,
-                               name_map=name_map, reference_label=reference_label,
+        return diff_generation(reference, built(candidate), inputs, generate,
+                               tokenizer=tokenizer, atol=atol, rtol=rtol,
+                               noise_budget=noise_budget, name_map=name_map,
+                               reference_label=reference_label,
                                candidate_label=candidate_label,
                                allow_nonfinite=allow_nonfinite)
     tolerance = Tolerance(atol=atol, rtol=rtol, noise_factor=noise_factor)
-    tensors = _tensors(inputs)
+    callers = _tensors(inputs)
+    tensors = _copies(callers)  # nothing below ever hands the caller's tensors to a model
+    deferred = candidate if isinstance(candidate, Deferred) else None
     reference_label = reference_label or type(reference).__name__
-    candidate_label = candidate_label or type(candidate).__name__
-    modes = {side: _training_modes(model) for side, model in
-             (("reference", reference), ("candidate", candidate))}
-    notes = [_training_note(side, training) for side, training in modes.items()
-             if any(training.values())]
+    candidate_label = candidate_label or (deferred.label if deferred is not None
+                                          else type(candidate).__name__)
+    modes = {"reference": _training_modes(reference)}
     original_reference = reference
     reference.eval()
-    candidate.eval()
+    truths = forward_keywords is None  # a generation step: the loop runs its own
+    ref_keywords, cand_keywords = forward_keywords or (None, None)
     try:
+        # The reference first, clean: its truth and its recording come before the
+        # candidate's code is imported or built (``introspect.run.deferred``).
+        ref_accepted = accepted_inputs(reference, tensors)
+        ref_truth = run_truth(reference, ref_accepted) if truths else None
+        ref_side = None if noise_budget else \
+            record_for_diff(reference, _copies(tensors), reference_label, ref_keywords)
+        if deferred is not None:
+            candidate = deferred.build()
+        modes["candidate"] = _training_modes(candidate)
+        notes = [_training_note(side, training) for side, training in modes.items()
+                 if any(training.values())]
+        candidate.eval()
         noise: dict[str, float] | None = None
         if noise_budget:
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
-        ref_keywords, cand_keywords = forward_keywords or (None, None)
-        ref_graph, ref_inputs, ref_recording = record_for_diff(reference, tensors,
-                                                               reference_label, ref_keywords)
-        cand_graph, cand_inputs, cand_recording = record_for_diff(candidate, tensors,
-                                                                  candidate_label,
-                                                                  cand_keywords)
-        notes += [f"the {side}'s {note}" for side, graph in
-                  (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
-        notes += _input_notes(tensors, ref_inputs, cand_inputs)
-        notes += unexercised_notes(tensors, ref_graph, cand_graph)
-        alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
-        candidate_dtypes = sorted(_model_dtypes(candidate))
-        budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise,
-                           candidate_dtypes)
-        padding = Padding(tensors.get("attention_mask"))
-        run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
-                               ref_inputs, cand_inputs, padding=padding)
-        unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
-        notes += unfaithful
-        # The run's ShapeProp rewrote every node's shapes; a record changes only where they
-        # differ from the recording's (a replay of the same inputs: never, in practice).
-        ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
-        cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
-        if any(r.layer == "mask" for r in ref_graph.records):
-            ref_graph.notes.append(MASK_NOTE)
-        notes += alignment.notes
-        rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
-                         allow_nonfinite=allow_nonfinite)
-        rows = confirm_failures(rows, ref_graph)
-        if not any(r.status == STATUS_FAIL for r in rows):
-            drift = find_drift(alignment, run, budgets,
-                               {r.name: r.index for r in ref_graph.records},
-                               _pair_dtypes(alignment, ref_graph, cand_graph),
-                               [*_model_dtypes(reference), *candidate_dtypes])
-            if drift is not None:
-                rows = mark_drift(rows, alignment, drift)
-        notes += _nonfinite_notes(rows, allow_nonfinite)
-        context = {"reference_model": reference, "candidate_model": candidate,
-                   "inputs": ref_inputs, "tolerance": tolerance}
-        divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
-                                      budgets, context=None if forward_keywords else context,
-                                      noise_budget=noise_budget)
-        gradients = _backward(backward, loss, original_reference, candidate, ref_inputs,
-                              cand_inputs, alignment, ref_graph, cand_graph, tolerance,
-                              noise_budget, tensors, rows)
+            ref_side = record_for_diff(reference, _copies(tensors), reference_label,
+                                       ref_keywords)
+        assert ref_side is not None
+        candidate_dtypes = sorted(model_dtypes(candidate))
+        verdict = None
+        if truths:
+            cand_truth = run_truth(candidate, accepted_inputs(candidate, tensors),
+                                   grad_calls=2)
+            assert ref_truth is not None
+            verdict = compare_truths(ref_truth, cand_truth, tolerance,
+                                     [*model_dtypes(original_reference), *candidate_dtypes],
+                                     allow_nonfinite, (reference_label, candidate_label))
+            notes += verdict.notes
+        explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
+                              tolerance, noise, candidate_dtypes, name_map=name_map,
+                              allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
+                              noise_budget=noise_budget, reference=reference,
+                              raise_errors=verdict is None,
+                              outputs_agree=verdict is not None and verdict.passed)
+        notes += explanation.notes
+        faithful, parted = True, None
+        if truths:
+            assert ref_truth is not None and verdict is not None
+            faithful, faith_notes, parted = faithful_recordings(
+                ref_truth, ref_side[2], cand_truth, explanation.recording, candidate,
+                accepted_inputs(candidate, tensors), (reference_label, candidate_label),
+                noise_budget)
+            notes += faith_notes
+        rows = explanation.rows
+        divergence = explanation.divergence
+        gradients = _backward(backward, loss, original_reference, candidate,
+                              _copies(ref_side[1]),
+                              _copies(explanation.cand_inputs or {}), explanation.alignment,
+                              ref_side[0], explanation.graph, tolerance, noise_budget,
+                              tensors, rows)
+        explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
+            and not explanation.unfaithful
+        if verdict is None:
+            passed = explained_passed
+        elif explanation.graph is not None and faithful:
+            passed = verdict.passed and explained_passed
+        else:
+            passed = verdict.passed
+        if verdict is not None and not verdict.passed and (divergence is None or not faithful):
+            if parted is None:  # where a plain call leaves the recorded path, if anywhere
+                parted = where_paths_part(candidate, accepted_inputs(candidate, tensors))
+            divergence = truth_divergence(verdict, parted)
+        if ref_truth is not None:  # the reference once more: what the candidate left behind
+            check_reference_again(original_reference, ref_accepted, ref_truth)
     finally:  # every module back in its own mode, not only the top one
         _restore_modes(original_reference, modes["reference"])
-        _restore_modes(candidate, modes["candidate"])
-    layers = layer_rows(rows, ref_graph.records)
-    passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-        and not unfaithful and (gradients is None or gradients.passed)
-    return DiffResult(passed, divergence, rows, layers, alignment, ref_graph, cand_graph,
-                      tolerance, notes, reference_label, candidate_label, noise_budget,
-                      backward=gradients)
+        if "candidate" in modes:
+            _restore_modes(candidate, modes["candidate"])
+    changed = [name for name, tensor in _tensors(inputs).items()
+               if not identical(tensor, tensors[name])]
+    if changed:  # never: every model got a copy; a guard on that promise
+        raise InputError(f"the inputs {', '.join(changed)} changed during the diff")
+    layers = layer_rows(rows, ref_side[0].records)
+    passed = passed and (gradients is None or gradients.passed)
+    return DiffResult(passed, divergence, rows, layers, explanation.alignment, ref_side[0],
+                      explanation.graph, tolerance, notes, reference_label, candidate_label,
+                      noise_budget, backward=gradients,
+                      output_rows=verdict.rows if verdict is not None else [])
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,
               ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
-              alignment: Alignment, ref_graph: IntrospectGraph, cand_graph: IntrospectGraph,
-              tolerance: Tolerance, noise_budget: bool,
+              alignment: Alignment, ref_graph: IntrospectGraph,
+              cand_graph: IntrospectGraph | None, tolerance: Tolerance, noise_budget: bool,
               tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff]) -> Any:
     """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
     if not wanted:
         if loss is not None:
             raise InputError("loss= is used only with backward=True")
         return None
+    if cand_graph is None:
+        raise InputError("backward=True compares gradients node by node, and the candidate "
+                         "could not be recorded (see the notes); diff it without backward")
     if loss is not None and not callable(loss):
         raise InputError(f"loss must be a callable loss(outputs, inputs) -> scalar, got "
                          f"{type(loss).__name__}")
@@ -254,38 +265,10 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
                                          if r.reference_node and r.candidate_node})
 
 
-def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,
-                 candidate: IntrospectGraph) -> list[tuple[str, str]]:
-    ref_dtypes = {r.name: r.dtype for r in reference.records}
-    cand_dtypes = {r.name: r.dtype for r in candidate.records}
-    return [(ref_dtypes[p.reference], cand_dtypes[p.candidate]) for p in alignment.pairs]
 
 
-def _model_dtypes(model: torch.nn.Module) -> set[str]:
-    """The floating dtypes a model's weights are held in."""
-    return {str(t.dtype).removeprefix("torch.")
-            for t in itertools.chain(model.parameters(), model.buffers())
-            if t.is_floating_point()}
 
 
-def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
-    """A side whose replay did not reproduce its own run: nothing it says can be trusted.
-
-    A recorded graph runs the same kernels in the same order as the model did, so its
-    outputs are the model's to the bit, unless the model draws random numbers (dropout
-    left on) or changes its own state as it runs.
-    """
-    notes = []
-    for side, recording in zip(("reference", "candidate"), recordings, strict=True):
-        replayed = run.outputs.get(side, {})
-        differing = outputs_not_replayed(recording, replayed)
-        if differing:
-            notes.append(f"the {side} computed other values when run again on the same "
-                         f"inputs ({', '.join(differing)} differ): its forward is not "
-                         "deterministic (dropout or random numbers left on?) or changes its "
-                         "own state as it runs; the diff fails, since no comparison of it "
-                         "can be trusted")
-    return notes
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:
@@ -308,14 +291,6 @@ def _training_note(side: str, training: Mapping[str, bool]) -> str:
             "in eval mode; diff ran them in eval mode (dropout off) and put them back")
 
 
-def _nonfinite_notes(rows: list[NodeDiff], allowed: bool) -> list[str]:
-    holding = [r for r in rows if r.nonfinite]
-    if not holding:
-        return []
-    first = holding[0]
-    verdict = "allowed by allow_nonfinite (--allow-nonfinite)" if allowed else "the diff fails"
-    return [f"NaN or Inf in {len(holding)} compared node(s), first at {first.reference_node} "
-            f"({first.op} in {first.module or first.layer}): {verdict}"]
 
 
 def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -330,14 +305,6 @@ def _tensors(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> dict[str, 
     return dict(inputs)
 
 
-def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],
-                 cand_inputs: Mapping[str, Any]) -> list[str]:
-    notes = []
-    for side, taken in (("reference", ref_inputs), ("candidate", cand_inputs)):
-        left = [n for n in tensors if n not in taken]
-        if left:
-            notes.append(f"the {side}'s forward takes no {', '.join(left)}; it ran without")
-    return notes
 
 
 def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
@@ -360,27 +327,6 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     return exact, noise
 
 
-def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: IntrospectGraph,
-             tolerance: Tolerance, noise: Mapping[str, float] | None,
-             candidate_dtypes: Sequence[str] = ()) -> list[Budget]:
-    """Each pair's budget, in the lower precision of its two values.
-
-    A candidate holding its weights in bf16 rounds to bf16 even where it computes in
-    fp32 (an RMSNorm's float32 island): its weights' dtype lowers every float budget.
-    """
-    ref_records = {r.name: r for r in reference.records}
-    cand_records = {r.name: r for r in candidate.records}
-    budgets = []
-    for pair in alignment.pairs:
-        dtype = compare_dtype(ref_records[pair.reference].dtype, cand_records[pair.candidate].dtype)
-        if noise is None and dtype in DEFAULTS:
-            for weights in candidate_dtypes:
-                dtype = compare_dtype(dtype, weights)
-        if noise is not None and dtype == "float64":  # the candidate's dtype sets the noise
-            dtype = cand_records[pair.candidate].dtype or dtype
-        budgets.append(tolerance.budget(dtype, noise.get(pair.reference, 0.0)
-                                        if noise is not None else None))
-    return budgets
 
 
 # ---------------------------------------------------------------------------------------

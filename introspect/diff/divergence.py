@@ -48,7 +48,8 @@ STRUCTURE_ONLY = (BY_STRUCTURE, BY_CONSUMER)
 _MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed without a search
 
 
-def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[NodeDiff]:
+def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
+                     outputs_agree: bool = False) -> list[NodeDiff]:
     """Rows with a local error over budget that nothing confirms become ``unconfirmed``.
 
     Confirmed: the candidate's own value is over budget at the node (propagated error),
@@ -56,7 +57,9 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
     is over budget too. A pair found by structure only (same op and shape on paired
     inputs: no weight or output proves it holds the same quantity) needs more: the
     difference must reach an output of the model. Rows that fail on NaN or Inf stay
-    failing.
+    failing. ``outputs_agree``: the truth runs compared every output of both models and
+    found them within budget, so an output the node-level pairs leave out cannot confirm a
+    failure (``introspect.diff.outputs``).
     """
     over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
             and r.mismatched}
@@ -64,6 +67,8 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph) -> list[N
     outputs = {n.name for n in reference.gm.graph.nodes
                if any(u.op == "output" for u in n.users)}
     compared = {r.reference_node for r in rows if r.candidate_node and r.max_abs_err is not None}
+    if outputs_agree:
+        compared |= outputs - over
     outputs_over = over & outputs
     checked = 0
     confirmed: list[NodeDiff] = []

@@ -23,7 +23,7 @@ difference comes from nodes with no counterpart), the first pair whose values di
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from introspect.diff.align import Alignment
 from introspect.diff.compare import RunResult
@@ -53,7 +53,7 @@ def drift_limit(dtypes: Sequence[str], scale: float, atol: float) -> float:
 
 def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
                reference_order: dict[str, int], pair_dtypes: Sequence[Sequence[str]],
-               model_dtypes: Sequence[str]) -> Drift | None:
+               model_dtypes: Sequence[str], unconfirmed: Collection[str] = ()) -> Drift | None:
     """The first drifting pair and where its drift starts, or None.
 
     Args:
@@ -62,6 +62,8 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
         pair_dtypes: each pair's dtypes (reference, candidate).
         model_dtypes: the floating dtypes the two models hold their weights in (a value
             computed in fp32 from bf16 weights carries bf16's rounding).
+        unconfirmed: reference nodes whose pair holds two different quantities (terms
+            regrouped: ``divergence.confirm_failures``): their values may differ freely.
     """
     order = sorted(range(len(alignment.pairs)),
                    key=lambda i: reference_order[alignment.pairs[i].reference])
@@ -69,7 +71,7 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
     first_apart: int | None = None  # the first pair whose values differ at all
     for i in order:
         stats, local, budget = run.propagated.get(i), run.local.get(i), budgets[i]
-        if stats is None:
+        if stats is None or alignment.pairs[i].reference in unconfirmed:
             continue
         if first_apart is None and stats.max_abs > 0:
             first_apart = i

@@ -158,3 +158,24 @@ class Divergence:
     hints: tuple[str, ...]  # known causes that match, in order of confidence
     detail: str = ""  # where the values first differ when that is a layout op, NaN, ...
     step: int | None = None  # with generate: the decoding step (0: the prefill)
+
+
+# Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``.
+CALL_AUTOGRAD = "autograd"  # model(**x), autograd on: as a user writes it
+CALL_NO_GRAD = "no_grad"  # under torch.no_grad(): inference code, PyTorch's fast paths
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """One row of ``DiffResult.outputs``: an output of the truth runs and its counterpart."""
+
+    reference_output: str  # dotted name in the reference's outputs: "pooler_output"
+    candidate_output: str  # the candidate's ("output_1"); "" when it has none
+    call: str  # CALL_AUTOGRAD or CALL_NO_GRAD
+    shape: str
+    dtype: str  # "float32" or "float32/bfloat16" when the two differ
+    max_abs_err: float | None
+    limit: float | None  # what rounding explains for this output (drift model + atol)
+    nonfinite: int | None  # NaN or Inf in either side's value (the larger count)
+    status: str  # STATUS_OK, STATUS_FAIL or STATUS_UNMATCHED
+    note: str = ""

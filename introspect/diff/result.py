@@ -23,6 +23,7 @@ from introspect.diff.records import (
     Divergence,
     LayerDiff,
     NodeDiff,
+    OutputDiff,
 )
 from introspect.diff.status import (
     STATUS_LEGEND,
@@ -107,6 +108,21 @@ class DiffResult:
     # Gradient parity (``diff(..., backward=True)``): an ``introspect.diff.backward.
     # BackwardResult``, None when only the forward was compared.
     backward: Any = None
+    # The truth runs (``introspect.run.truth``): each output of both models' plain calls,
+    # with autograd on and under no_grad (``introspect.diff.outputs``); what decides.
+    output_rows: list[OutputDiff] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> pandas.DataFrame:
+        """One row per output and call of the truth runs: the values that decide the
+        verdict (``reference_output``, ``candidate_output``, ``call``, ``max_abs_err``,
+        ``limit``, ``status``)."""
+        import pandas as pd
+
+        from introspect.report.notebook import highlighted
+
+        return highlighted(pd.DataFrame([asdict(r) for r in self.output_rows],
+                                        columns=list(OutputDiff.__dataclass_fields__)))
 
     @property
     def parameters(self) -> pandas.DataFrame:
@@ -159,8 +175,11 @@ class DiffResult:
 
     @property
     def max_abs_err(self) -> float:
-        """The largest propagated error over all aligned pairs (real tokens)."""
-        return max((r.max_abs_err for r in self.rows if r.max_abs_err is not None), default=0.0)
+        """The largest propagated error over all aligned pairs (real tokens) and the
+        outputs of the truth runs."""
+        errors = [r.max_abs_err for r in [*self.rows, *self.output_rows]
+                  if r.max_abs_err is not None and r.status != STATUS_UNCONFIRMED]
+        return max(errors, default=0.0)
 
     def counts(self) -> dict[str, int]:
         """Rows per status, and pairs."""

@@ -83,6 +83,22 @@ def resolve_builder(spec: str) -> Callable[[LoadedReference], Any]:
     return target  # type: ignore[no-any-return]
 
 
+def check_port_source(spec: str) -> None:
+    """Check a port spec without running any of its code: its file exists.
+
+    The file is imported later, once the reference's truth has been taken
+    (``introspect.run.deferred``): importing it may already change torch or transformers.
+
+    Raises:
+        InputError: not a spec, or a file spec whose file does not exist.
+    """
+    source, _, _ = spec.rpartition(":")
+    if not is_port_spec(spec):
+        raise InputError(f"port {spec!r}: expected path/to/port.py:NAME or package.module:NAME")
+    if _is_file(source) and not Path(source).is_file():
+        raise InputError(f"port {spec!r}: no such file {source!r}")
+
+
 def build_port(spec: str, builder: Callable[[LoadedReference], Any],
                reference: LoadedReference, before: Fingerprint | None = None) -> Any:
     """Call the builder on the reference; the ``nn.Module`` it returns.
@@ -210,9 +226,16 @@ def fingerprint(model: Any) -> Fingerprint:
                       if key not in ("_parameters", "_buffers", "_modules")}
         modules[name] = (_Same(module), attributes)
         owners += type(module).__mro__[:-1]  # object's own functions cannot be patched
-    classes = {owner: {key: _Same(value) for key, value in vars(owner).items()
+    owners.append(torch._C.TensorBase)  # Tensor.softmax and most methods live here
+    # The Python modules that define the model's classes: their functions and globals
+    # (``modeling_bert.eager_attention_forward``, a shared port helper's constants).
+    owners += [sys.modules[cls.__module__] for owner in list(owners) if isinstance(owner, type)
+               for cls in (owner,) if cls.__module__ in sys.modules
+               and not cls.__module__.startswith(("torch", "builtins"))]
+    classes = {owner: {key: _global_snapshot(value) for key, value in vars(owner).items()
                        if callable(value) or isinstance(value, (staticmethod, classmethod,
-                                                                property))}
+                                                                property))
+                       or (not isinstance(owner, type) and type(value) in _SIMPLE)}
                for owner in dict.fromkeys(owners)}
     config = getattr(model, "config", None)
     config_state = {key: _snapshot(value) for key, value in vars(config).items()} \
@@ -223,9 +246,70 @@ def fingerprint(model: Any) -> Fingerprint:
         name: _snapshot(hooks) for name, hooks in vars(module_module).items()
         if name.startswith("_global_") and isinstance(hooks, dict)}
     torch_state["default dtype"] = str(torch.get_default_dtype())
-    torch_state["float32 matmul precision"] = torch.get_float32_matmul_precision()
+    torch_state["float32 matmul precision"] = _matmul_precision()
     torch_state["torch function modes"] = torch._C._len_torch_function_stack()
+    torch_state["autocast"] = _autocast_state()
+    attention = _attention_registry()
+    if attention is not None:
+        torch_state["attention functions"] = attention
     return Fingerprint(tensors, modules, classes, config_state, torch_state)
+
+
+_SIMPLE = (bool, int, float, str)
+
+
+def _global_snapshot(value: Any) -> Any:
+    """A module's function or class by identity; a plain value (a constant) by value."""
+    return _snapshot(value) if type(value) in _SIMPLE else _Same(value)
+
+
+def _matmul_precision() -> Any:
+    """The float32 matmul precision, by the legacy getter or the per-backend settings.
+
+    The legacy getter raises once the per-backend API
+    (``torch.backends.cuda.matmul.fp32_precision``) has been used.
+    """
+    import torch
+
+    settings: dict[str, Any] = {}
+    try:
+        settings["legacy"] = torch.get_float32_matmul_precision()
+    except Exception:  # noqa: BLE001  the per-backend API is in use
+        settings["legacy"] = "mixed"
+    for path in ("fp32_precision", "cuda.matmul.fp32_precision", "mkldnn.matmul.fp32_precision",
+                 "cudnn.conv.fp32_precision"):
+        target: Any = torch.backends
+        try:
+            for part in path.split("."):
+                target = getattr(target, part)
+        except Exception:  # noqa: BLE001  not in this torch
+            continue
+        settings[path] = str(target)
+    return _snapshot(settings)
+
+
+def _autocast_state() -> Any:
+    import torch
+
+    state = {}
+    for device in ("cpu", "cuda"):
+        try:
+            state[device] = (f"on ({torch.get_autocast_dtype(device)})"
+                             if torch.is_autocast_enabled(device) else "off")
+        except Exception:  # noqa: BLE001  an older torch
+            continue
+    return _snapshot(state)
+
+
+def _attention_registry() -> Any:
+    """transformers' attention functions by name (``"sdpa"`` can be re-registered)."""
+    module = sys.modules.get("transformers.modeling_utils")
+    registry = getattr(module, "ALL_ATTENTION_FUNCTIONS", None)
+    if registry is None:
+        return None
+    mapping = {**getattr(type(registry), "_global_mapping", {}),
+               **getattr(registry, "_local_mapping", {})}
+    return _snapshot({str(k): v for k, v in mapping.items()})
 
 
 def what_changed(before: Fingerprint, after: Fingerprint) -> list[str]:
@@ -236,11 +320,11 @@ def what_changed(before: Fingerprint, after: Fingerprint) -> list[str]:
         if old != new:
             what = name.removeprefix("_global_").replace("_", " ")
             changes.append(f"torch's global {what}" if name.startswith("_global_")
-                           else f"torch's {what} ({_shown(old)} -> {_shown(new)})")
+                           else f"torch's {what} ({_shown_change(old, new)})")
     for owner, functions in before.classes.items():
         now = after.classes.get(owner, {})
-        for key in functions:
-            if now.get(key) != functions[key]:
+        for key in dict.fromkeys([*functions, *now]):  # patched, deleted or added
+            if now.get(key) != functions.get(key) and not _compile_machinery(now.get(key)):
                 where = "on the class" if isinstance(owner, type) else "in the module"
                 name = owner.__qualname__ if isinstance(owner, type) else owner.__name__
                 changes.append(f"{name}.{key} (patched {where})")
@@ -288,6 +372,12 @@ def what_changed(before: Fingerprint, after: Fingerprint) -> list[str]:
     return changes
 
 
+def _compile_machinery(value: Any) -> bool:
+    """torch.compile's own patches (dynamo wraps ``nn.Module.__init__`` on first use)."""
+    inner = value.value if isinstance(value, _Same) else None
+    return (getattr(inner, "__module__", "") or "").startswith("torch._dynamo")
+
+
 def describe_changes(changes: Sequence[str], most: int = 4) -> str:
     """The first few changes and how many more, for one line."""
     shown = ", ".join(changes[:most])
@@ -319,6 +409,16 @@ def _items(snapshot: Any) -> Any:
     """The items of a container's snapshot (``(type name, items)``); none for the rest."""
     return snapshot[1] if isinstance(snapshot, tuple) and len(snapshot) == 2 \
         and isinstance(snapshot[1], (dict, tuple, frozenset)) else ()
+
+
+def _shown_change(old: Any, new: Any) -> str:
+    """``old -> new``; for two snapshots of a dict, only the keys that differ."""
+    if all(isinstance(v, tuple) and len(v) == 2 and v[0] == "dict" for v in (old, new)):
+        keys = [k for k in dict.fromkeys([*old[1], *new[1]])
+                if old[1].get(k, _MISSING) != new[1].get(k, _MISSING)]
+        return "; ".join(f"{k}: {_shown(old[1].get(k, _MISSING))} -> "
+                         f"{_shown(new[1].get(k, _MISSING))}" for k in keys)
+    return f"{_shown(old)} -> {_shown(new)}"
 
 
 def _shown(value: Any) -> str:

@@ -1,0 +1,269 @@
+"""The explanation of a verdict: both recordings aligned, replayed and measured node by node.
+
+The truth runs (``introspect.run.truth``) decide whether two models agree; this module says
+where and why they part, on the recordings (``introspect.diff.eager``): align the recorded
+graphs on the weights each node reads (``align``), replay them side by side measuring
+every pair (``compare``), fail what rounding cannot explain (``drift``), and name the first
+divergence with its likely cause (``divergence``, ``hints``).
+
+A candidate the recorder cannot follow (a scripted or compiled module, weights the
+aligner cannot relate: int8 packed weights) still gets its verdict from the truth runs;
+its explanation is then empty and says why (``Explanation.failure``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from introspect.diff.align import Alignment, align_graphs
+from introspect.diff.compare import Padding, run_side_by_side
+from introspect.diff.divergence import confirm_failures, first_divergence
+from introspect.diff.drift import find_drift, mark_drift
+from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
+from introspect.diff.exercised import unexercised_notes
+from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
+from introspect.diff.tables import node_rows
+from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
+from introspect.errors import InputError
+from introspect.graph import MASK_NOTE, IntrospectGraph
+from introspect.trace.shapes import node_records, refresh_records
+from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off
+
+
+@dataclasses.dataclass
+class Explanation:
+    """The node-level comparison of the two recordings (empty where it could not run)."""
+
+    rows: list[NodeDiff]
+    alignment: Alignment
+    graph: IntrospectGraph | None  # the candidate's recorded graph
+    recording: Recording | None  # the candidate's recording
+    cand_inputs: dict[str, torch.Tensor] | None
+    divergence: Divergence | None
+    unfaithful: list[str]  # a replay that did not reproduce its own recording
+    notes: list[str]
+    failure: str = ""  # why there is no explanation
+
+
+def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording],
+            candidate: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
+            candidate_label: str, cand_keywords: Mapping[str, Any] | None,
+            tolerance: Tolerance, noise: Mapping[str, float] | None,
+            candidate_dtypes: Sequence[str], *, name_map: Mapping[str, str] | None,
+            allow_nonfinite: bool, forward_keywords: Any, noise_budget: bool,
+            reference: torch.nn.Module, raise_errors: bool,
+            outputs_agree: bool = False) -> Explanation:
+    """Record the candidate, align it with the reference's recording and measure each pair.
+
+    ``raise_errors``: without truth runs (a generation step) a failure to record or align
+    is the caller's error; with them, it only leaves the explanation empty.
+    ``outputs_agree``: the truth runs found every output within budget.
+    """
+    ref_graph, ref_inputs, ref_recording = ref_side
+    try:
+        # A torch.compile module is recorded through the module it compiled: the same
+        # code, run eagerly (dynamo would trace the recorder itself). Whether that
+        # recording reproduces the compiled calls is checked like any other's.
+        recorded = getattr(candidate, "_orig_mod", candidate)
+        cand_graph, cand_inputs, cand_recording = record_for_diff(
+            recorded, {k: v.clone() for k, v in tensors.items()}, candidate_label,
+            cand_keywords)
+        alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
+    except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
+        if raise_errors:
+            raise
+        return _unexplained(ref_graph, candidate, _one_line(e))
+    notes = [f"the {side}'s {note}" for side, graph in
+             (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
+    notes += _input_notes(tensors, ref_inputs, cand_inputs)
+    notes += unexercised_notes(tensors, ref_graph, cand_graph)
+    budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise, candidate_dtypes)
+    padding = Padding(tensors.get("attention_mask"))
+    run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
+                           {k: v.clone() for k, v in ref_inputs.items()},
+                           {k: v.clone() for k, v in cand_inputs.items()}, padding=padding)
+    unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
+    notes += unfaithful
+    # The run's ShapeProp rewrote every node's shapes; a record changes only where they
+    # differ from the recording's (a replay of the same inputs: never, in practice).
+    ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
+    cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
+    if any(r.layer == "mask" for r in ref_graph.records) and MASK_NOTE not in ref_graph.notes:
+        ref_graph.notes.append(MASK_NOTE)
+    notes += alignment.notes
+    rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
+                     allow_nonfinite=allow_nonfinite)
+    rows = confirm_failures(rows, ref_graph, outputs_agree)
+    if not any(r.status == STATUS_FAIL for r in rows):
+        drift = find_drift(alignment, run, budgets,
+                           {r.name: r.index for r in ref_graph.records},
+                           _pair_dtypes(alignment, ref_graph, cand_graph),
+                           [*model_dtypes(reference), *candidate_dtypes],
+                           {r.reference_node for r in rows if r.status == STATUS_UNCONFIRMED})
+        if drift is not None:
+            rows = mark_drift(rows, alignment, drift)
+    notes += _nonfinite_notes(rows, allow_nonfinite)
+    context = {"reference_model": reference, "candidate_model": candidate,
+               "inputs": ref_inputs, "tolerance": tolerance}
+    divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
+                                  budgets, context=None if forward_keywords else context,
+                                  noise_budget=noise_budget)
+    return Explanation(rows, alignment, cand_graph, cand_recording, cand_inputs, divergence,
+                       unfaithful, notes)
+
+
+def _unexplained(ref_graph: IntrospectGraph, candidate: torch.nn.Module,
+                 why: str) -> Explanation:
+    kind = _kind(candidate)
+    note = (f"no node-level explanation: the candidate{kind} could not be recorded or "
+            f"aligned ({why}); the verdict comes from the two models' own calls, compared "
+            "output by output")
+    tensor_nodes = sum(1 for r in ref_graph.records if r.kind != "shape")
+    alignment = Alignment([], [], [], [], reference_tensor_nodes=max(tensor_nodes, 1))
+    return Explanation([], alignment, None, None, None, None, [], [note], failure=why)
+
+
+def _kind(model: torch.nn.Module) -> str:
+    if isinstance(model, torch.jit.ScriptModule):
+        return " (a TorchScript module)"
+    if type(model).__name__ == "OptimizedModule":
+        return " (a torch.compile module)"
+    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+        return " (quantized)"
+    return ""
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    text = text if len(text) <= 160 else text[:159] + "…"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+
+def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: IntrospectGraph,
+             tolerance: Tolerance, noise: Mapping[str, float] | None,
+             candidate_dtypes: Sequence[str] = ()) -> list[Budget]:
+    """Each pair's budget, in the lower precision of its two values.
+
+    A candidate holding its weights in bf16 rounds to bf16 even where it computes in
+    fp32 (an RMSNorm's float32 island): its weights' dtype lowers every float budget.
+    """
+    ref_records = {r.name: r for r in reference.records}
+    cand_records = {r.name: r for r in candidate.records}
+    budgets = []
+    for pair in alignment.pairs:
+        dtype = compare_dtype(ref_records[pair.reference].dtype, cand_records[pair.candidate].dtype)
+        if noise is None and dtype in DEFAULTS:
+            for weights in candidate_dtypes:
+                dtype = compare_dtype(dtype, weights)
+        if noise is not None and dtype == "float64":  # the candidate's dtype sets the noise
+            dtype = cand_records[pair.candidate].dtype or dtype
+        budgets.append(tolerance.budget(dtype, noise.get(pair.reference, 0.0)
+                                        if noise is not None else None))
+    return budgets
+
+
+def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,
+                 candidate: IntrospectGraph) -> list[tuple[str, str]]:
+    ref_dtypes = {r.name: r.dtype for r in reference.records}
+    cand_dtypes = {r.name: r.dtype for r in candidate.records}
+    return [(ref_dtypes[p.reference], cand_dtypes[p.candidate]) for p in alignment.pairs]
+
+
+def model_dtypes(model: torch.nn.Module) -> set[str]:
+    """The floating dtypes a model's weights are held in."""
+    return {str(t.dtype).removeprefix("torch.")
+            for t in itertools.chain(model.parameters(), model.buffers())
+            if t.is_floating_point()}
+
+
+def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
+    """A side whose replay did not reproduce its own run: nothing it says can be trusted.
+
+    A recorded graph runs the same kernels in the same order as the model did, so its
+    outputs are the model's to the bit, unless the model draws random numbers (dropout
+    left on) or changes its own state as it runs.
+    """
+    notes = []
+    for side, recording in zip(("reference", "candidate"), recordings, strict=True):
+        replayed = run.outputs.get(side, {})
+        differing = outputs_not_replayed(recording, replayed)
+        if differing:
+            notes.append(f"the {side} computed other values when run again on the same "
+                         f"inputs ({', '.join(differing)} differ): its forward is not "
+                         "deterministic (dropout or random numbers left on?) or changes its "
+                         "own state as it runs; the diff fails, since no comparison of it "
+                         "can be trusted")
+    return notes
+
+
+def _nonfinite_notes(rows: list[NodeDiff], allowed: bool) -> list[str]:
+    holding = [r for r in rows if r.nonfinite]
+    if not holding:
+        return []
+    first = holding[0]
+    verdict = "allowed by allow_nonfinite (--allow-nonfinite)" if allowed else "the diff fails"
+    return [f"NaN or Inf in {len(holding)} compared node(s), first at {first.reference_node} "
+            f"({first.op} in {first.module or first.layer}): {verdict}"]
+
+
+def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],
+                 cand_inputs: Mapping[str, Any]) -> list[str]:
+    notes = []
+    for side, taken in (("reference", ref_inputs), ("candidate", cand_inputs)):
+        left = [n for n in tensors if n not in taken]
+        if left:
+            notes.append(f"the {side}'s forward takes no {', '.join(left)}; it ran without")
+    return notes
+
+
+def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
+                    title: str, keywords: Mapping[str, Any] | None = None,
+                    ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
+    """Run ``model`` once and record what it ran (``introspect.diff.eager``).
+
+    The diff works on what the model really computes on these inputs: its hooks,
+    private state, globals and Python branches included, and no graph is cached or
+    replayed from another layer.
+    """
+    accepted = accepted_inputs(model, tensors)
+    if not accepted:
+        raise InputError(f"{type(model).__name__}.forward takes none of the inputs "
+                         f"{', '.join(tensors)}")
+    cache_note = keywords is None and bool(cache_off(model, accepted))
+    if keywords is None:  # a decoder's cache on by default: one forward without it
+        keywords = cache_off(model, accepted)
+    recording = record_forward(model, accepted, title, keywords)
+    notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
+    graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
+                            recording.output_names, notes=notes, title=title)
+    return graph, accepted, recording
+
+
+def accepted_inputs(model: torch.nn.Module,
+                     tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs ``model.forward`` takes by name (all of them when it takes ``**kwargs``).
+
+    A TorchScript module's forward has no Python signature: its schema names the
+    arguments instead (``self`` first).
+    """
+    try:
+        names = set(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        schema = getattr(getattr(model, "forward", None), "schema", None)
+        arguments = [a.name for a in getattr(schema, "arguments", [])][1:]
+        return {name: t for name, t in tensors.items() if name in arguments} \
+            if arguments else dict(tensors)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in names):
+        return dict(tensors)
+    taken = {p.name for p in names}
+    return {name: t for name, t in tensors.items() if name in taken}
+
+
+__all__ = ["Explanation", "accepted_inputs", "explain", "model_dtypes", "record_for_diff"]

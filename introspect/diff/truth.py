@@ -1,0 +1,141 @@
+"""The truth runs against the recordings: faithful or not, the divergence, the reference again.
+
+``introspect.diff.outputs`` compares the two models' plain calls; this module ties that
+verdict to the rest of the diff:
+
+- ``faithful_recordings``: each recording must reproduce its model's own ``no_grad`` call
+  bit for bit (outputs made outside torch cannot be recorded at all). Where it does not (a
+  fast path, a compiled region, autocast), the notes say so in one line naming the module
+  where the paths part (``introspect.run.boundaries``), and node-level values no longer
+  decide anything;
+- ``truth_divergence``: where the truth runs fail and the recording cannot say where, the
+  first divergence is the module where the paths part, or the worst output;
+- ``check_reference_again``: the reference is called once more at the end; a candidate
+  that changed what the reference computes (a patched ``torch.Tensor`` method, a kernel,
+  a registry, autocast left on, a module global) ends the run with no verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from introspect.diff.outputs import TruthVerdict
+from introspect.diff.records import Divergence
+from introspect.errors import InputError
+from introspect.run.boundaries import where_paths_part
+from introspect.run.outputs import flatten_outputs
+from introspect.run.truth import Truth, identical, run_truth
+
+
+class ReferenceChanged(InputError):
+    """The reference computes other values after the candidate's code ran: no verdict."""
+
+
+def faithful_recordings(ref_truth: Truth, ref_recording: Any, cand_truth: Truth,
+                        cand_recording: Any, candidate: torch.nn.Module,
+                        cand_inputs: Mapping[str, torch.Tensor], labels: tuple[str, str],
+                        noise_budget: bool,
+                        ) -> tuple[bool, list[str], tuple[str, str, float] | None]:
+    """Whether both recordings reproduce their models' own calls, the notes, where they part.
+
+    Returns:
+        (faithful, notes, parted): ``parted`` is the candidate's (module, class, largest
+        difference) where its recording leaves the path its plain call takes, or None.
+    """
+    notes: list[str] = []
+    faithful = True
+    parted = None
+    sides = [(labels[1], cand_truth, cand_recording)]
+    if not noise_budget:  # the reference was recorded in float64 then: not the same run
+        sides.insert(0, (labels[0], ref_truth, ref_recording))
+    for label, truth, recording in sides:
+        if recording is None:
+            faithful = False
+            continue
+        recorded = flatten_outputs(recording.recorded_outputs)
+        outside = [n for n in truth.no_grad_outputs if n not in recorded]
+        # The recording runs the path a call with autograd on takes (any torch function
+        # mode switches the fast paths off): reproducing either call makes it faithful.
+        differing = min(([n for n in outputs if n in recorded
+                          and not identical(outputs[n], recorded[n])]
+                         for outputs in (truth.no_grad_outputs, truth.grad_outputs)), key=len)
+        if outside:
+            notes.append(f"the {label}'s {', '.join(outside)} was made outside torch (NumPy?): "
+                         "the recording cannot see how; it is compared as returned")
+            faithful = False
+        if differing:
+            faithful = False
+            where = ""
+            if truth is cand_truth:
+                parted = where_paths_part(candidate, cand_inputs)
+            if parted is not None and truth is cand_truth:
+                where = (f"; the paths part at {parted[0]} ({parted[1]}, its plain output "
+                         f"differs from the recorded one by {parted[2]:.3g})")
+            notes.append(f"the recording of the {label} reproduces neither of its own calls "
+                         f"({', '.join(differing)} differ{where}: a PyTorch fast path, a "
+                         "compiled region or autocast that any recording switches off); the "
+                         "node-level values explain the path the recording took, and the "
+                         "verdict comes from the two models' own calls")
+    return faithful, notes, parted
+
+
+def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | None,
+                     ) -> Divergence | None:
+    """The divergence of a failing truth run that the node-level comparison cannot name."""
+    worst = verdict.worst_failing()
+    reasons = ", ".join(verdict.reasons) or "outputs"
+    if worst is None:
+        return Divergence("outputs", "", "", "outputs", "output", 0.0,
+                          "bit for bit", (), detail=f"the candidate's forward {reasons}")
+    error = worst.max_abs_err if worst.max_abs_err is not None else float("nan")
+    budget = f"{worst.limit:.3g} (what rounding explains)" if worst.limit else "exact"
+    hints: tuple[str, ...] = ()
+    detail = f"{worst.reference_output} in the {worst.call} call"
+    if parted is not None:
+        module, kind, _ = parted
+        return Divergence(worst.reference_output, module, module, _layer(module), kind,
+                          error, budget, hints,
+                          detail=f"{detail}; found at module boundaries: the recording "
+                                 "took another path from this module on")
+    return Divergence(worst.reference_output, worst.candidate_output, "", "outputs", "output",
+                      error, budget, hints, detail=detail)
+
+
+def check_reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                          truth: Truth) -> None:
+    """Call the reference once more under ``no_grad``: it must return what it did first.
+
+    Raises:
+        ReferenceChanged: it does not (the message names the outputs and the difference).
+    """
+    again = run_truth(reference, inputs, grad_calls=0).no_grad_outputs
+    first = truth.no_grad_outputs
+    moved = [name for name in first if not identical(first[name], again.get(name))]
+    if not moved:
+        return
+    gaps = []
+    for name in moved:
+        a, b = first[name], again.get(name)
+        if b is not None and a.shape == b.shape and a.is_floating_point():
+            gaps.append(float((a.double() - b.double()).abs().nan_to_num(float("inf")).max()))
+    gap = f" by up to {max(gaps):.3g}" if gaps else ""
+    raise ReferenceChanged(
+        f"the candidate changed what the reference computes: called again after the "
+        f"candidate ran, the reference's {', '.join(moved)} moved{gap} (a patched torch "
+        "function or Tensor method, a registered kernel or attention function, autocast left "
+        "on, or a module global both import); no verdict")
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("layer", "layers", "h", "blocks") and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2])
+    return parts[0] if parts and parts[0] else "outputs"
+
+
+__all__ = ["ReferenceChanged", "check_reference_again", "faithful_recordings",
+           "truth_divergence"]

@@ -1,0 +1,14 @@
+"""How a model is run for a verdict: plainly, as its user runs it (``truth``).
+
+The diff's verdict comes from *truth runs* (shared/DESIGN.md, "Truth runs"): each model
+called as its user calls it (eval mode, no torch function mode, autograd on, and once more
+under ``no_grad``), on its own copy of the inputs, the candidate at least twice. The
+recording (``introspect.diff.eager``) and the replay (``introspect.diff.compare``) only
+explain a verdict; they are held to reproduce the truth outputs bit for bit.
+
+- ``outputs``: every output a model returns, by name, whatever produced it (NumPy too);
+- ``truth``: the truth runs of one model and what they showed (inputs changed in place,
+  outputs that change from call to call or with the grad mode);
+- ``boundaries``: the values at module boundaries of a truth run, taken with hooks that do
+  not change the path, to say where a recording parts from what really ran.
+"""

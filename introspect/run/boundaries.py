@@ -1,0 +1,114 @@
+"""Values at module boundaries of a plain call: where a recording parts from the truth.
+
+The recording (``introspect.diff.eager``) runs the model under a torch function mode, and
+any mode switches off PyTorch's fast paths: ``nn.TransformerEncoderLayer`` in eval under
+``no_grad`` runs one fused kernel that reads ``linear1.weight`` itself and never calls
+``linear1``'s forward. Where a recording does not reproduce the plain call, this module
+says from which module on: it runs the model twice under ``no_grad``, once plainly and
+once under a mode that only passes every call through, and takes each module's output
+with a *global* forward hook (``register_module_forward_hook``). Per-module hooks would
+switch the fast path off too; a global hook does not, and a module that a fast path skips
+simply reports nothing. The first module, in the order modules finish, whose outputs
+differ between the two runs is the deepest that really ran where the paths part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from introspect.run.outputs import flatten_outputs
+from introspect.run.truth import identical
+
+
+class _PassThrough(TorchFunctionMode):
+    """A mode that changes nothing but being there (as the recorder is)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+def module_outputs(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                   keywords: Mapping[str, Any] | None = None, *,
+                   under_mode: bool = False) -> dict[tuple[str, int], torch.Tensor]:
+    """Each module call's first output tensor, by (module name, call number), in the
+    order the calls finished."""
+    names = {id(m): name for name, m in model.named_modules()}
+    calls: dict[str, int] = {}
+    taken: dict[tuple[str, int], torch.Tensor] = {}
+
+    def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+        name = names.get(id(module))
+        if name is None:
+            return
+        leaves = flatten_outputs(output)
+        if not leaves:
+            return
+        number = calls.get(name, 0)
+        calls[name] = number + 1
+        taken[(name, number)] = next(iter(leaves.values()))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    copies = {name: tensor.clone() for name, tensor in inputs.items()}
+    try:
+        with torch.no_grad():
+            if under_mode:
+                with _PassThrough():
+                    model(**copies, **(keywords or {}))
+            else:
+                model(**copies, **(keywords or {}))
+    finally:
+        handle.remove()
+    return taken
+
+
+def where_paths_part(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                     keywords: Mapping[str, Any] | None = None,
+                     ) -> tuple[str, str, float] | None:
+    """The first module whose plain output differs from its output under a mode.
+
+    Returns:
+        (module name, its class name, the largest difference), or None where every module
+        both runs report gives the same values (or the model fails to run again).
+    """
+    try:
+        plain = module_outputs(model, inputs, keywords)
+        moded = module_outputs(model, inputs, keywords, under_mode=True)
+    except Exception:  # the question is a detail of a note: never a new failure
+        return None
+    modules = dict(model.named_modules())
+    first: tuple[str, str, float] | None = None
+    for (name, _), value in plain.items():
+        other = moded.get((name, _))
+        if other is None or identical(value, other):
+            continue
+        gap, scale = _gap(value, other)
+        found = (name or type(model).__name__, type(modules[name]).__name__, gap)
+        # A fused kernel rounds otherwise than the Python code it replaces: the paths
+        # part where the difference is more than rounding (or, failing that, first).
+        if not gap <= ROUNDING * scale + ROUNDING_ATOL:
+            return found
+        first = first or found
+    return first
+
+
+# What rounding explains between a fused kernel and the code it replaces (float32): the
+# drift model's relative limit (``introspect.diff.drift.DRIFT_RTOL``) and fp32's atol.
+ROUNDING = 1e-4
+ROUNDING_ATOL = 1e-5
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """The largest difference of two values and the first's largest magnitude."""
+    if a.shape != b.shape or not a.numel():
+        return float("nan"), 0.0
+    a64, b64 = a.double(), b.double()
+    return float((a64 - b64).abs().nan_to_num(float("inf")).max()), \
+        float(a64.abs().nan_to_num(0).max())
+
+
+__all__ = ["module_outputs", "where_paths_part"]

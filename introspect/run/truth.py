@@ -1,0 +1,127 @@
+"""Truth runs: a model called plainly, as its user calls it, and what the calls showed.
+
+The verdict rests on these calls (shared/DESIGN.md, "Truth runs"), not on the recording:
+
+- eval mode (the diff puts the model there), no torch function mode of ours, autograd on
+  (a plain ``model(**x)``), then once more under ``no_grad`` (what inference code does;
+  PyTorch's fast paths, such as ``nn.TransformerEncoderLayer``'s fused kernel, run only
+  there);
+- every call gets its own copy of the inputs, and the copy is checked unchanged afterwards
+  (a port that fills the attention mask in place would otherwise corrupt what the other
+  model sees, or the caller's own tensors);
+- the candidate is called with autograd on at least twice: a forward whose outputs change
+  from call to call (a Python counter, a cache it fills) cannot be trusted by one call;
+- every output is kept, whatever produced it (``introspect.run.outputs``).
+
+Example::
+
+    >>> truth = run_truth(model, {"input_ids": ids})
+    >>> sorted(truth.grad_outputs), truth.changed_inputs
+    (['last_hidden_state', 'pooler_output'], [])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from introspect.errors import InputError
+from introspect.run.outputs import flatten_outputs
+
+
+@dataclasses.dataclass
+class TruthCall:
+    """One plain call: its grad mode, its outputs by name, the inputs it changed in place."""
+
+    grad: bool
+    outputs: dict[str, torch.Tensor]
+    changed_inputs: list[str]
+
+
+@dataclasses.dataclass
+class Truth:
+    """The truth runs of one model: the calls with autograd on, then the ``no_grad`` one."""
+
+    calls: list[TruthCall]
+
+    @property
+    def grad_outputs(self) -> dict[str, torch.Tensor]:
+        """The first call's outputs (autograd on): ``model(**x)`` as a user writes it."""
+        return self.calls[0].outputs
+
+    @property
+    def no_grad_outputs(self) -> dict[str, torch.Tensor]:
+        """The ``no_grad`` call's outputs (inference code; PyTorch's fast paths)."""
+        return self.calls[-1].outputs
+
+    @property
+    def changed_inputs(self) -> list[str]:
+        """Inputs some call changed in place, in input order."""
+        seen = {name: None for call in self.calls for name in call.changed_inputs}
+        return list(seen)
+
+    def changed_between_calls(self) -> list[str]:
+        """Outputs of the autograd calls that are not bit-identical from call to call."""
+        grad_calls = [c for c in self.calls if c.grad]
+        first = grad_calls[0].outputs
+        differing: dict[str, None] = {}
+        for call in grad_calls[1:]:
+            for name in first.keys() | call.outputs.keys():
+                if not identical(first.get(name), call.outputs.get(name)):
+                    differing[name] = None
+        return sorted(differing, key=lambda n: _order(first, n))
+
+
+def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+              keywords: Mapping[str, Any] | None = None, grad_calls: int = 1) -> Truth:
+    """Call ``model`` plainly ``grad_calls`` times with autograd on, then once under no_grad.
+
+    Args:
+        model: the model, already in the mode its user runs it in (the diff: eval).
+        inputs: the input tensors by keyword; each call gets its own copy, and the
+            originals are never handed to the model.
+        keywords: other keyword arguments, passed as they are.
+        grad_calls: how many calls with autograd on (the candidate: 2, to see a forward
+            that changes from call to call).
+
+    Raises:
+        InputError: the model failed on the inputs (the cause is kept).
+    """
+    calls = []
+    for grad in [True] * grad_calls + [False]:
+        copies = {name: tensor.clone() for name, tensor in inputs.items()}
+        try:
+            with torch.set_grad_enabled(grad):
+                returned = model(**copies, **(keywords or {}))
+                outputs = flatten_outputs(returned)
+        except Exception as e:
+            cause = " ".join(str(e).split())
+            raise InputError(f"{type(model).__name__} could not run on the inputs: "
+                             f"{type(e).__name__}: {cause}") from e
+        del returned  # its autograd graph goes with it
+        changed = [name for name in inputs if not identical(inputs[name], copies[name])]
+        calls.append(TruthCall(grad, outputs, changed))
+    return Truth(calls)
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Bit for bit: same shape, dtype and values, NaN where the other has NaN."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(a.nan_to_num(), b.nan_to_num())
+                    and torch.equal(a.isnan(), b.isnan()))
+    return bool(torch.equal(a, b))
+
+
+def _order(outputs: Mapping[str, Any], name: str) -> int:
+    names = list(outputs)
+    return names.index(name) if name in names else len(names)
+
+
+__all__ = ["Truth", "TruthCall", "identical", "run_truth"]

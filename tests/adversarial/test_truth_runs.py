@@ -1,0 +1,149 @@
+"""The verdict comes from the run the user makes (issue 30): every port of the truth corpus
+gets its right verdict, through the CLI and through ``introspect.diff``.
+
+The ports (``ports/truth_*.py``, importing only torch, NumPy, transformers and the sibling
+``adv_bert``) each come as a correct twin and faulty ones, one mechanism each: PyTorch's
+fast path (``nn.TransformerEncoder``), grad mode, a call counter, an output made in NumPy,
+inputs changed in place, an unmerged LoRA, ``torch.compile``, ``torch.jit.trace``,
+``quantize_dynamic``, two ports from one shared module, and builds that change what the
+reference computes (``torch.Tensor.softmax``, a ``torch.library`` kernel, transformers'
+attention registry, autocast left on, a transformers module global). Those last run in a
+fresh process each: what they change outlives the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from introspect.cli.main import main
+from tests.adversarial.corpus import PORTS, port
+
+# (file, builder, extra CLI arguments, the exit status the CLI must give)
+IN_PROCESS = [
+    ("truth_encoder", "correct", (), 0),
+    ("truth_encoder", "faulty", (), 1),  # merged LoRA seen only by the fused fast path
+    ("truth_encoder", "faulty_tanh", (), 1),  # tanh GELU the fast path ignores
+    ("truth_modes", "correct_grad", (), 0),
+    ("truth_modes", "faulty_grad", (), 1),
+    ("truth_modes", "correct_counter", (), 0),
+    ("truth_modes", "faulty_counter", (), 1),
+    ("truth_numpy", "correct", (), 0),
+    ("truth_numpy", "faulty", (), 1),
+    ("truth_inputs", "correct", (), 0),
+    ("truth_inputs", "faulty_mask", (), 1),
+    ("truth_inputs", "faulty_ids", (), 1),
+    ("truth_lora", "correct", (), 0),
+    ("truth_lora", "faulty", (), 1),
+    ("truth_compiled", "correct_compiled", (), 0),
+    ("truth_compiled", "faulty_compiled", (), 1),
+    ("truth_compiled", "correct_traced", (), 0),
+    ("truth_compiled", "faulty_traced", (), 1),
+    ("truth_compiled", "correct_quantized", ("--atol", "0.1"), 0),
+    ("truth_compiled", "faulty_quantized", ("--atol", "0.1"), 1),
+]
+# Builds that change what the reference computes: exit 2 naming the change, or a FAIL.
+GLOBAL_CHANGES = {
+    "faulty_tensor_softmax": "Tensor.softmax (patched on the class)",
+    "faulty_sdpa_registry": "torch's attention functions (sdpa",
+    "faulty_autocast": "torch's autocast (cpu: off -> on (torch.bfloat16))",
+    "faulty_hf_global": "modeling_bert.eager_attention_forward (patched in the module)",
+    "faulty_gelu_kernel": "the candidate changed what the reference computes",
+}
+SHARED = [("correct", 0), ("faulty_global", 1), ("faulty_class_attr", 1),
+          ("faulty_class_method", 1)]
+
+
+def _cli(folder, spec: str, capsys, *extra: str) -> tuple[int, str]:
+    code = main(["diff", "--model", str(folder), "--candidate", spec, *extra])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize("name, builder, extra, expected", IN_PROCESS,
+                         ids=[f"{n}:{b}" for n, b, _, _ in IN_PROCESS])
+def test_cli_verdict(name, builder, extra, expected, tiny_folder, capsys):
+    code, out = _cli(tiny_folder, f"{PORTS / name}.py:{builder}", capsys, *extra)
+    assert code == expected, out
+
+
+@pytest.mark.parametrize("name, builder, extra, expected", IN_PROCESS,
+                         ids=[f"{n}:{b}" for n, b, _, _ in IN_PROCESS])
+def test_api_verdict_and_the_callers_inputs(name, builder, extra, expected, tiny):
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    kept = {k: v.clone() for k, v in inputs.tensors.items()}
+    candidate = getattr(port(f"{name}.py"), builder)(reference)
+    atol = float(extra[1]) if extra else None
+    result = introspect.diff(reference.model, candidate, inputs, atol=atol)
+    assert result.passed is (expected == 0), result.summary()
+    assert all(torch.equal(kept[k], v) for k, v in inputs.tensors.items())  # never handed over
+    if expected:
+        assert result.first_divergence is not None
+
+
+def test_notes_say_what_the_truth_runs_saw(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    said = {}
+    for name, builder in (("truth_modes", "faulty_counter"), ("truth_encoder", "faulty"),
+                          ("truth_numpy", "faulty"), ("truth_inputs", "faulty_mask")):
+        result = introspect.diff(reference.model,
+                                 getattr(port(f"{name}.py"), builder)(reference), inputs)
+        said[builder if name != "truth_numpy" else "numpy"] = " ".join(result.notes)
+    assert "changes from call to call" in said["faulty_counter"]
+    assert "depend on the grad mode" in said["faulty"]
+    assert "made outside torch" in said["numpy"]
+    assert "changed its input(s) attention_mask in place" in said["faulty_mask"]
+
+
+def test_a_fast_path_fault_is_blamed_on_its_layer(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("truth_encoder.py").faulty(reference), inputs)
+    assert result.first_divergence.module == "encoder.layers.1"
+    assert "module boundaries" in result.first_divergence.detail
+
+
+@pytest.mark.parametrize("builder, expected", SHARED, ids=[b for b, _ in SHARED])
+def test_two_ports_from_one_shared_module(builder, expected, tiny_folder, capsys):
+    shared = PORTS / "truth_shared.py"
+    code, out = _cli(tiny_folder, f"{shared}:{builder}", capsys, "--reference",
+                     f"{shared}:reference")
+    assert code == expected, out
+
+
+@pytest.mark.parametrize("builder", ["correct", *GLOBAL_CHANGES])
+def test_a_build_that_changes_the_reference_never_passes(builder, tiny_folder):
+    """In a fresh process: a patched Tensor method or kernel outlives the run."""
+    spec = f"{PORTS / 'truth_globals.py'}:{builder}"
+    extra = ["--attn", "eager"] if builder == "faulty_hf_global" else []
+    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model",
+                           str(tiny_folder), "--candidate", spec, "-q", *extra],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if builder == "correct":
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("introspect diff: error: ") and GLOBAL_CHANGES[builder] in last
+
+
+@pytest.mark.slow
+def test_inductor_compiled_ports(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    module = port("truth_compiled.py")
+    correct = introspect.diff(reference.model, module.correct_inductor(reference), inputs)
+    faulty = introspect.diff(reference.model, module.faulty_inductor(reference), inputs)
+    assert (correct.passed, faulty.passed) == (True, False), faulty.summary()
