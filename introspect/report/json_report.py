@@ -13,6 +13,7 @@ Schema (version 1)::
                  "unmatched", "skipped"},
      "nodes": [every field of NodeDiff, per aligned pair or unmatched node],
      "layers": [every field of LayerDiff, and "status": pass, FAIL, drift or n/a],
+     "outputs": [every field of OutputDiff: each output of the truth runs, per call],
      "notes": [str]}
 
 Numbers that are not finite (an infinite relative error, a NaN) are written as the
@@ -65,6 +66,7 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
         "layers": [{**asdict(r), "status": word}
                    for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
+        "outputs": [asdict(r) for r in getattr(result, "output_rows", [])],
         "notes": list(result.notes),
         **generation_json(result),  # steps, caches, generated: with --generate only
         **({"backward": backward_dict(result)} if result.backward is not None else {}),

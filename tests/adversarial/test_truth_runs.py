@@ -49,7 +49,7 @@ IN_PROCESS = [
 GLOBAL_CHANGES = {
     "faulty_tensor_softmax": "Tensor.softmax (patched on the class)",
     "faulty_sdpa_registry": "torch's attention functions (sdpa",
-    "faulty_autocast": "torch's autocast (cpu: off -> on (torch.bfloat16))",
+    "faulty_autocast": "torch's autocast (cpu: 'off' -> 'on (torch.bfloat16)')",
     "faulty_hf_global": "modeling_bert.eager_attention_forward (patched in the module)",
     "faulty_gelu_kernel": "the candidate changed what the reference computes",
 }
