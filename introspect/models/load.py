@@ -88,6 +88,10 @@ _HEAD_KEY = re.compile(
     r"generator_predictions)\.")
 _REBUILT_BUFFER = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
 _SHOWN = 6
+# torch dtypes of a pytorch_model.bin -> the safetensors names the memory check reads
+_SAFETENSORS_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+                      torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
+                      torch.uint8: "U8", torch.int8: "I8", torch.bool: "BOOL"}
 
 
 @dataclass
@@ -250,8 +254,10 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         activations = set(ACT2FN)
     config_file = str(path / "config.json")
     validate.check_config(values, activations=activations, source=config_file)
-    validate.check_model_size(values, source=config_file)  # before any weight is read
     weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
+    mapped = weights is not None and weights.name.startswith("model.safetensors")
+    # before any weight is read; safetensors are memory-mapped: their bytes count once
+    validate.check_model_size(values, source=config_file, mapped=mapped)
     if weights is None:
         raise ModelSourceError(
             f"{str(path)!r} has a config.json but no weights (model.safetensors or "
@@ -259,14 +265,16 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         )
     files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
         weights]
-    shapes: dict[str, tuple[int, ...]] = {}
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
     for file in files:
         if file.name.endswith(".safetensors"):
-            shapes.update(validate.safetensors_shapes(file, root))
+            tensors.update(validate.safetensors_tensors(file, root))
         else:
-            shapes.update({k: tuple(v.shape) for k, v in validate.torch_bin_state(file,
-                                                                                  root).items()})
-    validate.check_weights_fit(values, shapes, str(weights))
+            tensors.update({k: (_SAFETENSORS_DTYPE.get(v.dtype, "F32"), tuple(v.shape))
+                            for k, v in validate.torch_bin_state(file, root).items()})
+    validate.check_weights_memory(tensors, values, mapped=mapped, source=str(weights))
+    validate.check_weights_fit(values, {k: shape for k, (_, shape) in tensors.items()},
+                               str(weights))
     validate.check_tokenizer_files(path)
     return values, weights
 
