@@ -75,9 +75,10 @@ def measure_diff(folder: Path, port: Path = PORT, timeout: float = 3600.0) -> di
 
 def _child(argv: list[str]) -> None:
     """``introspect diff argv`` in this process, then its figures as one JSON line."""
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
     import introspect.cli.main as cli
     import introspect.diff.api  # noqa: F401  # the imports every diff pays, before the model
-    import transformers.models.llama.modeling_llama  # noqa: F401
 
     imported = _status_bytes("VmRSS")
     code = cli.main(argv)

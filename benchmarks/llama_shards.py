@@ -118,4 +118,5 @@ def _draw(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> t
     return torch.empty(shape, dtype=dtype).normal_(0.0, INIT_STD, generator=generator)
 
 
-__all__ = ["LLAMA_3B", "LLAMA_7B", "LLAMA_SMALL", "LLAMA_TEST", "checkpoint_bytes", "write_llama_checkpoint"]
+__all__ = ["LLAMA_3B", "LLAMA_7B", "LLAMA_SMALL", "LLAMA_TEST", "checkpoint_bytes",
+           "write_llama_checkpoint"]

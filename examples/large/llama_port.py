@@ -141,8 +141,9 @@ def hf_to_port(name: str) -> str:
 
 
 HF_TO_PORT = [
-    ("model.embed_tokens.", "tok_embeddings."), ("model.norm.", "norm."), ("model.layers.", "layers."),
-    ("lm_head.", "output."), ("self_attn.q_proj", "attention.wq"), ("self_attn.k_proj", "attention.wk"),
+    ("model.embed_tokens.", "tok_embeddings."), ("model.norm.", "norm."),
+    ("model.layers.", "layers."), ("lm_head.", "output."),
+    ("self_attn.q_proj", "attention.wq"), ("self_attn.k_proj", "attention.wk"),
     ("self_attn.v_proj", "attention.wv"), ("self_attn.o_proj", "attention.wo"),
     ("mlp.gate_proj", "feed_forward.w1"), ("mlp.up_proj", "feed_forward.w3"),
     ("mlp.down_proj", "feed_forward.w2"), ("input_layernorm", "attention_norm"),

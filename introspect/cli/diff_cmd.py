@@ -270,12 +270,14 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
                                         candidate_attn, args, before)
     if args.candidate_dtype:
-        import copy
-
         import torch
 
+        from introspect.diff.copies import cast_copy
+
         if candidate is reference:  # HF against HF in another dtype: cast a copy
-            candidate = copy.deepcopy(reference)
+            candidate = cast_copy(reference, getattr(torch, args.candidate_dtype),
+                                  what=f"--candidate-dtype {args.candidate_dtype}",
+                                  always=True)
         candidate = candidate.to(getattr(torch, args.candidate_dtype))
         candidate_label = f"{candidate_label}, {args.candidate_dtype}"
         _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "

@@ -29,18 +29,19 @@ COPY_SHARE = 0.8
 
 
 def cast_copy(model: torch.nn.Module, dtype: torch.dtype, *, what: str = "a copy",
-              memory: int | None = None) -> torch.nn.Module:
+              memory: int | None = None, always: bool = False) -> torch.nn.Module:
     """``model`` with its floating tensors in ``dtype``: a copy, or ``model`` when they are.
 
     Non-floating tensors (ids, masks) are copied as they are. The copy is in eval mode
     when the model is; hooks and attributes are deep-copied as ``copy.deepcopy`` does.
+    ``always``: a copy even when the model is in ``dtype`` already (a second model).
 
     Raises:
         InputError: the copy would take more than ``COPY_SHARE`` of the memory available
             (``what`` names what needs it).
     """
     tensors = _unique_tensors(model)
-    if all(t.dtype == dtype for t in tensors.values() if t.is_floating_point()):
+    if not always and all(t.dtype == dtype for t in tensors.values() if t.is_floating_point()):
         return model
     needed = sum(t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size())
                  for t in tensors.values())

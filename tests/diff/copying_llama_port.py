@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-_spec = importlib.util.spec_from_file_location(
-    "large_llama_port", Path(__file__).resolve().parents[2] / "examples" / "large" / "llama_port.py")
+_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "large" / "llama_port.py"
+_spec = importlib.util.spec_from_file_location("large_llama_port", _EXAMPLE)
 llama_port = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = llama_port  # its dataclass looks its module up there
 _spec.loader.exec_module(llama_port)
