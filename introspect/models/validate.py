@@ -370,11 +370,12 @@ def check_model_size(values: Mapping[str, Any], *, source: str = "config.json",
                      memory: int | None = None, mapped: bool = False) -> int:
     """Refuse a config whose model would not fit in memory; return its parameter estimate.
 
-    The estimate is in the dtype the config names (``torch_dtype``/``dtype``; float32 when
-    it names none), the dtype transformers loads it in. ``mapped``: the weights are
-    safetensors, read in place from the file's pages (memory-mapped) when they are stored in
-    that dtype, so the model needs its bytes once: it may take ``MAPPED_SHARE`` of the memory
-    rather than ``MEMORY_SHARE`` (``check_weights_memory`` checks the stored dtypes later).
+    The estimate is in float32, against ``MEMORY_SHARE`` of the memory available. ``mapped``:
+    the weights are safetensors, which transformers reads in place (memory-mapped) when
+    they are stored in the dtype it loads: the model needs its bytes once. Their headers
+    give the exact bytes next (``check_weights_memory``), so this first check only refuses
+    what cannot fit however it loads: the estimate in the config's dtype (float16 where it
+    names none) against ``MAPPED_SHARE``.
 
     Raises:
         ModelSourceError: the estimate is over the share of the memory available, with the
@@ -382,15 +383,17 @@ def check_model_size(values: Mapping[str, Any], *, source: str = "config.json",
     """
     parameters = estimate_parameters(values)
     memory = available_memory() if memory is None else memory
-    dtype = config_dtype(values)
-    share = MAPPED_SHARE if mapped and dtype is not None else MEMORY_SHARE
-    needed = parameters * (_DTYPE_BYTES.get(dtype or "", BYTES_PER_PARAMETER))
-    limit = int(memory * share)
+    dtype = config_dtype(values) if mapped else None
+    if mapped:
+        share, dtype = MAPPED_SHARE, dtype or "float16"
+    else:
+        share, dtype = MEMORY_SHARE, "float32"
+    needed, limit = parameters * _DTYPE_BYTES[dtype], int(memory * share)
     if needed > limit:
         raise ModelSourceError(
             f"{source} describes a model of about {_count(parameters)} parameters "
-            f"({_bytes(needed)} in {dtype or 'float32'}), more than the {_bytes(limit)} this "
-            f"machine can give it ({share:.0%} of {_bytes(memory)} available); check its sizes"
+            f"({_bytes(needed)} in {dtype}), more than the {_bytes(limit)} this machine can "
+            f"give it ({share:.0%} of {_bytes(memory)} available); check its sizes"
         )
     return parameters
 

@@ -108,7 +108,7 @@ def test_a_7b_llama_of_bfloat16_safetensors_fits_a_24_gib_machine():
 
 
 def test_the_same_weights_cast_or_unmapped_are_refused_with_the_reason():
-    with pytest.raises(ModelSourceError, match=r"12\.6 GiB in bfloat16.*\(50% of 20\.0 GiB"):
+    with pytest.raises(ModelSourceError, match=r"25\.1 GiB in float32.*\(50% of 20\.0 GiB"):
         validate.check_model_size(SEVEN_B, memory=MEMORY_24_GIB)  # a .bin: loaded into memory
     with pytest.raises(ModelSourceError, match=r"25\.1 GiB cast to float32 as they load"):
         validate.check_weights_memory(_headers(LLAMA_7B), {**SEVEN_B, "torch_dtype": "float32"},
