@@ -66,7 +66,8 @@ def measure_diff(folder: Path, port: Path = PORT, timeout: float = 3600.0) -> di
         result = json.loads(report.read_text()) if report.exists() else {}
     weights = checkpoint_bytes(folder)
     return {"exit_code": child["exit_code"], "passed": result.get("passed"),
-            "pairs": len(result.get("nodes", [])), "weight_bytes": weights,
+            "pairs": sum(1 for row in result.get("nodes", []) if row.get("candidate_node")
+                         and row.get("reference_node")), "weight_bytes": weights,
             "imported_rss_bytes": child["imported_rss_bytes"],
             "peak_rss_bytes": child["peak_rss_bytes"],
             "peak_over_weights": round(child["peak_rss_bytes"] / weights, 3),
