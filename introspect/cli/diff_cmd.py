@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.candidate_model:  # a broken checkpoint is found before the reference loads
         from introspect.models.load import check_model_source
 
-        check_model_source(args.candidate_model)
+        check_model_source(args.candidate_model, copied=candidate_spec.kind == "scratch")
     result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
         compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.backward and uses_dumps(args):

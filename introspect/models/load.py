@@ -173,7 +173,8 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     return loaded
 
 
-def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
+def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL, *,
+                       copied: bool = False) -> int:
     """Check a model source without loading it; return its number of encoder layers.
 
     Cheap (config.json, weights headers, tokenizer files; no tensor read), so a command
@@ -190,7 +191,7 @@ def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
         return int(validate.bert_names(family.random_config)["num_hidden_layers"])
     folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
     with _quiet_transformers():
-        values, _ = check_checkpoint(folder)
+        values, _ = check_checkpoint(folder, copied=copied)
     return int(validate.bert_names(values).get("num_hidden_layers", 12))
 
 
@@ -232,7 +233,8 @@ def _checkpoint_folder(name: str) -> Path:
 
 
 def check_checkpoint(folder: str | os.PathLike[str], *,
-                     activations: Collection[str] | None = None) -> tuple[dict[str, Any], Path]:
+                     activations: Collection[str] | None = None,
+                     copied: bool = False) -> tuple[dict[str, Any], Path]:
     """Check a checkpoint folder without loading a tensor; return its config and weights file.
 
     config.json (size-capped, inside the folder, BERT values), the model's size against
@@ -241,6 +243,8 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
     Args:
         folder: the checkpoint folder.
         activations: the ``hidden_act`` names allowed; default: transformers' ``ACT2FN``.
+        copied: the weights are copied into a model of its own (the from-scratch BERT's
+            loader), never read in place: memory-mapped safetensors count as any weights.
 
     Raises:
         ModelSourceError: the first problem found, in one line naming the file.
@@ -255,7 +259,7 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
     config_file = str(path / "config.json")
     validate.check_config(values, activations=activations, source=config_file)
     weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
-    mapped = weights is not None and weights.name.startswith("model.safetensors")
+    mapped = not copied and weights is not None and weights.name.startswith("model.safetensors")
     # before any weight is read; safetensors are memory-mapped: their bytes count once
     validate.check_model_size(values, source=config_file, mapped=mapped)
     if weights is None:

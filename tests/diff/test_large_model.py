@@ -70,6 +70,16 @@ def test_the_reference_reads_its_weights_in_place_and_the_port_takes_them(llama_
     assert all(p.data_ptr() in shared for p in port_parameters)
 
 
+def test_the_port_example_is_written_as_users_write_ports():
+    import ast
+
+    tree = ast.parse(PORT.read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported and not any(name.split(".")[0] == "introspect" for name in imported)
+
+
 def test_the_diff_of_a_port_sharing_the_weights_adds_one_model_to_the_imports(llama_folder):
     row = measure_diff(llama_folder, timeout=600)
     assert (row["exit_code"], row["passed"]) == (0, True), row["stderr"]
@@ -78,6 +88,7 @@ def test_the_diff_of_a_port_sharing_the_weights_adds_one_model_to_the_imports(ll
     assert weights <= grown <= weights + ALLOWANCE, (grown, weights)
 
 
+@pytest.mark.slow  # a second 30 s diff, to prove the bound above can fail
 def test_a_port_copying_the_weights_goes_over_that_bound(llama_folder):
     row = measure_diff(llama_folder, port=COPYING_PORT, timeout=600)
     assert (row["exit_code"], row["passed"]) == (0, True), row["stderr"]
