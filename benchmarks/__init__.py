@@ -15,4 +15,7 @@ The modules, one job each:
 - ``alternatives``: torchview, torchlens, torch.export + ShapeProp, forward hooks;
 - ``growth``: cost as sequence length and layer count grow, and its plot;
 - ``harness``: runs the grid and decides what to skip; ``report``: Markdown and CSV.
+
+Standalone, one JSON row each: ``bigger_bench`` (a Llama port's diff on a 3.4B Llama, peak
+memory over weight bytes; ``llama_shards`` writes its checkpoint shard by shard).
 """

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.candidate_model:  # a broken checkpoint is found before the reference loads
         from introspect.models.load import check_model_source
 
-        check_model_source(args.candidate_model)
+        check_model_source(args.candidate_model, copied=candidate_spec.kind == "scratch")
     result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
         compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.backward and uses_dumps(args):
@@ -278,12 +278,14 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
                                             candidate_attn, args, before)
         if args.candidate_dtype:
-            import copy
-
             import torch
 
+            from introspect.diff.copies import cast_copy
+
             if candidate is reference:  # HF against HF in another dtype: cast a copy
-                candidate = copy.deepcopy(reference)
+                candidate = cast_copy(reference, getattr(torch, args.candidate_dtype),
+                                      what=f"--candidate-dtype {args.candidate_dtype}",
+                                      always=True)
             candidate = candidate.to(getattr(torch, args.candidate_dtype))
             candidate_label = f"{candidate_label}, {args.candidate_dtype}"
             _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "

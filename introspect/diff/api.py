@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ import torch
 
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import run_side_by_side
+from introspect.diff.copies import cast_copy
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
@@ -311,8 +311,8 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
                    tensors: Mapping[str, torch.Tensor]) -> tuple[torch.nn.Module, dict[str, float]]:
     """The reference in float64, and each of its nodes' noise in the candidate's dtype."""
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), torch.float32)
-    exact = copy.deepcopy(reference).to(torch.float64).eval()
-    rounded = copy.deepcopy(reference).to(dtype).eval()
+    exact = cast_copy(reference, torch.float64, what="noise_budget").eval()
+    rounded = cast_copy(reference, dtype, what="noise_budget").eval()  # no copy when in dtype
     ref_graph, ref_inputs, _ = record_for_diff(exact, tensors, "float64")
     low_graph, low_inputs, _ = record_for_diff(rounded, tensors, str(dtype))
     alignment = align_graphs(ref_graph, low_graph)

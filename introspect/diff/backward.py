@@ -26,7 +26,6 @@ noise per node and per parameter, as in the forward.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from introspect.diff.backward_hints import gradient_hints, untied_hint
 from introspect.diff.backward_losses import default_loss, loss_kind
 from introspect.diff.backward_record import GradientRecording, LossFn, record_backward
 from introspect.diff.compare import fit_layout
+from introspect.diff.copies import cast_copy
 from introspect.diff.records import Pair, WeightRelation
 from introspect.diff.status import status_word
 from introspect.diff.tolerance import Budget, Tolerance
@@ -244,10 +244,10 @@ def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     """Per node and per parameter: |gradient in the candidate's dtype - in float64|."""
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()),
                  torch.float32)
-    exact_model = copy.deepcopy(reference).to(torch.float64).eval()
+    exact_model = cast_copy(reference, torch.float64, what="backward noise").eval()
     exact = record_backward(exact_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
     if dtype != next((p.dtype for p in reference.parameters()), dtype):
-        low_model = copy.deepcopy(reference).to(dtype).eval()
+        low_model = cast_copy(reference, dtype, what="backward noise").eval()
         ref = record_backward(low_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
     noise: dict[str, float] = {}
     for name, node_grad in ref.grads.items():

@@ -88,6 +88,10 @@ _HEAD_KEY = re.compile(
     r"generator_predictions)\.")
 _REBUILT_BUFFER = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
 _SHOWN = 6
+# torch dtypes of a pytorch_model.bin -> the safetensors names the memory check reads
+_SAFETENSORS_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+                      torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
+                      torch.uint8: "U8", torch.int8: "I8", torch.bool: "BOOL"}
 
 
 @dataclass
@@ -169,7 +173,8 @@ def load_model(source: str | os.PathLike[str] = DEFAULT_MODEL, head: str = "base
     return loaded
 
 
-def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
+def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL, *,
+                       copied: bool = False) -> int:
     """Check a model source without loading it; return its number of encoder layers.
 
     Cheap (config.json, weights headers, tokenizer files; no tensor read), so a command
@@ -186,7 +191,7 @@ def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL) -> int:
         return int(validate.bert_names(family.random_config)["num_hidden_layers"])
     folder = minilm_folder() if name == DEFAULT_MODEL else _checkpoint_folder(name)
     with _quiet_transformers():
-        values, _ = check_checkpoint(folder)
+        values, _ = check_checkpoint(folder, copied=copied)
     return int(validate.bert_names(values).get("num_hidden_layers", 12))
 
 
@@ -228,7 +233,8 @@ def _checkpoint_folder(name: str) -> Path:
 
 
 def check_checkpoint(folder: str | os.PathLike[str], *,
-                     activations: Collection[str] | None = None) -> tuple[dict[str, Any], Path]:
+                     activations: Collection[str] | None = None,
+                     copied: bool = False) -> tuple[dict[str, Any], Path]:
     """Check a checkpoint folder without loading a tensor; return its config and weights file.
 
     config.json (size-capped, inside the folder, BERT values), the model's size against
@@ -237,6 +243,8 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
     Args:
         folder: the checkpoint folder.
         activations: the ``hidden_act`` names allowed; default: transformers' ``ACT2FN``.
+        copied: the weights are copied into a model of its own (the from-scratch BERT's
+            loader), never read in place: memory-mapped safetensors count as any weights.
 
     Raises:
         ModelSourceError: the first problem found, in one line naming the file.
@@ -250,8 +258,10 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         activations = set(ACT2FN)
     config_file = str(path / "config.json")
     validate.check_config(values, activations=activations, source=config_file)
-    validate.check_model_size(values, source=config_file)  # before any weight is read
     weights = next((path / w for w in WEIGHTS_FILES if os.path.lexists(path / w)), None)
+    mapped = not copied and weights is not None and weights.name.startswith("model.safetensors")
+    # before any weight is read; safetensors are memory-mapped: their bytes count once
+    validate.check_model_size(values, source=config_file, mapped=mapped)
     if weights is None:
         raise ModelSourceError(
             f"{str(path)!r} has a config.json but no weights (model.safetensors or "
@@ -259,14 +269,16 @@ def check_checkpoint(folder: str | os.PathLike[str], *,
         )
     files = validate.shard_files(weights, root) if weights.name.endswith(".index.json") else [
         weights]
-    shapes: dict[str, tuple[int, ...]] = {}
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
     for file in files:
         if file.name.endswith(".safetensors"):
-            shapes.update(validate.safetensors_shapes(file, root))
+            tensors.update(validate.safetensors_tensors(file, root))
         else:
-            shapes.update({k: tuple(v.shape) for k, v in validate.torch_bin_state(file,
-                                                                                  root).items()})
-    validate.check_weights_fit(values, shapes, str(weights))
+            tensors.update({k: (_SAFETENSORS_DTYPE.get(v.dtype, "F32"), tuple(v.shape))
+                            for k, v in validate.torch_bin_state(file, root).items()})
+    validate.check_weights_memory(tensors, values, mapped=mapped, source=str(weights))
+    validate.check_weights_fit(values, {k: shape for k, (_, shape) in tensors.items()},
+                               str(weights))
     validate.check_tokenizer_files(path)
     return values, weights
 

@@ -39,6 +39,9 @@ TOKENIZER_LIMIT = 256 * 2**20  # vocab.txt, tokenizer.json
 SAFETENSORS_HEADER_LIMIT = 100 * 2**20  # the safetensors library's own cap
 MAX_LABELS = 1_000_000  # num_labels / id2label entries
 MEMORY_SHARE = 0.5  # a model may take this share of the memory available now
+# Memory-mapped weights (safetensors loaded in their own dtype) are read in place, once:
+# they may take this share, the rest is for the activations, torch and the candidate.
+MAPPED_SHARE = 0.9
 BYTES_PER_PARAMETER = 4  # float32
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "added_tokens.json")
@@ -322,8 +325,11 @@ def estimate_parameters(values: Mapping[str, Any]) -> int:
     """Parameters of the largest BERT (any head) a checked config describes.
 
     Embeddings, every layer (attention, feed-forward, two LayerNorms), the pooler, and the
-    largest head (the MLM transform and decoder bias plus a classifier).
+    largest head (the MLM transform and decoder bias plus a classifier). A Llama is counted
+    as one (``_llama_parameters``): three feed-forward matrices, grouped keys and values.
     """
+    if values.get("model_type") == "llama":
+        return _llama_parameters(values)
     v, h = values.get("vocab_size", 30522), values.get("hidden_size", 768)
     p, t = values.get("max_position_embeddings", 512), values.get("type_vocab_size", 2)
     layers, inner = values.get("num_hidden_layers", 12), values.get("intermediate_size", 3072)
@@ -332,6 +338,17 @@ def estimate_parameters(values: Mapping[str, Any]) -> int:
     layer = 4 * (h * h + h) + 2 * h * inner + inner + h + 4 * h
     heads = (h * h + h) + (h * h + 3 * h + v) + (h * labels + labels)  # pooler, MLM, classifier
     return int(embeddings + layers * layer + heads)
+
+
+def _llama_parameters(values: Mapping[str, Any]) -> int:
+    """A Llama's parameters: embeddings, the head (unless tied), every layer, the norms."""
+    v, h = values.get("vocab_size", 32000), values.get("hidden_size", 4096)
+    layers, inner = values.get("num_hidden_layers", 32), values.get("intermediate_size", 11008)
+    heads = values.get("num_attention_heads", 32)
+    kv = (values.get("num_key_value_heads") or heads) * (h // max(heads, 1))
+    layer = 2 * h * h + 2 * h * kv + 3 * h * inner + 2 * h  # q, o; k, v; gate, up, down; norms
+    head = 0 if values.get("tie_word_embeddings", False) else v * h
+    return int(v * h + head + layers * layer + h)
 
 
 def available_memory() -> int:
@@ -350,23 +367,87 @@ def available_memory() -> int:
 
 
 def check_model_size(values: Mapping[str, Any], *, source: str = "config.json",
-                     memory: int | None = None) -> int:
+                     memory: int | None = None, mapped: bool = False) -> int:
     """Refuse a config whose model would not fit in memory; return its parameter estimate.
 
+    The estimate is in float32, against ``MEMORY_SHARE`` of the memory available. ``mapped``:
+    the weights are safetensors, which transformers reads in place (memory-mapped) when
+    they are stored in the dtype it loads: the model needs its bytes once. Their headers
+    give the exact bytes next (``check_weights_memory``), so this first check only refuses
+    what cannot fit however it loads: the estimate in the config's dtype (float16 where it
+    names none) against ``MAPPED_SHARE``.
+
     Raises:
-        ModelSourceError: the estimate (in float32) is over ``MEMORY_SHARE`` of the memory
-            available, with the estimate and the limit in the message.
+        ModelSourceError: the estimate is over the share of the memory available, with the
+            estimate and the limit in the message.
     """
     parameters = estimate_parameters(values)
     memory = available_memory() if memory is None else memory
-    needed, limit = parameters * BYTES_PER_PARAMETER, int(memory * MEMORY_SHARE)
+    dtype = config_dtype(values) if mapped else None
+    if mapped:
+        share, dtype = MAPPED_SHARE, dtype or "float16"
+    else:
+        share, dtype = MEMORY_SHARE, "float32"
+    needed, limit = parameters * _DTYPE_BYTES[dtype], int(memory * share)
     if needed > limit:
         raise ModelSourceError(
             f"{source} describes a model of about {_count(parameters)} parameters "
-            f"({_bytes(needed)} in float32), more than the {_bytes(limit)} this machine can "
-            f"give it ({MEMORY_SHARE:.0%} of {_bytes(memory)} available); check its sizes"
+            f"({_bytes(needed)} in {dtype}), more than the {_bytes(limit)} this machine can "
+            f"give it ({share:.0%} of {_bytes(memory)} available); check its sizes"
         )
     return parameters
+
+
+# torch dtype names a config.json may give -> bytes per value
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float64": 8, "double": 8, "float16": 2, "half": 2,
+                "bfloat16": 2}
+# safetensors dtype names of floats -> torch's
+_SAFETENSORS_FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def config_dtype(values: Mapping[str, Any]) -> str | None:
+    """The dtype a config says its weights are in (``dtype``, or the older ``torch_dtype``)."""
+    named = values.get("dtype", values.get("torch_dtype"))
+    named = str(named).removeprefix("torch.") if named is not None else None
+    return named if named in _DTYPE_BYTES else None
+
+
+def check_weights_memory(tensors: Mapping[str, tuple[str, tuple[int, ...]]],
+                         values: Mapping[str, Any], *, mapped: bool,
+                         source: str = "the weights", memory: int | None = None) -> int:
+    """Refuse weights that would not fit in memory as they load; return the bytes they take.
+
+    ``tensors``: key -> (safetensors dtype, shape), from the headers. transformers loads the
+    floats in the config's dtype (else as stored). Safetensors stored in that dtype are
+    memory-mapped (``mapped``), never copied: the model needs their bytes once, and may take
+    ``MAPPED_SHARE`` of the memory available (page cache holding them counts as available).
+    A cast on loading, or a ``.bin``, holds the weights in memory of their own:
+    ``MEMORY_SHARE``, as for any model.
+
+    Raises:
+        ModelSourceError: the bytes are over that share, with both in the message.
+    """
+    wanted = config_dtype(values)
+    loaded, cast = 0, False
+    for dtype, shape in tensors.values():
+        stored = _SAFETENSORS_FLOATS.get(dtype)
+        target = wanted if stored is not None and wanted is not None else stored
+        cast |= target != stored
+        loaded += math.prod(shape) * (_DTYPE_BYTES[target] if target else
+                                      _SAFETENSORS_DTYPES.get(dtype, 4))
+    in_place = mapped and not cast
+    share = MAPPED_SHARE if in_place else MEMORY_SHARE
+    memory = available_memory() if memory is None else memory
+    limit = int(memory * share)
+    if loaded > limit:
+        how = ("read in place (memory-mapped)" if in_place else
+               f"cast to {wanted} as they load" if cast else "loaded into memory")
+        raise ModelSourceError(
+            f"{source} take {_bytes(loaded)} {how}, more than the {_bytes(limit)} this machine "
+            f"can give them ({share:.0%} of {_bytes(memory)} available); free memory, or use "
+            f"a smaller model"
+        )
+    return loaded
 
 
 def _count(n: int) -> str:
@@ -392,6 +473,15 @@ def safetensors_shapes(path: Path, root: Path) -> dict[str, tuple[int, ...]]:
 
     Raises:
         ModelSourceError: the file is empty, truncated, not safetensors, or outside ``root``.
+    """
+    return {key: shape for key, (_, shape) in safetensors_tensors(path, root).items()}
+
+
+def safetensors_tensors(path: Path, root: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Key -> (dtype, shape) of a safetensors file, from its header; every offset checked.
+
+    Raises:
+        ModelSourceError: as ``safetensors_shapes``.
     """
     shown = str(path)
     bad = f"cannot read weights from {shown!r}:"
@@ -421,7 +511,8 @@ def safetensors_shapes(path: Path, root: Path) -> dict[str, tuple[int, ...]]:
                                f"({_first_line(e)})") from e
     if not isinstance(header, dict):
         raise ModelSourceError(f"{bad} not a safetensors file: its header is no object")
-    data_size, end, shapes = size - 8 - header_size, 0, {}
+    data_size, end = size - 8 - header_size, 0
+    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
     for key, entry in header.items():
         if key == "__metadata__":
             continue
@@ -433,7 +524,7 @@ def safetensors_shapes(path: Path, root: Path) -> dict[str, tuple[int, ...]]:
         if stop - start != math.prod(dims) * _SAFETENSORS_DTYPES[dtype]:
             raise ModelSourceError(f"{bad} not a valid safetensors file: {key!r} has "
                                    f"{stop - start} bytes for shape {tuple(dims)} {dtype}")
-        shapes[key], end = tuple(dims), max(end, stop)
+        shapes[key], end = (dtype, tuple(dims)), max(end, stop)
     if end > data_size:
         raise ModelSourceError(f"{bad} the file is truncated: its tensors need {end:,} "
                                f"bytes, it holds {data_size:,}; copy the checkpoint again")

@@ -138,8 +138,9 @@ def relate_weights(reference: GraphView,
         if tensor.ndim >= 2:
             relations[label] += _matrix_relations(label, rows, index, ref_weights, transposed=False)
             if tensor.ndim == 2:
-                relations[label] += _matrix_relations(label, rows.t().contiguous(), index,
-                                                      ref_weights, transposed=True)
+                # a view: the search reads a few rows, a copy would cost the whole matrix
+                relations[label] += _matrix_relations(label, rows.t(), index, ref_weights,
+                                                      transposed=True)
         else:
             relations[label] += [WeightRelation(label, ref, "same", None, 0.0)
                                  for ref in by_bytes.get(_vector_key(rows), [])]
@@ -201,7 +202,7 @@ def _relate_fused(reference: GraphView, candidate: GraphView,
         if tensor.ndim == 2 and not relations[label]:
             rows = _as_rows(tensor, dtype)
             index.add(label, rows)
-            index.add(f"{label}\x00T", rows.t().contiguous())
+            index.add(f"{label}\x00T", rows.t())  # a view, as above
     for ref in missing:
         rows = _as_rows(ref_weights[ref], dtype)
         for cand, start in index.find(rows):
