@@ -127,7 +127,8 @@ class _GradientRecorder(_Recorder):
         self.later.clear()
 
     def unhook(self) -> None:
-        """Take the gradient hooks off the graph: a later walk of it must not write grads."""
+        """Take the gradient hooks off autograd's graph once the backward has run: the
+        recording keeps that graph, and nothing of the recorder should stay in it."""
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
