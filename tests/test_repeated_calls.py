@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLS = 5
 BOUND_MIB = 50.0  # growth allowed from the first call's end to the last's
 BATCH, SEQ = 4, 32
-# Modes whose leaks were fixed (each would fail without its fix: backward grew ~26 MiB a
+# Modes whose leaks were fixed (each would fail without its fix: backward grew ~28 MiB a
 # call here, and every model traced lived on), and modes measured flat, kept as guards.
 FIXED = ("backward", "trace")
 GUARDED = ("forward", "generate", "dump")
