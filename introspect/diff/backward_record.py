@@ -62,6 +62,7 @@ class _GradientRecorder(_Recorder):
         self.later: list[tuple[str, torch.Tensor]] = []
         self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
         self.shared: dict[int, list[str]] = {}  # storage -> names of values kept uncopied
+        self.handles: list[Any] = []  # the gradient hooks, removed once the backward ran
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -108,10 +109,15 @@ class _GradientRecorder(_Recorder):
         edge = get_gradient_edge(tensor)  # this version's: an in-place op makes a new one
         self.edges[name] = (edge.node, edge.output_nr)
 
-        def keep(grad: torch.Tensor) -> None:
-            self.grads[name] = grad.detach().clone()
+        # The hook lives in autograd's graph, which ``self.tensors`` keeps: were it to hold
+        # the recorder, the cycle would pass through autograd's C++ nodes, which Python's
+        # garbage collector cannot see, and every recording would live forever.
+        grads = self.grads
 
-        tensor.register_hook(keep)
+        def keep(grad: torch.Tensor) -> None:
+            grads[name] = grad.detach().clone()
+
+        self.handles.append(tensor.register_hook(keep))
 
     def hook_the_rest(self) -> None:
         """Values that joined autograd's graph after they were made (custom Functions)."""
@@ -119,6 +125,13 @@ class _GradientRecorder(_Recorder):
             if tensor.requires_grad and name not in self.requires_grad:
                 self.hook(name, tensor)
         self.later.clear()
+
+    def unhook(self) -> None:
+        """Take the gradient hooks off autograd's graph once the backward has run: the
+        recording keeps that graph, and nothing of the recorder should stay in it."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
 
 
 def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
@@ -163,6 +176,7 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         grads: dict[str, torch.Tensor | None] = {
             name: None if p.grad is None else p.grad.detach().clone() for name, p in named.items()}
     finally:
+        recorder.unhook()
         for name, p in named.items():
             p.requires_grad_(saved[name][0])
             p.grad = saved[name][1]

@@ -35,8 +35,10 @@ attention registry), so a function replaced at run time anywhere there misses th
 the configurations and every plain attribute by value; parameter and buffer names,
 shapes, dtypes and devices; the input names, shapes and dtypes; train/eval, grad mode,
 autocast, the default dtype, deterministic mode and the environment. Identities are
-serials that are never reused (their objects are kept alive), so a new object at a freed
-address is never taken for the old one.
+serials that are never reused, so a new object at a freed address is never taken for the
+old one. The cache holds what it checked by weak reference where the object takes one: a
+function seen during a trace (torch.fx's own ``Module.__call__`` wrapper holds the tracer,
+and the tracer the model) must not keep the model alive once the trace is done.
 
 Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
 earn its risk (README, "a graph cache": a warm disk cache saved 2.5 to 4% of a whole
@@ -51,12 +53,15 @@ import collections
 import copy
 import functools
 import hashlib
+import itertools
+import operator
 import os
 import sys
 import sysconfig
 import threading
 import types
 import typing
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,12 +288,12 @@ def _class_state(cls: type, namespaces: dict[int, dict[str, Any]],
         raise Uncacheable(f"class {where} is not the class of that name in its package")
 
     def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
-        snapshot = _Snapshot(cls, names, tuple(map(id, values)), values)
+        snapshot = _Snapshot(cls, names, tuple(map(_hold, values)))
         for name, value in zip(names, values, strict=True):
             for function in _functions_in(value):
                 _check_class_function(cls, name, function, packages)
                 snapshot.reads.append(function.__globals__)
-        _fill(snapshot, where)
+        _fill(snapshot, values, where)
         return snapshot
 
     snapshot = _snapshot(cls, packages, vars(cls), build)
@@ -433,8 +438,8 @@ def _namespace_state(owner: dict[str, Any] | type, held: dict[type, None]) -> An
                 else namespace.get("__name__", "a namespace"))
 
     def build(names: tuple[str, ...], values: tuple[Any, ...]) -> _Snapshot:
-        snapshot = _Snapshot(owner, names, tuple(map(id, values)), values)
-        _fill(snapshot, where)
+        snapshot = _Snapshot(owner, names, tuple(map(_hold, values)))
+        _fill(snapshot, values, where)
         return snapshot
 
     snapshot = _snapshot(owner, "read", namespace, build)
@@ -446,13 +451,13 @@ def _namespace_state(owner: dict[str, Any] | type, held: dict[type, None]) -> An
 class _Snapshot:
     """A class's or module's attributes as last checked; valid while they are the same.
 
-    ``owner`` and ``values`` are kept alive, so equal ids are the very same objects.
+    ``owner`` is kept alive; each value is held by ``_hold`` (weakly where it can be), so
+    a value that died is never taken for a new object at its address.
     """
 
     owner: Any
     names: tuple[str, ...]
-    ids: tuple[int, ...]
-    values: tuple[Any, ...]
+    values: tuple[Any, ...]  # ``_hold`` of each value: call it for the value (None: died)
     digest: str = ""  # of each value's identity (each checked)
     mutable: list[tuple[str, Any]] = field(default_factory=list)  # re-read every time
     reads: list[dict[str, Any]] = field(default_factory=list)  # its functions' globals
@@ -468,16 +473,16 @@ def _snapshot(owner: Any, rules: Any, namespace: Mapping[str, Any],
     names, values = tuple(namespace), tuple(namespace.values())
     held = _SNAPSHOTS.get((id(owner), rules))
     if held is not None and held.owner is owner and held.names == names \
-            and held.ids == tuple(map(id, values)):
+            and all(map(operator.is_, (h() for h in held.values), values)):
         return held
     snapshot: _Snapshot = build(names, values)  # Uncacheable leaves nothing behind
     _SNAPSHOTS[(id(owner), rules)] = snapshot
     return snapshot
 
 
-def _fill(snapshot: _Snapshot, where: str) -> None:
+def _fill(snapshot: _Snapshot, values: tuple[Any, ...], where: str) -> None:
     state = []
-    for name, value in zip(snapshot.names, snapshot.values, strict=True):
+    for name, value in zip(snapshot.names, values, strict=True):
         if name in ("__builtins__", "__all__", "__doc__", "__annotations__"):
             continue  # a namespace's own bookkeeping (``__builtins__`` is the interpreter's)
         state.append((name, _value_state(value, 0, f"{where}.{name}")))
@@ -527,17 +532,53 @@ def _value_state(value: Any, depth: int, where: str) -> Any:
     return _token(value)
 
 
-_TOKENS: dict[int, tuple[Any, int]] = {}
+_TOKENS: dict[int, tuple[Any, int]] = {}  # id -> (``_hold`` of the object, its serial)
+_SERIALS = itertools.count(1)
 
 
 def _token(value: Any) -> int:
-    """A serial for ``value`` that no other object ever gets (the object is kept alive)."""
+    """A serial for ``value`` that no other object ever gets (serials only grow)."""
     held = _TOKENS.get(id(value))
-    if held is not None and held[0] is value:
+    if held is not None and held[0]() is value:
         return held[1]
-    serial = len(_TOKENS) + 1
-    _TOKENS[id(value)] = (value, serial)
+    serial = next(_SERIALS)
+    forget = functools.partial(_forget_token, _TOKENS, id(value))
+    _TOKENS[id(value)] = (_hold(value, forget), serial)
     return serial
+
+
+def _forget_token(tokens: dict[int, tuple[Any, int]], key: int, reference: Any) -> None:
+    """A tokened object died: drop its entry (its serial is never given again). The dict
+    is bound, not looked up: at exit, module globals are gone before the last objects."""
+    held = tokens.get(key)
+    if held is not None and held[0] is reference:
+        del tokens[key]
+
+
+class _Strong:
+    """A strong reference that reads like a weak one: for objects that take no weak one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+def _hold(value: Any, forget: Any = None) -> Any:
+    """``value`` held weakly where it can be (functions, classes, bound methods), else
+    strongly (numbers, strings, dicts, tuples: module constants): call it for the value.
+
+    What the cache checks may be a model's own (a bound method on a module, torch.fx's
+    ``Module.__call__`` wrapper seen while a layer is keyed during a trace, which holds
+    the tracer and so the model): held strongly, every model traced would live forever.
+    """
+    try:
+        return weakref.ref(value, forget)
+    except TypeError:
+        return _Strong(value)
 
 
 # -- in memory -----------------------------------------------------------------------------
