@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
@@ -96,7 +97,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          reference_label: str = "", candidate_label: str = "",
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         backward: bool = False, loss: Any = None) -> DiffResult:
+         backward: bool = False, loss: Any = None, device: Any = None,
+         candidate_device: Any = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -134,6 +136,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
         loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
             None: the head's own loss with seeded labels (``backward_losses``).
+        device: run both models there ("cpu", "cuda", "cuda:1"); None: where they are.
+        candidate_device: run the candidate there (the reference stays on ``device``);
+            values are compared on the reference's device, moved one pair at a time, and
+            put back afterwards (``introspect.diff.devices``).
 
     Returns:
         A ``DiffResult``.
@@ -148,6 +154,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    devices.check_modes(device, candidate_device, generate, backward)
     if generate and backward:
         raise InputError("generate does not mix with backward: gradients are compared on one "
                          "forward")
@@ -170,6 +177,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     original_reference = reference
     reference.eval()
     candidate.eval()
+    placement = devices.place(reference, candidate, device, candidate_device)
     try:
         noise: dict[str, float] | None = None
         if noise_budget:
@@ -177,11 +185,12 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
         ref_keywords, cand_keywords = forward_keywords or (None, None)
-        ref_graph, ref_inputs, ref_recording = record_for_diff(reference, tensors,
-                                                               reference_label, ref_keywords)
-        cand_graph, cand_inputs, cand_recording = record_for_diff(candidate, tensors,
-                                                                  candidate_label,
-                                                                  cand_keywords)
+        ref_graph, ref_inputs, ref_recording = record_for_diff(
+            reference, devices.to_device(tensors, placement.reference_device), reference_label,
+            ref_keywords)
+        cand_graph, cand_inputs, cand_recording = record_for_diff(
+            candidate, devices.to_device(tensors, placement.candidate_device), candidate_label,
+            cand_keywords)
         notes += [f"the {side}'s {note}" for side, graph in
                   (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
@@ -190,6 +199,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         candidate_dtypes = sorted(_model_dtypes(candidate))
         budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise,
                            candidate_dtypes)
+        rounding = devices.rounding_dtypes(placement, reference, candidate)  # TF32 on CUDA
+        budgets = devices.device_budgets(budgets, alignment.pairs, ref_graph, cand_graph,
+                                         tolerance, rounding, noise is not None)
+        notes += devices.device_notes(placement, rounding, tolerance)
         padding = Padding(tensors.get("attention_mask"))
         run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                                ref_inputs, cand_inputs, padding=padding)
@@ -209,7 +222,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             drift = find_drift(alignment, run, budgets,
                                {r.name: r.index for r in ref_graph.records},
                                _pair_dtypes(alignment, ref_graph, cand_graph),
-                               [*_model_dtypes(reference), *candidate_dtypes])
+                               [*_model_dtypes(reference), *candidate_dtypes, *rounding])
             if drift is not None:
                 rows = mark_drift(rows, alignment, drift)
         notes += _nonfinite_notes(rows, allow_nonfinite)
@@ -221,7 +234,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         gradients = _backward(backward, loss, original_reference, candidate, ref_inputs,
                               cand_inputs, alignment, ref_graph, cand_graph, tolerance,
                               noise_budget, tensors, rows)
-    finally:  # every module back in its own mode, not only the top one
+    finally:  # every module back in its own mode and on its own device
+        placement.restore()
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])
     layers = layer_rows(rows, ref_graph.records)
@@ -345,9 +359,13 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     """The reference in float64, and each of its nodes' noise in the candidate's dtype."""
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), torch.float32)
     exact = copy.deepcopy(reference).to(torch.float64).eval()
-    rounded = copy.deepcopy(reference).to(dtype).eval()
-    ref_graph, ref_inputs, _ = record_for_diff(exact, tensors, "float64")
-    low_graph, low_inputs, _ = record_for_diff(rounded, tensors, str(dtype))
+    # on the candidate's device: its kernels (TF32, sdpa's flash) are the noise to measure
+    where = devices.model_device(candidate)
+    rounded = copy.deepcopy(reference).to(where, dtype).eval()
+    ref_graph, ref_inputs, _ = record_for_diff(
+        exact, devices.to_device(tensors, devices.model_device(exact)), "float64")
+    low_graph, low_inputs, _ = record_for_diff(rounded, devices.to_device(tensors, where),
+                                               str(dtype))
     alignment = align_graphs(ref_graph, low_graph)
     unlimited = [Budget(math.inf, 0.0)] * len(alignment.pairs)
     run = run_side_by_side(ref_graph.gm, low_graph.gm, alignment.pairs, unlimited,
