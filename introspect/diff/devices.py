@@ -166,16 +166,21 @@ def _move(model: torch.nn.Module, device: torch.device, placement: Placement,
         for name, p in list(module._parameters.items()):
             if p is None or p.device == device:
                 continue
-            if id(p) in shared:  # the reference's own parameter: not ours to move
-                if id(p) not in moved:
-                    moved[id(p)] = torch.nn.Parameter(p.detach().to(device), p.requires_grad)
-                    copies += 1
+            if id(p) not in moved:
+                data = p.data.to(device)
+                # as Module.to: the same Parameter, new data, where the tensor types allow
+                # it (CPU and CUDA do); a new Parameter otherwise (meta), and for one the
+                # reference owns, which is not ours to move
+                in_place = id(p) not in shared and torch._has_compatible_shallow_copy_type(
+                    p.data, data)
+                if in_place:
+                    placement._undo.append(_setter(p, "data", p.data))
+                    p.data = data
+                moved[id(p)] = p if in_place else torch.nn.Parameter(data, p.requires_grad)
+                copies += id(p) in shared
+            if moved[id(p)] is not p:
                 module._parameters[name] = moved[id(p)]
                 placement._undo.append(_setter(module._parameters, name, p))
-            elif id(p) not in moved:
-                moved[id(p)] = p
-                placement._undo.append(_setter(p, "data", p.data))
-                p.data = p.data.to(device)
         for name, b in list(module._buffers.items()):
             if b is None or b.device == device:
                 continue
