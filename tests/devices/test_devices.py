@@ -222,7 +222,7 @@ def test_tf32_budget_passes_tf32_rounding_and_still_blames_a_tanh_gelu(
 @pytest.mark.parametrize("argv", [
     ["--candidate-device", "cpu"],
     ["--device", "cpu"],
-    ["--candidate", "tests/ports/hf_like.py:build", "--candidate-device", "cpu"],
+    ["--candidate", "tests/ports/pytorchic_bert.py:build", "--candidate-device", "cpu"],
     ["--candidate", "hf", "--candidate-dtype", "bfloat16", "--noise-budget",
      "--candidate-device", "cpu"],
 ])
