@@ -9,6 +9,7 @@ in layer 1, that layer is blamed, whatever the matmul precision.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,11 +98,11 @@ def test_cli_bf16_candidate_on_cuda(capsys):
 
 
 def test_cli_port_with_a_fault_on_cuda_exits_1(tmp_path, capsys):
+    root = str(Path(__file__).parents[2])
     port = tmp_path / "gelu_port.py"
-    port.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.ports import hf_like\n\n"
+    port.write_text(f"import sys\nsys.path.insert(0, {root!r})\nfrom tests.ports import hf_like\n\n"
                     "def build(reference):\n"
-                    "    return hf_like.build(reference.model, fault='gelu_tanh', layer=1)\n"
-                    % str(__import__("pathlib").Path(__file__).parents[2]))
+                    "    return hf_like.build(reference.model, fault='gelu_tanh', layer=1)\n")
     argv = ["diff", "--model", "bert-tiny", "--candidate", f"{port}:build",
             "--candidate-device", "cuda", "-q"]
     assert main(argv) == 1
