@@ -40,7 +40,7 @@ def batch(tiny_models):
 # -- the API --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", [{"candidate_device": "cpu"}, {"device": "cpu"},
+@pytest.mark.parametrize("where", [{"candidate_device": "cpu"},
                                    {"device": "cpu", "candidate_device": "cpu"}])
 def test_split_on_cpu_gives_the_verdict_of_no_split(reference, batch, where):
     port = hf_like.build(reference)
