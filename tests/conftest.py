@@ -51,3 +51,13 @@ def minilm():
     from introspect.models.load import load_model
 
     return load_model("minilm", head="base")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a GPU: skipped, with the reason, where torch sees none."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -42,6 +42,12 @@ Budgets: |cand - ref| <= atol + rtol * |ref|; defaults per dtype (float32: rtol 
 atol 1e-5; bfloat16: 1.6e-2, 1e-5; float16: 1e-3, 1e-5); --noise-budget runs the
 reference in float64 and raises each node's atol to 4x its own noise.
 
+Devices: --device D runs both models on D (cpu, cuda, cuda:1); --candidate-device D the
+candidate alone, e.g. --candidate-dtype bfloat16 --candidate-device cuda --noise-budget
+against the float32 reference on the CPU. Values are compared on the reference's device,
+moved there one pair at a time. On CUDA, a float32 matmul under TF32 gets TF32's budget
+(rtol 2e-3, atol 5e-3); the notes say which budget applied. See docs/devices.md.
+
 --backward also runs both models backward on one loss (the head's own with seeded
 labels, or --loss FILE.py:NAME, a loss(outputs, inputs) -> scalar for both sides) and
 compares every aligned node's gradient, each node's own backward (the first over budget,
@@ -63,10 +69,12 @@ from typing import Any
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
     add_backward_options,
+    add_device_options,
     add_model_options,
     add_text_pair_option,
     add_verbosity_options,
     backward_loss,
+    check_devices,
     input_texts,
     say,
 )
@@ -97,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate-attn", choices=("sdpa", "eager"), metavar="A",
                         help="the hf or scratch candidate's attention implementation "
                              "(default: --attn)")
+    add_device_options(parser)
     parser.add_argument("--atol", metavar="X", help="absolute tolerance (default: per dtype)")
     parser.add_argument("--rtol", metavar="X", help="relative tolerance (default: per dtype)")
     parser.add_argument("--noise-budget", action="store_true",
@@ -131,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     atol = parse_tolerance("--atol", args.atol) if args.atol is not None else None
     rtol = parse_tolerance("--rtol", args.rtol) if args.rtol is not None else None
     input_texts(args)  # an empty text, or --text with --text-pair
+    check_devices(args)  # a device this machine lacks: before anything loads
     args.generate = _generate_steps(args)
     args.loss_fn = backward_loss(args)  # --loss without --backward, or naming nothing
     if args.backward and uses_dumps(args):
@@ -291,6 +301,10 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
             _check_reference(before, loaded.model, f"--candidate-dtype {args.candidate_dtype} "
                              "cast the reference too, as the port shares its tensors (copy "
                              "them in build)")
+        if candidate is reference and args.candidate_device:  # HF against HF elsewhere
+            import copy
+
+            candidate = copy.deepcopy(reference)
         deferred.label = candidate_label
         return candidate
 
@@ -309,7 +323,8 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
                           candidate_label=deferred.label,
                           allow_nonfinite=args.allow_nonfinite,
                           backward=getattr(args, "backward", False),
-                          loss=getattr(args, "loss_fn", None),
+                          loss=getattr(args, "loss_fn", None), device=args.device,
+                          candidate_device=args.candidate_device,
                           **_generation_options(args, loaded))
         except ReferenceChanged:  # name what changed, where the fingerprint sees it
             _check_reference(before, loaded.model, "the port's forward changed the reference "

@@ -51,6 +51,39 @@ def add_verbosity_options(parser: argparse.ArgumentParser, *,
                        help="say what happens, with timings")
 
 
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """--device and --candidate-device (introspect diff: where each model runs)."""
+    parser.add_argument("--device", metavar="D",
+                        help="run both models on this device: cpu, cuda, cuda:1 (default: cpu)")
+    parser.add_argument("--candidate-device", metavar="D",
+                        help="run the candidate alone on this device (the reference stays on "
+                             "--device); values are compared on the reference's device, "
+                             "moved there one pair at a time")
+
+
+def check_devices(args: argparse.Namespace) -> None:
+    """--device/--candidate-device name devices this machine has, in a mode that takes them.
+
+    Raises:
+        InputError: an unknown name, CUDA absent, activation dumps or --generate.
+    """
+    device, candidate_device = getattr(args, "device", None), getattr(args, "candidate_device",
+                                                                      None)
+    if device is None and candidate_device is None:
+        return
+    from introspect.errors import InputError
+
+    if getattr(args, "candidate_dump", None) or getattr(args, "reference_dump", None):
+        raise InputError("--device and --candidate-device run models; activation dumps hold "
+                         "values already computed")
+    from introspect.diff.devices import check_modes, parse_device
+
+    parse_device(device, "--device")
+    parse_device(candidate_device, "--candidate-device")
+    check_modes(device, candidate_device, getattr(args, "generate", 0),
+                getattr(args, "backward", False))
+
+
 def add_backward_options(parser: argparse.ArgumentParser) -> None:
     """--backward and --loss (introspect diff: gradient parity)."""
     parser.add_argument("--backward", action="store_true",

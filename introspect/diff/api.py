@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import run_side_by_side
 from introspect.diff.copies import cast_copy
@@ -81,7 +82,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          reference_label: str = "", candidate_label: str = "",
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         backward: bool = False, loss: Any = None) -> DiffResult:
+         backward: bool = False, loss: Any = None, device: Any = None,
+         candidate_device: Any = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -119,6 +121,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
         loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
             None: the head's own loss with seeded labels (``backward_losses``).
+        device: run both models there ("cpu", "cuda", "cuda:1"); None: where they are.
+        candidate_device: run the candidate there (the reference stays on ``device``);
+            values are compared on the reference's device, moved one pair at a time, and
+            put back afterwards (``introspect.diff.devices``).
 
     Returns:
         A ``DiffResult``.
@@ -133,6 +139,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    devices.check_modes(device, candidate_device, generate, backward)
     if generate and backward:
         raise InputError("generate does not mix with backward: gradients are compared on one "
                          "forward")
@@ -157,15 +164,25 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     reference.eval()
     truths = forward_keywords is None  # a generation step: the loop runs its own
     ref_keywords, cand_keywords = forward_keywords or (None, None)
+    placement = None
     try:
+        if deferred is not None and (device is not None or candidate_device is not None):
+            candidate, deferred = deferred.build(), None  # both models move together
+        if deferred is None:
+            placement = devices.place(reference, candidate, device, candidate_device)
+        ref_tensors = devices.to_device(tensors, placement.reference_device if placement
+                                        else devices.model_device(reference))
         # The reference first, clean: its truth and its recording come before the
         # candidate's code is imported or built (``introspect.run.deferred``).
-        ref_accepted = accepted_inputs(reference, tensors)
+        ref_accepted = accepted_inputs(reference, ref_tensors)
         ref_truth = run_truth(reference, ref_accepted) if truths else None
         ref_side = None if noise_budget else \
-            record_for_diff(reference, _copies(tensors), reference_label, ref_keywords)
+            record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords)
         if deferred is not None:
             candidate = deferred.build()
+            placement = devices.place(reference, candidate)  # nothing moves
+        assert placement is not None
+        cand_tensors = devices.to_device(tensors, placement.candidate_device)
         modes["candidate"] = _training_modes(candidate)
         notes = [_training_note(side, training) for side, training in modes.items()
                  if any(training.values())]
@@ -175,17 +192,20 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             reference, noise = _measure_noise(reference, candidate, tensors)
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
-            ref_side = record_for_diff(reference, _copies(tensors), reference_label,
-                                       ref_keywords)
+            ref_side = record_for_diff(
+                reference, devices.to_device(tensors, devices.model_device(reference)),
+                reference_label, ref_keywords)
         assert ref_side is not None
         candidate_dtypes = sorted(model_dtypes(candidate))
         verdict = None
         if truths:
-            cand_truth = run_truth(candidate, accepted_inputs(candidate, tensors),
+            cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
                                    grad_calls=2)
             assert ref_truth is not None
             verdict = compare_truths(ref_truth, cand_truth, tolerance,
-                                     [*model_dtypes(original_reference), *candidate_dtypes],
+                                     [*model_dtypes(original_reference), *candidate_dtypes,
+                                      *devices.rounding_dtypes(placement, reference,
+                                                               candidate)],
                                      allow_nonfinite, (reference_label, candidate_label))
             notes += verdict.notes
         explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
@@ -193,14 +213,15 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
                               noise_budget=noise_budget, reference=reference,
                               raise_errors=verdict is None,
-                              outputs_agree=verdict is not None and verdict.passed)
+                              outputs_agree=verdict is not None and verdict.passed,
+                              placement=placement)
         notes += explanation.notes
         faithful, parted = True, None
         if truths:
             assert ref_truth is not None and verdict is not None
             faithful, faith_notes, parted = faithful_recordings(
                 ref_truth, ref_side[2], cand_truth, explanation.recording, candidate,
-                accepted_inputs(candidate, tensors), (reference_label, candidate_label),
+                accepted_inputs(candidate, cand_tensors), (reference_label, candidate_label),
                 noise_budget)
             notes += faith_notes
         rows = explanation.rows
@@ -220,11 +241,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             passed = verdict.passed
         if verdict is not None and not verdict.passed and (divergence is None or not faithful):
             if parted is None:  # where a plain call leaves the recorded path, if anywhere
-                parted = where_paths_part(candidate, accepted_inputs(candidate, tensors))
+                parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
             divergence = truth_divergence(verdict, parted)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
             check_reference_again(original_reference, ref_accepted, ref_truth)
-    finally:  # every module back in its own mode, not only the top one
+    finally:  # every module back in its own mode and on its own device
+        if placement is not None:
+            placement.restore()
         _restore_modes(original_reference, modes["reference"])
         if "candidate" in modes:
             _restore_modes(candidate, modes["candidate"])
@@ -312,9 +335,14 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     """The reference in float64, and each of its nodes' noise in the candidate's dtype."""
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), torch.float32)
     exact = cast_copy(reference, torch.float64, what="noise_budget").eval()
-    rounded = cast_copy(reference, dtype, what="noise_budget").eval()  # no copy when in dtype
-    ref_graph, ref_inputs, _ = record_for_diff(exact, tensors, "float64")
-    low_graph, low_inputs, _ = record_for_diff(rounded, tensors, str(dtype))
+    # on the candidate's device: its kernels (TF32, sdpa's flash) are the noise to measure
+    where = devices.model_device(candidate)
+    rounded = cast_copy(reference, dtype, what="noise_budget",
+                        always=where != devices.model_device(reference)).to(where).eval()
+    ref_graph, ref_inputs, _ = record_for_diff(
+        exact, devices.to_device(tensors, devices.model_device(exact)), "float64")
+    low_graph, low_inputs, _ = record_for_diff(rounded, devices.to_device(tensors, where),
+                                               str(dtype))
     alignment = align_graphs(ref_graph, low_graph)
     unlimited = [Budget(math.inf, 0.0)] * len(alignment.pairs)
     run = run_side_by_side(ref_graph.gm, low_graph.gm, alignment.pairs, unlimited,

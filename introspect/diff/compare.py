@@ -449,7 +449,7 @@ def _may_trade(perm: tuple[int, ...], labels: tuple[str | None, ...] | None) -> 
 
 def _inverse(order: torch.Tensor) -> torch.Tensor:
     inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel())
+    inverse[order] = torch.arange(order.numel(), device=order.device)
     return inverse
 
 
@@ -692,7 +692,9 @@ class _Runner:
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
                 ref_value = ref_value.index_select(-1, self.orders[i])
-            return ref_value.to(value.dtype) if ref_value.shape == value.shape else _SAME
+            # onto the candidate's device: its node runs there (introspect.diff.devices)
+            return ref_value.to(value.device, value.dtype) \
+                if ref_value.shape == value.shape else _SAME
         assembled = (local if isinstance(local, torch.Tensor) else value).clone()
         for i in indices:
             ref_value = ref_env.get(self.pair_ref_node[i])
@@ -717,12 +719,15 @@ class _Runner:
             return False
         if pair.reference_region is not None:
             reference = _narrow(reference, pair.reference_region)
+        # Values meet on the reference's device, moved there one pair at a time: a GPU
+        # never holds a second copy of the graph (introspect.diff.devices).
+        value, local = _onto(value, reference.device), _onto(local, reference.device)
         if pair.candidate_region is not None:
             value = _narrow(value, pair.candidate_region)
             if isinstance(local, torch.Tensor):
                 local = _narrow(local, pair.candidate_region)
         labels = self.axes.known(pair.reference)
-        pad = self.padding.mask_for(reference.shape, labels)
+        pad = _onto(self.padding.mask_for(reference.shape, labels), reference.device)
         budget = self.budgets[i]
         order = self._order_for(i, value, local, reference, budget, pad)
         if order is not None:
@@ -817,7 +822,8 @@ class _Runner:
             return self.orders[i]
         own = self.pair_orders.get(i)
         if own is not None:
-            return torch.tensor(own) if value.ndim and value.shape[-1] == len(own) else None
+            return torch.tensor(own, device=value.device) \
+                if value.ndim and value.shape[-1] == len(own) else None
         carried = [o for o in self.carried.get(self.pairs[i].candidate, ())
                    if value.ndim and len(o) == value.shape[-1]]
         if not carried or value.shape != reference.shape or torch.equal(value, reference):
@@ -828,10 +834,10 @@ class _Runner:
         if isinstance(local, torch.Tensor) and local.shape == value.shape:
             tried.append(local)
         for order in carried:
-            index = _inverse(torch.tensor(order))
+            index = _inverse(torch.tensor(order, device=value.device))
             if any(not measure(t.index_select(-1, index), reference, budget, pad)[0].mismatched
                    for t in tried):
-                return torch.tensor(order)
+                return torch.tensor(order, device=value.device)
         return None
 
     def _carry_orders(self, node: torch.fx.Node) -> None:
@@ -863,7 +869,8 @@ class _Runner:
     def _snapshot(self, i: int, local: torch.Tensor, reference: torch.Tensor,
                   pad: torch.Tensor | None) -> None:
         cand_node = self.cand_by_name[self.pairs[i].candidate]
-        inputs = tuple(self._local_input(n) for n in cand_node.all_input_nodes)
+        inputs = tuple(_onto(self._local_input(n), reference.device)
+                       for n in cand_node.all_input_nodes)
         d = (local.double() - reference.double()).abs()
         if pad is not None:
             d = d.masked_fill(pad, 0.0)
@@ -880,6 +887,11 @@ def _one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _onto(value: Any, device: torch.device) -> Any:
+    """A tensor on ``device`` (the same tensor when it is there); anything else as it is."""
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 # Ops that only move values (no arithmetic, no cast): finite inputs give a finite output.

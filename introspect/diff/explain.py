@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import Padding, run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
@@ -58,12 +59,14 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             candidate_dtypes: Sequence[str], *, name_map: Mapping[str, str] | None,
             allow_nonfinite: bool, forward_keywords: Any, noise_budget: bool,
             reference: torch.nn.Module, raise_errors: bool,
-            outputs_agree: bool = False) -> Explanation:
+            outputs_agree: bool = False, placement: Any = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
     is the caller's error; with them, it only leaves the explanation empty.
-    ``outputs_agree``: the truth runs found every output within budget.
+    ``outputs_agree``: the truth runs found every output within budget. ``placement``:
+    where each model runs (``introspect.diff.devices``); values are compared on the
+    reference's device.
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -71,9 +74,10 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         # code, run eagerly (dynamo would trace the recorder itself). Whether that
         # recording reproduces the compiled calls is checked like any other's.
         recorded = getattr(candidate, "_orig_mod", candidate)
+        where = placement.candidate_device if placement is not None \
+            else devices.model_device(candidate)
         cand_graph, cand_inputs, cand_recording = record_for_diff(
-            recorded, {k: v.clone() for k, v in tensors.items()}, candidate_label,
-            cand_keywords)
+            recorded, devices.to_device(tensors, where), candidate_label, cand_keywords)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
     except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
         if raise_errors:
@@ -84,6 +88,12 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     notes += _input_notes(tensors, ref_inputs, cand_inputs)
     notes += unexercised_notes(tensors, ref_graph, cand_graph)
     budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise, candidate_dtypes)
+    rounding: list[str] = []
+    if placement is not None:  # TF32 on CUDA: matmuls get their own budget
+        rounding = devices.rounding_dtypes(placement, reference, candidate)
+        budgets = devices.device_budgets(budgets, alignment.pairs, ref_graph, cand_graph,
+                                         tolerance, rounding, noise is not None)
+        notes += devices.device_notes(placement, rounding, tolerance)
     padding = Padding(tensors.get("attention_mask"))
     run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                            {k: v.clone() for k, v in ref_inputs.items()},
@@ -104,7 +114,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         drift = find_drift(alignment, run, budgets,
                            {r.name: r.index for r in ref_graph.records},
                            _pair_dtypes(alignment, ref_graph, cand_graph),
-                           [*model_dtypes(reference), *candidate_dtypes],
+                           [*model_dtypes(reference), *candidate_dtypes, *rounding],
                            {r.reference_node for r in rows if r.status == STATUS_UNCONFIRMED})
         if drift is not None:
             rows = mark_drift(rows, alignment, drift)

@@ -62,7 +62,7 @@ def as_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         if value.is_nested or value.layout != torch.strided:
             value = value.to_padded_tensor(0.0) if value.is_nested else value.to_dense()
-        return value.detach().clone()
+        return value.detach().to("cpu", copy=True)  # compared on the CPU, one at a time
     if isinstance(value, float):
         return torch.tensor(value, dtype=torch.float64)
     numpy = _numpy_array(value)

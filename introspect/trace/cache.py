@@ -657,7 +657,7 @@ def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
     copied = torch.fx.Graph(tracer_cls=graph._tracer_cls)
     values: dict[torch.fx.Node, torch.fx.Node] = {}
     output = copied.graph_copy(graph, values)
-    old_output = next(reversed(graph.nodes))
+    old_output = next(iter(reversed(graph.nodes)))  # torch 2.11: not an iterator
     new_output = copied.output(output, old_output.type)
     new_output.meta = copy.copy(old_output.meta)
     return copied

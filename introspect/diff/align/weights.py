@@ -155,10 +155,13 @@ def relate_weights(reference: GraphView,
 
 
 def unique_weights(graph: GraphView) -> dict[str, torch.Tensor]:
+    """Each weight once, on the CPU: the hashes and byte keys below are CPU work, and a
+    candidate on a GPU (``--candidate-device``) is related to a reference on the CPU."""
     unique: dict[str, torch.Tensor] = {}
     for found in graph.weights.values():
         for label, tensor in found:
-            unique.setdefault(label, tensor)
+            if label not in unique:
+                unique[label] = tensor if tensor.device.type == "cpu" else tensor.detach().cpu()
     return unique
 
 

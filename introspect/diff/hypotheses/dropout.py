@@ -22,6 +22,10 @@ def _tensors(value) -> list[torch.Tensor]:
 def hints(candidate: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> list[str]:
     """One hint when two runs of the candidate on the same inputs differ."""
     was_training = candidate.training
+    device = next((t.device for t in candidate.parameters()), None)
+    if device is not None:  # the candidate may run on a device of its own (--candidate-device)
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                  for k, v in inputs.items()}
     candidate.eval()
     try:
         with torch.no_grad():

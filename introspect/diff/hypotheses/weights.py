@@ -116,7 +116,7 @@ def rearrangement(p: torch.Tensor, value: torch.Tensor, path: str) -> str | None
 
 def _equal(p: torch.Tensor, value: torch.Tensor) -> bool:
     """Equal after rounding the reference's value to the candidate's dtype."""
-    return torch.allclose(p.detach().float(), value.detach().to(p.dtype).float(),
+    return torch.allclose(p.detach().float(), value.detach().to(p.device, p.dtype).float(),
                           rtol=1e-3, atol=1e-6)
 
 
@@ -127,7 +127,7 @@ def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
             return True  # loaded, wrongly: ``reshaped`` says how
         # Compared after rounding the reference's weight to the candidate's dtype: a
         # bfloat16 copy holds the same weights, rounded.
-        value = reference.to(p.dtype).float()
+        value = reference.to(p.device, p.dtype).float()  # a candidate on its own device
         p = p.float()
         for view in (p, p.t()) if p.dim() == 2 else (p,):
             if view.dim() != value.dim() or view.numel() < value.numel():
