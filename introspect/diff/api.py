@@ -34,7 +34,7 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
-from introspect.diff.outputs import compare_truths
+from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult
 from introspect.diff.tables import layer_rows
@@ -198,16 +198,20 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         assert ref_side is not None
         candidate_dtypes = sorted(model_dtypes(candidate))
         verdict = None
+        unpaired: NoOutputPairs | None = None
         if truths:
             cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
                                    grad_calls=2)
             assert ref_truth is not None
-            verdict = compare_truths(ref_truth, cand_truth, tolerance,
-                                     [*model_dtypes(original_reference), *candidate_dtypes,
-                                      *devices.rounding_dtypes(placement, reference,
-                                                               candidate)],
-                                     allow_nonfinite, (reference_label, candidate_label))
-            notes += verdict.notes
+            try:
+                verdict = compare_truths(ref_truth, cand_truth, tolerance,
+                                         [*model_dtypes(original_reference), *candidate_dtypes,
+                                          *devices.rounding_dtypes(placement, reference,
+                                                                   candidate)],
+                                         allow_nonfinite, (reference_label, candidate_label))
+                notes += verdict.notes
+            except NoOutputPairs as e:  # the alignment's words first (other sizes, ...)
+                unpaired, truths = e, False
         explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
                               tolerance, noise, candidate_dtypes, name_map=name_map,
                               allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
@@ -216,6 +220,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               outputs_agree=verdict is not None and verdict.passed,
                               placement=placement)
         notes += explanation.notes
+        if unpaired is not None:
+            raise unpaired
         faithful, parted = True, None
         if truths:
             assert ref_truth is not None and verdict is not None

@@ -42,6 +42,10 @@ from introspect.run.truth import Truth
 TRUTH_RTOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-2, "bfloat16": 1e-1}
 
 
+class NoOutputPairs(InputError):
+    """No output of the candidate can stand for any of the reference's: nothing to judge."""
+
+
 @dataclasses.dataclass
 class TruthVerdict:
     """What the truth runs decided: the output rows, the notes, and whether parity holds."""
@@ -68,7 +72,7 @@ def compare_truths(reference: Truth, candidate: Truth, tolerance: Tolerance,
     """
     pairs = pair_outputs(reference.grad_outputs, candidate.grad_outputs)
     if not any(c for _, c in pairs):
-        raise InputError(
+        raise NoOutputPairs(
             f"the {labels[1]} returns no output the {labels[0]}'s can be compared with: "
             f"{labels[0]} {_shapes(reference.grad_outputs)}, "
             f"{labels[1]} {_shapes(candidate.grad_outputs)}")
@@ -238,4 +242,4 @@ def _shapes(outputs: Mapping[str, torch.Tensor]) -> str:
     return ", ".join(f"{name} {tuple(t.shape)}" for name, t in outputs.items())
 
 
-__all__ = ["TruthVerdict", "compare_truths", "pair_outputs"]
+__all__ = ["NoOutputPairs", "TruthVerdict", "compare_truths", "pair_outputs"]
