@@ -63,12 +63,14 @@ def _accepted_inputs(model: torch.nn.Module,
 
 def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
                     title: str, keywords: Mapping[str, Any] | None = None,
+                    recording: Recording | None = None,
                     ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
     """Run ``model`` once and record what it ran (``introspect.diff.eager``).
 
     The diff works on what the model really computes on these inputs: its hooks,
     private state, globals and Python branches included, and no graph is cached or
-    replayed from another layer.
+    replayed from another layer. ``recording``: that run, made already by the caller
+    (``generation``'s steps: a step runs once, its cache must not be updated twice).
     """
     accepted = _accepted_inputs(model, tensors)
     if not accepted:
@@ -77,7 +79,8 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     cache_note = keywords is None and bool(cache_off(model, accepted))
     if keywords is None:  # a decoder's cache on by default: one forward without it
         keywords = cache_off(model, accepted)
-    recording = record_forward(model, accepted, title, keywords)
+    if recording is None:
+        recording = record_forward(model, accepted, title, keywords)
     notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
     graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
                             recording.output_names, notes=notes, title=title)
@@ -96,7 +99,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          reference_label: str = "", candidate_label: str = "",
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         backward: bool = False, loss: Any = None) -> DiffResult:
+         backward: bool = False, loss: Any = None,
+         recordings: tuple[Recording, Recording] | None = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -134,6 +138,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
         loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
             None: the head's own loss with seeded labels (``backward_losses``).
+        recordings: each side's run on ``inputs`` (with ``forward_keywords``), recorded
+            already (``record_forward``); the models are not run again. Used by
+            ``generate`` for a step whose quick comparison found a difference.
 
     Returns:
         A ``DiffResult``.
@@ -177,11 +184,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             notes.append("the reference ran in float64; each node's budget is at least "
                          f"{tolerance.noise_factor:g}x its own noise in the candidate's dtype")
         ref_keywords, cand_keywords = forward_keywords or (None, None)
+        ref_given, cand_given = recordings or (None, None)
         ref_graph, ref_inputs, ref_recording = record_for_diff(reference, tensors,
-                                                               reference_label, ref_keywords)
+                                                               reference_label, ref_keywords,
+                                                               ref_given)
         cand_graph, cand_inputs, cand_recording = record_for_diff(candidate, tensors,
                                                                   candidate_label,
-                                                                  cand_keywords)
+                                                                  cand_keywords, cand_given)
         notes += [f"the {side}'s {note}" for side, graph in
                   (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
         notes += _input_notes(tensors, ref_inputs, cand_inputs)
