@@ -108,8 +108,8 @@ class _Recorder(TorchFunctionMode):
                  keep_values: bool = False) -> None:
         super().__init__()
         self.metadata = metadata
-        self.values: dict[str, Any] | None = {} if keep_values else None
-        self.versions: dict[str, int] = {}
+        self.kept: dict[str, Any] | None = {} if keep_values else None  # node -> value
+        self.kept_versions: dict[str, int] = {}
         self.graph = torch.fx.Graph()
         self.nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> node
         self.constants: dict[str, torch.Tensor] = {}
@@ -145,10 +145,10 @@ class _Recorder(TorchFunctionMode):
             node.meta["nn_module_stack"] = {path: (path, cls) for path, cls in self.stack}
         if self.metadata:
             _write_metadata(node, value)
-        if self.values is not None:
-            self.values[node.name] = value
+        if self.kept is not None:
+            self.kept[node.name] = value
             if isinstance(value, torch.Tensor):
-                self.versions[node.name] = value._version
+                self.kept_versions[node.name] = value._version
         return node
 
     def as_arguments(self, value: Any) -> Any:
@@ -381,7 +381,7 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         for name in recorder.constants:
             delattr(model, name)
     return Recording(gm, tuple(inputs), tuple(returned), recorded_outputs=named,
-                     values=recorder.values or {}, versions=recorder.versions)
+                     values=recorder.kept or {}, versions=recorder.kept_versions)
 
 
 def write_metadata(recording: Recording) -> None:
