@@ -48,8 +48,8 @@ def cpu_seconds(work: Callable[[], Any]) -> tuple[float, Any]:
 
 def generation_rows(steps: Sequence[int] = STEPS, progress: Progress = print) -> list[Measurement]:
     """One row per number of steps: the diff over the two models' own generation."""
-    from benchmarks.generate_bench import PROMPT, _hf_generate, _port_module
     import introspect
+    from benchmarks.generate_bench import PROMPT, _hf_generate, _port_module
     from introspect.models.load import load_model
 
     torch.manual_seed(0)
@@ -100,7 +100,7 @@ def backward_rows(models: Sequence[str] = BACKWARD_MODELS, progress: Progress = 
             status=OK, seconds=diffed, runs=1, baseline="own forward + backward (HF + scratch)",
             baseline_seconds=own, ratio=diffed / own,
             note=f"CPU time, 1 thread, paired; {'passed' if result.passed else 'FAILED'}"))
-        del hf, port
+        hf = port = None  # freed before the next model loads
     return rows
 
 

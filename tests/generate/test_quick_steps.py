@@ -5,7 +5,6 @@ lets an alignment serve again sees every such edit."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import introspect
 from introspect.diff.generation import quick

@@ -35,11 +35,11 @@ from typing import Any
 
 import torch
 
+from introspect.diff.eager import Recording, write_metadata
 from introspect.diff.generation import caches as cache_values
 from introspect.diff.generation import hints as step_hints
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
-from introspect.diff.eager import Recording, write_metadata
 from introspect.diff.result import DiffResult
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
@@ -127,7 +127,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         cand_kw = _keywords(candidate, cand_cache)
         recordings: tuple[Recording, Recording] | None = None
         result: DiffResult | None = None
-        states = quick.states() if step else None  # before the step's own hooks are added
+        states = quick.states() if step else ((), ())  # before the step's own hooks are added
         with _captured(reference, candidate) as sides:
             try:
                 if step == 0:
