@@ -142,10 +142,7 @@ def _mode_rows(settings: Settings, resumed: Sequence[Measurement],
     if kept or not settings.modes:
         return kept
     if settings.quick:
-        return [Measurement(section=modes.MODES, model="", batch=0, seq=0, task=task,
-                            tool="introspect", status=NOT_MEASURED,
-                            note="quick mode: not measured (python -m benchmarks.modes)")
-                for task in (modes.GENERATE, modes.BACKWARD)]
+        return []
     return modes.mode_rows(progress=progress)
 
 
