@@ -140,7 +140,19 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     progress: Progress = lambda message: print(message, flush=True)  # noqa: E731
-    for row in mode_rows(args.steps, args.models, progress):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:  # each row printed as soon as it is measured
+        for n in args.steps:
+            _print(generation_rows([n], progress))
+        for name in args.models:
+            _print(backward_rows([name], progress))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _print(rows: list[Measurement]) -> None:
+    for row in rows:
         print(json.dumps({"task": row.task, "model": row.model, "size": row.seq,
                           "diff_cpu_s": round(row.seconds or 0.0, 3),
                           "own_cpu_s": round(row.baseline_seconds or 0.0, 3),
