@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-sizes", nargs="+", type=_size, default=(), metavar="BxS",
                         help="sizes measured for peak memory only (forward and diff)")
     parser.add_argument("--no-growth", action="store_true", help="skip the growth curves")
+    parser.add_argument("--no-modes", action="store_true",
+                        help="skip the generation and backward modes (benchmarks.modes)")
     parser.add_argument("--no-whole-process", action="store_true",
                         help="skip `introspect diff` on MiniLM as a whole process")
     parser.add_argument("--resume", type=Path, metavar="CSV",
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                         max_task_seconds=args.max_task_seconds,
                         max_activation_gib=args.max_activation_gib, growth=not args.no_growth,
                         peak_sizes=tuple(args.peak_sizes),
-                        whole_process=not args.no_whole_process, **quick)
+                        whole_process=not args.no_whole_process, modes=not args.no_modes,
+                        **quick)
     machine = describe_machine(args.threads)
     started = time.perf_counter()
 

@@ -61,6 +61,7 @@ class Settings:
     peak_sizes: tuple[tuple[int, int], ...] = ()  # sizes measured for peak memory only
     whole_process: bool = True  # `introspect diff` on MiniLM as a process, vs import + load
     whole_process_runs: Repetitions = Repetitions(warmup=1, runs=3)
+    modes: bool = True  # generation (16/64/256 steps) and backward (tiny/base/large) ratios
 
 
 @dataclass
@@ -127,7 +128,22 @@ def run_benchmarks(settings: Settings, progress: Progress = print,
         from benchmarks.growth import growth_rows
 
         rows += growth_rows(settings, progress)
+    rows += _mode_rows(settings, resumed, progress)
     return rows
+
+
+def _mode_rows(settings: Settings, resumed: Sequence[Measurement],
+               progress: Progress) -> list[Measurement]:
+    """The generation and backward modes at three sizes each (``benchmarks.modes``); not
+    in quick mode (GPT-2 124M alone takes longer than the whole smoke test)."""
+    from benchmarks import modes
+
+    kept = [r for r in resumed if r.section == modes.MODES]
+    if kept or not settings.modes:
+        return kept
+    if settings.quick:
+        return []
+    return modes.mode_rows(progress=progress)
 
 
 PEAK_ONLY_TASKS = ((cases.FORWARD, "HF"), (cases.DIFF, cases.TOOL))

@@ -164,6 +164,15 @@ def render_markdown(rows: Sequence[Measurement], machine: Machine, plot: Path | 
         parts += ["## Cost growth\n", growth_table(growth)]
         if plot is not None:
             parts.append(f"![time and memory growth]({plot.name})\n")
+    from benchmarks.modes import MODES, modes_table
+
+    modes = [r for r in rows if r.section == MODES]
+    if modes:
+        parts += ["## Generation and backward modes\n",
+                  "Each ratio is the diff over the two models' own work (greedy generation "
+                  "through their caches; forward + backward on the diff's loss), both run in "
+                  "the same process on one thread, in CPU time (`python -m benchmarks.modes`)."
+                  "\n", modes_table(modes)]
     parts += ["## Skipped, failed and not measured\n", skipped_list(rows)]
     parts += ["## Reproduce\n",
               "```sh\nmake bench                        # the full grid: reports/benchmarks.*\n"

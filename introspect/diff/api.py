@@ -33,6 +33,7 @@ from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import run_side_by_side
 from introspect.diff.copies import cast_copy
+from introspect.diff.eager import Recording
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
@@ -83,7 +84,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
          backward: bool = False, loss: Any = None, device: Any = None,
-         candidate_device: Any = None) -> DiffResult:
+         candidate_device: Any = None,
+         recordings: tuple[Recording, Recording] | None = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -121,6 +123,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
         loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
             None: the head's own loss with seeded labels (``backward_losses``).
+        recordings: each side's run on ``inputs`` (with ``forward_keywords``), recorded
+            already (``record_forward``); the models are not run again. Used by
+            ``generate`` for a step whose quick comparison found a difference.
         device: run both models there ("cpu", "cuda", "cuda:1"); None: where they are.
         candidate_device: run the candidate there (the reference stays on ``device``);
             values are compared on the reference's device, moved one pair at a time, and
@@ -176,8 +181,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # candidate's code is imported or built (``introspect.run.deferred``).
         ref_accepted = accepted_inputs(reference, ref_tensors)
         ref_truth = run_truth(reference, ref_accepted) if truths else None
+        ref_given, cand_given = recordings or (None, None)
         ref_side = None if noise_budget else \
-            record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords)
+            record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords,
+                            ref_given)
         if deferred is not None:
             candidate = deferred.build()
             placement = devices.place(reference, candidate)  # nothing moves
@@ -218,7 +225,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               noise_budget=noise_budget, reference=reference,
                               raise_errors=verdict is None,
                               outputs_agree=verdict is not None and verdict.passed,
-                              placement=placement)
+                              placement=placement, recording=cand_given)
         notes += explanation.notes
         if unpaired is not None:
             raise unpaired

@@ -77,6 +77,10 @@ class Recording:
     # The eager outputs, by output name: what a replay of ``gm`` must reproduce.
     recorded_outputs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # With ``keep_values``: every node's value as the model made it, by node name, and
+    # each tensor's in-place version counter then (a later change means it was mutated).
+    values: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
 
 
 def is_leaf(module: torch.nn.Module) -> bool:
@@ -100,8 +104,12 @@ def is_leaf(module: torch.nn.Module) -> bool:
 class _Recorder(TorchFunctionMode):
     """Writes every torch call on tensors into an fx graph, as it runs."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, metadata: bool = True,
+                 keep_values: bool = False) -> None:
         super().__init__()
+        self.metadata = metadata
+        self.kept: dict[str, Any] | None = {} if keep_values else None  # node -> value
+        self.kept_versions: dict[str, int] = {}
         self.graph = torch.fx.Graph()
         self.nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> node
         self.constants: dict[str, torch.Tensor] = {}
@@ -135,7 +143,12 @@ class _Recorder(TorchFunctionMode):
         node = self.graph.create_node(op, target, args, kwargs)
         if self.stack:
             node.meta["nn_module_stack"] = {path: (path, cls) for path, cls in self.stack}
-        _write_metadata(node, value)
+        if self.metadata:
+            _write_metadata(node, value)
+        if self.kept is not None:
+            self.kept[node.name] = value
+            if isinstance(value, torch.Tensor):
+                self.kept_versions[node.name] = value._version
         return node
 
     def as_arguments(self, value: Any) -> Any:
@@ -319,7 +332,8 @@ def outputs_as_dict(outputs: Any) -> dict[str, Any]:
 
 
 def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                   title: str = "", keywords: Mapping[str, Any] | None = None) -> Recording:
+                   title: str = "", keywords: Mapping[str, Any] | None = None, *,
+                   metadata: bool = True, keep_values: bool = False) -> Recording:
     """Run ``model(**inputs)`` once, for real, and record every torch call it makes.
 
     Args:
@@ -329,6 +343,10 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         title: the GraphModule's class name.
         keywords: other keyword arguments, passed as they are (``use_cache=False``, a
             cache object); not placeholders: a tensor they hold is a constant of the graph.
+        metadata: write ``tensor_meta`` on every node as it is made (the records need
+            it); False leaves it to ``write_metadata``, for a recording that may be
+            compared from its kept values alone (``generation``'s one-token steps).
+        keep_values: keep every node's value and version counter (``Recording.values``).
 
     Returns:
         A ``Recording``: a GraphModule that replays this very call, with tensor
@@ -337,7 +355,7 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     Raises:
         InputError: the model failed on the inputs (the cause is kept).
     """
-    recorder = _Recorder(model)
+    recorder = _Recorder(model, metadata=metadata, keep_values=keep_values)
     placeholders = {}
     for name, tensor in inputs.items():
         placeholders[name] = recorder._create("placeholder", name, (), {}, tensor)
@@ -362,7 +380,16 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     finally:
         for name in recorder.constants:
             delattr(model, name)
-    return Recording(gm, tuple(inputs), tuple(returned), recorded_outputs=named)
+    return Recording(gm, tuple(inputs), tuple(returned), recorded_outputs=named,
+                     values=recorder.kept or {}, versions=recorder.kept_versions)
+
+
+def write_metadata(recording: Recording) -> None:
+    """``tensor_meta`` on every node of a recording made with ``metadata=False``, from its
+    kept values (what the records need, once a diff is made of it after all)."""
+    for node in recording.gm.graph.nodes:
+        if "tensor_meta" not in node.meta and node.name in recording.values:
+            _write_metadata(node, recording.values[node.name])
 
 
 def _is_impure(node: torch.fx.Node) -> bool:
@@ -402,4 +429,4 @@ def _identical(a: Any, b: Any) -> bool:
 
 
 __all__ = ["Recording", "is_leaf", "mutates_in_place", "outputs_as_dict",
-           "outputs_not_replayed", "record_forward"]
+           "outputs_not_replayed", "record_forward", "write_metadata"]

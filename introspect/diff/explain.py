@@ -59,14 +59,15 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             candidate_dtypes: Sequence[str], *, name_map: Mapping[str, str] | None,
             allow_nonfinite: bool, forward_keywords: Any, noise_budget: bool,
             reference: torch.nn.Module, raise_errors: bool,
-            outputs_agree: bool = False, placement: Any = None) -> Explanation:
+            outputs_agree: bool = False, placement: Any = None,
+            recording: Recording | None = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
     is the caller's error; with them, it only leaves the explanation empty.
     ``outputs_agree``: the truth runs found every output within budget. ``placement``:
     where each model runs (``introspect.diff.devices``); values are compared on the
-    reference's device.
+    reference's device. ``recording``: the candidate's run, recorded already.
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -77,7 +78,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         where = placement.candidate_device if placement is not None \
             else devices.model_device(candidate)
         cand_graph, cand_inputs, cand_recording = record_for_diff(
-            recorded, devices.to_device(tensors, where), candidate_label, cand_keywords)
+            recorded, devices.to_device(tensors, where), candidate_label, cand_keywords,
+            recording)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
     except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
         if raise_errors:
@@ -235,12 +237,14 @@ def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],
 
 def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
                     title: str, keywords: Mapping[str, Any] | None = None,
+                    recording: Recording | None = None,
                     ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
     """Run ``model`` once and record what it ran (``introspect.diff.eager``).
 
     The diff works on what the model really computes on these inputs: its hooks,
     private state, globals and Python branches included, and no graph is cached or
-    replayed from another layer.
+    replayed from another layer. ``recording``: that run, made already by the caller
+    (``generation``'s steps: a step runs once, its cache must not be updated twice).
     """
     accepted = accepted_inputs(model, tensors)
     if not accepted:
@@ -249,7 +253,8 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     cache_note = keywords is None and bool(cache_off(model, accepted))
     if keywords is None:  # a decoder's cache on by default: one forward without it
         keywords = cache_off(model, accepted)
-    recording = record_forward(model, accepted, title, keywords)
+    if recording is None:
+        recording = record_forward(model, accepted, title, keywords)
     notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
     graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
                             recording.output_names, notes=notes, title=title)

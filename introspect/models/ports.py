@@ -201,8 +201,12 @@ class _Same:
         return id(self.value)
 
 
-def fingerprint(model: Any) -> Fingerprint:
+def fingerprint(model: Any, *, tensors: bool = True) -> Fingerprint:
     """Capture ``model``'s state bit for bit (see ``what_changed``).
+
+    ``tensors=False`` leaves out the parameters and buffers (hashing them reads every
+    weight): for a caller that proves them unchanged otherwise (by identity and version
+    counter, as generation does at every step).
 
     Example::
 
@@ -213,12 +217,12 @@ def fingerprint(model: Any) -> Fingerprint:
     import torch
 
     digests: dict[int, bytes] = {}  # a tied weight is hashed once
-    tensors = {}
+    hashed = {}
     for name, tensor in [*model.named_parameters(remove_duplicate=False),
-                         *model.named_buffers(remove_duplicate=False)]:
+                         *model.named_buffers(remove_duplicate=False)] if tensors else []:
         if id(tensor) not in digests:
             digests[id(tensor)] = _digest(tensor)
-        tensors[name] = (str(tensor.dtype), tuple(tensor.shape), digests[id(tensor)])
+        hashed[name] = (str(tensor.dtype), tuple(tensor.shape), digests[id(tensor)])
     modules = {}
     owners: list[Any] = [torch, torch.nn.functional, torch.Tensor]
     for name, module in model.named_modules(remove_duplicate=False):
@@ -252,7 +256,7 @@ def fingerprint(model: Any) -> Fingerprint:
     attention = _attention_registry()
     if attention is not None:
         torch_state["attention functions"] = attention
-    return Fingerprint(tensors, modules, classes, config_state, torch_state)
+    return Fingerprint(hashed, modules, classes, config_state, torch_state)
 
 
 _SIMPLE = (bool, int, float, str)

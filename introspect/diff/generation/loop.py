@@ -12,10 +12,14 @@ its buffers inside resets them). A model with another signature is wrapped in a 
 ``nn.Module`` that calls it this way (README: "Parity through generation").
 
 Step 0 (the prefill) runs the prompt; step k > 0 runs one token at position
-``len(prompt) + k - 1``. Every step is recorded and compared node by node by
-``introspect.diff`` itself (``forward_keywords``: each side's own cache); after each
-step, every layer's cached keys and values are compared by value (``caches``); a step
-that fails gets the incremental-decoding hints tested on its values (``hints``). Both
+``len(prompt) + k - 1``. The prefill is compared node by node by ``introspect.diff``
+itself (``forward_keywords``: each side's own cache). Every later step is recorded on
+both sides and each aligned pair measured on the values the models computed, the
+alignment reused from step to step under a proof that neither model nor graph changed
+(``quick``); a step where anything is over budget (a node, the logits, the caches) gets
+the full diff, made from the same recordings. After each step, every layer's cached keys
+and values are compared by value (``caches``); a step that fails gets the
+incremental-decoding hints tested on its values (``hints``). Both
 sides are fed the reference's greedy token (teacher forcing), so when the chosen tokens
 part the later steps are still compared, and the notes say from which step.
 """
@@ -31,8 +35,10 @@ from typing import Any
 
 import torch
 
+from introspect.diff.eager import Recording, write_metadata
 from introspect.diff.generation import caches as cache_values
 from introspect.diff.generation import hints as step_hints
+from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
 from introspect.diff.result import DiffResult
 from introspect.diff.tolerance import Tolerance, compare_dtype
@@ -101,6 +107,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                  f"{prompt.shape[1]} token(s), each side with its own key/value cache; the "
                  "prefill and every one-token step compared node by node, and every layer's "
                  "cached keys and values after each step")
+    quick = QuickSteps(reference, candidate, tolerance, options.get("name_map"))
     ref_cache: Any = None
     cand_cache: Any = None
     allocated: dict[tuple[int, str], int] = {}  # the candidate's sequence length, per tensor
@@ -118,10 +125,19 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         before = _snapshot(ref_cache)  # for the hints that re-run the reference's step
         ref_kw = _keywords(reference, ref_cache)
         cand_kw = _keywords(candidate, cand_cache)
+        recordings: tuple[Recording, Recording] | None = None
+        result: DiffResult | None = None
+        states = quick.states() if step else ((), ())  # before the step's own hooks are added
         with _captured(reference, candidate) as sides:
             try:
-                result = diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
-                              forward_keywords=(ref_kw, cand_kw), **options)
+                if step == 0:
+                    result = diff(reference, candidate, {"input_ids": fed}, atol=atol,
+                                  rtol=rtol, forward_keywords=(ref_kw, cand_kw), **options)
+                else:
+                    recordings = quick.record({"input_ids": fed}, ref_kw, cand_kw)
+                    if not quick.passes(*recordings, {"input_ids": fed}, states):
+                        result = _full_step(reference, candidate, fed, recordings, atol,
+                                            rtol, (ref_kw, cand_kw), options)
             except InputError as e:
                 ref_out, _ = sides()
                 if not ref_out or step == 0:
@@ -143,10 +159,16 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
             notes.append(_unreadable_note(ref_cache, cand_cache))
         logits_err = float((cand_logits[0, -1].to(ref_logits.dtype)
                             - ref_logits[0, -1]).abs().max())
-        d = result.first_divergence
         cache_finding = next((f"layer {r.layer} {r.kind}" for r in layer_rows if not r.passed),
                              "")
-        passed = result.passed and not cache_finding
+        if result is None and recordings is not None and (
+                cache_finding or ref_token != cand_token
+                or _logits_part(ref_logits, cand_logits, tolerance)):
+            # every node agrees, but not the caches, logits or tokens: the full diff
+            result = _full_step(reference, candidate, fed, recordings, atol, rtol,
+                                (ref_kw, cand_kw), options)
+        d = result.first_divergence if result is not None else None
+        passed = (result is None or result.passed) and not cache_finding
         hints: tuple[str, ...] = ()
         if not passed and step > 0 and failure is None:  # the first divergent step's
             hints = step_hints.explain(step_hints.StepContext(
@@ -159,14 +181,16 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         step_rows.append(StepDiff(
             step, position, int(fed.shape[1]), ref_token, cand_token, ref_token == cand_token,
             logits_err, passed, d.reference_node if d else "", d.candidate_node if d else "",
-            *(_where_used(result, d.reference_node) or (d.module, d.layer) if d else ("", "")),
+            *(_where_used(result, d.reference_node) or (d.module, d.layer)
+              if d and result is not None else ("", "")),
             d.op if d else "",
             d.local_max_abs_err if d else None, cache_finding, hints,
             _piece(tokenizer, ref_token), _piece(tokenizer, cand_token)))
-        result.notes = [n for n in result.notes if not _step_only(n)]
-        results.append(result)
-        if failure is None and not passed:
-            failure = _at_step(result, step, hints, layer_rows)
+        if result is not None:
+            result.notes = [n for n in result.notes if not _step_only(n)]
+            results.append(result)
+            if failure is None and not passed:
+                failure = _at_step(result, step, hints, layer_rows)
         ref_tokens.append(ref_token)
         cand_tokens.append(cand_token)
         if ref_token != cand_token and forced_from is None:
@@ -178,7 +202,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                      f"{ref_tokens[forced_from]}, the candidate {cand_tokens[forced_from]}); "
                      "from there both sides were fed the reference's tokens (teacher "
                      "forcing), so later steps are still compared")
-    crashed = len(step_rows) > len(results)
+    crashed = bool(crash)
     if failure is None and crashed:
         from introspect.diff.records import Divergence
 
@@ -197,6 +221,33 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
     passed = failure is None and not crashed
     return dataclasses.replace(shown, passed=passed, notes=notes, step_rows=step_rows,
                                cache_rows=cache_rows, generated=generated)
+
+
+def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
+                 tolerance: Tolerance) -> bool:
+    """The last position's logits over their budget."""
+    from introspect.diff.compare import measure
+
+    budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
+                                            str(candidate.dtype).removeprefix("torch.")))
+    ref, cand = reference[0, -1], candidate[0, -1]
+    if ref.shape != cand.shape:
+        return True
+    found, _ = measure(cand, ref, budget, None)
+    return bool(found.mismatched or found.nonfinite or found.reference_nonfinite)
+
+
+def _full_step(reference: torch.nn.Module, candidate: torch.nn.Module, fed: torch.Tensor,
+               recordings: tuple[Recording, Recording], atol: float | None,
+               rtol: float | None, keywords: tuple[dict[str, Any], dict[str, Any]],
+               options: Mapping[str, Any]) -> DiffResult:
+    """The full diff of a step already run and recorded (the models do not run again)."""
+    from introspect.diff.api import diff
+
+    for recording in recordings:
+        write_metadata(recording)
+    return diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
+                forward_keywords=keywords, recordings=recordings, **options)
 
 
 # ---------------------------------------------------------------------------------------

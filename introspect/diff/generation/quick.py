@@ -1,0 +1,267 @@
+"""One-token steps measured on the values both models computed, with no replay.
+
+Every step after the prefill is recorded on both sides as the diff records (``eager``),
+keeping each node's value as the model made it. The alignment of a step is reused for
+the next one under a proof taken at every step:
+
+- the two graphs are those the alignment was made for: the same nodes, ops, targets,
+  inputs, dtypes and ranks (only the cache's length changes from step to step);
+- neither model changed: the same parameter and buffer objects, with the same
+  ``data_ptr()``, version counter (``tensor._version``), shape, stride and dtype, and
+  the same fingerprint otherwise (hooks, attributes, classes, torch's global state:
+  ``introspect.models.ports.fingerprint``).
+
+Where the proof fails (a port that edits or swaps a weight between steps, a graph that
+changes), the step is aligned anew, weight relations and all.
+
+Each aligned pair is then measured as the replay measures it (``compare.measure``, with
+regions and layouts), on the values the models computed. A step passes here when no pair
+is over its budget, none holds NaN or Inf, no drift appears and the caches agree: the
+full diff could not fail it, since a row fails only where the candidate's own value is
+over budget (``divergence.confirm_failures``) and drift reads those same values
+(``drift``). Any other step gets the full diff (local errors, hints, tables), made from
+the same two recordings: a step never runs twice, so a cache is never updated twice.
+No tensor metadata is written for a step that passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from introspect.diff.align import Alignment, align_graphs
+from introspect.diff.compare import _Layout, _narrow, fit_layouts
+from introspect.diff.drift import drift_limit
+from introspect.diff.eager import Recording, record_forward, write_metadata
+from introspect.diff.tolerance import Budget, Tolerance
+from introspect.models.ports import fingerprint
+
+_FIT_RATIO = 0.01  # as compare's: a layout other than the proven one must fit this much better
+
+
+def model_state(model: torch.nn.Module) -> tuple[Any, ...]:
+    """What must not change for an alignment to serve again: every parameter and buffer
+    by identity, storage and version counter, and the fingerprint without the weights'
+    bytes (their version counters prove them unchanged without reading them)."""
+    tensors = tuple((name, id(t), t.data_ptr(), t._version, tuple(t.shape), t.stride(),
+                     t.dtype, t.device)
+                    for name, t in itertools.chain(model.named_parameters(remove_duplicate=False),
+                                                   model.named_buffers(remove_duplicate=False)))
+    return tensors, fingerprint(model, tensors=False)
+
+
+def graph_signature(recording: Recording) -> tuple[Any, ...]:
+    """A recorded graph's structure: what an alignment made on it depends on, but the
+    sizes that grow with the cache."""
+    signature = []
+    for node in recording.gm.graph.nodes:
+        value = recording.values.get(node.name)
+        kind = (value.dtype, value.ndim) if isinstance(value, torch.Tensor) else type(value)
+        signature.append((node.name, node.op, node.target,
+                          tuple(n.name for n in node._input_nodes), kind))
+    return tuple(signature)
+
+
+@dataclass
+class _Aligned:
+    """An alignment, its budgets and what it was made on."""
+
+    alignment: Alignment
+    budgets: list[Budget]
+    signatures: tuple[Any, Any]
+    states: tuple[Any, Any]
+    reference_order: dict[str, int]
+    candidate_order: dict[str, int]
+    pair_dtypes: list[tuple[str, str]]
+    model_dtypes: list[str]
+    layouts: dict[int, _Layout] = field(default_factory=dict)
+
+
+class QuickSteps:
+    """Records one-token steps and says which of them pass without a full diff.
+
+    Example::
+
+        quick = QuickSteps(hf, port, Tolerance())
+        recordings = quick.record({"input_ids": token}, hf_keywords, port_keywords)
+        if not quick.passes(*recordings):
+            ...  # the full diff, from these recordings
+    """
+
+    def __init__(self, reference: torch.nn.Module, candidate: torch.nn.Module,
+                 tolerance: Tolerance, name_map: Mapping[str, str] | None = None) -> None:
+        self.reference, self.candidate = reference, candidate
+        self.tolerance = tolerance
+        self.name_map = name_map
+        self.aligned: _Aligned | None = None
+        self.aligned_steps = 0  # steps that were aligned (the others reused an alignment)
+        self.quick_steps = 0  # steps that passed here, with no full diff
+
+    def record(self, tensors: Mapping[str, torch.Tensor], ref_keywords: Mapping[str, Any],
+               cand_keywords: Mapping[str, Any]) -> tuple[Recording, Recording]:
+        """Both sides' step, recorded with every value kept (the reference first)."""
+        from introspect.diff.explain import accepted_inputs as _accepted_inputs
+
+        return tuple(record_forward(model, _accepted_inputs(model, tensors), "",  # type: ignore[return-value]
+                                    keywords, metadata=False, keep_values=True)
+                     for model, keywords in ((self.reference, ref_keywords),
+                                             (self.candidate, cand_keywords)))
+
+    def states(self) -> tuple[Any, Any]:
+        """Both models' state (``model_state``), taken as a step starts."""
+        return model_state(self.reference), model_state(self.candidate)
+
+    def passes(self, reference: Recording, candidate: Recording,
+               tensors: Mapping[str, torch.Tensor], states: tuple[Any, Any]) -> bool:
+        """Whether every aligned pair of the step is within budget, finite and drift-free.
+
+        ``states``: both models' ``states()`` as the step started; the alignment of an
+        earlier step serves only where they and the graphs are those it was made on.
+
+        Raises:
+            InputError: the step's graphs cannot be aligned (as the diff raises it).
+        """
+        signatures = (graph_signature(reference), graph_signature(candidate))
+        aligned = self.aligned
+        if aligned is None or aligned.signatures != signatures or aligned.states != states:
+            aligned = self.aligned = self._align(reference, candidate, tensors, signatures,
+                                                 states)
+        return self._within_budget(aligned, reference, candidate)
+
+    def _align(self, reference: Recording, candidate: Recording,
+               tensors: Mapping[str, torch.Tensor], signatures: tuple[Any, Any],
+               states: tuple[Any, Any]) -> _Aligned:
+        from introspect.diff.explain import _budgets, _pair_dtypes, record_for_diff
+        from introspect.diff.explain import model_dtypes as _model_dtypes
+
+        graphs = []
+        for model, recording, title in ((self.reference, reference, "reference"),
+                                        (self.candidate, candidate, "candidate")):
+            write_metadata(recording)
+            graphs.append(record_for_diff(model, tensors, title, {}, recording)[0])
+        ref_graph, cand_graph = graphs
+        alignment = align_graphs(ref_graph, cand_graph, name_map=self.name_map)
+        candidate_dtypes = sorted(_model_dtypes(self.candidate))
+        budgets = _budgets(alignment, ref_graph, cand_graph, self.tolerance, None,
+                           candidate_dtypes)
+        self.aligned_steps += 1
+        return _Aligned(alignment, budgets, signatures, states,
+                        {r.name: r.index for r in ref_graph.records},
+                        {r.name: r.index for r in cand_graph.records},
+                        _pair_dtypes(alignment, ref_graph, cand_graph),
+                        [*_model_dtypes(self.reference), *candidate_dtypes])
+
+    def _within_budget(self, aligned: _Aligned, reference: Recording,
+                       candidate: Recording) -> bool:
+        """Every pair within its budget, finite, and free of drift, measured as the replay
+        measures (``compare.measure``: the values in their promoted dtype, the budget
+        ``atol + rtol * |reference|``; ``drift``: the largest error against what rounding
+        explains), all pairs of one dtype and budget in one pass. False at the first
+        pair the full diff must see (a value changed in place after it was made, a
+        feature order or a layout to find)."""
+        pairs = aligned.alignment.pairs
+        order = sorted(range(len(pairs)), key=lambda i: (
+            aligned.candidate_order.get(pairs[i].candidate, -1), i))
+        proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+        with torch.no_grad():
+            for i in order:
+                pair = pairs[i]
+                ref, cand = reference.values.get(pair.reference), \
+                    candidate.values.get(pair.candidate)
+                if not isinstance(ref, torch.Tensor) or not isinstance(cand, torch.Tensor):
+                    continue  # the replay compares tensors only (a split's tuple: its items)
+                if _changed(reference, pair.reference) or _changed(candidate, pair.candidate) \
+                        or pair.feature_order is not None:
+                    return False
+                if pair.reference_region is not None:
+                    ref = _narrow(ref, pair.reference_region)
+                if pair.candidate_region is not None:
+                    cand = _narrow(cand, pair.candidate_region)
+                budget = aligned.budgets[i]
+                if cand.shape != ref.shape:
+                    cand = self._in_layout(aligned, i, cand, ref, budget, proven)
+                    if cand is None:
+                        return False
+                if ref.numel() == 0:
+                    continue
+                dtype = torch.promote_types(cand.dtype, ref.dtype)
+                if not dtype.is_floating_point:
+                    dtype = torch.float64
+                groups.setdefault((dtype, budget.atol, budget.rtol), []).append((i, cand, ref))
+            largest: dict[int, tuple[float, float]] = {}  # pair -> (max error, max |reference|)
+            for (dtype, atol, rtol), members in groups.items():
+                found = _group_errors(dtype, atol, rtol, members)
+                if found is None:
+                    return False
+                largest.update(found)
+        for i, (error, scale) in largest.items():
+            budget = aligned.budgets[i]
+            if budget.atol == 0.0 and budget.rtol == 0.0:
+                continue  # integers are compared exactly (find_drift skips them too)
+            limit = drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
+                                budget.atol)
+            if error > limit:
+                return False
+        self.quick_steps += 1
+        return True
+
+    @staticmethod
+    def _in_layout(aligned: _Aligned, i: int, cand: torch.Tensor, ref: torch.Tensor,
+                   budget: Budget, proven: dict[tuple[Any, ...], tuple[int, ...]],
+                   ) -> torch.Tensor | None:
+        """``cand`` in the reference's layout, chosen as the replay chooses it (the
+        best fit, unless a layout proven on a pair of the same shapes fits nearly as
+        well); the choice is kept for the next steps while it still agrees."""
+        key = (tuple(cand.shape), tuple(ref.shape), None)
+        layout = aligned.layouts.get(i)
+        if layout is None or (layout.cand_shape, layout.ref_shape) != key[:2] \
+                or proven.get(key, layout.perm) != layout.perm:
+            fits = fit_layouts(cand, ref)
+            if not fits:
+                return None
+            best_error, layout = fits[0]
+            expected = proven.get(key)
+            if expected is not None and layout.perm != expected:
+                fallback = min(((e, lay) for e, lay in fits if lay.perm == expected),
+                               key=lambda fit: fit[0], default=None)
+                if fallback is not None and not best_error <= _FIT_RATIO * fallback[0]:
+                    layout = fallback[1]
+            aligned.layouts[i] = layout
+        value = layout.to_reference(cand)
+        proven.setdefault(key, layout.perm)
+        return value
+
+
+def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
+                  members: list[tuple[int, torch.Tensor, torch.Tensor]],
+                  ) -> dict[int, tuple[float, float]] | None:
+    """Each pair's largest error and largest reference magnitude, for pairs of one
+    promoted dtype and budget measured together; None where an element is over budget
+    or any value is NaN or Inf (``measure``'s test, element for element)."""
+    a = torch.cat([cand.reshape(-1).to(dtype) for _, cand, _ in members])
+    b = torch.cat([ref.reshape(-1).to(dtype) for _, _, ref in members])
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+        return None
+    d = (a - b).abs()
+    magnitude = b.abs()
+    if bool((d > (atol + rtol * magnitude)).any()):
+        return None
+    lengths = torch.tensor([ref.numel() for _, _, ref in members])
+    errors = torch.segment_reduce(d, "max", lengths=lengths).tolist()
+    scales = torch.segment_reduce(magnitude, "max", lengths=lengths).tolist()
+    return {i: (error, scale) for (i, _, _), error, scale in
+            zip(members, errors, scales, strict=True)}
+
+
+def _changed(recording: Recording, name: str) -> bool:
+    """A node's value changed in place after it was made: the replay measures it as it
+    was, so the kept value cannot stand for it."""
+    return recording.versions.get(name) != recording.values[name]._version
+
+
+__all__ = ["QuickSteps", "graph_signature", "model_state"]

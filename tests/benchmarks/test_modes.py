@@ -1,0 +1,31 @@
+"""benchmarks.modes: the generation and backward rows, paired ratios on one thread."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import modes
+from benchmarks.records import OK
+
+
+def test_backward_row_is_a_paired_ratio_on_one_thread():
+    threads = torch.get_num_threads()
+    seen = []
+    rows = modes.mode_rows(steps=(), models=("bert-tiny",), progress=seen.append, size=(2, 9))
+    assert torch.get_num_threads() == threads  # put back
+    (row,) = rows
+    assert row.status == OK and row.task == modes.BACKWARD and row.model == "bert-tiny"
+    assert row.seconds > 0 and row.baseline_seconds > 0
+    assert row.ratio == pytest.approx(row.seconds / row.baseline_seconds)
+    assert "1 thread" in row.note and "passed" in row.note
+    assert seen == ["modes: diff --backward, bert-tiny 2x9"]
+    table = modes.modes_table(rows)
+    assert "| diff --backward | bert-tiny | 2 x 9 |" in table
+
+
+@pytest.mark.slow
+def test_generation_row_counts_steps():
+    (row,) = modes.generation_rows(steps=(3,), progress=lambda _: None)
+    assert row.status == OK and row.seq == 3 and "passed" in row.note
+    assert "3 steps" in modes.modes_table([row])
