@@ -63,15 +63,17 @@ def longest_reduction(config, tokens: int) -> int:
     return max([tokens, *(s for s in sizes if s)])
 
 
-def below(measured: float, bound: float, what: str = "") -> bool:
+def below(measured: float | torch.Tensor, bound: float, what: str = "") -> bool:
     """``measured < bound``, recorded with its margin ``bound / measured``."""
-    _record(what, f"< {bound:.3g}", float(measured), bound / measured if measured else math.inf)
+    measured = float(measured)  # a 0-d tensor or a numpy float too
+    _record(what, f"< {bound:.3g}", measured, bound / measured if measured else math.inf)
     return measured < bound
 
 
-def above(measured: float, floor: float, what: str = "") -> bool:
+def above(measured: float | torch.Tensor, floor: float, what: str = "") -> bool:
     """``measured > floor`` (a fault is visible), recorded with its margin ``measured / floor``."""
-    _record(what, f"> {floor:.3g}", float(measured), measured / floor if floor else math.inf)
+    measured = float(measured)
+    _record(what, f"> {floor:.3g}", measured, measured / floor if floor else math.inf)
     return measured > floor
 
 

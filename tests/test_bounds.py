@@ -37,7 +37,7 @@ def test_each_bound_is_logged_with_its_margin(tmp_path, monkeypatch):
     log = tmp_path / "bounds.jsonl"
     monkeypatch.setenv(bounds.LOG, str(log))
     assert below(1e-7, 1e-5, "upper") and not below(2e-5, 1e-5)
-    assert above(1e-3, 1e-4, "fault")
+    assert above(torch.tensor(1e-3, dtype=torch.float64), 1e-4, "fault")  # a tensor too
     ref = torch.tensor([1.0, 100.0], dtype=torch.float64)
     assert close(ref + torch.tensor([0.0, 5e-5]), ref, rtol=1e-6, atol=0.0, what="allclose")
     rows = [json.loads(line) for line in log.read_text().splitlines()]

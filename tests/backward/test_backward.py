@@ -73,6 +73,7 @@ def test_scratch_against_hf_every_head(head):
     assert len(frame) == len(b.parameter_rows)
 
 
+@pytest.mark.numeric
 def test_correct_hand_written_port_passes(mlm):
     hf, tokenizer = mlm
     result = introspect.diff(hf, ports.build(hf), tokenize(tokenizer), backward=True)

@@ -51,6 +51,7 @@ def test_eager_attention_agrees_bit_for_bit(tiny_models, head):
     assert result.passed and result.max_abs_err == 0.0
 
 
+@pytest.mark.numeric
 def test_sdpa_against_eager_passes_within_fp32_noise(tiny, inputs):
     eager = scratch.BertModel.from_hf(tiny, attn_implementation="eager")
     result = introspect.diff(tiny, eager, inputs)

@@ -54,6 +54,7 @@ def test_the_batch_exercises_padding_and_both_segments(tiny):
     assert set(batch["token_type_ids"].unique().tolist()) == {0, 1}
 
 
+@pytest.mark.numeric
 @pytest.mark.parametrize("style", STYLES)
 def test_correct_port_matches_hf_on_bert_tiny(tiny, style):
     reference, batch = tiny
