@@ -44,9 +44,17 @@ demo: setup
 	@echo "demo: wrote reports/minilm.svg (open it in a browser), the tables, reports/diff/ and the attention maps"
 
 # pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.
+# Then the tests marked numeric run again on another CPU path (ATen's kernels without SIMD,
+# MKL's portable code path, one thread), so that a bound tuned to one machine's rounding fails
+# here rather than on a user's (tests/bounds.py, scripts/bound_margins.py).
+NUMERIC_CPU_PATH := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 test: setup
 	@$(BIN)/python -m pytest -q; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	if [ $$status -ne 0 ]; then exit $$status; fi; \
+	echo "make test: the numeric tests again with $(NUMERIC_CPU_PATH)"; \
+	env $(NUMERIC_CPU_PATH) $(BIN)/python -m pytest -m numeric -q; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: no test is marked numeric" >&2; exit 1; fi; \
 	exit $$status
 
 lint: setup

@@ -215,7 +215,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                                          [*model_dtypes(original_reference), *candidate_dtypes,
                                           *devices.rounding_dtypes(placement, reference,
                                                                    candidate)],
-                                         allow_nonfinite, (reference_label, candidate_label))
+                                         allow_nonfinite, (reference_label, candidate_label),
+                                         tensors.get("attention_mask"))
                 notes += verdict.notes
             except NoOutputPairs as e:  # the alignment's words first (other sizes, ...)
                 unpaired, truths = e, False

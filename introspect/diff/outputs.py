@@ -63,8 +63,14 @@ class TruthVerdict:
 
 def compare_truths(reference: Truth, candidate: Truth, tolerance: Tolerance,
                    model_dtypes: Sequence[str] = (), allow_nonfinite: bool = False,
-                   labels: tuple[str, str] = ("reference", "candidate")) -> TruthVerdict:
+                   labels: tuple[str, str] = ("reference", "candidate"),
+                   attention_mask: torch.Tensor | None = None) -> TruthVerdict:
     """Compare the candidate's truth runs with the reference's.
+
+    ``attention_mask``: an output laid out (batch, sequence, ...) is compared at real
+    tokens only; what a model leaves at padded positions is its own (PyTorch's nested
+    tensors write zeros there, HF computes values nobody reads), as the node-level
+    comparison keeps padding apart.
 
     Raises:
         InputError: no output of the candidate can stand for any output of the reference
@@ -83,7 +89,7 @@ def compare_truths(reference: Truth, candidate: Truth, tolerance: Tolerance,
         for ref_name, cand_name in pairs:
             rows.append(_compare(call, ref_name, ref_outputs.get(ref_name), cand_name,
                                  cand_outputs.get(cand_name) if cand_name else None,
-                                 tolerance, model_dtypes, allow_nonfinite))
+                                 tolerance, model_dtypes, allow_nonfinite, attention_mask))
     notes, reasons = _notes(rows, reference, candidate, labels, allow_nonfinite)
     failing = any(r.status == STATUS_FAIL for r in rows)
     if failing and "outputs" not in reasons and "grad mode" not in reasons:
@@ -125,7 +131,7 @@ def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _compare(call: str, ref_name: str, ref: torch.Tensor | None, cand_name: str,
              cand: torch.Tensor | None, tolerance: Tolerance, model_dtypes: Sequence[str],
-             allow_nonfinite: bool) -> OutputDiff:
+             allow_nonfinite: bool, attention_mask: torch.Tensor | None = None) -> OutputDiff:
     if ref is None or cand is None:
         shape = str(tuple(ref.shape)) if ref is not None else ""
         dtype = str(ref.dtype).removeprefix("torch.") if ref is not None else ""
@@ -142,8 +148,13 @@ def _compare(call: str, ref_name: str, ref: torch.Tensor | None, cand_name: str,
     shown_dtype = ref_dtype if ref_dtype == cand_dtype else f"{ref_dtype}/{cand_dtype}"
     shape = str(tuple(ref.shape))
     budget = tolerance.budget(low)
+    cand = cand.reshape(ref.shape)
+    if attention_mask is not None and ref.dim() >= 2 \
+            and tuple(ref.shape[:2]) == tuple(attention_mask.shape):
+        real = attention_mask.cpu() != 0  # (B, S): real tokens only
+        ref, cand = ref[real], cand[real]
     r = ref.reshape(-1)
-    c = cand.reshape(ref.shape).reshape(-1)
+    c = cand.reshape(-1)
     floating = r.is_floating_point() or c.is_floating_point()
     r64, c64 = (r.double(), c.double()) if floating else (r.long(), c.long())
     nonfinite = None

@@ -12,6 +12,7 @@ from introspect.diff.backward_losses import _mlm_labels
 from introspect.errors import InputError
 from introspect.models.load import load_model, tokenize
 from tests.backward import ports
+from tests.bounds import below, longest_reduction, rounding_bound
 from tests.conftest import make_batch
 
 SCRATCH = {"base": "BertModel", "masked-lm": "BertForMaskedLM",
@@ -61,17 +62,18 @@ def test_scratch_against_hf_every_head(head):
     b = result.backward
     assert result.passed, result.summary()
     assert b.passed and b.first_divergence is None
-    assert b.reference_loss == pytest.approx(b.candidate_loss, rel=1e-6)
+    assert below(abs(b.reference_loss / b.candidate_loss - 1), 1e-6, "loss")
     assert len(b.rows) > 20 and len(b.parameter_rows) >= 39
     assert all(r.status == "ok" for r in b.parameter_rows), b.parameter_table()
     assert not [r for r in b.rows if r.status == "fail"]
     # every weight has its gradient compared, and the step agrees at float noise
-    assert b.sgd_max_abs_err < 1e-8
+    assert below(b.sgd_max_abs_err, 1e-8, "sgd step")
     frame = result.parameters
     assert list(frame.columns[:3]) == ["reference", "candidate", "relation"]
     assert len(frame) == len(b.parameter_rows)
 
 
+@pytest.mark.numeric
 def test_correct_hand_written_port_passes(mlm):
     hf, tokenizer = mlm
     result = introspect.diff(hf, ports.build(hf), tokenize(tokenizer), backward=True)
@@ -79,7 +81,8 @@ def test_correct_hand_written_port_passes(mlm):
     b = result.backward
     assert b.loss == "masked-lm"
     # attention by hand against sdpa: not bit-exact, within the budget
-    assert 0 < max(r.max_abs_err or 0 for r in b.parameter_rows) < 1e-5
+    worst = max(r.max_abs_err or 0 for r in b.parameter_rows)
+    assert 0 < worst and below(worst, 1e-5, "gradients")
     assert {r.candidate for r in b.parameter_rows if "word_embeddings" in r.reference} == \
         {"p.embeddings__word_embeddings__weight"}
 
@@ -136,6 +139,7 @@ def test_loss_over_padded_labels(mlm):
 
 
 @pytest.mark.slow
+@pytest.mark.numeric
 def test_float64_bounds_the_noise(mlm):
     """Both sides in float64: the hand-written port's gradients agree to ~1e-15; the noise
     budget (a float64 reference) keeps a correct float32 port passing and a bug failing."""
@@ -143,9 +147,17 @@ def test_float64_bounds_the_noise(mlm):
     inputs = tokenize(tokenizer)
     exact = introspect.diff(hf.double(), ports.build(hf), inputs, backward=True)
     hf.float()
-    worst = max(r.max_rel_err or 0 for r in exact.backward.parameter_rows
-                if r.reference_max_abs > 1e-6)
-    assert exact.passed and worst < 1e-9, exact.backward.parameter_table()
+    assert exact.passed, exact.backward.parameter_table()
+    # Each weight's gradient within what float64 rounding can do at its scale (tests/bounds.py;
+    # 3.4e-11 of it here, measured ~1e-15). Not each element's relative error: an element
+    # that cancels to ~0 keeps its terms' error (2.3e-9 with ATEN_CPU_CAPABILITY=default).
+    reduction = longest_reduction(hf.config, inputs.tensors["input_ids"].numel())  # vocab
+    rows = exact.backward.parameter_rows
+    floor = rounding_bound("float64", reduction, max(r.reference_max_abs for r in rows))
+    for r in rows:  # under the floor: zero but for rounding (key biases: softmax ignores them)
+        if r.reference_max_abs > floor:
+            bound = rounding_bound("float64", reduction, r.reference_max_abs)
+            assert below(r.max_abs_err, bound, r.reference), exact.backward.parameter_table()
     noisy = introspect.diff(hf, ports.build(hf), inputs, backward=True, noise_budget=True)
     assert noisy.passed, noisy.summary()
     assert any("float64" in n for n in noisy.backward.notes)

@@ -26,6 +26,7 @@ from introspect.diff.records import (
     STATUS_UNCONFIRMED,
     NodeDiff,
 )
+from tests.bounds import above, below
 from tests.diff import llama2c_port, nanogpt_gpt2_port
 from tests.fixtures.families import tiny_model
 
@@ -69,15 +70,19 @@ def test_the_llama2c_port_itself_agrees_with_hf_on_real_tokens_only():
         expected = reference(**inputs).logits
         for attention in ("sdpa", "einsum"):
             got = llama2c_port.build(reference, attention=attention)(inputs["input_ids"])
-            assert (got - expected)[real].abs().max() < 1e-5
-            assert (got - expected)[~real].abs().max() > 1e-2  # no padding mask: garbage
+            assert below((got - expected)[real].abs().max(), 1e-5, attention)
+            # no padding mask: garbage at the pads
+            assert above((got - expected)[~real].abs().max(), 1e-2, "pads")
 
 
 def test_a_llama2c_port_with_permuted_wq_wk_passes_when_heads_equal_tokens():
     reference, inputs = _llama(), _padded_inputs(8)
     result = introspect.diff(reference, llama2c_port.build(reference), inputs)
     assert result.passed and result.first_divergence is None
-    assert _compared(result)["max_abs_err"].max() < 1e-5
+    # Tight (issue 36): 7.6e-6 = 2**-17 measured, one float32 ulp of a value in [64, 128), a
+    # 1.3x margin (3.8e-6 on make test's second path). Not derived: the node table gives no
+    # node's scale; tests/bounds.py at ~100 and n = 64 would allow ~4e-4. Left for the lead.
+    assert below(_compared(result)["max_abs_err"].max(), 1e-5)
     assert (result.nodes["status"] == STATUS_UNCONFIRMED).sum() == 0
     # The permuted projections are anchors, named in their rows and in the notes.
     for layer in (0, 1):
@@ -86,7 +91,8 @@ def test_a_llama2c_port_with_permuted_wq_wk_passes_when_heads_equal_tokens():
                                == f"model_layers_{layer}_self_attn_{proj}"].iloc[0]
             assert row["candidate_node"] == f"layers_{layer}_attention_{ours}"
             assert row["matched_by"] == BY_WEIGHTS and row["local_max_abs_err"] == 0.0
-            assert row["max_abs_err"] == 0.0 if layer == 0 else row["max_abs_err"] < 1e-6
+            assert row["max_abs_err"] == 0.0 if layer == 0 else \
+                below(row["max_abs_err"], 1e-6, proj)
             assert "rows of each head of 8 interleaved" in row["note"]
     named = [n for n in result.notes if "interleaved" in n]
     assert named and named[0].startswith("4 candidate weight(s) are the reference's")
@@ -100,8 +106,8 @@ def test_heads_kept_as_b_s_nh_hd_are_compared_in_hf_layout_when_nh_equals_s():
     attention = result.nodes[result.nodes["op"] == "scaled_dot_product_attention"]
     assert len(attention) == 2 and (attention["candidate_node"].str.startswith("einsum")).all()
     assert (attention["note"] == "reshape and permute (0, 2, 1, 3)").all()
-    assert attention["max_abs_err"].max() < 1e-6
-    assert attention["pad_max_abs_err"].min() > 1e-2  # padded queries differ, apart
+    assert below(attention["max_abs_err"].max(), 1e-6)
+    assert above(attention["pad_max_abs_err"].min(), 1e-2, "pads")  # padded queries differ, apart
 
 
 def test_a_wrong_value_weight_in_the_llama2c_port_fails_in_its_layer():
@@ -157,10 +163,10 @@ def test_a_nanogpt_port_on_a_padded_batch_reports_the_real_token_error_only():
     compared = _compared(result)
     flattened = compared[compared["op"] == "addmm"]
     assert len(flattened) == 8 and (flattened["shape"].str.startswith("(18, ")).all()
-    assert compared["max_abs_err"].max() < 1e-6  # 5e-3 when padded rows counted
-    assert compared["mean_abs_err"].max() < 1e-7
-    assert flattened["pad_max_abs_err"].max() > 1e-4  # the padded rows do differ, apart
-    assert result.layers["max_abs_err"].max() < 1e-6
+    assert below(compared["max_abs_err"].max(), 1e-6)  # 5e-3 when padded rows counted
+    assert below(compared["mean_abs_err"].max(), 1e-7, "mean")
+    assert above(flattened["pad_max_abs_err"].max(), 1e-4, "pads")  # they differ, apart
+    assert below(result.layers["max_abs_err"].max(), 1e-6, "layers")
 
 
 def test_a_wrong_bias_in_the_nanogpt_port_fails_in_its_layer():
@@ -170,7 +176,7 @@ def test_a_wrong_bias_in_the_nanogpt_port_fails_in_its_layer():
     assert not result.passed
     first = result.first_divergence
     assert (first.layer, first.module) == ("h.1", "transformer.h.1.mlp.c_fc")
-    assert abs(first.local_max_abs_err - 0.05) < 1e-6
+    assert below(abs(first.local_max_abs_err - 0.05), 1e-6)
 
 
 # -- padding from the layout ----------------------------------------------------------
@@ -235,7 +241,7 @@ def _toy() -> tuple[_Reference, dict[str, torch.Tensor]]:
 def test_a_reshaped_weight_and_an_offset_embedding_table_are_anchors_named_in_the_notes():
     reference, inputs = _toy()
     result = introspect.diff(reference, _Port(reference).eval(), inputs)
-    assert result.passed and result.nodes["max_abs_err"].max() < 1e-6
+    assert result.passed and below(result.nodes["max_abs_err"].max(), 1e-6)
     rows = result.nodes.set_index("reference_node")
     assert rows.loc["positions", "matched_by"] == BY_WEIGHTS
     assert "offset embedding table" in rows.loc["positions", "note"]
@@ -353,7 +359,7 @@ def test_a_projection_permuted_with_its_bias_is_an_anchor_and_passes():
     reference, port = _interleaved_pair()
     inputs = {"input_ids": torch.randint(0, 50, (2, 6))}
     result = introspect.diff(reference, port, inputs)
-    assert result.passed and result.nodes["max_abs_err"].max() < 1e-6
+    assert result.passed and below(result.nodes["max_abs_err"].max(), 1e-6)
     proj = result.nodes.set_index("reference_node").loc["proj"]
     assert proj["matched_by"] == BY_WEIGHTS and proj["local_max_abs_err"] == 0.0
     assert "rows of each head of 4 interleaved" in proj["note"]

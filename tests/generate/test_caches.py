@@ -7,6 +7,7 @@ import torch
 
 from introspect.diff.generation.caches import cache_layers, compare_cached
 from introspect.diff.tolerance import Budget
+from tests.bounds import below
 
 BUDGET = Budget(1e-5, 1.3e-6)
 
@@ -43,7 +44,8 @@ def test_a_difference_fails_in_any_layout(reference):
     static[:, :5] = reference.transpose(1, 2)
     static[0, 3, 1, 2] += 1e-3  # one value of one cached key
     found = compare_cached(reference, static, BUDGET)
-    assert not found.passed and found.max_abs_err == pytest.approx(1e-3, rel=1e-3)
+    # 1e-3 added to a value of ~1 in float32: off by one rounding of the sum, 6e-8 (6e-5 of it)
+    assert not found.passed and below(abs(found.max_abs_err / 1e-3 - 1), 1e-3, "1e-3 found")
     assert found.layout.startswith("permute (0, 2, 1, 3)")
 
 

@@ -11,10 +11,14 @@ import importlib
 import pytest
 import torch
 
+from tests.bounds import above, below
 from tests.ports.batch import port_batch
 
 STYLES = ("hf_like", "nanogpt_style", "functional", "torch_builtin")
-NOISE = 1e-5  # torch.testing's fp32 atol
+# torch.testing's fp32 atol. As a floor for faults it is not a bound on rounding: a fault's
+# effect is its arithmetic (the tanh GELU measured 1.32e-5, a 1.3x margin, the LayerNorm eps
+# 2.4e-5), which another CPU moves only by its rounding: 1.29e-5 on make test's second path.
+NOISE = 1e-5
 
 
 def _module(style: str):
@@ -53,20 +57,22 @@ def test_the_batch_exercises_padding_and_both_segments(tiny):
     assert set(batch["token_type_ids"].unique().tolist()) == {0, 1}
 
 
+@pytest.mark.numeric
 @pytest.mark.parametrize("style", STYLES)
 def test_correct_port_matches_hf_on_bert_tiny(tiny, style):
     reference, batch = tiny
     port = _module(style).build(reference)
     assert not port.training
-    assert _error(reference, port, batch) < NOISE
+    assert below(_error(reference, port, batch), NOISE, style)
 
 
 @pytest.mark.parametrize("style", STYLES)
 def test_every_fault_changes_the_outputs_on_bert_tiny(tiny, style):
     reference, batch = tiny
     module = _module(style)
-    quiet = {f: err for f in module.FAULTS
-             if (err := _error(reference, module.build(reference, f, layer=0), batch)) <= NOISE}
+    errors = {f: _error(reference, module.build(reference, f, layer=0), batch)
+              for f in module.FAULTS}
+    quiet = {f: err for f, err in errors.items() if not above(err, NOISE, f)}
     assert not quiet, f"faults that change nothing measurable: {quiet}"
 
 
@@ -101,7 +107,7 @@ def test_ports_import_nothing_from_introspect():
 def test_ports_on_minilm(minilm, style):
     reference, batch = minilm.model, port_batch(minilm.tokenizer)
     module = _module(style)
-    assert _error(reference, module.build(reference), batch) < NOISE
+    assert below(_error(reference, module.build(reference), batch), NOISE, style)
     quiet = [f for f in module.FAULTS
              if _error(reference, module.build(reference, f, layer=2), batch) <= NOISE]
     assert not quiet

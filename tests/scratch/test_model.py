@@ -10,6 +10,7 @@ from torch import nn
 
 import introspect.scratch as scratch
 from introspect.scratch.outputs import SequenceClassifierOutput
+from tests.bounds import above, assert_close
 from tests.scratch.conftest import hf_model, make_inputs, quiet_from_hf
 
 FP32 = dict(rtol=1.3e-6, atol=1e-5)
@@ -97,7 +98,7 @@ def test_set_attn_implementation_switches_every_layer(pair: tuple) -> None:
         assert {
             m.attn_implementation for m in model.modules() if hasattr(m, "attn_implementation")
         } == {"eager"}
-        torch.testing.assert_close(run(model), run(hf), **FP32)
+        assert_close(run(model), run(hf), **FP32)
     finally:
         model.set_attn_implementation("sdpa")
     assert torch.equal(run(model), run(hf))
@@ -107,7 +108,7 @@ def test_one_layer_on_eager_stays_within_budget(pair: tuple) -> None:
     hf, model = pair
     model.encoder.layer[1].attention.self.attn_implementation = "eager"  # gets sdpa's bool mask
     try:
-        torch.testing.assert_close(run(model), run(hf), **FP32)
+        assert_close(run(model), run(hf), **FP32)
     finally:
         model.encoder.layer[1].attention.self.attn_implementation = "sdpa"
 
@@ -129,7 +130,9 @@ def test_faults_injected_in_one_layer_show_up(pair: tuple, fault: str) -> None:
         layer.attention.self.scaling = 1.0
     try:
         error = (run(model) - run(hf)).abs().max().item()
-        assert error > 1e-5, f"{fault}: max abs err only {error}"
+        # a fault's arithmetic, not rounding: tanh_gelu measured 1.16e-5 (1.16x, the same
+        # bits on make test's second path); the others 111x and 3100x
+        assert above(error, 1e-5, fault), f"{fault}: max abs err only {error}"
     finally:
         (
             layer.intermediate.intermediate_act_fn,

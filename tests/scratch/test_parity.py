@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import introspect.scratch as scratch
+from tests.bounds import assert_close
 from tests.scratch.conftest import (
     BASE,
     HEADS,
@@ -241,7 +242,7 @@ def test_mixing_attention_paths_stays_within_the_fp32_budget(
         model = scratch.BertModel.from_pretrained(minilm_folder, attn_implementation=scratch_attn)
         hf_out, out = run_both(hf, model, inputs)
         for name in out:
-            torch.testing.assert_close(out[name], hf_out[name], **FP32)
+            assert_close(out[name], hf_out[name], **FP32, what=f"{hf_attn} {name}")
 
 
 # -- gradients -----------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ def test_gradients_match_hf(head: str) -> None:
         if expected is None:  # e.g. the unused pooler of a head without one
             assert param.grad is None
             continue
-        torch.testing.assert_close(param.grad, expected, **FP32, msg=lambda m, n=name: f"{n}: {m}")
+        assert_close(param.grad, expected, **FP32, what=name, msg=lambda m, n=name: f"{n}: {m}")
         checked += 1
     assert checked == len(hf_params) - sum(p.grad is None for p in hf_params.values())
 
