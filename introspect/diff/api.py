@@ -96,7 +96,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          reference_label: str = "", candidate_label: str = "",
          allow_nonfinite: bool = False, generate: int = 0, tokenizer: Any = None,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         backward: bool = False, loss: Any = None) -> DiffResult:
+         backward: bool = False, loss: Any = None, nproc: int | None = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -134,6 +134,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.backward``): the result's ``backward`` and ``parameters``.
         loss: with ``backward``, ``loss(outputs, inputs) -> scalar`` used for both sides;
             None: the head's own loss with seeded labels (``backward_losses``).
+        nproc: run the candidate on this many ranks under ``torch.distributed``
+            (``introspect.diff.parallel``): ``candidate`` is then a port,
+            ``"path/to/port.py:NAME"`` or a top-level ``build(reference)`` function, built
+            on every rank; ``reference`` may be the ``LoadedReference`` it takes.
 
     Returns:
         A ``DiffResult``.
@@ -148,6 +152,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    if nproc is not None:  # a tensor-parallel port: its own mode
+        from introspect.diff.parallel import diff_parallel
+
+        if generate or backward or noise_budget:
+            raise InputError("nproc does not mix with generate, backward or noise_budget")
+        return diff_parallel(reference, candidate, inputs, nproc, atol=atol, rtol=rtol,  # type: ignore[no-any-return]
+                             reference_label=reference_label, candidate_label=candidate_label,
+                             allow_nonfinite=allow_nonfinite)
     if generate and backward:
         raise InputError("generate does not mix with backward: gradients are compared on one "
                          "forward")

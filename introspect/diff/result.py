@@ -107,6 +107,8 @@ class DiffResult:
     # Gradient parity (``diff(..., backward=True)``): an ``introspect.diff.backward.
     # BackwardResult``, None when only the forward was compared.
     backward: Any = None
+    # A tensor-parallel candidate (``introspect.diff.parallel``): a ``ParallelRun``.
+    parallel: Any = None
 
     @property
     def parameters(self) -> pandas.DataFrame:

@@ -1,0 +1,110 @@
+"""Start N ranks the way ``torchrun`` does, wait for them, and read back what they wrote.
+
+Each rank is a fresh process (the spawn start method: no state of the parent's, CUDA
+safe) with torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``); the process group meets through a file in the job's
+folder, gloo on the CPU, NCCL on CUDA. The parent never waits on a rank blindly: a rank
+that writes an error, exits, or outlives the deadline ends the job, every other rank is
+killed, and the error names the rank. Results come back as data (safetensors and JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from introspect.diff.parallel.rank import RankJob, result_path, run_rank
+from introspect.errors import InputError
+
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class RankResult:
+    """What one rank sent back."""
+
+    rank: int
+    values: dict[str, torch.Tensor]  # node name -> this rank's local value
+    nodes: list[dict[str, Any]]  # in graph order: name, module, layer, op, inputs, placements
+    notes: list[str] = field(default_factory=list)
+    forward_seconds: float = 0.0
+
+
+def run_ranks(folder: Path, nproc: int, spec: str, label: str, *, backend: str = "gloo",
+              timeout: float = 600.0) -> list[RankResult]:
+    """Run the port on ``nproc`` ranks; every rank's results, in rank order.
+
+    Raises:
+        InputError: a rank raised (its one-line error, its rank), exited, or did not
+            finish within ``timeout`` seconds; the other ranks are killed first.
+    """
+    context = multiprocessing.get_context("spawn")
+    job = RankJob(str(folder), nproc, spec, label, backend, timeout, _free_port())
+    processes = [context.Process(target=run_rank, args=(rank, job), daemon=True,
+                                 name=f"introspect-rank{rank}") for rank in range(nproc)]
+    try:
+        for process in processes:
+            process.start()
+        _wait(processes, folder, timeout)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for process in processes:
+            process.join(5)
+    return [_read(folder, rank) for rank in range(nproc)]
+
+
+def _wait(processes: list[Any], folder: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        for rank, process in enumerate(processes):
+            error = result_path(folder, rank, "error")
+            if error.exists():
+                raise InputError(f"rank {rank} of {len(processes)}: {error.read_text()}")
+            if process.exitcode not in (None, 0):
+                raise InputError(f"rank {rank} of {len(processes)} exited with code "
+                                 f"{process.exitcode} before writing its values"
+                                 f"{_last_line(folder, rank)}")
+        if all(p.exitcode == 0 for p in processes):
+            missing = [r for r in range(len(processes))
+                       if not result_path(folder, r, "json").exists()]
+            if missing:
+                raise InputError(f"rank {missing[0]} of {len(processes)} exited (code 0) "
+                                 "before writing its values: the port ended its process")
+            return
+        if time.monotonic() > deadline:
+            waiting = [r for r, p in enumerate(processes) if p.exitcode is None]
+            raise InputError(f"rank {waiting[0]} of {len(processes)} did not finish within "
+                             f"{timeout:g} s (a collective one rank never reached?); the "
+                             "ranks were stopped")
+        time.sleep(POLL_SECONDS)
+
+
+def _last_line(folder: Path, rank: int) -> str:
+    log = result_path(folder, rank, "log")
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return f" (its last line: {lines[-1][:200]})" if lines else ""
+
+
+def _read(folder: Path, rank: int) -> RankResult:
+    from safetensors.torch import load_file
+
+    described = json.loads(result_path(folder, rank, "json").read_text())
+    values = load_file(str(result_path(folder, rank, "safetensors")))
+    return RankResult(rank, values, described["nodes"], described["notes"],
+                      described["forward_seconds"])
+
+
+def _free_port() -> int:
+    """A port for MASTER_PORT (the group itself meets through a file, never this port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
