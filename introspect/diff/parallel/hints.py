@@ -59,12 +59,11 @@ def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
     if ranks_differ and held[0].shape == held[-1].shape:
         total = torch.stack(held).sum(0)
         alone = any(fits(v) for v in held)
-        for offset, how in ((None, ""), (bias, " less the bias every rank added")):
-            if offset is None and how:
-                continue
-            candidate = total if offset is None else total - (n - 1) * _broadcast(offset, total)
-            if offset is not None and candidate is None:
-                continue
+        shifts = [(total, "")]
+        added = _broadcast(bias, total) if bias is not None else None
+        if added is not None:
+            shifts.append((total - (n - 1) * added, " less the bias every rank added"))
+        for candidate, how in shifts:
             if not alone and fits(candidate) and not summed_later:
                 hints.append(f"an all-reduce left out: no rank's value of {join.node} matches "
                              f"the reference, the sum over the {n} ranks does{how}; each rank "
@@ -77,8 +76,9 @@ def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
             hints.append(f"an all-reduce left out: {join.node} reads {partial}, a partial sum "
                          f"on each rank (joined as the sum over the {n} ranks), which no "
                          "collective summed first")
-    if bias is not None and not hints and (summed_later or not ranks_differ):
-        shifted = value.double() - (n - 1) * _broadcast(bias.double(), value)
+    added = _broadcast(bias.double(), value) if bias is not None else None
+    if added is not None and not hints and (summed_later or not ranks_differ):
+        shifted = value.double() - (n - 1) * added
         if float((shifted - target.double()).abs().max()) <= allowance:
             hints.append(f"a bias added on every rank before the sum: the value less "
                          f"{n - 1} x the bias matches; add the row-parallel Linear's bias "
@@ -93,7 +93,7 @@ def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
 def _broadcast(bias: torch.Tensor, like: torch.Tensor) -> torch.Tensor | None:
     if like.dim() == 0 or like.shape[-1] != bias.numel():
         return None
-    return bias.reshape(*([1] * (like.dim() - 1)), -1).to(like.dtype)
+    return bias.reshape(*([1] * (like.dim() - 1)), -1).to(like.dtype)  # (1, ..., 1, H)
 
 
 def _reaches_sum(node: str, joined: JoinedRanks) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from introspect.diff.parallel.hints import parallel_hints, reference_bias
-from introspect.diff.parallel.join import JoinedRanks, join_ranks
+from introspect.diff.parallel.join import PER_RANK, JoinedRanks, join_ranks
 from introspect.diff.parallel.launch import run_ranks
 from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
@@ -171,9 +171,17 @@ def diff_joined(taken: Any, joined: JoinedRanks, *, atol: float | None, rtol: fl
     """The dump diff of the joined tensors, with each row's join and the TP hints."""
     from introspect.dump import diff_dump
 
-    result = diff_dump(taken, joined.dump, atol=atol, rtol=rtol, name_map=name_map,
-                       reference_model=reference_model, reference_label=reference_label,
-                       candidate_label=candidate_label, allow_nonfinite=allow_nonfinite)
+    def compare(names: Mapping[str, str] | None) -> Any:
+        return diff_dump(taken, joined.dump, atol=atol, rtol=rtol, name_map=names,
+                         reference_model=reference_model, reference_label=reference_label,
+                         candidate_label=candidate_label, allow_nonfinite=allow_nonfinite)
+
+    result = compare(name_map)
+    # Ranks kept apart hold one quantity: where one rank's value pairs with a reference
+    # node, every rank's is measured against that node (an unpaired rank never passes).
+    forced = _siblings(result, joined)
+    if forced:
+        result = compare({**(name_map or {}), **forced})
     result.rows = [replace(row, note=f"{joined.joins[row.candidate_node]}; {row.note}")
                    if row.candidate_node in joined.joins else row for row in result.rows]
     result.notes[:0] = [*joined.notes, *(notes or [])]
@@ -186,6 +194,22 @@ def diff_joined(taken: Any, joined: JoinedRanks, *, atol: float | None, rtol: fl
         hints = _hints(result, taken, joined, divergence, reference_model)
         result.first_divergence = replace(divergence, hints=(*hints, *divergence.hints))
     return result
+
+
+def _siblings(result: Any, joined: JoinedRanks) -> dict[str, str]:
+    """Per-rank tensors of one node not all paired with the node their first paired
+    sibling holds: tensor name -> that reference node."""
+    paired = {m.name: m.reference for m in result.alignment.matches if m.reference}
+    nodes: dict[str, list[str]] = {}
+    for name, join in joined.joins.items():
+        if join.kind == PER_RANK:
+            nodes.setdefault(join.node, []).append(name)
+    forced = {}
+    for names in nodes.values():
+        target = next((paired[n] for n in names if n in paired), "")
+        if target and any(paired.get(n) != target for n in names):
+            forced.update({n: target for n in names})
+    return forced
 
 
 def _hints(result: Any, taken: Any, joined: JoinedRanks, divergence: Any,

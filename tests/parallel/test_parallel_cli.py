@@ -1,0 +1,47 @@
+"""``introspect diff --nproc N`` through the real CLI: the verdict, the JSON, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_outputs import introspect_cli, only_line
+from tests.parallel.conftest import PORTS
+
+
+def test_the_cli_runs_a_megatron_port_on_2_ranks(tiny3):
+    done = introspect_cli(["diff", "--model", str(tiny3), "--candidate",
+                           f"{PORTS / 'megatron_bert.py'}:build_missing_all_reduce",
+                           "--nproc", "2", "--json", "-"])
+    assert done.returncode == 1, done.stderr.decode()
+    document = json.loads(done.stdout)  # the ranks' prints never reach stdout
+    assert document["first_divergence"]["layer"] == "encoder.layer.2"
+    err = done.stderr.decode()
+    assert "parity FAILS" in err and "an all-reduce left out" in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--nproc", "0", "--candidate", "port.py:build"], "--nproc takes a number of processes >= 1"),
+    (["--nproc", "x", "--candidate", "port.py:build"], "--nproc takes a number of processes"),
+    (["--nproc", "2"], "--nproc runs a port on every rank: give --candidate"),
+    (["--nproc", "2", "--candidate", "hf"], "--nproc runs a port on every rank"),
+    (["--nproc", "2", "--candidate", "port.py:build", "--generate", "2"],
+     "--nproc does not mix with --generate"),
+])
+def test_bad_nproc_input_is_one_line_and_exit_2(argv, message):
+    from introspect.cli.main import main
+
+    done = introspect_cli(["diff", "--model", "bert-tiny", *argv])
+    assert done.returncode == 2
+    assert message in only_line(done.stderr.decode())
+    assert main is not None
+
+
+def test_a_rank_that_raises_is_one_line_and_exit_2(tiny3):
+    done = introspect_cli(["diff", "--model", str(tiny3), "--candidate",
+                           f"{PORTS / 'broken_ranks.py'}:build_raises", "--nproc", "2"])
+    assert done.returncode == 2
+    assert only_line(done.stderr.decode()).endswith(
+        "rank 1 of 2: port '" + f"{PORTS / 'broken_ranks.py'}:build_raises' raised "
+        "RuntimeError: rank 1 found no weights for its shard")
