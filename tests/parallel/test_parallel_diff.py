@@ -64,12 +64,25 @@ def test_a_bias_added_on_every_rank_fails_with_the_hint(runs):
     assert not any("all-reduce left out" in h for h in divergence.hints)
 
 
+def test_shards_gathered_in_the_wrong_order_are_hinted(runs):
+    result = runs(f"{MEGATRON}:build_gathered_in_reverse")
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.module == "encoder.layer.0.attention.output.dense"
+    assert divergence.hints[0].startswith(
+        "shards concatenated in the wrong order: cat, which layers_0_attention_dense_dense "
+        "reads, holds scaled_dot_product_attention's values"), divergence.hints
+    # the gathered shards were recorded as the all-gather's own nodes
+    assert any(j.startswith("the same on all 2 ranks") for k, j in result.parallel.joins.items()
+               if k.startswith("getitem"))
+
+
 def test_a_dtensor_port_passes(runs):
     result = runs(f"{PORTS / 'dtensor_bert.py'}:build")
     assert result.passed, result.first_divergence
     joins = result.parallel.joins
     assert any("DTensor Shard(2)" in j for j in joins.values())  # ColwiseParallel's output
-    print(sorted(set(joins.values())))
+    assert any("DTensor Replicate" in j for j in joins.values())  # RowwiseParallel's
     paired = {r.reference_node for r in result.rows if r.reference_node}
     assert "encoder_layer_2_attention_self_value" in paired
 

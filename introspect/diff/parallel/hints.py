@@ -18,12 +18,13 @@ names:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from introspect.diff.parallel.collectives import COLLECTIVE_NAMES
 from introspect.diff.parallel.join import CONCATENATED, PER_RANK, SUMMED, Join, JoinedRanks
+from introspect.dump.match import best_layout
 
 # Nodes that sum partial values across ranks (ours, and DTensor's conversions).
 _SUMMING = frozenset({*COLLECTIVE_NAMES, "redistribute", "full_tensor", "all_reduce",
@@ -33,7 +34,9 @@ _MAX_PERMUTED = 4  # all orders of up to 4 blocks; beyond, the reversed and rota
 
 def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
                    value: torch.Tensor, allowance: float, bias: torch.Tensor | None,
-                   layout_apply: object = None) -> list[str]:
+                   layout_apply: object = None,
+                   references: Mapping[str, torch.Tensor] | None = None,
+                   paired: set[str] | None = None) -> list[str]:
     """The hints that hold at the first divergence, most specific first.
 
     Args:
@@ -42,6 +45,9 @@ def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
         target: the reference's value; ``value`` the joined one in the reference's layout.
         allowance: the budget at this node (atol + rtol * scale).
         bias: the bias of the reference module the node belongs to, when it has one.
+        references: the reference's values by node, and ``paired`` the joined tensors the
+            diff paired with one: a tensor the divergence reads that holds a reference
+            node's values in another order is tested for shards out of order.
     """
     hints: list[str] = []
     n = len(joined.ranks)
@@ -83,7 +89,8 @@ def parallel_hints(join: Join, joined: JoinedRanks, target: torch.Tensor,
             hints.append(f"a bias added on every rank before the sum: the value less "
                          f"{n - 1} x the bias matches; add the row-parallel Linear's bias "
                          "once, after the all-reduce")
-    order = _wrong_order(value.reshape(target.shape), target, n, allowance)
+    order = _wrong_order(value.reshape(target.shape), target, n, allowance) \
+        or _wrong_order_read(join.node, joined, references or {}, paired or set(), allowance)
     if order:
         hints.append(order)
     hints += _blamed_ranks(join, held, target, allowance, apply)
@@ -127,6 +134,36 @@ def _wrong_order(value: torch.Tensor, target: torch.Tensor, n: int, allowance: f
                 return (f"shards concatenated in the wrong order: the value cut into {n} "
                         f"blocks along dim {dim} and put back in the order {order} matches "
                         "(concatenate the gathered shards in rank order)")
+    return ""
+
+
+def _wrong_order_read(node: str, joined: JoinedRanks, references: Mapping[str, torch.Tensor],
+                      paired: set[str], allowance: float) -> str:
+    """An unpaired tensor ``node`` reads whose blocks, reordered, are a reference node's
+    values under some layout (a gathered value concatenated in the wrong order)."""
+    n = len(joined.ranks)
+    for source in joined.sources.get(node, []):
+        value = joined.dump.values.get(source)
+        if value is None or source in paired or not value.is_floating_point():
+            continue
+        mine = value.detach().reshape(-1).double().sort().values
+        for name, target in references.items():
+            if target.numel() != value.numel() or not target.is_floating_point():
+                continue
+            theirs = target.detach().reshape(-1).double().sort().values
+            if float((mine - theirs).abs().max()) > allowance:
+                continue  # not the same values: no order of blocks can make them equal
+            for dim in range(value.dim()):
+                if value.shape[dim] % n:
+                    continue
+                blocks = value.chunk(n, dim=dim)
+                for order in _orders(n):
+                    found = best_layout(torch.cat([blocks[i] for i in order], dim=dim), target)
+                    if found is not None and found[1] <= allowance:
+                        return (f"shards concatenated in the wrong order: {source}, which "
+                                f"{node} reads, holds {name}'s values, and does once its {n} "
+                                f"blocks along dim {dim} are put back in the order {order} "
+                                "(concatenate the gathered shards in rank order)")
     return ""
 
 

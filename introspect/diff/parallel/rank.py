@@ -239,4 +239,8 @@ def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     if isinstance(error, SystemExit):
         return f"exited (sys.exit({error.code!r}))"
+    from introspect.errors import InputError
+
+    if isinstance(error, InputError) and text:  # already says what failed, in one line
+        return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

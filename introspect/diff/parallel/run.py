@@ -224,6 +224,7 @@ def _hints(result: Any, taken: Any, joined: JoinedRanks, divergence: Any,
     allowance = (row.atol or 0.0) + (row.rtol or 0.0) * float(target.abs().max())
     try:
         return parallel_hints(join, joined, target, value, allowance,
-                              reference_bias(reference_model, divergence.module), layout)
+                              reference_bias(reference_model, divergence.module), layout,
+                              taken.values, {m.name for m in result.alignment.pairs})
     except Exception as e:  # a hint must never break the verdict it explains
         return [f"(tensor-parallel hints failed: {type(e).__name__}: {e})"]

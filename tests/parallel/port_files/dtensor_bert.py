@@ -7,8 +7,6 @@ then holds its heads only, so the attention reads its local head count after the
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F

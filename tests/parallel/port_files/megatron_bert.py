@@ -61,10 +61,29 @@ class RowParallelLinear(nn.Module):
         return out + self.bias
 
 
+class GatheredDense(nn.Module):
+    """The other layout: gather every rank's context (all_gather), then one whole Linear,
+    replicated, as ``ColumnParallelLinear(gather_output=True)`` feeding a plain layer."""
+
+    def __init__(self, linear: nn.Linear, reverse: bool = False) -> None:
+        super().__init__()
+        self.dense = nn.Linear(linear.in_features, linear.out_features)
+        self.dense.load_state_dict(linear.state_dict())
+        self.reverse = reverse
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shards = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(shards, x.contiguous())
+        if self.reverse:  # the bug: the shards concatenated last rank first
+            shards = shards[::-1]
+        return self.dense(torch.cat(shards, dim=-1))
+
+
 class ParallelSelfAttention(nn.Module):
     """Multi-head attention over this rank's heads (num_heads / N of them)."""
 
-    def __init__(self, layer, num_heads: int, **faults) -> None:
+    def __init__(self, layer, num_heads: int, gather: bool = False, reverse: bool = False,
+                 **faults) -> None:
         super().__init__()
         attention = layer.attention
         self.heads = num_heads // dist.get_world_size()
@@ -72,7 +91,8 @@ class ParallelSelfAttention(nn.Module):
         self.query = ColumnParallelLinear(attention.self.query)
         self.key = ColumnParallelLinear(attention.self.key)
         self.value = ColumnParallelLinear(attention.self.value)
-        self.dense = RowParallelLinear(attention.output.dense, **faults)
+        self.dense = GatheredDense(attention.output.dense, reverse) if gather \
+            else RowParallelLinear(attention.output.dense, **faults)
         self.LayerNorm = _copy_norm(attention.output.LayerNorm)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -164,3 +184,14 @@ def build_missing_all_reduce(reference):
 def build_bias_before_sum(reference):
     """Layer 1's MLP output Linear adds its whole bias on every rank, then all-reduces."""
     return ParallelBert(reference.model, {1: {"mlp": {"bias_before_sum": True}}}).eval()
+
+
+def build_gathered(reference):
+    """Layer 0 gathers the heads' context and applies its whole output Linear on every rank."""
+    return ParallelBert(reference.model, {0: {"attention": {"gather": True}}}).eval()
+
+
+def build_gathered_in_reverse(reference):
+    """As build_gathered, but the gathered shards are concatenated in the wrong order."""
+    return ParallelBert(reference.model,
+                        {0: {"attention": {"gather": True, "reverse": True}}}).eval()
