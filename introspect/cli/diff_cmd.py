@@ -61,12 +61,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
-from introspect.cli.parallel_diff import (
-    add_parallel_arguments,
-    check_parallel,
-    compute_parallel_diff,
-    uses_nproc,
-)
 from introspect.cli.options import (
     add_backward_options,
     add_model_options,
@@ -75,6 +69,12 @@ from introspect.cli.options import (
     backward_loss,
     input_texts,
     say,
+)
+from introspect.cli.parallel_diff import (
+    add_parallel_arguments,
+    check_parallel,
+    compute_parallel_diff,
+    uses_nproc,
 )
 from introspect.errors import InputError
 

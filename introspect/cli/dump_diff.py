@@ -32,11 +32,10 @@ def uses_dumps(args: argparse.Namespace) -> bool:
 def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float | None) -> Any:
     """Diff the sides the options name when at least one of them is a file."""
     from introspect.cli.progress import step
+    from introspect.diff.parallel.rank_dumps import diff_rank_dumps, rank_entries
     from introspect.dump import capture, diff_dump, read_capture, read_dump
     from introspect.dump.formats import Dump
     from introspect.errors import InputError
-
-    from introspect.diff.parallel.rank_dumps import diff_rank_dumps, rank_entries
 
     name_map = _name_map(args.name_map) if args.name_map else None
     ranks = bool(args.candidate_dump) and bool(rank_entries(args.candidate_dump))

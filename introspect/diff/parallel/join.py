@@ -167,7 +167,7 @@ def _join(name: str, held: list[torch.Tensor], references: _References,
     if all(v.shape == held[0].shape for v in held) and held[0].is_floating_point():
         options.append((Join(name, name, SUMMED, ranks=n), torch.stack(held).sum(0)))
     options += _concatenations(name, held, references)
-    scored = []
+    scored: list[tuple[bool, float, int, Join | None, torch.Tensor | None]] = []
     for join, value in options:
         closest, relative, agrees = references.closest(value) if value.is_floating_point() \
             else ("", math.inf, False)
@@ -179,10 +179,10 @@ def _join(name: str, held: list[torch.Tensor], references: _References,
     if any(a for _, _, a in per_rank) or not scored:  # one rank wrong where all should agree
         scored.append((False, 0.0, _PREFERENCE.index(PER_RANK), None, None))
     scored.sort(key=lambda s: (s[0], s[1] if s[0] else 0.0, s[2]))
-    _, _, _, join, value = scored[0]
-    if join is None:  # the ranks disagree and no join explains them
+    _, _, _, chosen, whole = scored[0]
+    if chosen is None or whole is None:  # the ranks disagree and no join explains them
         return [_per_rank(name, i, n) for i in range(n)], list(held)
-    return [join], [value]
+    return [chosen], [whole]
 
 
 def _concatenations(name: str, held: list[torch.Tensor], references: _References

@@ -171,10 +171,11 @@ def _record(model: Any, inputs: dict[str, Any], label: str, truth: dict[str, Any
     kept_records = [r for r in chosen if r.name in values and r.op_type not in CONVERSIONS]
     kept_names = {r.name for r in kept_records}
     by_name = {r.name: r for r in graph.records}
-    nodes = [{"name": r.name, "module": r.module, "layer": r.layer, "op": r.op_type,
-              "sources": _sources(r.name, by_name, kept_names),
-              "placements": _placements(values[r.name])} for r in kept_records]
-    kept = {n["name"]: _local(values[n["name"]]) for n in nodes}
+    nodes: list[dict[str, Any]] = [
+        {"name": r.name, "module": r.module, "layer": r.layer, "op": r.op_type,
+         "sources": _sources(r.name, by_name, kept_names),
+         "placements": _placements(values[r.name])} for r in kept_records]
+    kept = {r.name: _local(values[r.name]) for r in kept_records}
     return kept, nodes, notes
 
 
