@@ -40,7 +40,7 @@ def test_bad_nproc_input_is_one_line_and_exit_2(argv, message):
 
 def test_a_rank_that_raises_is_one_line_and_exit_2(tiny3):
     done = introspect_cli(["diff", "--model", str(tiny3), "--candidate",
-                           f"{PORTS / 'broken_ranks.py'}:build_raises", "--nproc", "2"])
+                           f"{PORTS / 'broken_ranks.py'}:build_raises", "--nproc", "2", "-q"])
     assert done.returncode == 2
     assert only_line(done.stderr.decode()).endswith(
         "rank 1 of 2: port '" + f"{PORTS / 'broken_ranks.py'}:build_raises' raised "

@@ -139,6 +139,7 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
     joined = join_ranks([r.values for r in ranks], order, taken.values, tolerance=tolerance,
                         placements={n["name"]: n["placements"] for n in ranks[0].nodes},
                         path=f"{nproc} ranks of {spec}")
+    joined.dump.integers = {k: v for k, v in tensors.items() if not v.is_floating_point()}
     joined.sources = {n["name"]: list(n["sources"]) for n in ranks[0].nodes}
     joined.ops = {n["name"]: n["op"] for n in ranks[0].nodes}
     notes = [f"rank {r.rank}'s {note}" for r in ranks for note in r.notes]
