@@ -28,6 +28,10 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
                              "(gloo on the CPU, NCCL on CUDA), as torchrun does: build(reference) "
                              "runs on every rank, the ranks' values are joined into whole "
                              "tensors by value (concatenated shards, summed partials)")
+    parser.add_argument("--nproc-timeout", metavar="SECONDS", default="600",
+                        help="with --nproc: stop the ranks, and fail with exit 2, when they "
+                             "have not finished after this long; a collective waits as long "
+                             "(default: 600)")
 
 
 def uses_nproc(args: argparse.Namespace) -> bool:
@@ -40,6 +44,7 @@ def check_parallel(args: argparse.Namespace) -> int:
     from introspect.models.ports import is_port_spec
 
     nproc = check_nproc(args.nproc)
+    args.nproc_seconds = _seconds(args.nproc_timeout)
     for option, shown in _NOT_WITH.items():
         if getattr(args, option, None):
             raise InputError(f"--nproc does not mix with {shown}")
@@ -69,6 +74,16 @@ def compute_parallel_diff(args: argparse.Namespace, atol: float | None,
     label = f"hf {type(loaded.model).__name__} ({args.model}, {args.attn})"
     with step(args, f"running {args.candidate} on {nproc} ranks"):
         return diff_parallel(reference, args.candidate, inputs, nproc, atol=atol, rtol=rtol,
-                             reference_label=label,
+                             reference_label=label, timeout=args.nproc_seconds,
                              candidate_label=f"{args.candidate} on {nproc} ranks",
                              allow_nonfinite=args.allow_nonfinite)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError as e:
+        raise InputError(f"--nproc-timeout takes seconds, got {text!r}") from e
+    if not seconds > 0 or seconds == float("inf"):
+        raise InputError(f"--nproc-timeout takes a number of seconds > 0, got {text!r}")
+    return seconds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -28,6 +29,8 @@ def test_the_cli_runs_a_megatron_port_on_2_ranks(tiny3):
     (["--nproc", "2", "--candidate", "hf"], "--nproc runs a port on every rank"),
     (["--nproc", "2", "--candidate", "port.py:build", "--generate", "2"],
      "--nproc does not mix with --generate"),
+    (["--nproc", "2", "--candidate", "port.py:build", "--nproc-timeout", "0"],
+     "--nproc-timeout takes a number of seconds > 0"),
 ])
 def test_bad_nproc_input_is_one_line_and_exit_2(argv, message):
     done = introspect_cli(["diff", "--model", "bert-tiny", *argv])
@@ -42,3 +45,17 @@ def test_a_rank_that_raises_is_one_line_and_exit_2(tiny3):
     assert only_line(done.stderr.decode()).endswith(
         "rank 1 of 2: port '" + f"{PORTS / 'broken_ranks.py'}:build_raises' raised "
         "RuntimeError: rank 1 found no weights for its shard")
+
+
+def test_a_rank_that_hangs_is_stopped_at_the_timeout(tiny3):
+    import time
+
+    start = time.monotonic()
+    done = introspect_cli(["diff", "--model", str(tiny3), "--candidate",
+                           f"{PORTS / 'broken_ranks.py'}:build_hangs", "--nproc", "2", "-q",
+                           "--nproc-timeout", "90"])
+    assert done.returncode == 2
+    line = only_line(done.stderr.decode())
+    # rank 0 waits for rank 1 at the barrier after its forward: both are still running
+    assert re.search(r"rank 1 \([a-z ]+\) of 2 did not finish within 90 s", line), line
+    assert time.monotonic() - start < 300

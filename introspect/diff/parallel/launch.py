@@ -46,7 +46,9 @@ def run_ranks(folder: Path, nproc: int, spec: str, label: str, *, backend: str =
             finish within ``timeout`` seconds; the other ranks are killed first.
     """
     context = multiprocessing.get_context("spawn")
-    job = RankJob(str(folder), nproc, spec, label, backend, timeout, _free_port())
+    # a collective waits a little longer than the run may take: the parent, which knows
+    # every rank, speaks first
+    job = RankJob(str(folder), nproc, spec, label, backend, timeout + 30, _free_port())
     processes = [context.Process(target=run_rank, args=(rank, job), daemon=True,
                                  name=f"introspect-rank{rank}") for rank in range(nproc)]
     try:
@@ -81,11 +83,17 @@ def _wait(processes: list[Any], folder: Path, timeout: float) -> None:
                                  "before writing its values: the port ended its process")
             return
         if time.monotonic() > deadline:
-            waiting = [r for r, p in enumerate(processes) if p.exitcode is None]
-            raise InputError(f"rank {waiting[0]} of {len(processes)} did not finish within "
-                             f"{timeout:g} s (a collective one rank never reached?); the "
-                             "ranks were stopped")
+            waiting = [f"rank {r} ({_stage(folder, r)})" for r, p in enumerate(processes)
+                       if p.exitcode is None]
+            raise InputError(f"{', '.join(waiting)} of {len(processes)} did not finish within "
+                             f"{timeout:g} s (a rank that hangs, or a collective one rank "
+                             "never reached?); the ranks were stopped")
         time.sleep(POLL_SECONDS)
+
+
+def _stage(folder: Path, rank: int) -> str:
+    stage = result_path(folder, rank, "stage")
+    return stage.read_text() if stage.exists() else "starting"
 
 
 def _last_line(folder: Path, rank: int) -> str:

@@ -89,15 +89,25 @@ def _run(rank: int, job: RankJob) -> None:
         dist.init_process_group(job.backend, init_method=f"file://{job.folder}/rendezvous",
                                 rank=rank, world_size=job.world_size,
                                 timeout=datetime.timedelta(seconds=job.timeout))
+        _stage(job, rank, "loading the reference")
         reference = torch.load(Path(job.folder) / "reference.pt", weights_only=False,
                                mmap=True)
         inputs = _read_inputs(Path(job.folder) / "inputs.safetensors", job.backend)
+        _stage(job, rank, "in build")
         model = _build(job.spec, reference)
+        _stage(job, rank, "in its forward")
         seconds, truth = _truth_runs(model, inputs)
+        _stage(job, rank, "recording its forward")
         values, nodes, notes = _record(model, inputs, job.label, truth)
+        _stage(job, rank, "writing its values")
         _write(job.folder, rank, values, nodes, notes, seconds)
         dist.barrier()
         dist.destroy_process_group()
+
+
+def _stage(job: RankJob, rank: int, stage: str) -> None:
+    """Where the rank is, for the parent to say when it stops waiting."""
+    _write_text(result_path(job.folder, rank, "stage"), stage)
 
 
 def _read_inputs(path: Path, backend: str) -> dict[str, Any]:
