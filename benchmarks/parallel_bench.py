@@ -41,7 +41,8 @@ def wall(model: str, batch: int, seq: int, nproc: int) -> dict[str, float | str]
     own = max(result.parallel.forward_seconds)
     return {"figure": f"--nproc {nproc} wall, {model} {batch}x{seq}",
             "rank_forward_s": round(own, 4), "diff_s": round(diffed, 3),
-            "ratio": round(diffed / own, 1)}
+            "ratio": round(diffed / own, 1),
+            "phases_s": {k: round(v, 2) for k, v in result.parallel.seconds.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,16 @@ def test_the_correct_megatron_port_passes(runs):
     assert "encoder_layer_2_output_layer_norm" in paired
 
 
+def test_spawned_ranks_give_the_same_verdict(tiny3_loaded, runs):
+    """As torchrun starts them (fresh interpreters, the reference read from a file)."""
+    from introspect.diff.parallel import diff_parallel
+
+    reference, inputs = tiny3_loaded
+    result = diff_parallel(reference, f"{MEGATRON}:build", inputs, 2, start_method="spawn")
+    assert result.passed, result.first_divergence
+    assert result.parallel.joins == runs(f"{MEGATRON}:build").parallel.joins
+
+
 def test_a_missing_all_reduce_fails_in_layer_2_with_the_hint(runs):
     result = runs(f"{MEGATRON}:build_missing_all_reduce")
     assert not result.passed

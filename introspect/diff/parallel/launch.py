@@ -1,11 +1,12 @@
 """Start N ranks the way ``torchrun`` does, wait for them, and read back what they wrote.
 
-Each rank is a fresh process (the spawn start method: no state of the parent's, CUDA
-safe) with torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT``); the process group meets through a file in the job's
-folder, gloo on the CPU, NCCL on CUDA. The parent never waits on a rank blindly: a rank
-that writes an error, exits, or outlives the deadline ends the job, every other rank is
-killed, and the error names the rank. Results come back as data (safetensors and JSON).
+Each rank is a process of its own (spawned as torchrun does, fresh, on CUDA; forked on
+the CPU, where it starts in a fraction of a second) with torchrun's environment
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); the group
+meets through a file in the job's folder, gloo on the CPU, NCCL on CUDA. The parent never
+waits on a rank blindly: a rank that writes an error, exits, or outlives the deadline ends
+the job, every other rank is killed, and the error names the rank. Results come back as
+data (safetensors and JSON).
 """
 
 from __future__ import annotations
@@ -35,21 +36,34 @@ class RankResult:
     nodes: list[dict[str, Any]]  # in graph order: name, module, layer, op, inputs, placements
     notes: list[str] = field(default_factory=list)
     forward_seconds: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # stage -> when it began (epoch s)
+    done: float = 0.0  # when the rank had written its values (epoch s)
 
 
 def run_ranks(folder: Path, nproc: int, spec: str, label: str, *, backend: str = "gloo",
-              timeout: float = 600.0) -> list[RankResult]:
+              timeout: float = 600.0, start_method: str | None = None,
+              reference: Any = None) -> list[RankResult]:
     """Run the port on ``nproc`` ranks; every rank's results, in rank order.
+
+    ``start_method``: ``spawn`` (fresh interpreters, as torchrun starts them; the default
+    with NCCL, as CUDA needs) or ``fork`` (the default on the CPU: the ranks start in a
+    fraction of a second instead of importing torch and transformers again, and read the
+    parent's ``reference`` copy-on-write, with no second copy of the weights; under
+    ``spawn`` they load ``reference.pt`` from ``folder``, memory-mapped).
 
     Raises:
         InputError: a rank raised (its one-line error, its rank), exited, or did not
             finish within ``timeout`` seconds; the other ranks are killed first.
     """
-    context = multiprocessing.get_context("spawn")
+    method = start_method or ("spawn" if backend == "nccl" else "fork")
+    if method not in ("spawn", "fork"):
+        raise InputError(f"start method {method!r}: expected spawn or fork")
+    context: Any = multiprocessing.get_context(method)
     # a collective waits a little longer than the run may take: the parent, which knows
     # every rank, speaks first
     job = RankJob(str(folder), nproc, spec, label, backend, timeout + 30, _free_port())
-    processes = [context.Process(target=run_rank, args=(rank, job), daemon=True,
+    inherited = reference if method == "fork" else None  # never pickled under fork
+    processes = [context.Process(target=run_rank, args=(rank, job, inherited), daemon=True,
                                  name=f"introspect-rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:
@@ -108,7 +122,8 @@ def _read(folder: Path, rank: int) -> RankResult:
     described = json.loads(result_path(folder, rank, "json").read_text())
     values = load_file(str(result_path(folder, rank, "safetensors")))
     return RankResult(rank, values, described["nodes"], described["notes"],
-                      described["forward_seconds"])
+                      described["forward_seconds"], described.get("stages", {}),
+                      described.get("done", 0.0))
 
 
 def _free_port() -> int:

@@ -1,7 +1,8 @@
 """What each rank runs: join the process group, build the port, run it, record it, write.
 
-A rank is a fresh process (spawned, as ``torchrun`` starts them), so a port that sets
-globals, exits or hangs takes nothing of the parent's with it. It writes its results as
+A rank is a process of its own (forked on the CPU, spawned as ``torchrun`` does on CUDA),
+so a port that sets globals, changes the reference, exits or hangs takes nothing of the
+parent's with it. It writes its results as
 data into the job's folder: ``rank<r>.safetensors`` (the local value of every node that
 computes, as this rank holds it) and ``rank<r>.json`` (what each node is: module, op,
 inputs, DTensor placements; the forward's time; notes), or ``rank<r>.error`` (one line)
@@ -53,14 +54,14 @@ def result_path(folder: str | Path, rank: int, suffix: str) -> Path:
     return Path(folder) / f"rank{rank}.{suffix}"
 
 
-def run_rank(rank: int, job: RankJob) -> None:
+def run_rank(rank: int, job: RankJob, reference: Any = None) -> None:
     """A rank's whole life; never raises: a failure is written as ``rank<r>.error``."""
     log = open(result_path(job.folder, rank, "log"), "w")  # noqa: SIM115  # the port's prints
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     try:
-        _run(rank, job)
+        _run(rank, job, reference)
     except BaseException as e:  # the port's code: anything it raises is this rank's error
         message = _one_line(e)
         traceback.print_exc(file=log)
@@ -70,7 +71,7 @@ def run_rank(rank: int, job: RankJob) -> None:
     log.flush()
 
 
-def _run(rank: int, job: RankJob) -> None:
+def _run(rank: int, job: RankJob, reference: Any) -> None:
     import torch
     import torch.distributed as dist
 
@@ -90,8 +91,9 @@ def _run(rank: int, job: RankJob) -> None:
                                 rank=rank, world_size=job.world_size,
                                 timeout=datetime.timedelta(seconds=job.timeout))
         _stage(job, rank, "loading the reference")
-        reference = torch.load(Path(job.folder) / "reference.pt", weights_only=False,
-                               mmap=True)
+        if reference is None:  # spawned: the parent wrote it for us
+            reference = torch.load(Path(job.folder) / "reference.pt", weights_only=False,
+                                   mmap=True)
         inputs = _read_inputs(Path(job.folder) / "inputs.safetensors", job.backend)
         _stage(job, rank, "in build")
         model = _build(job.spec, reference)
@@ -105,8 +107,12 @@ def _run(rank: int, job: RankJob) -> None:
         dist.destroy_process_group()
 
 
+_STAGES: dict[str, float] = {}  # stage -> wall clock when it began (time.time())
+
+
 def _stage(job: RankJob, rank: int, stage: str) -> None:
-    """Where the rank is, for the parent to say when it stops waiting."""
+    """Where the rank is, for the parent to say when it stops waiting (and when)."""
+    _STAGES[stage] = time.time()
     _write_text(result_path(job.folder, rank, "stage"), stage)
 
 
@@ -237,7 +243,8 @@ def _write(folder: str, rank: int, values: dict[str, Any], nodes: list[dict[str,
     os.replace(result_path(folder, rank, "safetensors.tmp"),
                result_path(folder, rank, "safetensors"))
     _write_text(result_path(folder, rank, "json"),
-                json.dumps({"nodes": nodes, "notes": notes, "forward_seconds": seconds}))
+                json.dumps({"nodes": nodes, "notes": notes, "forward_seconds": seconds,
+                            "stages": _STAGES, "done": time.time()}))
 
 
 def _write_text(path: Path, text: str) -> None:

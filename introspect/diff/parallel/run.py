@@ -18,8 +18,9 @@ from __future__ import annotations
 import inspect
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ class ParallelRun:
     backend: str
     forward_seconds: list[float]  # each rank's own forward (its second truth run)
     joins: dict[str, str]  # joined tensor -> how it was made
+    # where the wall time went: capture, start (until every rank had loaded its
+    # reference), build, run and record (the ranks), join and diff (here)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def check_nproc(nproc: Any) -> int:
@@ -96,7 +100,7 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
                   atol: float | None = None, rtol: float | None = None,
                   backend: str | None = None, timeout: float = 600.0,
                   reference_label: str = "", candidate_label: str = "",
-                  allow_nonfinite: bool = False) -> Any:
+                  allow_nonfinite: bool = False, start_method: str | None = None) -> Any:
     """Diff a tensor-parallel port, run on ``nproc`` ranks, against ``reference``.
 
     Args:
@@ -109,6 +113,9 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
         nproc: how many ranks (processes).
         backend: gloo (the default on the CPU) or nccl (the default with CUDA).
         timeout: seconds the whole run on the ranks may take, and any collective may wait.
+        start_method: how the ranks start: ``fork`` (the CPU's default: in a fraction of a
+            second, the reference shared copy-on-write) or ``spawn`` (fresh interpreters, as
+            torchrun starts them; the default with NCCL, as CUDA needs).
 
     Returns:
         A ``DiffResult`` of the joined tensors against the reference's values, with
@@ -129,11 +136,16 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
         reference, getattr(reference, "config", None), None, None, "", "", "")
     tensors = {k: v for k, v in dict(getattr(inputs, "tensors", inputs)).items()}
     reference_label = reference_label or type(loaded.model).__name__
+    clock = {"begin": time.time()}
     taken = capture(loaded.model, tensors, label=reference_label)
+    clock["captured"] = time.time()
     with tempfile.TemporaryDirectory(prefix="introspect-ranks-") as folder:
-        _write_job(Path(folder), loaded, tensors)
+        method = start_method or ("spawn" if backend == "nccl" else "fork")
+        _write_job(Path(folder), loaded if method == "spawn" else None, tensors)
+        clock["written"] = time.time()
         ranks = run_ranks(Path(folder), nproc, spec, candidate_label or spec, backend=backend,
-                          timeout=timeout)
+                          timeout=timeout, start_method=method, reference=loaded)
+    clock["ranks"] = time.time()
     order = [n["name"] for n in ranks[0].nodes]
     tolerance = Tolerance(atol=atol, rtol=rtol)
     joined = join_ranks([r.values for r in ranks], order, taken.values, tolerance=tolerance,
@@ -151,16 +163,34 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
                          candidate_label=candidate_label or f"{spec} on {nproc} ranks",
                          allow_nonfinite=allow_nonfinite, notes=notes,
                          unfaithful=any(r.notes for r in ranks))
+    clock["diffed"] = time.time()
     result.parallel = ParallelRun(nproc, backend, seconds,
-                                  {k: str(j) for k, j in joined.joins.items()})
+                                  {k: str(j) for k, j in joined.joins.items()},
+                                  _phases(clock, ranks))
     return result
 
 
+def _phases(clock: Mapping[str, float], ranks: list[Any]) -> dict[str, float]:
+    """Seconds per phase; a rank phase is the slowest rank's."""
+    def latest(stage: str) -> float:
+        return max(r.stages.get(stage, clock["written"]) for r in ranks)
+
+    return {"capture": clock["captured"] - clock["begin"],
+            "write job": clock["written"] - clock["captured"],
+            "start ranks": latest("in build") - clock["written"],
+            "build": latest("in its forward") - latest("in build"),
+            "truth runs": latest("recording its forward") - latest("in its forward"),
+            "record": latest("writing its values") - latest("recording its forward"),
+            "write values": max(r.done for r in ranks) - latest("writing its values"),
+            "join and diff": clock["diffed"] - clock["ranks"]}
+
+
 def _write_job(folder: Path, loaded: Any, tensors: Mapping[str, torch.Tensor]) -> None:
-    """The reference (for each rank's build) and the inputs, as files the ranks read."""
+    """The inputs, and the reference for spawned ranks' builds, as files the ranks read."""
     from safetensors.torch import save_file
 
-    torch.save(loaded, folder / "reference.pt")
+    if loaded is not None:  # spawned ranks load it; forked ones share the parent's
+        torch.save(loaded, folder / "reference.pt")
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "inputs.safetensors"))
     os.chmod(folder, 0o700)
 
