@@ -73,28 +73,43 @@ class _References:
             if value.is_floating_point():
                 self.by_size.setdefault(value.numel(), []).append(name)
         self._sorted: dict[str, torch.Tensor] = {}
+        self._quantiles: dict[str, torch.Tensor] = {}
 
     def sorted(self, name: str) -> torch.Tensor:
         if name not in self._sorted:
             self._sorted[name] = _sorted_values(self.values[name])
         return self._sorted[name]
 
+    def quantiles(self, name: str) -> torch.Tensor:
+        if name not in self._quantiles:
+            self._quantiles[name] = _quantiles(self.sorted(name))
+        return self._quantiles[name]
+
     def closest(self, value: torch.Tensor) -> tuple[str, float, bool]:
         """The reference node whose sorted values are nearest; that error over its scale,
-        and whether it is within budget. ("", inf, False) when no node has its size."""
+        and whether it is within budget. ("", inf, False) when no node has its size.
+
+        Each node's few quantiles bound its error from below (they are some of the sorted
+        differences), so the full comparison runs only where it could win."""
         mine = _sorted_values(value)
+        if not mine.numel():
+            return ("", math.inf, False)
+        points = _quantiles(mine)
+        scales = {name: float(self.sorted(name).abs().max())
+                  for name in self.by_size.get(value.numel(), [])}
+        bounds = sorted((float((points - self.quantiles(name)).abs().max())
+                         / max(scale, 1e-12), name) for name, scale in scales.items())
         best = ("", math.inf, False)
-        for name in self.by_size.get(value.numel(), []):
-            theirs = self.sorted(name)
-            error = float((mine - theirs).abs().max()) if mine.numel() else 0.0
+        for bound, name in bounds:
+            if math.isnan(bound) or bound >= best[1]:
+                continue
+            error = float((mine - self.sorted(name)).abs().max())
             if math.isnan(error):
                 continue
-            scale = float(theirs.abs().max()) if theirs.numel() else 0.0
-            dtype = str(self.values[name].dtype).split(".")[-1]
-            budget = self.tolerance.budget(dtype)
-            relative = error / max(scale, 1e-12)
+            relative = error / max(scales[name], 1e-12)
             if relative < best[1]:
-                best = (name, relative, error <= budget.atol + budget.rtol * scale)
+                budget = self.tolerance.budget(str(self.values[name].dtype).split(".")[-1])
+                best = (name, relative, error <= budget.atol + budget.rtol * scales[name])
         return best
 
     def regrouped(self, value: torch.Tensor) -> bool:
@@ -226,6 +241,12 @@ def _by_placement(name: str, held: list[torch.Tensor], placement: str
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(
         torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
+def _quantiles(ordered: torch.Tensor, points: int = 257) -> torch.Tensor:
+    """``points`` evenly spaced entries of a sorted flat tensor."""
+    index = torch.linspace(0, ordered.numel() - 1, min(points, ordered.numel())).long()
+    return ordered[index]
 
 
 def _sorted_values(value: torch.Tensor) -> torch.Tensor:
