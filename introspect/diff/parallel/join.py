@@ -80,6 +80,11 @@ class _References:
             self._sorted[name] = _sorted_values(self.values[name])
         return self._sorted[name]
 
+    def scale(self, name: str) -> float:
+        """The node's largest magnitude: an end of its sorted values."""
+        ordered = self.sorted(name)
+        return max(abs(float(ordered[0])), abs(float(ordered[-1]))) if ordered.numel() else 0.0
+
     def quantiles(self, name: str) -> torch.Tensor:
         if name not in self._quantiles:
             self._quantiles[name] = _quantiles(self.sorted(name))
@@ -95,8 +100,7 @@ class _References:
         if not mine.numel():
             return ("", math.inf, False)
         points = _quantiles(mine)
-        scales = {name: float(self.sorted(name).abs().max())
-                  for name in self.by_size.get(value.numel(), [])}
+        scales = {name: self.scale(name) for name in self.by_size.get(value.numel(), [])}
         bounds = sorted((float((points - self.quantiles(name)).abs().max())
                          / max(scale, 1e-12), name) for name, scale in scales.items())
         best = ("", math.inf, False)
@@ -190,7 +194,9 @@ def _join(name: str, held: list[torch.Tensor], references: _References,
             agrees, relative = True, 0.0
         scored.append((not agrees, relative if closest else math.inf,
                        _PREFERENCE.index(join.kind), join, value))
-    per_rank = [references.closest(v) for v in held] if held[0].is_floating_point() else []
+    agreed = any(not s[0] for s in scored)
+    per_rank = [references.closest(v) for v in held] \
+        if held[0].is_floating_point() and not agreed else []
     if any(a for _, _, a in per_rank) or not scored:  # one rank wrong where all should agree
         scored.append((False, 0.0, _PREFERENCE.index(PER_RANK), None, None))
     scored.sort(key=lambda s: (s[0], s[1] if s[0] else 0.0, s[2]))
@@ -213,6 +219,15 @@ def _concatenations(name: str, held: list[torch.Tensor], references: _References
     joined = {d: torch.cat(held, dim=d) for d in dims}
     target, _, _ = references.closest(joined[dims[0]]) if first.is_floating_point() \
         else ("", 0.0, False)
+    if len(dims) > 1 and target:
+        reference = references.values[target]
+        budget = references.tolerance.budget(str(reference.dtype).split(".")[-1])
+        allowance = budget.atol + budget.rtol * references.scale(target)
+        direct = [d for d in dims if joined[d].shape == reference.shape and float(
+            (joined[d].double() - reference.double()).abs().max()) <= allowance]
+        if direct:  # within budget in the same layout: no other needs trying
+            dims = direct
+
     if len(dims) > 1 and target:
         def fit(d: int) -> tuple[float, bool]:  # the closest; the same layout first on ties
             found = best_layout(joined[d], references.values[target])
