@@ -25,6 +25,10 @@ from introspect.diff.parallel.rank import RankJob, result_path, run_rank
 from introspect.errors import InputError
 
 POLL_SECONDS = 0.05
+GRACE_SECONDS = 1.0
+# How a collective fails when another rank is gone: that rank is to blame, not this one.
+_PEER_FAILED = ("remote worker", "closed by peer", "reset by peer", "Connection refused",
+                "Broken pipe", "Timed out", "timed out")
 
 
 @dataclass
@@ -81,14 +85,27 @@ def run_ranks(folder: Path, nproc: int, spec: str, label: str, *, backend: str =
 def _wait(processes: list[Any], folder: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        for rank, process in enumerate(processes):
-            error = result_path(folder, rank, "error")
-            if error.exists():
-                raise InputError(f"rank {rank} of {len(processes)}: {error.read_text()}")
-            if process.exitcode not in (None, 0):
-                raise InputError(f"rank {rank} of {len(processes)} exited with code "
-                                 f"{process.exitcode} before writing its values"
-                                 f"{_last_line(folder, rank)}")
+        if any(result_path(folder, r, "error").exists() or p.exitcode not in (None, 0)
+               for r, p in enumerate(processes)):
+            # a rank that died makes its peers fail in their collectives at once: give it
+            # a moment to be seen, and blame it before them
+            time.sleep(GRACE_SECONDS)
+            for rank, process in enumerate(processes):
+                if process.exitcode not in (None, 0) and \
+                        not result_path(folder, rank, "error").exists():
+                    raise InputError(f"rank {rank} of {len(processes)} exited with code "
+                                     f"{process.exitcode} before writing its values"
+                                     f"{_last_line(folder, rank)}")
+            errors = []
+            for rank in range(len(processes)):
+                error = result_path(folder, rank, "error")
+                if error.exists():
+                    text = error.read_text()
+                    errors.append((any(p in text for p in _PEER_FAILED), error.stat().st_mtime_ns,
+                                   rank, text))
+            if errors:  # the first rank that failed on its own, not because a peer went
+                _, _, rank, text = min(errors)
+                raise InputError(f"rank {rank} of {len(processes)}: {text}")
         if all(p.exitcode == 0 for p in processes):
             missing = [r for r in range(len(processes))
                        if not result_path(folder, r, "json").exists()]
