@@ -78,6 +78,12 @@ from introspect.cli.options import (
     input_texts,
     say,
 )
+from introspect.cli.parallel_diff import (
+    add_parallel_arguments,
+    check_parallel,
+    compute_parallel_diff,
+    uses_nproc,
+)
 from introspect.errors import InputError
 
 BUILT_IN = ("hf", "scratch")
@@ -126,6 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "causal-lm head; a port is called as model(input_ids, "
                              "past_key_values=cache, use_cache=True) -> (logits, cache))")
     add_dump_arguments(parser)
+    add_parallel_arguments(parser)
     add_backward_options(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
@@ -149,8 +156,11 @@ def run(args: argparse.Namespace) -> int:
         check_backward_dumps(args)
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
+    if uses_nproc(args):
+        check_parallel(args)  # a port on every rank: the port's file is imported there only
     reference_spec = implementation("--reference", args.reference)
-    candidate_spec = implementation("--candidate", args.candidate)
+    candidate_spec = Implementation("--candidate", args.candidate, "port") if uses_nproc(args) \
+        else implementation("--candidate", args.candidate)
     _check_candidate_options(args, candidate_spec)
     _check_scratch_source(args, reference_spec, candidate_spec)
     from introspect.report import REPORT_FILES
@@ -161,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         from introspect.models.load import check_model_source
 
         check_model_source(args.candidate_model, copied=candidate_spec.kind == "scratch")
-    result = compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
+    result = compute_parallel_diff(args, atol, rtol) if uses_nproc(args) else \
+        compute_dump_diff(args, atol, rtol) if uses_dumps(args) else \
         compute_diff(args, atol, rtol, reference_spec, candidate_spec)
     if args.backward and uses_dumps(args):
         from introspect.cli.backward_dumps import add_dump_gradients

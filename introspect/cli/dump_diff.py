@@ -32,13 +32,15 @@ def uses_dumps(args: argparse.Namespace) -> bool:
 def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float | None) -> Any:
     """Diff the sides the options name when at least one of them is a file."""
     from introspect.cli.progress import step
+    from introspect.diff.parallel.rank_dumps import diff_rank_dumps, rank_entries
     from introspect.dump import capture, diff_dump, read_capture, read_dump
     from introspect.dump.formats import Dump
     from introspect.errors import InputError
 
     name_map = _name_map(args.name_map) if args.name_map else None
+    ranks = bool(args.candidate_dump) and bool(rank_entries(args.candidate_dump))
     candidate_dump = read_dump(args.candidate_dump, args.dump_order) \
-        if args.candidate_dump else None
+        if args.candidate_dump and not ranks else None
     reference_model = None
     if args.reference_dump:
         if args.text or getattr(args, "text_pair", None):
@@ -52,6 +54,12 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
         with step(args, "running the reference and capturing its activations"):
             reference = capture(reference_model, inputs, noise=args.noise_budget,
                                 label=reference_label)
+    if ranks:  # a folder per rank: joined into whole tensors (introspect.diff.parallel)
+        with step(args, f"joining the rank dumps in {args.candidate_dump}"):
+            return diff_rank_dumps(reference, args.candidate_dump, order_file=args.dump_order,
+                                   atol=atol, rtol=rtol, reference_model=reference_model,
+                                   reference_label=reference_label, name_map=name_map,
+                                   allow_nonfinite=getattr(args, "allow_nonfinite", False))
     if candidate_dump is None:
         from introspect.models.ports import is_port_spec, port_code
 

@@ -85,7 +85,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          forward_keywords: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
          backward: bool = False, loss: Any = None, device: Any = None,
          candidate_device: Any = None,
-         recordings: tuple[Recording, Recording] | None = None) -> DiffResult:
+         recordings: tuple[Recording, Recording] | None = None,
+         nproc: int | None = None) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -130,6 +131,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         candidate_device: run the candidate there (the reference stays on ``device``);
             values are compared on the reference's device, moved one pair at a time, and
             put back afterwards (``introspect.diff.devices``).
+        nproc: run the candidate on this many ranks under ``torch.distributed``
+            (``introspect.diff.parallel``): ``candidate`` is then a port,
+            ``"path/to/port.py:NAME"`` or a top-level ``build(reference)`` function, built
+            on every rank; ``reference`` may be the ``LoadedReference`` it takes.
 
     Returns:
         A ``DiffResult``.
@@ -144,6 +149,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         >>> result.first_divergence.layer
         'encoder.layer.3'
     """
+    if nproc is not None:  # a tensor-parallel port: its own mode
+        from introspect.diff.parallel import diff_parallel
+
+        if generate or backward or noise_budget:
+            raise InputError("nproc does not mix with generate, backward or noise_budget")
+        return diff_parallel(reference, candidate, inputs, nproc, atol=atol, rtol=rtol,  # type: ignore[no-any-return]
+                             reference_label=reference_label, candidate_label=candidate_label,
+                             allow_nonfinite=allow_nonfinite)
     devices.check_modes(device, candidate_device, generate, backward)
     if generate and backward:
         raise InputError("generate does not mix with backward: gradients are compared on one "

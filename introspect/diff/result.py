@@ -123,6 +123,8 @@ class DiffResult:
 
         return highlighted(pd.DataFrame([asdict(r) for r in self.output_rows],
                                         columns=list(OutputDiff.__dataclass_fields__)))
+    # A tensor-parallel candidate (``introspect.diff.parallel``): a ``ParallelRun``.
+    parallel: Any = None
 
     @property
     def parameters(self) -> pandas.DataFrame:
