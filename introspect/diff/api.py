@@ -188,8 +188,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             candidate, deferred = deferred.build(), None  # both models move together
         if deferred is None:
             placement = devices.place(reference, candidate, device, candidate_device)
-        ref_tensors = devices.to_device(tensors, placement.reference_device if placement
-                                        else devices.model_device(reference))
+        ref_tensors = _copies(devices.to_device(tensors, placement.reference_device
+                                                if placement else
+                                                devices.model_device(reference)))
         # The reference first, clean: its truth and its recording come before the
         # candidate's code is imported or built (``introspect.run.deferred``).
         ref_accepted = accepted_inputs(reference, ref_tensors)
@@ -202,7 +203,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             candidate = deferred.build()
             placement = devices.place(reference, candidate)  # nothing moves
         assert placement is not None
-        cand_tensors = devices.to_device(tensors, placement.candidate_device)
+        cand_tensors = _copies(devices.to_device(tensors, placement.candidate_device))
         modes["candidate"] = _training_modes(candidate)
         notes = [_training_note(side, training) for side, training in modes.items()
                  if any(training.values())]
@@ -238,7 +239,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
                               noise_budget=noise_budget, reference=reference,
                               raise_errors=verdict is None,
-                              outputs_agree=verdict is not None and verdict.passed,
+                              agreeing_outputs=verdict.agreeing() if verdict else (),
                               placement=placement, recording=cand_given)
         notes += explanation.notes
         if unpaired is not None:
@@ -266,7 +267,11 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             passed = verdict.passed and explained_passed
         else:
             passed = verdict.passed
-        if verdict is not None and not verdict.passed and (divergence is None or not faithful):
+        random = bool(truths and cand_truth.changed_between_calls())
+        if verdict is not None and not verdict.passed \
+                and (divergence is None or (not faithful and not random)):
+            # (a forward that changes from call to call cannot be reproduced by any
+            # recording: its node-level divergence, dropout's hint and all, stands)
             if parted is None:  # where a plain call leaves the recorded path, if anywhere
                 parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
             divergence = truth_divergence(verdict, parted)

@@ -17,7 +17,7 @@ that holds them is named.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ _MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed withou
 
 
 def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
-                     outputs_agree: bool = False) -> list[NodeDiff]:
+                     agreeing_outputs: Collection[str] = ()) -> list[NodeDiff]:
     """Rows with a local error over budget that nothing confirms become ``unconfirmed``.
 
     Confirmed: the candidate's own value is over budget at the node (propagated error),
@@ -57,9 +57,9 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     is over budget too. A pair found by structure only (same op and shape on paired
     inputs: no weight or output proves it holds the same quantity) needs more: the
     difference must reach an output of the model. Rows that fail on NaN or Inf stay
-    failing. ``outputs_agree``: the truth runs compared every output of both models and
-    found them within budget, so an output the node-level pairs leave out cannot confirm a
-    failure (``introspect.diff.outputs``).
+    failing. ``agreeing_outputs``: the reference's outputs (by name) that the truth runs
+    compared and found within budget (``introspect.diff.outputs``): such an output cannot
+    confirm a failure, even where no node-level pair holds it.
     """
     over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
             and r.mismatched}
@@ -67,8 +67,11 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     outputs = {n.name for n in reference.gm.graph.nodes
                if any(u.op == "output" for u in n.users)}
     compared = {r.reference_node for r in rows if r.candidate_node and r.max_abs_err is not None}
-    if outputs_agree:
-        compared |= outputs - over
+    if agreeing_outputs:
+        returned = next((n.args[0] for n in reference.gm.graph.nodes if n.op == "output"), {})
+        if isinstance(returned, dict):
+            compared |= {getattr(node, "name", "") for name, node in returned.items()
+                         if name in agreeing_outputs} - over
     outputs_over = over & outputs
     checked = 0
     confirmed: list[NodeDiff] = []

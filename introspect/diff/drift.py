@@ -74,7 +74,7 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
     first_apart: int | None = None  # the first pair whose values differ at all
     for i in order:
         stats, local, budget = run.propagated.get(i), run.local.get(i), budgets[i]
-        if stats is None or alignment.pairs[i].reference in unconfirmed:
+        if stats is None:
             continue
         if first_apart is None and stats.max_abs > 0:
             first_apart = i
@@ -86,7 +86,8 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
                 best = (ratio, i)
         limit = drift_limit([*model_dtypes, *pair_dtypes[i]], stats.reference_max_abs,
                             budget.atol)
-        if stats.max_abs > limit:
+        if stats.max_abs > limit and alignment.pairs[i].reference not in unconfirmed:
+            # (an unconfirmed pair holds two quantities: its values may differ freely)
             # no local error anywhere (the difference comes from nodes with no
             # counterpart): the drift starts where the values first part
             start = best or (0.0, first_apart if first_apart is not None else i)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -59,13 +59,13 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             candidate_dtypes: Sequence[str], *, name_map: Mapping[str, str] | None,
             allow_nonfinite: bool, forward_keywords: Any, noise_budget: bool,
             reference: torch.nn.Module, raise_errors: bool,
-            outputs_agree: bool = False, placement: Any = None,
+            agreeing_outputs: Collection[str] = (), placement: Any = None,
             recording: Recording | None = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
     is the caller's error; with them, it only leaves the explanation empty.
-    ``outputs_agree``: the truth runs found every output within budget. ``placement``:
+    ``agreeing_outputs``: the reference's outputs the truth runs found within budget. ``placement``:
     where each model runs (``introspect.diff.devices``); values are compared on the
     reference's device. ``recording``: the candidate's run, recorded already.
     """
@@ -78,7 +78,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         where = placement.candidate_device if placement is not None \
             else devices.model_device(candidate)
         cand_graph, cand_inputs, cand_recording = record_for_diff(
-            recorded, devices.to_device(tensors, where), candidate_label, cand_keywords,
+            recorded, {k: v.clone() for k, v in devices.to_device(tensors, where).items()},
+            candidate_label, cand_keywords,
             recording)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
     except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
@@ -111,7 +112,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     notes += alignment.notes
     rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
                      allow_nonfinite=allow_nonfinite)
-    rows = confirm_failures(rows, ref_graph, outputs_agree)
+    rows = confirm_failures(rows, ref_graph, agreeing_outputs)
     if not any(r.status == STATUS_FAIL for r in rows):
         drift = find_drift(alignment, run, budgets,
                            {r.name: r.index for r in ref_graph.records},

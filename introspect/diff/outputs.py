@@ -56,6 +56,13 @@ class TruthVerdict:
     # Why it fails, in a few words each (for the headline): "outputs", "grad mode", ...
     reasons: list[str]
 
+    def agreeing(self) -> set[str]:
+        """The reference's outputs within budget in every call (none when parity fails)."""
+        if not self.passed:
+            return set()
+        return {r.reference_output for r in self.rows if r.status == STATUS_OK} - \
+            {r.reference_output for r in self.rows if r.status != STATUS_OK}
+
     def worst_failing(self) -> OutputDiff | None:
         failing = [r for r in self.rows if r.status == STATUS_FAIL]
         return max(failing, key=lambda r: _ratio(r)) if failing else None
