@@ -1,0 +1,53 @@
+"""MkDocs hooks for the documentation site (mkdocs.yml names this file).
+
+- Every ``docs/*.md`` that ``nav`` does not list is added under "More", so a page written
+  later (``docs/devices.md``, say) is in the site without an edit here, and ``--strict``
+  still fails on a page ``nav`` names that does not exist.
+- ``CHANGELOG.md`` (the repository's) becomes the page ``changelog.md``.
+- The pictures and reports under ``reports/`` become files of the site at
+  ``reports/...``, so pages show the same files the README does, with no copy to drift.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT_FILES = ("*.svg", "*.png")
+
+
+def _listed(nav: Any) -> set[str]:
+    """The page paths ``nav`` names, at any depth."""
+    found: set[str] = set()
+    if isinstance(nav, str):
+        found.add(nav)
+    elif isinstance(nav, dict):
+        for value in nav.values():
+            found |= _listed(value)
+    elif isinstance(nav, list):
+        for item in nav:
+            found |= _listed(item)
+    return found
+
+
+def on_config(config: Any) -> Any:
+    docs = Path(config["docs_dir"])
+    excluded = config.get("exclude_docs")
+    listed = _listed(config["nav"])
+    more = [page.name for page in sorted(docs.glob("*.md")) if page.name not in listed
+            and not (excluded is not None and excluded.match_file(page.name))]
+    if more:
+        config["nav"].append({"More": more})
+    return config
+
+
+def on_files(files: Files, config: Any) -> Files:
+    files.append(File.generated(config, "changelog.md",
+                                content=(ROOT / "CHANGELOG.md").read_text(encoding="utf-8")))
+    for pattern in REPORT_FILES:
+        for path in sorted((ROOT / "reports").glob(pattern)):
+            files.append(File.generated(config, f"reports/{path.name}", abs_src_path=str(path)))
+    return files
