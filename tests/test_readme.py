@@ -37,7 +37,7 @@ def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
 
 def test_set_up_installs_torch_before_the_package():
     makefile = (ROOT / "Makefile").read_text()
-    assert makefile.index("scripts/install_base.py\n") < makefile.index("-e '.[test,dev,png,onnx]'")
+    assert makefile.index("scripts/install_base.py\n") < makefile.index("-e '.[test,dev,png,onnx,docs]'")
     assert "editable_mode=strict" in makefile
 
 
@@ -93,7 +93,7 @@ COVERED = {
                  "test_command",
     "python3 -m venv .venv": WHEEL,
     ".venv/bin/python scripts/install_base.py": WHEEL,
-    ".venv/bin/python -m pip install -e '.[test,dev,png,onnx]' --config-settings "
+    ".venv/bin/python -m pip install -e '.[test,dev,png,onnx,docs]' --config-settings "
     "editable_mode=strict": WHEEL,
     "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu":
         "tests/test_packaging.py::test_install_base_takes_torch_from_the_cpu_index_or_says_why_not",
