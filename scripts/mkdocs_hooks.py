@@ -3,13 +3,16 @@
 - Every ``docs/*.md`` that ``nav`` does not list is added under "More", so a page written
   later (``docs/devices.md``, say) is in the site without an edit here, and ``--strict``
   still fails on a page ``nav`` names that does not exist.
-- ``CHANGELOG.md`` (the repository's) becomes the page ``changelog.md``.
+- ``README.md`` becomes the home page ``index.md`` (its links into ``docs/`` made relative,
+  links to other files of the repository left as their text), and ``CHANGELOG.md`` the
+  page ``changelog.md``: one text for GitHub and the site.
 - The pictures and reports under ``reports/`` become files of the site at
   ``reports/...``, so pages show the same files the README does, with no copy to drift.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,23 @@ def on_config(config: Any) -> Any:
     return config
 
 
+def home_page(readme: str) -> str:
+    """The README as the site's home page: links resolved from ``docs/``."""
+    def link(match: re.Match[str]) -> str:
+        text, target = match.group(1), match.group(2)
+        if target.startswith(("http://", "https://", "#")):
+            return match.group(0)
+        if target.startswith("docs/"):
+            return f"[{text}]({target.removeprefix('docs/') or 'index.md'})"
+        if target == "CHANGELOG.md":
+            return f"[{text}](changelog.md)"
+        return text  # a file of the repository: not part of the site
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", link, readme)
+
+
 def on_files(files: Files, config: Any) -> Files:
+    files.append(File.generated(config, "index.md",
+                                content=home_page((ROOT / "README.md").read_text("utf-8"))))
     files.append(File.generated(config, "changelog.md",
                                 content=(ROOT / "CHANGELOG.md").read_text(encoding="utf-8")))
     for pattern in REPORT_FILES:
