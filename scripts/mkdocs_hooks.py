@@ -7,7 +7,8 @@
   links to other files of the repository left as their text), and ``CHANGELOG.md`` the
   page ``changelog.md``: one text for GitHub and the site.
 - The pictures and reports under ``reports/`` become files of the site at
-  ``reports/...``, so pages show the same files the README does, with no copy to drift.
+  ``reports/...``, so pages show the same files the README does, with no copy to drift;
+  a page links them as ``../reports/...`` (right on GitHub), rewritten for the site.
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ def home_page(readme: str) -> str:
             return f"[{text}](changelog.md)"
         return text  # a file of the repository: not part of the site
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", link, readme)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    """A link to ``../reports/x.svg`` (from docs/, as GitHub reads it) is to the site's
+    ``reports/x.svg``; raw HTML (``<img src="../reports/...">``) is right as it is, since
+    each page is served from a folder of its own."""
+    return markdown.replace("](../reports/", "](reports/")
 
 
 def on_files(files: Files, config: Any) -> Files:
