@@ -885,10 +885,11 @@ def target_lock(real: Path, shown: str) -> Iterator[None]:
     """Hold the lock of one output target (a report folder, a capture's set of files).
 
     The lock (``platform_io.try_lock``: ``flock``, ``lockf`` or ``msvcrt``) is on a hidden
-    file next to the target (``.NAME.introspect-lock-DIGEST``), removed when the block ends. A second writer of the same target, in
-    this process or another, waits up to ``INTROSPECT_LOCK_WAIT`` seconds (10 by default),
-    then refuses. A lock file left by a killed run is free (the kernel drops a dead
-    process's locks) and is taken over. SIGINT and SIGTERM are held while the lock is.
+    file next to the target (``.NAME.introspect-lock-DIGEST``), removed when the block
+    ends. A second writer of the same target, in this process or another, waits up to
+    ``INTROSPECT_LOCK_WAIT`` seconds (10 by default), then refuses. A lock file left by a
+    killed run is free (the system drops a dead process's locks) and is taken over.
+    SIGINT and SIGTERM are held while the lock is.
 
     Raises:
         InputError: another run holds the lock for longer than the wait, or the lock file

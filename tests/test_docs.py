@@ -42,9 +42,10 @@ def test_the_site_builds_strict_with_every_page(tmp_path):
     cli = (site / "cli" / "index.html").read_text()
     assert "introspect examples" in cli and "NO_COLOR" in cli
     api = (site / "api" / "index.html").read_text()
-    for name in ("load_model", "IntrospectGraph", "DiffResult", "assert_parity",
-                 "compare_heads", "diff_dump"):
-        assert f'id="introspect.' in api and name in api, name
+    for name in ("models.load.load_model", "graph.IntrospectGraph", "diff.result.DiffResult",
+                 "testing.assert_parity", "attention.heads.compare_heads",
+                 "dump.diff_dump"):
+        assert f'id="introspect.{name}"' in api, name
     assert (site / "reports" / "minilm.png").is_file()
 
 
