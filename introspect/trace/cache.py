@@ -38,9 +38,9 @@ autocast, the default dtype, deterministic mode and the environment. Identities 
 serials that are never reused (their objects are kept alive), so a new object at a freed
 address is never taken for the old one.
 
-Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
-earn its risk (docs/tracing.md, "a graph cache": a warm disk cache saved 2.5 to 4% of a whole
-``introspect trace`` process, under the 5% it had to earn). Nothing is read from or
+Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not
+to earn its risk (docs/tracing.md, "a graph cache": a warm disk cache saved 2.5 to 4% of a
+whole ``introspect trace`` process, under the 5% it had to earn). Nothing is read from or
 written to any folder.
 ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 """
