@@ -66,9 +66,18 @@ def test_a_page_not_in_the_navigation_is_added_under_more(tmp_path):
     assert nav[-1] == {"More": ["devices.md"]}
 
 
-def test_the_home_page_is_the_readme_with_its_links_resolved():
-    home = _hooks().home_page("[Install](docs/install.md), [docs](docs/), "
-                              "[log](CHANGELOG.md), [LICENSE](LICENSE), "
-                              "[site](https://example.org/x.md)")
-    assert home == ("[Install](install.md), [docs](index.md), [log](changelog.md), LICENSE, "
-                    "[site](https://example.org/x.md)")
+def test_links_are_written_for_github_and_made_right_for_the_site():
+    hooks = _hooks()
+    repo = hooks.repository()
+    assert repo.startswith("https://")
+    home = hooks.home_page("[Install](docs/install.md), [docs](docs/), [log](CHANGELOG.md), "
+                           "[LICENSE](LICENSE), [x](examples/ci/my_port.py), "
+                           "[site](https://example.org/x.md), [pic](reports/minilm.svg)")
+    assert home == ("[Install](install.md), [docs](index.md), [log](changelog.md), "
+                    f"[LICENSE]({repo}/blob/main/LICENSE), "
+                    f"[x]({repo}/blob/main/examples/ci/my_port.py), "
+                    "[site](https://example.org/x.md), [pic](reports/minilm.svg)")
+    page = hooks._rewrite("[a](verdict.md#drift), [b](../examples/ci/), "
+                          "[c](../reports/minilm.svg), [d](../README.md)", "docs")
+    assert page == (f"[a](verdict.md#drift), [b]({repo}/tree/main/examples/ci), "
+                    "[c](reports/minilm.svg), [d](index.md)")
