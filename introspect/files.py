@@ -65,6 +65,7 @@ from introspect.platform_io import (
     O_NOFOLLOW,
     O_NONBLOCK,
     exchange_folders,
+    hard_link,
     try_lock,
     unlock,
 )
@@ -651,7 +652,7 @@ def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> N
             if os.path.lexists(target):
                 backup = _temp_name(target).with_suffix(".old.tmp")
                 try:
-                    os.link(target, backup, follow_symlinks=False)
+                    hard_link(target, backup)
                 except OSError:  # no hard links here: a copy keeps it just as well
                     shutil.copy2(target, backup, follow_symlinks=False)
                 _live_temps.add(str(backup))
@@ -806,7 +807,7 @@ def _carry_over(real: Path, temp: Path, own: set[str],
             os.symlink(os.readlink(entry.path), destination)
         else:
             try:
-                os.link(entry.path, destination, follow_symlinks=False)
+                hard_link(entry.path, destination)
             except OSError:  # a file system without hard links, or protected_hardlinks
                 shutil.copy2(entry.path, destination, follow_symlinks=False)
         carried[entry.name] = (info.st_dev, info.st_ino)

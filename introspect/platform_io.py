@@ -101,6 +101,16 @@ def unlock(path: str) -> None:
         _held.discard(path)
 
 
+def hard_link(source: str | os.PathLike[str], link: str | os.PathLike[str]) -> None:
+    """A hard link to ``source`` itself, not to what it points to if it is a symbolic link
+    (``linkat`` without following; Windows' ``os.link`` has no such choice and never
+    follows). Raises OSError where the file system has no hard links."""
+    if os.link in os.supports_follow_symlinks:
+        os.link(source, link, follow_symlinks=False)
+    else:
+        os.link(source, link)
+
+
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _NOT_SUPPORTED = (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)

@@ -163,7 +163,18 @@ def test_three_renames_swap_the_folders_and_undo_a_failed_second(tmp_path, monke
     assert (current / "a").read_text() == "new" and not aside.exists()  # put back
 
 
+def test_a_hard_link_is_to_the_link_itself_not_its_target(tmp_path, monkeypatch):
+    (tmp_path / "target").write_text("x")
+    (tmp_path / "link").symlink_to("target")
+    platform_io.hard_link(tmp_path / "link", tmp_path / "copy")
+    assert (tmp_path / "copy").is_symlink()
+    monkeypatch.setattr(platform_io.os, "supports_follow_symlinks", set())  # as on Windows
+    platform_io.hard_link(tmp_path / "target", tmp_path / "plain")
+    assert (tmp_path / "plain").read_text() == "x"
+
+
 def test_files_takes_its_primitives_from_platform_io():
     source = (ROOT / "introspect" / "files.py").read_text()
     assert "import fcntl" not in source and "ctypes" not in source
+    assert "os.link(" not in source  # Windows' os.link takes no follow_symlinks
     assert files.try_lock is platform_io.try_lock
