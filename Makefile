@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup system-deps demo test lint typecheck bench clean
+.PHONY: setup system-deps demo test lint typecheck bench docs clean
 
 setup: $(STAMP) system-deps
 
@@ -20,7 +20,7 @@ setup: $(STAMP) system-deps
 $(STAMP): pyproject.toml scripts/install_base.py $(shell find introspect -type d -not -name __pycache__)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python scripts/install_base.py
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,png,onnx]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,png,onnx,docs]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 # Graphviz (required for drawings) and Chromium (optional: the diff.html screenshot test),
@@ -62,6 +62,10 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
+
+# The documentation site, into site/ (tests/test_docs.py builds it too, warnings as errors).
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,png,bench]' --config-settings editable_mode=strict

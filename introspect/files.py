@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -59,6 +57,18 @@ from types import FrameType
 from typing import Any
 
 from introspect.errors import InputError
+from introspect.platform_io import (
+    O_BINARY,
+    O_CLOEXEC,
+    O_DIRECTORY,
+    O_NOCTTY,
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    exchange_folders,
+    hard_link,
+    try_lock,
+    unlock,
+)
 
 Data = str | bytes
 PathLike = str | os.PathLike[str]
@@ -240,7 +250,7 @@ def check_writable(path: PathLike) -> Path:
     with _as_input_error(name):
         _check_name_length(target)
         probe = _temp_name(target)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o600))
         os.unlink(probe)
     return Path(name)
 
@@ -391,7 +401,7 @@ def write_file(path: PathLike, data: Data) -> Path:
     if info is not None and not stat.S_ISREG(info.st_mode):
         _check_special(target, info, name)
         with _as_input_error(name):
-            fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+            fd = os.open(target, os.O_WRONLY | O_NOCTTY | O_CLOEXEC | O_BINARY)
             try:
                 _write_all(fd, payload)
             finally:
@@ -537,7 +547,7 @@ def _replace_atomically(target: Path, payload: bytes, old: os.stat_result | None
 
 def _new_file(path: Path, payload: bytes, old: os.stat_result | None) -> Path:
     """Create ``path`` (which must not exist), write, fsync; mode: ``old``'s, else umask's."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_BINARY, 0o666)
     _live_temps.add(str(path))
     try:
         try:
@@ -565,7 +575,7 @@ def _discard(path: Path) -> None:
 def _fsync_folder(folder: Path) -> None:
     """Make a rename durable; some file systems cannot open a folder, which is fine."""
     with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(folder, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
@@ -642,7 +652,7 @@ def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> N
             if os.path.lexists(target):
                 backup = _temp_name(target).with_suffix(".old.tmp")
                 try:
-                    os.link(target, backup, follow_symlinks=False)
+                    hard_link(target, backup)
                 except OSError:  # no hard links here: a copy keeps it just as well
                     shutil.copy2(target, backup, follow_symlinks=False)
                 _live_temps.add(str(backup))
@@ -797,7 +807,7 @@ def _carry_over(real: Path, temp: Path, own: set[str],
             os.symlink(os.readlink(entry.path), destination)
         else:
             try:
-                os.link(entry.path, destination, follow_symlinks=False)
+                hard_link(entry.path, destination)
             except OSError:  # a file system without hard links, or protected_hardlinks
                 shutil.copy2(entry.path, destination, follow_symlinks=False)
         carried[entry.name] = (info.st_dev, info.st_ino)
@@ -875,11 +885,12 @@ def _lock_wait() -> float:
 def target_lock(real: Path, shown: str) -> Iterator[None]:
     """Hold the lock of one output target (a report folder, a capture's set of files).
 
-    The lock is an ``flock`` on a hidden file next to the target (``.NAME.introspect-
-    lock-DIGEST``), removed when the block ends. A second writer of the same target, in
-    this process or another, waits up to ``INTROSPECT_LOCK_WAIT`` seconds (10 by default),
-    then refuses. A lock file left by a killed run is free (the kernel drops a dead
-    process's locks) and is taken over. SIGINT and SIGTERM are held while the lock is.
+    The lock (``platform_io.try_lock``: ``flock``, ``lockf`` or ``msvcrt``) is on a hidden
+    file next to the target (``.NAME.introspect-lock-DIGEST``), removed when the block
+    ends. A second writer of the same target, in this process or another, waits up to
+    ``INTROSPECT_LOCK_WAIT`` seconds (10 by default), then refuses. A lock file left by a
+    killed run is free (the system drops a dead process's locks) and is taken over.
+    SIGINT and SIGTERM are held while the lock is.
 
     Raises:
         InputError: another run holds the lock for longer than the wait, or the lock file
@@ -891,28 +902,29 @@ def target_lock(real: Path, shown: str) -> Iterator[None]:
     waited = False
     while True:
         with _as_input_error(shown, "; nothing was written"):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        locked = False
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not waited:
-                        waited = True
-                        pause_for_tests("lock-busy")
-                    if time.monotonic() >= deadline:
-                        raise InputError(
-                            f"another introspect run is writing {shown!r} (it holds the lock "
-                            f"{str(path)!r}); nothing was written: wait for it to finish, or "
-                            f"write elsewhere") from None
-                    time.sleep(_LOCK_POLL_S)
+            while not try_lock(fd, str(path)):
+                if not waited:
+                    waited = True
+                    pause_for_tests("lock-busy")
+                if time.monotonic() >= deadline:
+                    raise InputError(
+                        f"another introspect run is writing {shown!r} (it holds the lock "
+                        f"{str(path)!r}); nothing was written: wait for it to finish, or "
+                        f"write elsewhere") from None
+                time.sleep(_LOCK_POLL_S)
+            locked = True
             held, now = os.fstat(fd), _lstat(path, shown)
         except BaseException:
+            if locked:
+                unlock(str(path))
             os.close(fd)
             raise
         if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
             break
+        unlock(str(path))
         os.close(fd)  # the holder removed the file as we waited: lock the new one
     with _signals_held():  # a SIGTERM while held is delivered once the lock file is gone
         try:
@@ -920,6 +932,7 @@ def target_lock(real: Path, shown: str) -> Iterator[None]:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(path)  # while still held: a waiter finds it gone and starts over
+            unlock(str(path))
             os.close(fd)
 
 
@@ -944,35 +957,11 @@ def pause_for_tests(stage: str) -> None:
         time.sleep(0.01)
 
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
 def _exchange(new: Path, current: Path) -> None:
-    """Swap two folders in one step; fall back to two renames where that is not possible."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            renameat2 = libc.renameat2
-        except (OSError, AttributeError):
-            renameat2 = None
-        if renameat2 is not None:
-            renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                  ctypes.c_uint]
-            if renameat2(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(current),
-                         _RENAME_EXCHANGE) == 0:
-                return
-            code = ctypes.get_errno()
-            if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-                raise OSError(code, os.strerror(code), str(current))
+    """Swap two folders in one step where the system can (``platform_io``); elsewhere
+    three renames, the previous set under a hidden name ``_recover_leftovers`` knows."""
     aside = current.parent / f"{_sibling_prefix(current)}old-{secrets.token_hex(4)}"
-    os.rename(current, aside)
-    try:
-        os.rename(new, current)
-    except BaseException:
-        os.rename(aside, current)
-        raise
-    os.rename(aside, new)  # the caller removes ``new``, which now holds the previous set
+    exchange_folders(new, current, aside)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1028,7 +1017,7 @@ def open_regular(path: PathLike, what: str = "file") -> int:
     """
     shown = repr(printable_name(os.fspath(path)))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_BINARY)
     except OSError as e:
         raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
     try:

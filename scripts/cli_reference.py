@@ -1,9 +1,10 @@
-"""Regenerate the README's CLI reference from the commands' own --help.
+"""Regenerate the documentation's command-line reference (docs/cli.md) from the parser.
 
-Run:  python scripts/cli_reference.py          # rewrite README.md in place
-      python scripts/cli_reference.py --check  # exit 1 if the README is stale
+Run:  python scripts/cli_reference.py          # rewrite docs/cli.md in place
+      python scripts/cli_reference.py --check  # exit 1 if it is stale
 
-tests/test_readme.py runs the check, so the README can never drift from the CLI.
+tests/test_readme.py runs the check, so the reference can never drift from the CLI: a new
+command or option fails the suite until this script is run again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 START, END = "<!-- cli-reference:start -->", "<!-- cli-reference:end -->"
 
 
@@ -27,28 +28,28 @@ def reference_text() -> str:
     for name in COMMANDS:
         sections.append((f"introspect {name} --help",
                          subparsers.choices[name].format_help()))  # type: ignore[attr-defined]
-    blocks = [f"<details><summary><code>{title}</code></summary>\n\n```text\n{text.rstrip()}\n"
-              "```\n\n</details>" for title, text in sections]
+    blocks = [f"## `{title.removesuffix(' --help')}`\n\n```text\n{text.rstrip()}\n```"
+              for title, text in sections]
     return "\n\n".join(blocks)
 
 
-def updated_readme(readme: str) -> str:
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
-    head, rest = readme.split(START, 1)
+def updated_page(page: str) -> str:
+    if START not in page or END not in page:
+        raise SystemExit(f"{PAGE} lacks the markers {START} ... {END}")
+    head, rest = page.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{reference_text()}\n{END}{tail}"
 
 
 def main(argv: list[str]) -> int:
-    current = README.read_text()
-    fresh = updated_readme(current)
+    current = PAGE.read_text(encoding="utf-8")
+    fresh = updated_page(current)
     if "--check" in argv:
         if fresh != current:
-            print("README.md's CLI reference is stale: run python scripts/cli_reference.py")
+            print("docs/cli.md is stale: run python scripts/cli_reference.py")
             return 1
         return 0
-    README.write_text(fresh)
+    PAGE.write_text(fresh, encoding="utf-8")
     return 0
 
 

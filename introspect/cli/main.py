@@ -24,6 +24,8 @@ COMMANDS = {
     "diff": "introspect.cli.diff_cmd",
     "attention": "introspect.cli.attention_cmd",
     "capture": "introspect.cli.capture_cmd",
+    "examples": "introspect.cli.examples_cmd",
+    "completion": "introspect.cli.completion_cmd",
 }
 
 EXIT_OK, EXIT_PARITY_FAILS, EXIT_BAD_INPUT = 0, 1, 2
@@ -54,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # Tab in a shell: answer and exit
+        from introspect.cli.completion_cmd import complete
+
+        complete(parser)
     args = parser.parse_args(argv)
     if args.command is None:  # usage and one line on stderr, as for any other usage error
         parser.print_usage(sys.stderr)

@@ -40,9 +40,9 @@ old one. The cache holds what it checked by weak reference where the object take
 function seen during a trace (torch.fx's own ``Module.__call__`` wrapper holds the tracer,
 and the tracer the model) must not keep the model alive once the trace is done.
 
-Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not to
-earn its risk (README, "a graph cache": a warm disk cache saved 2.5 to 4% of a whole
-``introspect trace`` process, under the 5% it had to earn). Nothing is read from or
+Only memory: an earlier version also kept graphs on disk, as JSON, and was measured not
+to earn its risk (docs/tracing.md, "a graph cache": a warm disk cache saved 2.5 to 4% of a
+whole ``introspect trace`` process, under the 5% it had to earn). Nothing is read from or
 written to any folder.
 ``INTROSPECT_NO_CACHE=1`` turns the cache off entirely.
 """

@@ -90,6 +90,6 @@ def test_the_readmes_shipped_graph_command_passes(minilm_capture_file, tmp_path)
                "--transformer-optimizer")
     assert done.returncode == 0, done.stderr
     assert "--expose shipped --level all --transformer-optimizer" in \
-        (ROOT / "README.md").read_text().replace("\\\n    ", "")
+        (ROOT / "docs" / "dumps.md").read_text().replace("\\\n    ", "")
     verdict = diff(minilm_capture_file, out)
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr

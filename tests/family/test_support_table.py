@@ -1,4 +1,4 @@
-"""The README's support table is true: every cell is run on a tiny config of its family."""
+"""The support table of docs/family.md is true: every cell is run on a tiny config of its family."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from introspect.models.families import FAMILIES, RANDOM_MODELS
 from introspect.models.load import HEADS, RANDOM_SIZES, load_model, tokenize
 from tests.fixtures.families import LAYERS, tiny_deberta, tiny_inputs, tiny_model
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "family.md"
 TYPES = {"BERT": "bert", "RoBERTa": "roberta", "DistilBERT": "distilbert", "ELECTRA": "electra",
          "ALBERT": "albert", "GPT-2": "gpt2", "Llama": "llama", "DeBERTa-v2": "deberta-v2"}
 

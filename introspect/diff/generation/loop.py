@@ -9,7 +9,7 @@ returns the logits and its cache: a ``ModelOutput`` with ``.logits`` and ``.cach
 (HF's ``Cache`` classes, a tuple of ``(keys, values)`` per layer, its own object holding
 pre-allocated buffers); ``past_key_values=None`` starts a new sequence (a port keeping
 its buffers inside resets them). A model with another signature is wrapped in a small
-``nn.Module`` that calls it this way (README: "Parity through generation").
+``nn.Module`` that calls it this way (docs/generation.md).
 
 Step 0 (the prefill) runs the prompt; step k > 0 runs one token at position
 ``len(prompt) + k - 1``. The prefill is compared node by node by ``introspect.diff``
@@ -298,7 +298,7 @@ def _check_protocol(side: str, model: torch.nn.Module) -> None:
             f"generate: the {side} ({type(model).__name__}) takes no past_key_values (nor "
             "cache); a model decodes when called as model(input_ids, past_key_values=cache, "
             "use_cache=True) and returns (logits, cache): wrap yours in a module that does "
-            "(README: 'Parity through generation')")
+            "(docs/generation.md: 'Parity through generation')")
 
 
 def _keywords(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
