@@ -143,6 +143,15 @@ COVERED = {
         "tests/golden.py::check_golden",
     'eval "$(introspect completion bash)"':
         "tests/cli/test_completion.py::test_bash_completes_commands_and_options",
+    "introspect diff --model ./bert-tiny-3-layers --candidate megatron_bert.py:build --nproc 2":
+        "tests/parallel/test_parallel_cli.py::test_the_cli_runs_a_megatron_port_on_2_ranks",
+    "introspect diff --model ./bert-tiny-3-layers --candidate-dump tp-dump/":
+        "tests/parallel/test_rank_dumps.py::test_the_cli_joins_a_folder_of_rank_dumps",
+    "introspect diff --model path/to/llama --head causal-lm --candidate "
+    'examples/large/llama_port.py:build --text "the quick brown fox jumps over the lazy dog '
+    'while seven tired cats sleep"':
+        "tests/diff/test_large_model.py::test_the_diff_of_a_port_sharing_the_weights_adds_one_"
+        "model_to_the_imports",
 }
 
 
