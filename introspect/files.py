@@ -151,7 +151,9 @@ _live_temps: set[str] = set()
 _hold = threading.local()
 
 
-def _remove_live_temps() -> None:
+def remove_temps() -> None:
+    """Remove every temp file and folder this process still has (at exit, or before an
+    exit that skips ``atexit``)."""
     for name in list(_live_temps):
         if os.path.isdir(name) and not os.path.islink(name):
             shutil.rmtree(name, ignore_errors=True)
@@ -161,7 +163,7 @@ def _remove_live_temps() -> None:
         _live_temps.discard(name)
 
 
-atexit.register(_remove_live_temps)
+atexit.register(remove_temps)
 
 
 @contextlib.contextmanager

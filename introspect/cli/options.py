@@ -79,7 +79,20 @@ def backward_loss(args: argparse.Namespace) -> Any:
     if not is_port_spec(spec):
         raise InputError(f"--loss {spec!r}: expected path/to/file.py:NAME or "
                          "package.module:NAME naming loss(outputs, inputs) -> scalar")
-    return resolve_builder(spec)
+    return guarded_loss(spec, resolve_builder(spec))
+
+
+def guarded_loss(spec: str, loss: Any) -> Any:
+    """The user's loss, run as a port's code is (``ports.port_code``): its exits and
+    interrupts are one line and exit 2, its prints go to stderr."""
+    from introspect.models.ports import port_code
+
+    def run_loss(outputs: Any, inputs: Any) -> Any:
+        with port_code([spec], "while the backward diff ran it", kind="--loss"):
+            return loss(outputs, inputs)
+
+    run_loss.__name__ = getattr(loss, "__name__", "loss")
+    return run_loss
 
 
 def check_texts(texts: list[str] | None, pairs: list[list[str]] | None = None) -> None:
