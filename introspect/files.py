@@ -578,7 +578,8 @@ def _fsync_folder(folder: Path) -> None:
 # Writing a set of files side by side (a capture and its indexes), all or nothing
 
 
-def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
+def write_set(outputs: Sequence[tuple[PathLike, Data]],
+              remove: Sequence[PathLike] = ()) -> list[Path]:
     """Write several regular files as one set: all of them replaced, or none.
 
     Every file is first written to a temp file next to its target and fsynced (a full
@@ -591,6 +592,9 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
     Args:
         outputs: (path, text or bytes) pairs; the paths are regular files or new names
             (links to them are followed).
+        remove: files of an earlier set that this one no longer has (a capture's gradient
+            file, when capturing without them): removed first, as part of the set, and put
+            back if the set fails.
 
     Returns:
         The paths as given.
@@ -610,9 +614,21 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
                              "replaced as a whole and only regular files can be")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         targets.append((target, name, payload, info))
+    removals = []
+    for path in remove:
+        name = os.fspath(path)
+        target = _resolve(Path(name), name)
+        info = _lstat(target, name)
+        if info is None:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{name!r} is not a regular file; it belongs to the set being "
+                             "written, which no longer has it: move it away")
+        removals.append(target)
     if not targets:
         return []
     with target_lock(targets[0][0], targets[0][1]):
+        _remove_leftover_temps([t for t, _, _, _ in targets] + removals)
         temps: list[Path] = []
         current = targets[0][1]
         try:
@@ -621,7 +637,7 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
                 _check_name_length(target)
                 temps.append(_new_file(_temp_name(target), payload, old))
             pause_for_tests("set")
-            _rename_set([(t, n) for t, n, _, _ in targets], temps)
+            _rename_set([(t, n) for t, n, _, _ in targets], temps, removals)
         except OSError as e:
             shown = e.filename if isinstance(e.filename, str) else current
             raise InputError(describe_os_error(e, shown) + "; the previous files, if any, "
@@ -635,20 +651,46 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
     return [Path(name) for _, name, _, _ in targets]
 
 
-def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> None:
-    """Rename each temp onto its target; on any failure put back what was replaced."""
+def _remove_leftover_temps(targets: Sequence[Path]) -> None:
+    """Remove the temp files a killed write of this set left (kill -9 after the writes).
+
+    Called under the set's lock, so no live run owns them; names are ``_temp_name``'s
+    (``.NAME.XXXXXXXX.tmp``, and ``.old.tmp`` for a previous version kept aside).
+    """
+    for target in targets:
+        stem = re.escape(f".{target.name[:_TEMP_STEM]}.")
+        pattern = re.compile(stem + r"[0-9a-f]{8}(?:\.old)?\.tmp")
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(target.parent):
+                if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False) \
+                        and entry.path not in _live_temps:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path],
+                removals: Sequence[Path] = ()) -> None:
+    """Remove ``removals``, rename each temp onto its target; on any failure put back what
+    was removed or replaced."""
     replaced: list[tuple[Path, Path | None]] = []  # target, its previous version kept aside
+
+    def keep_aside(target: Path) -> None:
+        backup = None
+        if os.path.lexists(target):
+            backup = _temp_name(target).with_suffix(".old.tmp")
+            try:
+                os.link(target, backup, follow_symlinks=False)
+            except OSError:  # no hard links here: a copy keeps it just as well
+                shutil.copy2(target, backup, follow_symlinks=False)
+            _live_temps.add(str(backup))
+        replaced.append((target, backup))
+
     try:
+        for target in removals:
+            keep_aside(target)
+            os.unlink(target)
         for (target, _), temp in zip(targets, temps, strict=True):
-            backup = None
-            if os.path.lexists(target):
-                backup = _temp_name(target).with_suffix(".old.tmp")
-                try:
-                    os.link(target, backup, follow_symlinks=False)
-                except OSError:  # no hard links here: a copy keeps it just as well
-                    shutil.copy2(target, backup, follow_symlinks=False)
-                _live_temps.add(str(backup))
-            replaced.append((target, backup))
+            keep_aside(target)
             os.replace(temp, target)
     except BaseException:
         for target, backup in reversed(replaced):

@@ -220,7 +220,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                                       noise_budget=noise_budget)
         gradients = _backward(backward, loss, original_reference, candidate, ref_inputs,
                               cand_inputs, alignment, ref_graph, cand_graph, tolerance,
-                              noise_budget, tensors, rows)
+                              noise_budget, tensors, rows, allow_nonfinite)
     finally:  # every module back in its own mode, not only the top one
         _restore_modes(original_reference, modes["reference"])
         _restore_modes(candidate, modes["candidate"])
@@ -236,7 +236,8 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
               ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
               alignment: Alignment, ref_graph: IntrospectGraph, cand_graph: IntrospectGraph,
               tolerance: Tolerance, noise_budget: bool,
-              tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff]) -> Any:
+              tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff],
+              allow_nonfinite: bool = False) -> Any:
     """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
     if not wanted:
         if loss is not None:
@@ -251,7 +252,8 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
                          cand_graph, tolerance, loss=loss, noise_budget=noise_budget,
                          attention_mask=tensors.get("attention_mask"),
                          forward_status={r.reference_node: r.status for r in rows
-                                         if r.reference_node and r.candidate_node})
+                                         if r.reference_node and r.candidate_node},
+                         allow_nonfinite=allow_nonfinite)
 
 
 def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,

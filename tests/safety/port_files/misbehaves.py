@@ -98,7 +98,7 @@ def loss_nan(outputs: Any, inputs: Any) -> torch.Tensor:
 
 
 def loss_inf(outputs: Any, inputs: Any) -> torch.Tensor:
-    return outputs[0].float().sum() * float("inf")
+    return outputs[0].float().abs().mean() + float("inf")
 
 
 # --- Hanging -------------------------------------------------------------------------
@@ -143,3 +143,25 @@ def sets_signal_handlers(reference: Any) -> Any:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.argv[:] = ["port"]
     return my_port.build(reference)
+
+
+# --- Backward ------------------------------------------------------------------------
+
+class _NoGrad(torch.nn.Module):
+    """Runs its forward under no_grad, as an inference-only port does."""
+
+    def __init__(self, port: torch.nn.Module) -> None:
+        super().__init__()
+        self.port = port
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        with torch.no_grad():
+            return self.port(**inputs)
+
+
+def no_grad_forward(reference: Any) -> torch.nn.Module:
+    return _NoGrad(my_port.build(reference))
+
+
+def loss_times_zero(outputs: Any, inputs: Any) -> torch.Tensor:
+    return outputs[0].float().pow(2).mean() * 0
