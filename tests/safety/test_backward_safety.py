@@ -112,7 +112,8 @@ def test_a_gradient_file_of_another_capture_is_refused(tmp_path, captured, capsy
 
 def test_leftover_temps_of_a_killed_capture_are_removed(tmp_path):
     target = tmp_path / "ref.safetensors"
-    left = [tmp_path / ".ref.safetensors.0123abcd.tmp", tmp_path / ".ref.index.json.89ab4567.old.tmp"]
+    left = [tmp_path / ".ref.safetensors.0123abcd.tmp",
+            tmp_path / ".ref.index.json.89ab4567.old.tmp"]
     for path in left:
         path.write_bytes(b"x" * 100)
     mine = tmp_path / ".other.0123abcd.tmp"
