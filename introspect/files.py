@@ -962,11 +962,14 @@ def _return_late_entries(previous: Path, real: Path, own: set[str],
             continue
         info = entry.stat(follow_symlinks=False)
         was = carried.get(entry.name)
-        if was is None and not os.path.lexists(real / entry.name):
-            os.rename(entry.path, real / entry.name)
-        elif was is not None and was != (info.st_dev, info.st_ino) \
-                and not entry.is_dir(follow_symlinks=False):
-            os.replace(entry.path, real / entry.name)
+        # the set is in place by now: an entry that cannot move stays in ``previous``,
+        # which _clear_temp then keeps for the next write to put back
+        with contextlib.suppress(OSError):
+            if was is None and not os.path.lexists(real / entry.name):
+                os.rename(entry.path, real / entry.name)
+            elif was is not None and was != (info.st_dev, info.st_ino) \
+                    and not entry.is_dir(follow_symlinks=False):
+                os.replace(entry.path, real / entry.name)
 
 
 def _sibling_prefix(real: Path) -> str:

@@ -111,10 +111,9 @@ def test_a_late_entry_that_cannot_go_back_is_kept_not_deleted(tmp_path, monkeypa
         real_exchange(new, current)
 
     monkeypatch.setattr(files, "_exchange", exchange_after_a_late_write)
-    monkeypatch.setattr(files, "_return_late_entries", lambda *a: None)  # as if it failed
     real_rename = os.rename
 
-    def rename(source, destination):  # and moving it back in _clear_temp fails too
+    def rename(source, destination):  # moving it back fails, after the swap and after
         if Path(source).name == "late.txt":
             raise OSError(errno.EACCES, "Permission denied", str(source))
         real_rename(source, destination)
