@@ -44,6 +44,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -1013,12 +1014,32 @@ LOCK_WAIT_S = 10.0  # how long a second writer of one target waits before refusi
 _LOCK_POLL_S = 0.05
 
 
+LOCK_WAIT_MAX_S = 3600.0  # a longer wait is a hung pipeline, not patience
+
+
 def _lock_wait() -> float:
-    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``."""
+    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``.
+
+    Raises:
+        InputError: a wait that is not finite or is over ``LOCK_WAIT_MAX_S`` (``inf``,
+            ``1e309``): a run never waits forever.
+    """
+    text = os.environ.get("INTROSPECT_LOCK_WAIT")
+    if text is None:
+        return LOCK_WAIT_S
     try:
-        return max(0.0, float(os.environ.get("INTROSPECT_LOCK_WAIT", LOCK_WAIT_S)))
+        wait = float(text)
     except ValueError:
         return LOCK_WAIT_S
+    if not math.isfinite(wait) or wait > LOCK_WAIT_MAX_S:
+        raise InputError(f"INTROSPECT_LOCK_WAIT={printable_name(text)[:40]} is not a wait "
+                         f"this run can end: give seconds from 0 to {LOCK_WAIT_MAX_S:.0f}")
+    return max(0.0, wait)
+
+
+def check_lock_wait() -> None:
+    """Refuse a bad ``INTROSPECT_LOCK_WAIT`` before any work (see ``_lock_wait``)."""
+    _lock_wait()
 
 
 @contextlib.contextmanager

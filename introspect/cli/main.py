@@ -81,6 +81,7 @@ def _run(argv: Sequence[str] | None) -> int:
     written_before = files.written_count()
     ran_before = set(ports.RAN)
     try:
+        files.check_lock_wait()  # before the slow part, not when the first file is written
         with guards.exits_refused():  # os._exit in code it runs: an exception, not an exit
             code = int(args.run(args))
         files.flush_stdout()  # `> /dev/full` fails here, not in Python's exit

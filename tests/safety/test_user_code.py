@@ -164,3 +164,28 @@ def test_a_port_s_signal_handlers_and_argv_do_not_stick(capsys):
     assert main(diff("sets_signal_handlers")) == 0
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     assert sys.argv == argv
+
+
+# --- Bounds ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("wait", ["inf", "1e309", "nan", "7200"])
+def test_a_lock_wait_that_cannot_end_is_refused_up_front(wait, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("INTROSPECT_LOCK_WAIT", wait)
+    assert main(["trace", "--model", "bert-tiny", "-o", str(tmp_path / "t.csv")]) == 2
+    assert "INTROSPECT_LOCK_WAIT=" in only_line(capsys.readouterr().err)
+    assert not (tmp_path / "t.csv").exists()
+
+
+GENERATE = ["diff", "--head", "causal-lm", "-q", "--candidate", "hf", "--text", "The cat"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "gpt2", "--generate", "1000000000"], "more than the 4096 one diff compares"),
+    (["--model", "gpt2", "--generate", "2000"], "past the 1024 positions of the reference; "
+                                                "generate at most"),
+    (["--model", "bert-tiny", "--head", "masked-lm", "--generate", "2"],
+     "the reference (BertForMaskedLM) is not a causal language model"),
+])
+def test_generate_that_cannot_end_well_is_refused_up_front(argv, message, capsys):
+    assert main([*GENERATE, *argv]) == 2
+    assert message in only_line(capsys.readouterr().err)
