@@ -165,3 +165,22 @@ def no_grad_forward(reference: Any) -> torch.nn.Module:
 
 def loss_times_zero(outputs: Any, inputs: Any) -> torch.Tensor:
     return outputs[0].float().pow(2).mean() * 0
+
+
+# --- Names that reach the reports -----------------------------------------------------
+
+def formula_named(reference: Any) -> torch.nn.Module:
+    """The port under a submodule whose name a spreadsheet would run as a formula."""
+    wrapper = torch.nn.Module()
+    wrapper.add_module("=cmd|' /C calc'!A0", my_port.build(reference))
+    name = "=cmd|' /C calc'!A0"
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_module(name, wrapper.get_submodule(name))
+
+        def forward(self, **inputs: torch.Tensor) -> Any:
+            return self.get_submodule(name)(**inputs)
+
+    return Wrapped()
