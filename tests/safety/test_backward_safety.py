@@ -144,3 +144,20 @@ def test_a_gradient_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(path)
     with pytest.raises(Exception, match="give a regular file|no gradient file"):
         read_gradients(path)
+
+
+def test_the_labels_idiom_done_in_place_passes(capsys):
+    """`labels = inputs["input_ids"]; labels[mask == 0] = -100` edits the ids: on copies."""
+    assert main([*BASE, "--head", "masked-lm", "--loss",
+                 f"{MISBEHAVES}:labels_in_place"]) == 0, capsys.readouterr()
+
+
+def test_a_loss_that_adds_a_global_hook_is_exit_2_naming_it(capsys):
+    from torch.nn.modules import module
+
+    before = dict(module._global_forward_hooks)
+    spec = f"{MISBEHAVES}:loss_adds_a_global_hook"
+    assert main([*BASE, "--loss", spec]) == 2
+    line = only_line(capsys.readouterr().err)
+    assert f"--loss {spec!r} changed torch's global forward hooks" in line
+    assert dict(module._global_forward_hooks) == before  # taken out again

@@ -184,3 +184,18 @@ def formula_named(reference: Any) -> torch.nn.Module:
             return self.get_submodule(name)(**inputs)
 
     return Wrapped()
+
+
+def labels_in_place(outputs: Any, inputs: Any) -> torch.Tensor:
+    """The labels idiom as tutorials write it: the ids themselves, padding set to -100."""
+    labels = inputs["input_ids"]
+    labels[inputs["attention_mask"] == 0] = -100
+    logits = outputs[0]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             labels.reshape(-1), ignore_index=-100)
+
+
+def loss_adds_a_global_hook(outputs: Any, inputs: Any) -> torch.Tensor:
+    """Registers a global forward hook (to log activations) and never removes it."""
+    torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: None)
+    return outputs[0].float().pow(2).mean()
