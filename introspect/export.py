@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from introspect.csv_cells import csv_text
 from introspect.graph import IntrospectGraph, summarise_layers
 from introspect.trace.records import KIND_SHAPE
 
@@ -19,12 +20,12 @@ JSON_SCHEMA_VERSION = 1
 
 def nodes_csv(graph: IntrospectGraph) -> str:
     """One row per node; tuples are written as text."""
-    return graph.nodes.to_csv(index=False, lineterminator="\n")
+    return csv_text(graph.nodes)
 
 
 def layers_csv(graph: IntrospectGraph) -> str:
     """One row per layer."""
-    return graph.layers.to_csv(index=False, lineterminator="\n")
+    return csv_text(graph.layers)
 
 
 def graph_json(graph: IntrospectGraph, **context: Any) -> str:

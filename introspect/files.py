@@ -42,6 +42,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -161,7 +162,9 @@ _live_temps: set[str] = set()
 _hold = threading.local()
 
 
-def _remove_live_temps() -> None:
+def remove_temps() -> None:
+    """Remove every temp file and folder this process still has (at exit, or before an
+    exit that skips ``atexit``)."""
     for name in list(_live_temps):
         if os.path.isdir(name) and not os.path.islink(name):
             shutil.rmtree(name, ignore_errors=True)
@@ -171,7 +174,7 @@ def _remove_live_temps() -> None:
         _live_temps.discard(name)
 
 
-atexit.register(_remove_live_temps)
+atexit.register(remove_temps)
 
 
 @contextlib.contextmanager
@@ -271,23 +274,23 @@ def check_writable_folder(path: PathLike, names: Iterable[str] = ()) -> Path:
     folder = Path(os.path.realpath(name))
     if folder.exists() and not folder.is_dir():
         raise InputError(f"output folder {name!r} is a file")
-    here = Path(os.path.realpath(os.getcwd()))
-    if folder == here or folder in here.parents:  # the swap would pull the folder from under us
-        raise InputError(f"output folder {name!r} is the current folder or holds it; the "
-                         f"reports are swapped in as a folder of their own: give one, such "
-                         f"as {os.path.join(name, 'parity-report')!r}")
     parent = folder.parent
     if not parent.is_dir():
         raise InputError(f"cannot create output folder {name!r}: "
                          f"{str(Path(name).parent)!r} does not exist")
-    if not os.access(folder if folder.exists() else parent, os.W_OK) or not os.access(
-        parent, os.W_OK
-    ):
-        raise InputError(f"output folder {name!r} is not writable (its parent folder must be "
-                         f"writable too: the new set is swapped in from there)")
+    if folder.is_dir() and _in_place_only(folder):  # written inside, never swapped
+        if not os.access(folder, os.W_OK):
+            raise InputError(f"output folder {name!r} is not writable")
+        probe = _temp_name(folder / "probe")
+    else:
+        if not os.access(folder if folder.exists() else parent, os.W_OK) or not os.access(
+            parent, os.W_OK
+        ):
+            raise InputError(f"output folder {name!r} is not writable (its parent folder must "
+                             f"be writable too: the new set is swapped in from there)")
+        probe = _temp_name(folder)
     with _as_input_error(name):
         _check_name_length(folder)
-        probe = _temp_name(folder)
         os.mkdir(probe, 0o700)
         os.rmdir(probe)
     if folder.is_dir():
@@ -586,7 +589,8 @@ def _fsync_folder(folder: Path) -> None:
 # Writing a set of files side by side (a capture and its indexes), all or nothing
 
 
-def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
+def write_set(outputs: Sequence[tuple[PathLike, Data]],
+              remove: Sequence[PathLike] = ()) -> list[Path]:
     """Write several regular files as one set: all of them replaced, or none.
 
     Every file is first written to a temp file next to its target and fsynced (a full
@@ -599,6 +603,9 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
     Args:
         outputs: (path, text or bytes) pairs; the paths are regular files or new names
             (links to them are followed).
+        remove: files of an earlier set that this one no longer has (a capture's gradient
+            file, when capturing without them): removed first, as part of the set, and put
+            back if the set fails.
 
     Returns:
         The paths as given.
@@ -618,9 +625,21 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
                              "replaced as a whole and only regular files can be")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         targets.append((target, name, payload, info))
+    removals = []
+    for path in remove:
+        name = os.fspath(path)
+        target = _resolve(Path(name), name)
+        info = _lstat(target, name)
+        if info is None:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{name!r} is not a regular file; it belongs to the set being "
+                             "written, which no longer has it: move it away")
+        removals.append(target)
     if not targets:
         return []
     with target_lock(targets[0][0], targets[0][1]):
+        _remove_leftover_temps([t for t, _, _, _ in targets] + removals)
         temps: list[Path] = []
         current = targets[0][1]
         try:
@@ -629,7 +648,7 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
                 _check_name_length(target)
                 temps.append(_new_file(_temp_name(target), payload, old))
             pause_for_tests("set")
-            _rename_set([(t, n) for t, n, _, _ in targets], temps)
+            _rename_set([(t, n) for t, n, _, _ in targets], temps, removals)
         except OSError as e:
             shown = e.filename if isinstance(e.filename, str) else current
             raise InputError(describe_os_error(e, shown) + "; the previous files, if any, "
@@ -643,20 +662,46 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]]) -> list[Path]:
     return [Path(name) for _, name, _, _ in targets]
 
 
-def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path]) -> None:
-    """Rename each temp onto its target; on any failure put back what was replaced."""
+def _remove_leftover_temps(targets: Sequence[Path]) -> None:
+    """Remove the temp files a killed write of this set left (kill -9 after the writes).
+
+    Called under the set's lock, so no live run owns them; names are ``_temp_name``'s
+    (``.NAME.XXXXXXXX.tmp``, and ``.old.tmp`` for a previous version kept aside).
+    """
+    for target in targets:
+        stem = re.escape(f".{target.name[:_TEMP_STEM]}.")
+        pattern = re.compile(stem + r"[0-9a-f]{8}(?:\.old)?\.tmp")
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(target.parent):
+                if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False) \
+                        and entry.path not in _live_temps:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def _rename_set(targets: Sequence[tuple[Path, str]], temps: Sequence[Path],
+                removals: Sequence[Path] = ()) -> None:
+    """Remove ``removals``, rename each temp onto its target; on any failure put back what
+    was removed or replaced."""
     replaced: list[tuple[Path, Path | None]] = []  # target, its previous version kept aside
+
+    def keep_aside(target: Path) -> None:
+        backup = None
+        if os.path.lexists(target):
+            backup = _temp_name(target).with_suffix(".old.tmp")
+            try:
+                hard_link(target, backup)
+            except OSError:  # no hard links here: a copy keeps it just as well
+                shutil.copy2(target, backup, follow_symlinks=False)
+            _live_temps.add(str(backup))
+        replaced.append((target, backup))
+
     try:
+        for target in removals:
+            keep_aside(target)
+            os.unlink(target)
         for (target, _), temp in zip(targets, temps, strict=True):
-            backup = None
-            if os.path.lexists(target):
-                backup = _temp_name(target).with_suffix(".old.tmp")
-                try:
-                    hard_link(target, backup)
-                except OSError:  # no hard links here: a copy keeps it just as well
-                    shutil.copy2(target, backup, follow_symlinks=False)
-                _live_temps.add(str(backup))
-            replaced.append((target, backup))
+            keep_aside(target)
             os.replace(temp, target)
     except BaseException:
         for target, backup in reversed(replaced):
@@ -744,11 +789,17 @@ def _check_replaceable(entry: Path, shown: Path) -> None:
 
 def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[str],
              label: str) -> None:
+    """The set into ``real``: swapped in as a folder, or written in place where a swap
+    cannot be (see ``write_folder``); the user's entries are never lost on any way out."""
     with _signals_held():
+        if exists and _in_place_only(real):
+            _write_in_place(real, payloads, own, label)
+            return
         temp = real.parent / f"{_sibling_prefix(real)}{secrets.token_hex(4)}"
         os.mkdir(temp, 0o777)
         _live_temps.add(str(temp))
-        moved: list[str] = []
+        moved: list[str] = []  # the user's subfolders moved into temp, as they are moved
+        carried: dict[str, tuple[int, int]] = {}
         swapped = False
         try:
             for file_name, payload in payloads.items():
@@ -756,11 +807,15 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[s
                 _write_new(temp / file_name, payload, old)
             if exists:
                 os.chmod(temp, stat.S_IMODE(os.stat(real).st_mode))
-                carried: dict[str, tuple[int, int]] = {}
-                moved = _carry_over(real, temp, own, carried)
-                _fsync_folder(temp)
-                pause_for_tests("swap")
-                _exchange(temp, real)  # temp now holds the previous set
+                try:
+                    _carry_over(real, temp, own, carried, moved)
+                    _fsync_folder(temp)
+                    pause_for_tests("swap")
+                    _exchange(temp, real)  # temp now holds the previous set
+                except OSError:  # a subfolder or file that cannot move or link, a mount point
+                    _put_back(temp, real, moved)
+                    _write_in_place(real, payloads, own, label)
+                    return
                 swapped = True
                 _return_late_entries(temp, real, own, carried)
             else:
@@ -771,13 +826,100 @@ def _swap_in(real: Path, payloads: Mapping[str, bytes], exists: bool, own: set[s
             _fsync_folder(real.parent)
         except BaseException:
             if not swapped:
-                for entry in moved:  # put subfolders back before the temp folder goes
-                    with contextlib.suppress(OSError):
-                        os.rename(temp / entry, real / entry)
+                _put_back(temp, real, moved)
             raise
         finally:  # the previous set after a swap, the unfinished new one otherwise
+            _clear_temp(temp, real, own, carried if swapped else {}, swapped)
+
+
+def _in_place_only(real: Path) -> bool:
+    """A folder that cannot be swapped: a mount point (EBUSY), or the working folder or
+    one that holds it (a swap would move it from under the process)."""
+    if os.path.ismount(real):
+        return True
+    here = Path(os.path.realpath(os.getcwd()))
+    return real == here or real in here.parents
+
+
+def _put_back(temp: Path, real: Path, moved: list[str]) -> None:
+    """Move the subfolders carried into ``temp`` back into ``real`` (before a swap)."""
+    for entry in reversed(moved):
+        if os.path.lexists(temp / entry) and not os.path.lexists(real / entry):
+            with contextlib.suppress(OSError):
+                os.rename(temp / entry, real / entry)
+                moved.remove(entry)
+
+
+def _clear_temp(temp: Path, real: Path, own: set[str], carried: Mapping[str, tuple[int, int]],
+                swapped: bool) -> None:
+    """Remove the temp folder, never a user's entry.
+
+    Before the swap it holds the set's files, links to the user's files (whose originals
+    are in ``real``) and whatever could not be moved back; after it, the previous folder:
+    the old set and the originals of the files carried (now linked from ``real``). An
+    entry that is neither goes back into ``real``; if it cannot, the folder stays, out of
+    the way, and the next write to ``real`` puts it back (``_recover_leftovers``).
+    """
+    kept = False
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(temp):
+            path, there = Path(entry.path), real / entry.name
+            if entry.name in own or _duplicate(entry, there, carried, swapped):
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
+                except OSError:
+                    kept = True
+            elif not os.path.lexists(there):
+                try:
+                    os.rename(path, there)
+                except OSError:
+                    kept = True
+            else:
+                kept = True
+        if not kept:
             shutil.rmtree(temp, ignore_errors=True)
-            _live_temps.discard(str(temp))
+    _live_temps.discard(str(temp))  # kept: not removed at exit either
+
+
+def _duplicate(entry: os.DirEntry[str], there: Path, carried: Mapping[str, tuple[int, int]],
+               swapped: bool) -> bool:
+    """Whether ``entry`` of the temp folder is a second name of what ``there`` holds."""
+    try:
+        mine, theirs = entry.stat(follow_symlinks=False), os.lstat(there)
+    except OSError:
+        return False
+    if stat.S_ISDIR(mine.st_mode):
+        return False
+    if stat.S_ISLNK(mine.st_mode):  # carried as a new link with the same target
+        return stat.S_ISLNK(theirs.st_mode) and os.readlink(entry.path) == os.readlink(there)
+    same = (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+    return same and (not swapped or carried.get(entry.name) == (mine.st_dev, mine.st_ino))
+
+
+def _write_in_place(real: Path, payloads: Mapping[str, bytes], own: set[str],
+                    label: str) -> None:
+    """Write the set's files into ``real`` itself, all or nothing (as ``write_set``): for
+    a folder that cannot be swapped or whose entries cannot be carried over. The user's
+    entries are not touched at all; the set's names it no longer has are removed with it."""
+    targets = [(real / name, name) for name in payloads]
+    stale = [real / name for name in sorted(own - set(payloads))
+             if os.path.lexists(real / name)]
+    _remove_leftover_temps([t for t, _ in targets] + stale)
+    temps: list[Path] = []
+    try:
+        for (target, name), payload in zip(targets, payloads.values(), strict=True):
+            _check_name_length(target)
+            temps.append(_new_file(_temp_name(target), payload, _lstat(target, name)))
+        pause_for_tests("swap")
+        _rename_set(targets, temps, stale)
+    finally:
+        for temp in temps:
+            _discard(temp)
+    _committed(label)
+    _fsync_folder(real)
 
 
 def _write_new(path: Path, payload: bytes, old: os.stat_result | None) -> None:
@@ -786,32 +928,36 @@ def _write_new(path: Path, payload: bytes, old: os.stat_result | None) -> None:
     _live_temps.discard(str(path))  # the temp folder is the unit that gets removed
 
 
-def _carry_over(real: Path, temp: Path, own: set[str],
-                carried: dict[str, tuple[int, int]]) -> list[str]:
-    """Put every entry of ``real`` not in ``own`` into ``temp``; return subfolders moved.
+def _carry_over(real: Path, temp: Path, own: set[str], carried: dict[str, tuple[int, int]],
+                moved: list[str]) -> None:
+    """Put every entry of ``real`` not in ``own`` into ``temp``: files and links as second
+    names (hard links, new symbolic links), subfolders moved (``moved`` lists each as soon
+    as it is, so that a failure half way puts back every one).
 
     ``carried`` receives the name -> (device, inode) of each file and link carried, so that
     one replaced while the set was built is found after the swap.
+
+    Raises:
+        OSError: an entry cannot be carried (a read-only or mounted subfolder, a file that
+            cannot be linked: immutable, or a file system without hard links); the caller
+            then writes in place.
     """
-    moved = []
     for entry in sorted(os.scandir(real), key=lambda e: e.name):
         if entry.name in own:
             continue
         destination = temp / entry.name
         info = entry.stat(follow_symlinks=False)
         if entry.is_dir(follow_symlinks=False):
+            if os.path.ismount(entry.path):
+                raise OSError(errno.EBUSY, "a mount point cannot be moved", entry.path)
             os.rename(entry.path, destination)
             moved.append(entry.name)
             continue
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), destination)
-        else:
-            try:
-                hard_link(entry.path, destination)
-            except OSError:  # a file system without hard links, or protected_hardlinks
-                shutil.copy2(entry.path, destination, follow_symlinks=False)
+        else:  # a copy would leave the original to be removed with the previous set
+            hard_link(entry.path, destination)
         carried[entry.name] = (info.st_dev, info.st_ino)
-    return moved
 
 
 def _return_late_entries(previous: Path, real: Path, own: set[str],
@@ -827,11 +973,14 @@ def _return_late_entries(previous: Path, real: Path, own: set[str],
             continue
         info = entry.stat(follow_symlinks=False)
         was = carried.get(entry.name)
-        if was is None and not os.path.lexists(real / entry.name):
-            os.rename(entry.path, real / entry.name)
-        elif was is not None and was != (info.st_dev, info.st_ino) \
-                and not entry.is_dir(follow_symlinks=False):
-            os.replace(entry.path, real / entry.name)
+        # the set is in place by now: an entry that cannot move stays in ``previous``,
+        # which _clear_temp then keeps for the next write to put back
+        with contextlib.suppress(OSError):
+            if was is None and not os.path.lexists(real / entry.name):
+                os.rename(entry.path, real / entry.name)
+            elif was is not None and was != (info.st_dev, info.st_ino) \
+                    and not entry.is_dir(follow_symlinks=False):
+                os.replace(entry.path, real / entry.name)
 
 
 def _sibling_prefix(real: Path) -> str:
@@ -845,11 +994,13 @@ def _sibling_prefix(real: Path) -> str:
 
 
 def _recover_leftovers(real: Path, own: set[str]) -> None:
-    """Remove the temp folders a killed run (kill -9, a power cut) left next to ``real``.
+    """Clear the temp folders a killed run (kill -9, a power cut) left next to ``real``.
 
     Called under the target's lock, so no live run owns them. A leftover may hold the
     user's subfolders (moved in before the swap) or files of theirs: every entry whose
-    name is not the set's and is missing from ``real`` goes back into it first.
+    name is not the set's and is missing from ``real`` goes back into it first. What can
+    be neither put back nor removed (an immutable file) stays there, out of the way,
+    rather than failing this run and every later one.
     """
     prefix = _sibling_prefix(real)
     pattern = re.compile(re.escape(prefix) + r"(?:old-)?[0-9a-f]{8}")
@@ -862,7 +1013,7 @@ def _recover_leftovers(real: Path, own: set[str]) -> None:
             if not real.is_dir():
                 os.mkdir(real, 0o777)
             os.rename(inside.path, real / inside.name)
-        shutil.rmtree(entry.path)
+        _clear_temp(Path(entry.path), real, own, {}, swapped=False)
 
 
 # ----------------------------------------------------------------------------------------
@@ -873,12 +1024,32 @@ LOCK_WAIT_S = 10.0  # how long a second writer of one target waits before refusi
 _LOCK_POLL_S = 0.05
 
 
+LOCK_WAIT_MAX_S = 3600.0  # a longer wait is a hung pipeline, not patience
+
+
 def _lock_wait() -> float:
-    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``."""
+    """``INTROSPECT_LOCK_WAIT`` (seconds) when set to a number, else ``LOCK_WAIT_S``.
+
+    Raises:
+        InputError: a wait that is not finite or is over ``LOCK_WAIT_MAX_S`` (``inf``,
+            ``1e309``): a run never waits forever.
+    """
+    text = os.environ.get("INTROSPECT_LOCK_WAIT")
+    if text is None:
+        return LOCK_WAIT_S
     try:
-        return max(0.0, float(os.environ.get("INTROSPECT_LOCK_WAIT", LOCK_WAIT_S)))
+        wait = float(text)
     except ValueError:
         return LOCK_WAIT_S
+    if not math.isfinite(wait) or wait > LOCK_WAIT_MAX_S:
+        raise InputError(f"INTROSPECT_LOCK_WAIT={printable_name(text)[:40]} is not a wait "
+                         f"this run can end: give seconds from 0 to {LOCK_WAIT_MAX_S:.0f}")
+    return max(0.0, wait)
+
+
+def check_lock_wait() -> None:
+    """Refuse a bad ``INTROSPECT_LOCK_WAIT`` before any work (see ``_lock_wait``)."""
+    _lock_wait()
 
 
 @contextlib.contextmanager

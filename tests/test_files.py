@@ -386,13 +386,19 @@ def test_a_link_to_a_descriptor_path_writes_to_the_descriptor(tmp_path):
     assert link.is_symlink()
 
 
-def test_the_current_folder_is_refused_as_a_report_folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for folder in (".", str(tmp_path.parent)):
-        with pytest.raises(InputError, match="is the current folder or holds it"):
-            files.write_folder(folder, NEW_SET)
-    files.write_folder("report", NEW_SET)
-    assert _contents(tmp_path / "report") == NEW_SET
+def test_the_current_folder_and_one_holding_it_are_written_in_place(tmp_path, monkeypatch):
+    """`--out .` (a CI workspace is often the working folder, or a mount point): the set is
+    written into the folder itself, which is never swapped; the user's entries stay."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "mine.txt").write_text("mine")
+    monkeypatch.chdir(work / "sub")
+    for folder in (".", str(work)):
+        files.write_folder(folder, NEW_SET)
+    assert _contents(work / "sub") == NEW_SET
+    assert {k: v for k, v in _contents(work).items() if k in NEW_SET} == NEW_SET
+    assert (work / "mine.txt").read_text() == "mine" and Path.cwd() == work / "sub"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # no temp left beside it
 
 
 @pytest.fixture

@@ -167,9 +167,78 @@ def write_npz(path: Path, inputs: dict[str, np.ndarray], values: dict[str, np.nd
     np.savez(path, **inputs, **values)
 
 
+class BadInput(Exception):
+    """An input this recipe cannot use: said in one line."""
+
+
+def check_file(path: Path | None, option: str, what: str) -> None:
+    if path is not None and not path.is_file():
+        kind = "a folder" if path.is_dir() else "missing"
+        raise BadInput(f"{option} {path}: {kind}; give {what}")
+
+
+def read_inputs(path: Path) -> dict[str, np.ndarray]:
+    """The token ids a capture holds (``input.<name>``), from an introspect capture."""
+    from safetensors.numpy import load_file
+
+    check_file(path, "--capture", "the .safetensors file 'introspect capture' wrote")
+    try:
+        captured = load_file(str(path))
+    except Exception as e:
+        raise BadInput(f"--capture {path}: not a safetensors file ({type(e).__name__}); give "
+                       "the file 'introspect capture' wrote") from e
+    missing = [n for n in INPUT_NAMES if f"input.{n}" not in captured]
+    if missing:
+        raise BadInput(f"--capture {path}: holds no input.{missing[0]}; it is not a capture "
+                       "written by 'introspect capture'")
+    return {n: captured[f"input.{n}"] for n in INPUT_NAMES}
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--checkpoint {folder}: no readable config.json "
+                       f"({type(e).__name__})") from e
+    if not isinstance(config, dict):
+        raise BadInput(f"--checkpoint {folder}: config.json is not an object")
+    return config
+
+
+def dump(args: argparse.Namespace, folder: Path, config: dict[str, Any],
+         inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Export (or take ``--onnx``), optimize as asked, run, and keep every value."""
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return _dump(args, folder, config, inputs, Path(tmp))
+    except BadInput:
+        raise
+    except Exception as e:  # a damaged or foreign model: ORT's or onnx's own error, cut short
+        text = " ".join(str(e).split())
+        text = text if len(text) <= 200 else text[:197] + "..."
+        source = f"--onnx {args.onnx}" if args.onnx else f"the export of {folder}"
+        raise BadInput(f"{source}: ONNX Runtime could not run it ({type(e).__name__}: "
+                       f"{text})") from e
+
+
+def _dump(args: argparse.Namespace, folder: Path, config: dict[str, Any],
+          inputs: dict[str, np.ndarray], work: Path) -> dict[str, np.ndarray]:
+    model = args.onnx or export(load_bert(folder), inputs, work / "bert.onnx")
+    if args.expose == "shipped":
+        model = shipped_graph(model, args.level, work, fp16=args.fp16,
+                              transformer_optimizer=args.transformer_optimizer,
+                              num_heads=config["num_attention_heads"],
+                              hidden_size=config["hidden_size"])
+        level = "disabled"  # already optimized: run exactly the saved graph
+    else:
+        level = args.level
+    return run(model, inputs, level, keep_integers=args.keep_integers)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capture", required=True, help="the reference's capture (its inputs)")
+    parser.add_argument("--capture", required=True, type=Path,
+                        help="the reference's capture (its inputs)")
     parser.add_argument("-o", "--out", required=True, type=Path, help="the .npz to write")
     parser.add_argument("--checkpoint", type=Path, help="checkpoint folder (default: MiniLM)")
     parser.add_argument("--onnx", type=Path, help="an exported model to use instead of "
@@ -190,25 +259,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--transformer-optimizer and --fp16 change the shipped graph: "
                      "add --expose shipped")
 
-    from safetensors.numpy import load_file
-
-    folder = args.checkpoint or minilm_folder()
-    config = json.loads((folder / "config.json").read_text())
-    captured = load_file(args.capture)
-    inputs = {n: captured[f"input.{n}"] for n in INPUT_NAMES}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        model = args.onnx or export(load_bert(folder), inputs, work / "bert.onnx")
-        if args.expose == "shipped":
-            model = shipped_graph(model, args.level, work, fp16=args.fp16,
-                                  transformer_optimizer=args.transformer_optimizer,
-                                  num_heads=config["num_attention_heads"],
-                                  hidden_size=config["hidden_size"])
-            level = "disabled"  # already optimized: run exactly the saved graph
-        else:
-            level = args.level
-        values = run(model, inputs, level, keep_integers=args.keep_integers)
-    write_npz(args.out, inputs, values)
+    try:
+        inputs = read_inputs(Path(args.capture))
+        check_file(args.onnx, "--onnx", "an exported .onnx model")
+        if not args.out.parent.is_dir():
+            raise BadInput(f"-o {args.out}: folder {args.out.parent} does not exist")
+        folder = args.checkpoint or minilm_folder()
+        config = read_config(folder)
+        values = dump(args, folder, config, inputs)
+        write_npz(args.out, inputs, values)
+    except BadInput as e:  # one line and exit 2, as introspect itself says a bad input
+        print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {len(values)} tensors to {args.out}", file=sys.stderr)
     return 0
 

@@ -21,6 +21,7 @@ import base64
 import html
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,9 @@ def html_page(maps: AttentionMaps, batch: int = 0) -> str:
     data = json.dumps(page_data(maps, batch), ensure_ascii=False, sort_keys=True)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = html.escape(f"attention: {maps.title}")
-    return _PAGE.replace("__TITLE__", title).replace("__DATA__", data)
+    # one pass over the template: a title holding "__DATA__" stays text, never the data
+    fills = {"__TITLE__": title, "__DATA__": data}
+    return re.sub("__TITLE__|__DATA__", lambda m: fills[m.group()], _PAGE)
 
 
 _PAGE = """<!DOCTYPE html>

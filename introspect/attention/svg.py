@@ -8,6 +8,7 @@ through ``esc``, so a token such as ``<script>`` is drawn, never run.
 from __future__ import annotations
 
 import html
+import re
 
 MAX_LABEL_CHARS = 24
 FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
@@ -27,8 +28,16 @@ def num(x: float) -> str:
 
 
 def esc(text: str) -> str:
-    """Text safe inside an SVG/XML element or attribute."""
-    return html.escape(text, quote=True)
+    """Text safe inside an SVG/XML element or attribute.
+
+    Characters XML 1.0 does not allow (controls other than tab and newline, lone
+    surrogates, U+FFFE and U+FFFF) are written as U+FFFD, so that the document stays
+    well-formed whatever the text held.
+    """
+    return html.escape(_NOT_XML.sub("\ufffd", text), quote=True)
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def mix(colour: tuple[int, int, int], weight: float) -> tuple[int, int, int]:

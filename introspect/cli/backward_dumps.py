@@ -36,9 +36,13 @@ def add_dump_gradients(args: argparse.Namespace, result: Any) -> None:
 
     candidate = read_gradients(grads_path(args.candidate_dump))
     if args.reference_dump:
+        from introspect.dump.gradients import check_belongs
+
+        check_belongs(grads_path(args.reference_dump), args.reference_dump)
         reference = read_gradients(grads_path(args.reference_dump))
     else:
         loaded, inputs = load_model_and_inputs(args)
         reference, _ = capture_gradients(loaded.model, inputs, loss=getattr(args, "loss_fn", None))
-    result.backward = compare_gradients(reference, candidate, result.tolerance)
+    result.backward = compare_gradients(reference, candidate, result.tolerance,
+                                        getattr(args, "allow_nonfinite", False))
     result.passed = result.passed and result.backward.passed

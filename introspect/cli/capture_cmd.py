@@ -71,16 +71,23 @@ def run(args: argparse.Namespace) -> int:
     with step(args, "running the reference and capturing its activations"):
         captured = capture(loaded.model, inputs, select=args.select, layers=layers,
                            label=f"{args.model} {args.head} ({args.attn})", noise=args.noise)
-    # The gradients before any write: a failing backward leaves no file behind.
-    gradients = _gradients(args, loaded.model, inputs, captured) if args.backward else None
     payload = capture_bytes(captured)
+    # The gradients before any write: a failing backward leaves no file behind. They record
+    # the capture's digest: a gradient file is read only with the capture it was made with.
+    gradients = _gradients(args, loaded.model, inputs, captured, payload) if args.backward \
+        else None
     # one set: the files are replaced together or not at all, the indexes last
     files: list[tuple[Path, str | bytes]] = [
         (target, payload), (index_paths[0], index_json(captured)),
         (index_paths[1], index_csv(captured))]
+    stale = []
     if gradients is not None:
         files.insert(1, (index_paths[2], gradients))
-    write_set(files)
+    else:  # a gradient file of an earlier capture --backward belongs to no capture now
+        from introspect.dump.gradients import grads_path
+
+        stale.append(grads_path(target))
+    write_set(files, remove=stale)
     if gradients is not None:
         say(args, f"wrote the reference's gradients to {printable_name(str(index_paths[2]))}")
     say(args, f"wrote {len(captured.entries)} tensors and the inputs to "
@@ -89,17 +96,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gradients(args: argparse.Namespace, model: Any, inputs: Any, captured: Any) -> bytes:
+def _gradients(args: argparse.Namespace, model: Any, inputs: Any, captured: Any,
+               payload: bytes) -> bytes:
     """The reference's gradients, as the file next to the capture holds them
     (``introspect.dump.gradients``)."""
     from introspect.cli.progress import step
     from introspect.dump.formats import safetensors_bytes
-    from introspect.dump.gradients import capture_gradients
+    from introspect.dump.gradients import CAPTURE_DIGEST, capture_digest, capture_gradients
 
     with step(args, "running the reference backward"):
         tensors, metadata = capture_gradients(model, inputs,
                                               nodes={e.name for e in captured.entries})
-    return safetensors_bytes(tensors, metadata)
+    return safetensors_bytes(tensors, {**metadata, CAPTURE_DIGEST: capture_digest(payload)})
 
 
 def _size(nbytes: int) -> str:

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -55,6 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code. ``argv`` None: the process's own command line.
+
+    Run as the process's command (``argv`` None), the run always ends: threads a port
+    started and never ended are not waited for (the streams are flushed and the process
+    ends with the command's code).
+    """
+    threads_before = set(threading.enumerate())
+    code = _run(argv)
+    if argv is None:
+        _end_unless_waited_on(code, threads_before)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     if argv is None and "_ARGCOMPLETE" in os.environ:  # Tab in a shell: answer and exit
         from introspect.cli.completion_cmd import complete
@@ -67,10 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "see 'introspect --help'\n")
         return EXIT_BAD_INPUT
     from introspect import files
+    from introspect.models import guards, ports
 
     written_before = files.written_count()
+    ran_before = set(ports.RAN)
     try:
-        code = int(args.run(args))
+        files.check_lock_wait()  # before the slow part, not when the first file is written
+        with guards.exits_refused():  # os._exit in code it runs: an exception, not an exit
+            code = int(args.run(args))
         files.flush_stdout()  # `> /dev/full` fails here, not in Python's exit
         return code
     except (IntrospectError, OSError) as e:
@@ -86,11 +105,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = files.describe_written(written_before)
         sys.stderr.write(f"introspect {args.command}: interrupted; {done}\n")
         return 130
-    except BaseException as e:  # SystemExit from user code that slipped past ports.port_code
+    except BaseException as e:  # user code's exit that slipped past ports.port_code, or a bug
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
-        what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) \
-            else f"raised {type(e).__name__}"
-        sys.stderr.write(f"introspect {args.command}: error: code it ran {what}; "
-                         "no verdict\n")
+        sys.stderr.write(f"introspect {args.command}: error: "
+                         f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}\n")
         return EXIT_BAD_INPUT
+
+
+def _unexpected(error: BaseException, user_code: list[str]) -> str:
+    """One line for what no handler foresaw: user code's doing, or a bug of ours."""
+    from introspect.models.guards import ProcessExitCalled
+
+    if isinstance(error, ProcessExitCalled):
+        what = f"called os._exit({error.code!r})"
+    elif isinstance(error, SystemExit):
+        what = f"called sys.exit({error.code!r})"
+    else:
+        text = " ".join(str(error).split())
+        what = f"raised {type(error).__name__}" + (f": {text[:200]}" if text else "")
+    if user_code:
+        return f"code it ran ({', '.join(user_code)}) {what}; no verdict"
+    if isinstance(error, (SystemExit, ProcessExitCalled)):
+        return f"code it ran {what}; no verdict"
+    return (f"internal error: introspect {what}; no verdict (a bug: please report it, with "
+            "the traceback INTROSPECT_DEBUG=1 shows)")
+
+
+def _end_unless_waited_on(code: int, threads_before: set[threading.Thread]) -> None:
+    """End the process with ``code`` now if a thread started during the run still runs.
+
+    The interpreter would wait for such a thread at exit, forever for one that never ends.
+    """
+    from introspect.models.guards import linger, real_exit
+
+    if not linger(threads_before):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or full stream: the code still says what happened
+            pass
+    from introspect import files
+
+    files.remove_temps()
+    real_exit(code)

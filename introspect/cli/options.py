@@ -112,7 +112,50 @@ def backward_loss(args: argparse.Namespace) -> Any:
     if not is_port_spec(spec):
         raise InputError(f"--loss {spec!r}: expected path/to/file.py:NAME or "
                          "package.module:NAME naming loss(outputs, inputs) -> scalar")
-    return resolve_builder(spec)
+    return guarded_loss(spec, resolve_builder(spec))
+
+
+def guarded_loss(spec: str, loss: Any) -> Any:
+    """The user's loss, run as a port's code is (``ports.port_code``): its exits and
+    interrupts are one line and exit 2, its prints go to stderr."""
+    from introspect.errors import InputError
+    from introspect.models.ports import port_code
+
+    def run_loss(outputs: Any, inputs: Any) -> Any:
+        before = _global_hooks()
+        with port_code([spec], "while the backward diff ran it", kind="--loss"):
+            value = loss(outputs, inputs)
+        added = [kind for kind, keys in _global_hooks().items() if keys != before.get(kind)]
+        if added:
+            _remove_hooks_since(before)
+            raise InputError(f"--loss {spec!r} changed torch's global {', '.join(added)} "
+                             "(no verdict: they would run in every later forward, the "
+                             "candidate's too); a loss only computes from the outputs")
+        return value
+
+    run_loss.__name__ = getattr(loss, "__name__", "loss")
+    return run_loss
+
+
+def _global_hooks() -> dict[str, tuple[int, ...]]:
+    """The ids of torch's global module hooks, by kind (forward hooks, backward hooks...)."""
+    from torch.nn.modules import module
+
+    return {name.removeprefix("_global_").replace("_", " "): tuple(hooks)
+            for name, hooks in vars(module).items()
+            if name.startswith("_global_") and isinstance(hooks, dict)}
+
+
+def _remove_hooks_since(before: dict[str, tuple[int, ...]]) -> None:
+    """Take out the global hooks registered since ``before``: the run is refused, and the
+    process (a notebook, a test session) must not keep running them."""
+    from torch.nn.modules import module
+
+    for name, hooks in vars(module).items():
+        kind = name.removeprefix("_global_").replace("_", " ")
+        if name.startswith("_global_") and isinstance(hooks, dict):
+            for key in [k for k in hooks if k not in before.get(kind, ())]:
+                del hooks[key]
 
 
 def check_texts(texts: list[str] | None, pairs: list[list[str]] | None = None) -> None:

@@ -24,6 +24,22 @@ def is_stdout(path: str | None) -> bool:
     return path == STDOUT
 
 
+def _refuse_set_names(given: Mapping[str, str], folder: str, names: set[str],
+                      own: Mapping[str, str]) -> None:
+    """A file option may not name another file of the --out set (``--json rep/nodes.csv``):
+    the set replaces its files as a whole, and of two writers the last one wins. The same
+    report to both (``--junit rep/junit.xml``, as CI setups write it) is the same bytes."""
+    inside = Path(os.path.realpath(folder))
+    for option, path in given.items():
+        if is_stdout(path):
+            continue
+        target = Path(os.path.realpath(path))
+        if target.parent == inside and target.name in names and own.get(option) != target.name:
+            raise InputError(f"{option} {path!r} is inside --out {folder}, whose report set "
+                             f"writes {target.name} itself: drop {option}, or give it a path "
+                             "outside that folder")
+
+
 def check_outputs(files: Mapping[str, str | None], *, folder: str | None = None,
                   folder_files: Mapping[str, str] | None = None,
                   folder_names: Iterable[str] = ()) -> None:
@@ -68,6 +84,8 @@ def check_outputs(files: Mapping[str, str | None], *, folder: str | None = None,
         if folder and target.parent == _absolute(Path(folder)) and not Path(folder).is_dir():
             continue  # --out creates the folder first; check_writable_folder vouched for it
         check_writable(path)  # type: ignore[arg-type]
+    if folder:
+        _refuse_set_names(given, folder, set(folder_names), folder_files or {})
 
 
 def write_output(path: str, data: str | bytes) -> None:

@@ -258,7 +258,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               _copies(ref_side[1]),
                               _copies(explanation.cand_inputs or {}), explanation.alignment,
                               ref_side[0], explanation.graph, tolerance, noise_budget,
-                              tensors, rows)
+                              tensors, rows, allow_nonfinite)
         explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
             and not explanation.unfaithful
         if verdict is None:
@@ -299,7 +299,8 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
               ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
               alignment: Alignment, ref_graph: IntrospectGraph,
               cand_graph: IntrospectGraph | None, tolerance: Tolerance, noise_budget: bool,
-              tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff]) -> Any:
+              tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff],
+              allow_nonfinite: bool = False) -> Any:
     """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
     if not wanted:
         if loss is not None:
@@ -317,7 +318,8 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
                          cand_graph, tolerance, loss=loss, noise_budget=noise_budget,
                          attention_mask=tensors.get("attention_mask"),
                          forward_status={r.reference_node: r.status for r in rows
-                                         if r.reference_node and r.candidate_node})
+                                         if r.reference_node and r.candidate_node},
+                         allow_nonfinite=allow_nonfinite)
 
 
 

@@ -42,6 +42,7 @@ from introspect.diff.copies import cast_copy
 from introspect.diff.records import Pair, WeightRelation
 from introspect.diff.status import status_word
 from introspect.diff.tolerance import Budget, Tolerance
+from introspect.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -187,7 +188,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                   alignment: Any, ref_graph: Any, cand_graph: Any, tolerance: Tolerance, *,
                   loss: LossFn | None = None, noise_budget: bool = False,
                   attention_mask: torch.Tensor | None = None,
-                  forward_status: Mapping[str, str] | None = None) -> BackwardResult:
+                  forward_status: Mapping[str, str] | None = None,
+                  allow_nonfinite: bool = False) -> BackwardResult:
     """Gradient parity on the forward diff's alignment (see the module's docstring).
 
     Args:
@@ -200,13 +202,19 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         attention_mask: the padding (gradients at padded positions are measured apart).
         forward_status: the forward diff's status of each reference node ("ok", "drift",
             "fail"): a local backward decides only where the values it reads are "ok".
+        allow_nonfinite: NaN or Inf in a loss or a gradient is compared as a value, not
+            failed.
+
+    Raises:
+        InputError: the reference's loss is NaN or Inf, or every gradient of the
+            reference is zero (there is nothing to compare), or the loss fails.
     """
     inputs_for_loss = {**cand_inputs, **ref_inputs}
     kind = "user" if loss is not None else loss_kind(reference, ref_inputs)
-    loss_fn = loss if loss is not None else default_loss(kind)
-    ref = record_backward(reference, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
-    cand = record_backward(candidate, cand_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
-    notes: list[str] = []
+    loss_fn = _on_copies(loss if loss is not None else default_loss(kind), inputs_for_loss)
+    ref = record_backward(reference, ref_inputs, loss_fn)
+    cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
+    notes = _loss_notes(kind, ref, cand, allow_nonfinite)
     noise: dict[str, float] = {}
     if noise_budget:
         noise = _gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss, ref)
@@ -215,13 +223,15 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     records = {r.name: r for r in ref_graph.records}
     cand_records = {r.name: r for r in cand_graph.records}
     pad = attention_mask
-    comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise, pad)
+    comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise, pad,
+                         allow_nonfinite)
     rows = comparer.node_rows()
     local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
                            forward_status or {})
     rows = local.apply(rows)
     params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
-                                  _weights_read_together(alignment, ref_graph.gm, cand_graph.gm))
+                                  _weights_read_together(alignment, ref_graph.gm, cand_graph.gm),
+                                  allow_nonfinite)
     mismatched = [name for name, target in ref.node_targets.items()
                   if name in records and records[name].op != target.split(":")[0]]
     if mismatched:
@@ -229,12 +239,57 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                      "on than in the forward diff; their gradients are left out")
     divergence = _first_divergence(rows, params, records, tolerance)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-        and not any(r.status == STATUS_FAIL for r in params)
+        and not any(r.status == STATUS_FAIL for r in params) \
+        and (allow_nonfinite or math.isfinite(cand.loss)) and not cand.detached
     if not math.isclose(ref.loss, cand.loss, rel_tol=1e-4, abs_tol=1e-6):
         notes.append(f"the two losses differ: reference {ref.loss:.6g}, candidate "
                      f"{cand.loss:.6g}")
     return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
                           notes)
+
+
+def _on_copies(loss_fn: LossFn, inputs: Mapping[str, torch.Tensor]) -> LossFn:
+    """The loss, given its own copy of the inputs at each call: a loss that edits them in
+    place (``labels[mask == 0] = -100``) cannot change what the other side or model sees."""
+    def loss(outputs: Any, _: Any) -> torch.Tensor:
+        copies = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        return loss_fn(outputs, copies)
+
+    loss.__name__ = getattr(loss_fn, "__name__", "loss")
+    return loss
+
+
+def _loss_notes(kind: str, ref: GradientRecording, cand: GradientRecording,
+                allow_nonfinite: bool) -> list[str]:
+    """Refuse a loss that leaves nothing to compare; say what fails on the candidate's side.
+
+    A NaN or Inf loss makes every gradient NaN or Inf (or zero), and all-zero gradients
+    (a loss times 0) agree with anything: either would let any port pass.
+    """
+    if not math.isfinite(ref.loss) and not allow_nonfinite:
+        raise InputError(f"the reference's {kind} loss is {ref.loss}: its gradients compare "
+                         "nothing; check the loss and the inputs (or pass --allow-nonfinite "
+                         "to compare them anyway)")
+    if math.isfinite(ref.loss) and not _any_gradient(ref):
+        raise InputError(f"every gradient of the reference's {kind} loss is zero (a loss that "
+                         "does not depend on the outputs, or one multiplied by 0): a backward "
+                         "diff would compare nothing; give a loss that depends on the outputs")
+    notes = []
+    if not math.isfinite(cand.loss):
+        notes.append(f"the candidate's loss is {cand.loss} (the reference's: {ref.loss:.6g})"
+                     + ("; allowed by --allow-nonfinite" if allow_nonfinite
+                        else ": the backward diff fails"))
+    if cand.detached:
+        notes.append("the candidate's loss does not depend on its parameters (its forward "
+                     "ran under no_grad, or detached its outputs): no gradient reaches it, "
+                     "the backward diff fails")
+    return notes
+
+
+def _any_gradient(recording: GradientRecording) -> bool:
+    grads = [*recording.grads.values(),
+             *(g for g in recording.parameter_grads.values() if g is not None)]
+    return any(bool((g != 0).any()) for g in grads if g.numel())
 
 
 def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
@@ -245,10 +300,10 @@ def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()),
                  torch.float32)
     exact_model = cast_copy(reference, torch.float64, what="backward noise").eval()
-    exact = record_backward(exact_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+    exact = record_backward(exact_model, ref_inputs, loss_fn)
     if dtype != next((p.dtype for p in reference.parameters()), dtype):
         low_model = cast_copy(reference, dtype, what="backward noise").eval()
-        ref = record_backward(low_model, ref_inputs, lambda o, _: loss_fn(o, inputs_for_loss))
+        ref = record_backward(low_model, ref_inputs, loss_fn)
     noise: dict[str, float] = {}
     for name, node_grad in ref.grads.items():
         e = exact.grads.get(name)
@@ -265,15 +320,25 @@ def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
 def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float | None) -> Budget:
     """The forward's budget for ``dtype``, its atol relative to the gradient's magnitude."""
     base = tolerance.budget(str(dtype).removeprefix("torch."))
-    atol = base.atol * (scale if scale > 0 else 1.0)
-    if noise is not None:
+    # A NaN or Inf scale or noise (a non-finite gradient) would make every comparison false
+    # or true: the budget stays the dtype's own, and the values themselves fail (_errors).
+    atol = base.atol * (scale if scale > 0 and math.isfinite(scale) else 1.0)
+    if noise is not None and math.isfinite(noise):
         atol = max(atol, tolerance.noise_factor * noise)
     return Budget(atol, base.rtol)
 
 
 def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
-            pad: torch.Tensor | None = None) -> tuple[float, float, bool, float | None]:
-    """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients."""
+            pad: torch.Tensor | None = None,
+            allow_nonfinite: bool = False) -> tuple[float, float, bool, float | None]:
+    """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients.
+
+    NaN or Inf in either is over budget (an error of inf) unless ``allow_nonfinite``:
+    the same Inf on both sides is no agreement, only a shared failure.
+    """
+    if not allow_nonfinite and cand.is_floating_point() and ref.is_floating_point() and not (
+            bool(torch.isfinite(cand).all()) and bool(torch.isfinite(ref).all())):
+        return math.inf, math.inf, True, (math.inf if pad is not None else None)
     if cand.dtype == ref.dtype and torch.equal(cand, ref):  # the common case: no arithmetic
         return 0.0, 0.0, False, (0.0 if pad is not None else None)
     dtype = torch.promote_types(cand.dtype, ref.dtype)  # float32 keeps a difference's size
@@ -300,8 +365,9 @@ class _Comparer:
     def __init__(self, ref: GradientRecording, cand: GradientRecording, alignment: Any,
                  records: Mapping[str, Any], cand_records: Mapping[str, Any],
                  tolerance: Tolerance, noise: Mapping[str, float],
-                 attention_mask: torch.Tensor | None) -> None:
+                 attention_mask: torch.Tensor | None, allow_nonfinite: bool = False) -> None:
         self.ref, self.cand, self.alignment = ref, cand, alignment
+        self.allow_nonfinite = allow_nonfinite
         self.records, self.cand_records = records, cand_records
         self.tolerance, self.noise = tolerance, noise
         self.mask = attention_mask
@@ -401,7 +467,8 @@ class _Comparer:
             budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
                              else mapped.dtype, max(scale, FLOOR * largest),
                              self.noise.get(pair.reference))
-            err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad)
+            err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad,
+                                              self.allow_nonfinite)
             hint = ""
             if over or (pad_err is not None and pad_err > budget.atol):
                 hint = "; ".join(gradient_hints(mapped, g_ref, pad,
@@ -507,7 +574,8 @@ class _LocalBackward:
             scale = max(float(g_ref.abs().max()) if g_ref.numel() else 0.0,
                         FLOOR * float(g_out.abs().max()))
             budget = _budget(self.comparer.tolerance, g_ref.dtype, scale, None)
-            err, _, bad, _ = _errors(g_c_ref, g_ref, budget)
+            err, _, bad, _ = _errors(g_c_ref, g_ref, budget,
+                                     allow_nonfinite=self.comparer.allow_nonfinite)
             worst = max(worst, err)
             if bad:
                 over = True
@@ -685,7 +753,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                     reference: torch.nn.Module, candidate: torch.nn.Module, alignment: Any,
                     tolerance: Tolerance, noise: Mapping[str, float],
                     together: set[tuple[str, str]] | None = None,
-                    ) -> tuple[list[ParameterGradient], float]:
+                    allow_nonfinite: bool = False) -> tuple[list[ParameterGradient], float]:
     """One row per reference parameter read by an aligned weight, and the SGD step.
 
     Where several candidate weights hold a reference weight's values (random init leaves
@@ -731,7 +799,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         scored = mapped if len(mapped) == 1 else sorted(
             mapped, key=lambda m: float((m[2].double() - g_ref.double()).abs().max()))
         c_name, relation, g_c = scored[0]
-        err, rel, over, _ = _errors(g_c, g_ref, budget)
+        err, rel, over, _ = _errors(g_c, g_ref, budget, allow_nonfinite=allow_nonfinite)
         hint = ""
         names = c_name
         if over:
@@ -740,7 +808,8 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
             copies = [m for m in mapped if m[1].region is None]
             if len(copies) > 1:
                 total = torch.stack([m[2].double() for m in copies]).sum(dim=0)
-                t_err, _, t_over, _ = _errors(total, g_ref, budget)
+                t_err, _, t_over, _ = _errors(total, g_ref, budget,
+                                              allow_nonfinite=allow_nonfinite)
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])
                     names = " + ".join(m[0] for m in copies)

@@ -47,6 +47,7 @@ class GradientRecording:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     # node name -> (autograd function, output number) of the value as the node made it
     edges: dict[str, tuple[Any, int]] = field(default_factory=dict)
+    detached: bool = False  # the loss did not reach autograd: no gradient flowed at all
 
 
 class _GradientRecorder(_Recorder):
@@ -135,11 +136,15 @@ class _GradientRecorder(_Recorder):
 
 
 def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                    loss_fn: LossFn, *, keep_graph: bool = True) -> GradientRecording:
+                    loss_fn: LossFn, *, keep_graph: bool = True,
+                    detached_ok: bool = False) -> GradientRecording:
     """Run ``model(**inputs)``, ``loss_fn(outputs, inputs).backward()``; keep all gradients.
 
     Every parameter takes part (``requires_grad`` set for the run, then put back); the
     parameters' own ``.grad`` are put back afterwards too, so the model is left as found.
+    With ``detached_ok``, a scalar loss that autograd cannot reach (a forward under
+    ``no_grad``) gives a recording with no gradient and ``detached`` set: a candidate's
+    cut gradients are a failure to report, not bad input.
 
     Raises:
         InputError: the model or the loss failed, or the loss is not a scalar.
@@ -161,12 +166,15 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                 with _module_hooks(recorder, model), recorder:
                     outputs = model(**inputs)
                 recorder.hook_the_rest()
-                loss = loss_fn(outputs, inputs)
+                loss = _loss_of(loss_fn, outputs, inputs)
+                detached = isinstance(loss, torch.Tensor) and loss.numel() == 1 \
+                    and not loss.requires_grad and detached_ok
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1 \
-                        or not loss.requires_grad:
+                        or not (loss.requires_grad or detached):
                     raise InputError("the loss must be a scalar tensor that depends on the "
                                      f"model's outputs, got {_describe(loss)}")
-                loss.reshape(()).backward(retain_graph=keep_graph)
+                if not detached:
+                    loss.reshape(()).backward(retain_graph=keep_graph)
         except InputError:
             raise
         except Exception as e:
@@ -184,7 +192,20 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                              {n: p.detach() for n, p in named.items()}, float(loss.detach()),
                              outputs_as_dict(_detached(outputs)), recorder.targets,
                              recorder.tensors if keep_graph else {},
-                             recorder.edges if keep_graph else {})
+                             recorder.edges if keep_graph else {}, detached)
+
+
+def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
+    """The loss; what it raises is the loss's failure, not the model's."""
+    try:
+        return loss_fn(outputs, inputs)
+    except InputError:
+        raise
+    except Exception as e:
+        cause = " ".join(str(e).split())
+        name = getattr(loss_fn, "__name__", "loss")
+        raise InputError(f"the loss ({name}) raised {type(e).__name__}"
+                         + (f": {cause[:200]}" if cause else "")) from e
 
 
 def _detached(outputs: Any) -> Any:

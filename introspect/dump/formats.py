@@ -436,6 +436,10 @@ def _read_npz(source: Path) -> Dump:
         if not info.filename.endswith(".npy"):
             skipped[name] = "not a .npy array"
             continue
+        if info.file_size > _memory_limit():  # before a byte of it is decompressed
+            raise InputError(f"dump {shown}: member {name!r} unpacks to {info.file_size:,} "
+                             f"bytes, more than half the memory available "
+                             f"({_memory_limit():,} bytes); is it the right file?")
         with archive.open(info) as member:
             try:
                 shape, dtype = _npy_header(member)

@@ -22,6 +22,8 @@ must match.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,40 +80,109 @@ def capture_gradients(model: torch.nn.Module, inputs: Any, *, nodes: set[str] | 
     return out, {"loss": kind, "keys": "node.<reference node>, param.<reference parameter>, loss"}
 
 
-def read_gradients(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """A gradient file (.safetensors or .npz) as tensors by key.
+def read_gradients(path: str | os.PathLike[str]) -> Mapping[str, torch.Tensor]:
+    """A gradient file (.safetensors or .npz) as tensors by key, each read when used.
+
+    It is read as any dump is (``read_dump``): a regular file only, every tensor's size
+    checked from the file's header before it is read (an archive member's too, before it
+    is decompressed).
 
     Raises:
-        InputError: the file is missing or unreadable, or holds no gradient key.
+        InputError: the file is missing, unreadable or too large, or holds no gradient key.
     """
+    from introspect.dump.formats import read_dump
+
     source = Path(path)
     if not source.is_file():
-        raise InputError(f"no gradient file {str(source)!r}: write the gradients next to the "
+        raise InputError(f"no gradient file {_shown(source)}: write the gradients next to the "
                          "dump as FILE.grads.safetensors or FILE.grads.npz (introspect capture "
                          "--backward does for the reference)")
-    try:
-        if source.suffix == ".npz":
-            import numpy as np
-
-            with np.load(source) as data:
-                tensors = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
-        else:
-            from safetensors.torch import load_file
-
-            tensors = load_file(str(source))
-    except Exception as e:
-        raise InputError(f"cannot read gradients from {str(source)!r}: {e}") from e
+    if source.suffix not in (".safetensors", ".npz"):
+        raise InputError(f"gradient file {_shown(source)}: expected .safetensors or .npz")
+    tensors = read_dump(source, what="gradient file").values
     if not any(k.startswith((NODE, PARAM)) for k in tensors):
-        raise InputError(f"{str(source)!r} holds no node.<name> or param.<name> gradient")
+        raise InputError(f"{_shown(source)} holds no node.<name> or param.<name> gradient")
     return tensors
+
+
+CAPTURE_DIGEST = "capture_sha256"  # the gradient file's metadata: which capture it belongs to
+
+
+def capture_digest(payload: bytes) -> str:
+    """What a capture's gradient file records of it: the SHA-256 of the capture's bytes."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def check_belongs(gradients: str | os.PathLike[str], capture: str | os.PathLike[str]) -> None:
+    """Refuse a reference gradient file that another capture wrote (a stale or mixed set).
+
+    ``introspect capture --backward`` writes the SHA-256 of the capture into its gradient
+    file; a capture written since (or a set cut short between two renames) no longer
+    matches it.
+
+    Raises:
+        InputError: the digests differ, or the gradient file records none.
+    """
+    from safetensors import safe_open
+
+    from introspect.files import open_regular
+
+    grads, source = Path(gradients), Path(capture)
+    recorded = None
+    if grads.suffix == ".safetensors":
+        fd = open_regular(grads, "gradient file")
+        try:
+            with safe_open(f"/proc/self/fd/{fd}", framework="pt") as handle:
+                recorded = (handle.metadata() or {}).get(CAPTURE_DIGEST)
+        except Exception as e:
+            raise InputError(f"cannot read gradient file {_shown(grads)}: "
+                             f"{type(e).__name__}") from e
+        finally:
+            os.close(fd)
+    digest = hashlib.sha256()
+    fd = open_regular(source, "capture")
+    try:
+        while chunk := os.read(fd, 1 << 22):
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    if recorded != digest.hexdigest():
+        why = "was written for another capture" if recorded else "does not say which capture " \
+            "it belongs to"
+        raise InputError(f"gradient file {_shown(grads)} {why} than {_shown(source)}: capture "
+                         "again with --backward, so that both are written together")
+
+
+def _shown(path: Path) -> str:
+    from introspect.files import printable_name
+
+    return repr(printable_name(str(path)))
 
 
 def compare_gradients(reference: Mapping[str, torch.Tensor],
                       candidate: Mapping[str, torch.Tensor],
-                      tolerance: Tolerance | None = None) -> BackwardResult:
-    """Gradients key by key (the keys above); a dump has no local backward."""
+                      tolerance: Tolerance | None = None,
+                      allow_nonfinite: bool = False) -> BackwardResult:
+    """Gradients key by key (the keys above); a dump has no local backward.
+
+    NaN or Inf in a loss or a gradient fails (the same Inf in both files too) unless
+    ``allow_nonfinite``.
+
+    Raises:
+        InputError: the reference's loss is NaN or Inf (nothing to compare against).
+    """
     tolerance = tolerance or Tolerance()
     notes: list[str] = []
+    losses = {side: float(t.reshape(-1)[0]) for side, t in
+              (("reference", reference.get(LOSS)), ("candidate", candidate.get(LOSS)))
+              if t is not None and t.numel() == 1}
+    if not allow_nonfinite and not math.isfinite(losses.get("reference", 0.0)):
+        raise InputError(f"the reference's gradient file holds a loss of {losses['reference']}: "
+                         "its gradients compare nothing; capture it again (or pass "
+                         "--allow-nonfinite to compare them anyway)")
+    bad_loss = not allow_nonfinite and not math.isfinite(losses.get("candidate", 0.0))
+    if bad_loss:
+        notes.append(f"the candidate's loss is {losses['candidate']}: the backward diff fails")
     rows: list[GradientDiff] = []
     params: list[ParameterGradient] = []
     largest = {prefix: max((float(t.abs().max()) for k, t in reference.items()
@@ -135,7 +206,8 @@ def compare_gradients(reference: Mapping[str, torch.Tensor],
         scale = float(ref.abs().max()) if ref.numel() else 0.0
         budget = _budget(tolerance, cand.dtype if cand.is_floating_point() else ref.dtype,
                          max(scale, FLOOR * largest[prefix]), None)
-        err, rel, over, _ = _errors(cand.to(ref.dtype), ref, budget)
+        err, rel, over, _ = _errors(cand.to(ref.dtype), ref, budget,
+                                    allow_nonfinite=allow_nonfinite)
         hint = "; ".join(gradient_hints(cand.to(ref.dtype), ref, None,
                                         weight=prefix == PARAM)) if over else ""
         status = STATUS_FAIL if over else STATUS_OK
@@ -160,10 +232,9 @@ def compare_gradients(reference: Mapping[str, torch.Tensor],
         divergence = BackwardDivergence("", p.candidate, "", "", "parameter",
                                         p.max_abs_err or 0.0, "", tuple(filter(
                                             None, p.hint.split("; "))), parameter=p.reference)
-    losses = [float(t) for t in (reference.get(LOSS), candidate.get(LOSS)) if t is not None]
-    return BackwardResult(divergence is None, "from the dumps", losses[0] if losses else 0.0,
-                          losses[-1] if len(losses) > 1 else float("nan"), rows, params,
-                          divergence, 0.0, notes)
+    return BackwardResult(divergence is None and not bad_loss, "from the dumps",
+                          losses.get("reference", 0.0), losses.get("candidate", float("nan")),
+                          rows, params, divergence, 0.0, notes)
 
 
 __all__ = ["capture_gradients", "compare_gradients", "grads_path", "read_gradients"]

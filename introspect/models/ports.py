@@ -139,7 +139,7 @@ class PortStopped(InputError):
 
 
 @contextlib.contextmanager
-def port_code(specs: Sequence[str], where: str) -> Iterator[None]:
+def port_code(specs: Sequence[str], where: str, kind: str = "port") -> Iterator[None]:
     """Run a port's code: what it raises beyond ``Exception`` becomes one ``InputError``.
 
     ``SystemExit`` (``sys.exit(0)`` too), a ``KeyboardInterrupt`` the port raises itself,
@@ -151,8 +151,11 @@ def port_code(specs: Sequence[str], where: str) -> Iterator[None]:
     if not specs:  # no port runs here: nothing to guard
         yield
         return
+    from introspect.models import guards
+
+    RAN.update(specs)
     interrupted: list[int] = []
-    with _sigint_noted(interrupted):
+    with guards.contained(), _sigint_noted(interrupted):
         try:
             yield
         except Exception:
@@ -162,8 +165,12 @@ def port_code(specs: Sequence[str], where: str) -> Iterator[None]:
                     and isinstance(e, KeyboardInterrupt):
                 raise
             spec = _blamed(specs, e.__traceback__)
-            raise PortStopped(f"port {spec!r} {_exit_described(e)} {where}; no verdict "
+            raise PortStopped(f"{kind} {spec!r} {_exit_described(e)} {where}; no verdict "
                              "(a port returns or raises an Exception, it never exits)") from e
+
+
+RAN: set[str] = set()  # every spec whose code ran in this process (for the CLI's wording)
+
 
 
 # --- The reference's fingerprint ------------------------------------------------------
@@ -574,6 +581,10 @@ def _one_line(error: BaseException) -> str:
 
 
 def _exit_described(error: BaseException) -> str:
+    from introspect.models.guards import ProcessExitCalled
+
+    if isinstance(error, ProcessExitCalled):
+        return f"called os._exit({error.code!r})"
     if isinstance(error, SystemExit):
         return f"called sys.exit({error.code!r})"
     return f"raised {_one_line(error)}"

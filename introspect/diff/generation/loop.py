@@ -77,6 +77,7 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
                          "copy of the reference would need a cache of its own")
     tolerance = Tolerance(atol=atol, rtol=rtol)
     prompt, notes = _prompt(inputs)
+    _check_length(reference, prompt.shape[-1], steps)
     for side, model in (("reference", reference), ("candidate", candidate)):
         _check_protocol(side, model)
     # eval mode for the whole run: the hints re-run the reference between the steps' diffs
@@ -290,6 +291,33 @@ def cache_keyword(model: torch.nn.Module) -> str | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return "past_key_values"
     return None
+
+
+MAX_STEPS = 4096  # tokens one diff generates: each step keeps its tables and caches
+
+
+def _check_length(reference: torch.nn.Module, prompt: int, steps: int) -> None:
+    """Refuse, before any step, what cannot end well: a reference that does not decode (a
+    masked-LM head), more steps than ``MAX_STEPS``, or a prompt and steps past the
+    reference's positions (it would fail, or grow until killed, at the last ones)."""
+    can_generate = getattr(reference, "can_generate", None)
+    if callable(can_generate) and not can_generate():
+        raise InputError(f"generate: the reference ({type(reference).__name__}) is not a causal "
+                         "language model and cannot decode token by token; use --head "
+                         "causal-lm with a decoder model, or diff without --generate")
+    if steps > MAX_STEPS:
+        raise InputError(f"generate: {steps} tokens is more than the {MAX_STEPS} one diff "
+                         "compares; a divergence shows in far fewer steps")
+    config = getattr(reference, "config", None)
+    positions = next((value for key in ("max_position_embeddings", "n_positions", "n_ctx")
+                      if isinstance(value := getattr(config, key, None), int) and value > 0),
+                     None)
+    if positions is not None and prompt + steps > positions:
+        room = positions - prompt
+        advice = f"generate at most {room} tokens" if room > 0 else "give a shorter prompt"
+        raise InputError(f"generate: a prompt of {prompt} tokens and {steps} steps reach "
+                         f"position {prompt + steps}, past the {positions} positions of the "
+                         f"reference; {advice}")
 
 
 def _check_protocol(side: str, model: torch.nn.Module) -> None:
