@@ -42,7 +42,7 @@ def _models():
 
 def _own_passes(hf, port, inputs) -> None:
     """Both models forward and backward on the diff's default loss (the base model's)."""
-    from introspect.diff.backward_losses import default_loss
+    from introspect.diff.backward.losses import default_loss
 
     loss = default_loss("hidden")
     for model in (hf, port):

@@ -288,7 +288,8 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     candidate_spec = candidate_spec or implementation("--candidate", args.candidate)
     loaded, inputs = load_model_and_inputs(args)
     ports = [impl.spec for impl in (reference_spec, candidate_spec) if impl.kind == "port"]
-    before = _fingerprint(loaded.model) if ports else None  # a port cannot harm the run
+    # a port or a --loss cannot harm the run
+    before = _fingerprint(loaded.model) if ports or getattr(args, "loss", None) else None
     candidate_attn = args.candidate_attn or args.attn
     reference, reference_label = _model(reference_spec, loaded, None, args.attn, args, before)
     candidate_label = candidate_spec.spec if candidate_spec.kind == "port" else ""

@@ -2,7 +2,7 @@
 
 ``introspect capture --backward -o ref.safetensors`` also writes ``ref.grads.safetensors``
 (``grads_path``): the reference run forward and backward once on the diff's default loss
-(``introspect.diff.backward_losses``), with
+(``introspect.diff.backward.losses``), with
 
 - ``node.<reference node name>``: the gradient of the loss with respect to that node's
   value (the names of ``ref.index.json``), for every captured node that has one;
@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from introspect.diff.backward import (
+from introspect.diff.backward.hints import gradient_hints
+from introspect.diff.backward.losses import default_loss, loss_kind
+from introspect.diff.backward.parity import (
     FLOOR,
     STATUS_FAIL,
     STATUS_OK,
@@ -42,9 +44,7 @@ from introspect.diff.backward import (
     _budget,
     _errors,
 )
-from introspect.diff.backward_hints import gradient_hints
-from introspect.diff.backward_losses import default_loss, loss_kind
-from introspect.diff.backward_record import LossFn, record_backward
+from introspect.diff.backward.record import LossFn, record_backward
 from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
 

@@ -8,7 +8,7 @@ import torch
 
 import introspect
 import introspect.scratch as scratch
-from introspect.diff.backward_losses import _mlm_labels
+from introspect.diff.backward.losses import _mlm_labels
 from introspect.errors import InputError
 from introspect.models.load import load_model, tokenize
 from tests.backward import ports

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from introspect.diff.backward_hints import gradient_hints, untied_hint
+from introspect.diff.backward.hints import gradient_hints, untied_hint
 
 
 def _ref() -> torch.Tensor:

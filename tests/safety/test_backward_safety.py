@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from introspect.cli.main import main
-from introspect.diff.backward import _budget, _errors
+from introspect.diff.backward.parity import _budget, _errors
 from introspect.diff.tolerance import Tolerance
 from introspect.dump.gradients import compare_gradients, grads_path, read_gradients
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from introspect.diff.backward_record import LossFn
+from introspect.diff.backward.record import LossFn
 from introspect.errors import InputError
 
 SEED = 1234  # labels, masked positions and projections

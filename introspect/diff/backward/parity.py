@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
-from introspect.diff.backward_hints import gradient_hints, untied_hint
-from introspect.diff.backward_losses import default_loss, loss_kind
-from introspect.diff.backward_record import GradientRecording, LossFn, record_backward
+from introspect.diff.backward.hints import gradient_hints, untied_hint
+from introspect.diff.backward.losses import default_loss, loss_kind
+from introspect.diff.backward.record import GradientRecording, LossFn, record_backward
 from introspect.diff.compare import fit_layout
 from introspect.diff.copies import cast_copy
 from introspect.diff.records import Pair, WeightRelation
