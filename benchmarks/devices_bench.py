@@ -64,7 +64,7 @@ def split(model: str, device: str, repeat: int, batch: int = 8, seq: int = 128,
     forward, diffed = statistics.median(forwards), statistics.median(diffs)
     return {"figure": f"device split {batch}x{seq}", "model": model,
             "candidate": f"{dtype} on {device}", "reference": "float32 on cpu",
-            "two_forwards_s": round(forward, 3), "diff_s": round(diffed, 3),
+            "two_forwards_s": round(forward, 6), "diff_s": round(diffed, 6),
             "ratio": round(diffed / forward, 2), "passed": result.passed,
             "max_abs_err": round(result.max_abs_err, 5),
             "gpu_peak_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1)

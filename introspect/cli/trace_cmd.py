@@ -113,7 +113,7 @@ FLOPS_CONVENTION = ("FLOPs: 2 x M x N x K (a multiply and an add) for every line
 
 def totals(graph: Any) -> list[tuple[str, int, str]]:
     """torchinfo's closing lines, from the traced graph: (label, number, unit or remark)."""
-    from introspect.tracing.records import KIND_TENSOR
+    from introspect.trace.records import KIND_TENSOR
 
     parameters = list(graph.gm.parameters())
     count = sum(p.numel() for p in parameters)

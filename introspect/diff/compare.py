@@ -35,7 +35,7 @@ from introspect.diff.eager import mutates_in_place
 from introspect.diff.records import ErrorStats, Pair
 from introspect.diff.tolerance import Budget
 from introspect.errors import InputError
-from introspect.tracing.shapes import ValueShapeProp
+from introspect.trace.shapes import ValueShapeProp
 
 _SAME = object()  # the substituted value is the candidate's own (bit-identical to the reference's)
 _MAX_LAYOUT_DIMS = 5  # permutations tried when two paired values differ by layout

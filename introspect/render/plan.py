@@ -35,7 +35,7 @@ from introspect.render.fold import (
     layout_chains,
 )
 from introspect.render.labels import layout_title, mask_title, op_title
-from introspect.tracing.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
+from introspect.trace.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
 
 
 class TracedGraph(Protocol):

@@ -30,7 +30,7 @@ WATCHED = textwrap.dedent("""
     from introspect.cli.main import main
     codes = [main(["trace", "--model", "bert-tiny", "--format", "csv", "-o", os.devnull])
              for _ in range(2)]
-    from introspect.tracing import cache as tc
+    from introspect.trace import cache as tc
     print(codes, sorted(set(touched)), tc.enabled())
 """)
 

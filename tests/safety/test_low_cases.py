@@ -23,7 +23,7 @@ def test_introspect_without_a_command_prints_usage_on_stderr_and_exits_2():
     lines = run.stderr.splitlines()
     assert lines[0].startswith("usage: introspect")
     assert lines[-1] == ("introspect: error: give a command (trace, draw, diff, attention, "
-                         "capture); see 'introspect --help'")
+                         "capture, examples, completion); see 'introspect --help'")
     assert "Traceback" not in run.stderr
 
 

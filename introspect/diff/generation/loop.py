@@ -44,7 +44,7 @@ from introspect.diff.result import DiffResult
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
-from introspect.tracing.tracer import CACHE_OFF_NOTE
+from introspect.trace.tracer import CACHE_OFF_NOTE
 
 
 def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,

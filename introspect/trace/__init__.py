@@ -13,6 +13,6 @@ attention maps; the diff does not trace (it records what ran, ``introspect.diff.
 - ``calls``: repeated calls of one module told apart (``.call1``, ``.call2``).
 - ``fx_module``: GraphModule construction that generates code only when needed.
 
-The package is ``introspect.tracing``, not ``introspect.trace``: that name is the function
-(``introspect.graph.trace``), and a package of the same name would shadow it.
+The package is named like the function ``introspect.trace``; importing it never hides the
+function (see ``introspect._Package``).
 """
