@@ -43,7 +43,7 @@ _MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "u
           "movedim", "swapaxes", "getitem", "split", "chunk", "unbind", "narrow", "Dropout",
           "dropout", "to", "type", "float", "type_as"}
 # Pairs that no value relation proves: same op and shape on paired inputs, or arguments
-# of a pair. Blamed only when their difference reaches an output.
+# of a pair. Blamed only when their difference reaches an output or a proven pair.
 STRUCTURE_ONLY = (BY_STRUCTURE, BY_CONSUMER)
 _MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed without a search
 
@@ -56,7 +56,7 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     and the node is an output or feeds, through any path, a compared node whose own value
     is over budget too. A pair found by structure only (same op and shape on paired
     inputs: no weight or output proves it holds the same quantity) needs more: the
-    difference must reach an output of the model. Rows that fail on NaN or Inf stay
+    difference must reach an output of the model, or a pair proven by weights, over budget. Rows that fail on NaN or Inf stay
     failing. ``agreeing_outputs``: the reference's outputs (by name) that the truth runs
     compared and found within budget (``introspect.diff.outputs``): such an output cannot
     confirm a failure, even where no node-level pair holds it.
@@ -72,7 +72,11 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
         if isinstance(returned, dict):
             compared |= {getattr(node, "name", "") for name, node in returned.items()
                          if name in agreeing_outputs} - over
-    outputs_over = over & outputs
+    # A pair proven by weights that is over budget downstream confirms a structure-only
+    # pair's difference as well as an output does: both hold the same quantity.
+    proven_over = {r.reference_node for r in rows if r.reference_node in over
+                   and r.matched_by not in STRUCTURE_ONLY}
+    outputs_over = (over & outputs) | proven_over
     checked = 0
     confirmed: list[NodeDiff] = []
     for row in rows:
