@@ -240,7 +240,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               noise_budget=noise_budget, reference=reference,
                               raise_errors=verdict is None,
                               agreeing_outputs=(),  # see docs/verdict.md: not yet sound
-                              placement=placement, recording=cand_given)
+                              placement=placement, recording=cand_given,
+                              original_reference=original_reference)
         notes += explanation.notes
         if unpaired is not None:
             raise unpaired

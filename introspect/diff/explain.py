@@ -33,6 +33,7 @@ from introspect.diff.tables import node_rows
 from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
+from introspect.run.borrowed import borrowed_note, reference_modules_run
 from introspect.trace.shapes import node_records, refresh_records
 from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off
 
@@ -60,7 +61,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             allow_nonfinite: bool, forward_keywords: Any, noise_budget: bool,
             reference: torch.nn.Module, raise_errors: bool,
             agreeing_outputs: Collection[str] = (), placement: Any = None,
-            recording: Recording | None = None) -> Explanation:
+            recording: Recording | None = None,
+            original_reference: torch.nn.Module | None = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
@@ -68,6 +70,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     ``agreeing_outputs``: the reference's outputs the truth runs found within budget. ``placement``:
     where each model runs (``introspect.diff.devices``); values are compared on the
     reference's device. ``recording``: the candidate's run, recorded already.
+    ``original_reference``: the user's reference, where ``reference`` is a float64 copy of
+    it (a port that runs the user's model inside is noted, ``introspect.run.borrowed``).
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -77,10 +81,11 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         recorded = getattr(candidate, "_orig_mod", candidate)
         where = placement.candidate_device if placement is not None \
             else devices.model_device(candidate)
-        cand_graph, cand_inputs, cand_recording = record_for_diff(
-            recorded, {k: v.clone() for k, v in devices.to_device(tensors, where).items()},
-            candidate_label, cand_keywords,
-            recording)
+        with reference_modules_run(original_reference or reference) as borrowed:
+            cand_graph, cand_inputs, cand_recording = record_for_diff(
+                recorded, {k: v.clone() for k, v in devices.to_device(tensors, where).items()},
+                candidate_label, cand_keywords,
+                recording)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
     except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
         if raise_errors:
@@ -88,6 +93,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         return _unexplained(ref_graph, candidate, _one_line(e))
     notes = [f"the {side}'s {note}" for side, graph in
              (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
+    borrowed_line = borrowed_note(borrowed, ref_graph.title)
+    notes += [borrowed_line] if borrowed_line else []
     notes += _input_notes(tensors, ref_inputs, cand_inputs)
     notes += unexercised_notes(tensors, ref_graph, cand_graph)
     budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise, candidate_dtypes)

@@ -9,6 +9,8 @@ explain a verdict; they are held to reproduce the truth outputs bit for bit.
 - ``outputs``: every output a model returns, by name, whatever produced it (NumPy too);
 - ``truth``: the truth runs of one model and what they showed (inputs changed in place,
   outputs that change from call to call or with the grad mode);
+- ``borrowed``: which of the reference's own modules a candidate runs (a port that
+  returns the reference agrees with itself: a note, never a verdict);
 - ``boundaries``: the values at module boundaries of a truth run, taken with hooks that do
   not change the path, to say where a recording parts from what really ran.
 """
