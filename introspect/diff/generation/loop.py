@@ -162,14 +162,17 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                             - ref_logits[0, -1]).abs().max())
         cache_finding = next((f"layer {r.layer} {r.kind}" for r in layer_rows if not r.passed),
                              "")
+        # The logits as the models returned them decide too: a port may change them after
+        # its last recorded node (in place, NaN), where no node-level pair sees it.
+        logits_part = _logits_part(ref_logits, cand_logits, tolerance,
+                                   bool(options.get("allow_nonfinite")))
         if result is None and recordings is not None and (
-                cache_finding or ref_token != cand_token
-                or _logits_part(ref_logits, cand_logits, tolerance)):
+                cache_finding or ref_token != cand_token or logits_part):
             # every node agrees, but not the caches, logits or tokens: the full diff
             result = _full_step(reference, candidate, fed, recordings, atol, rtol,
                                 (ref_kw, cand_kw), options)
         d = result.first_divergence if result is not None else None
-        passed = (result is None or result.passed) and not cache_finding
+        passed = (result is None or result.passed) and not cache_finding and not logits_part
         hints: tuple[str, ...] = ()
         if not passed and step > 0 and failure is None:  # the first divergent step's
             hints = step_hints.explain(step_hints.StepContext(
@@ -191,7 +194,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
             result.notes = [n for n in result.notes if not _step_only(n)]
             results.append(result)
             if failure is None and not passed:
-                failure = _at_step(result, step, hints, layer_rows)
+                failure = _at_step(result, step, hints, layer_rows, logits_err)
         ref_tokens.append(ref_token)
         cand_tokens.append(cand_token)
         if ref_token != cand_token and forced_from is None:
@@ -225,8 +228,9 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
 
 
 def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
-                 tolerance: Tolerance) -> bool:
-    """The last position's logits over their budget."""
+                 tolerance: Tolerance, allow_nonfinite: bool = False) -> bool:
+    """The last position's logits over their budget, or NaN or Inf in the candidate's
+    (unless allowed, and the reference's are too)."""
     from introspect.diff.compare import measure
 
     budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
@@ -235,6 +239,8 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
     if ref.shape != cand.shape:
         return True
     found, _ = measure(cand, ref, budget, None)
+    if allow_nonfinite:
+        return bool(found.mismatched)
     return bool(found.mismatched or found.nonfinite or found.reference_nonfinite)
 
 
@@ -460,8 +466,9 @@ def _step_only(note: str) -> bool:
 
 
 def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
-             layer_rows: list[CacheDiff]) -> DiffResult:
-    """The step's result with its first divergence (a node's, else a cached tensor's)."""
+             layer_rows: list[CacheDiff], logits_err: float) -> DiffResult:
+    """The step's result with its first divergence (a node's, else a cached tensor's,
+    else the logits as returned)."""
     d = result.first_divergence
     if d is not None:
         module, layer = _where_used(result, d.reference_node) or (d.module, d.layer)
@@ -470,7 +477,15 @@ def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
             hints=tuple(dict.fromkeys([*hints, *d.hints]))))
     from introspect.diff.records import Divergence
 
-    row = next(r for r in layer_rows if not r.passed)
+    row = next((r for r in layer_rows if not r.passed), None)
+    if row is None:
+        detail = (f"at step {step}, the logits the candidate returned differ from the "
+                  f"reference's (max abs error {logits_err:.3g}) while every recorded node "
+                  "agrees: they were changed after the model's last recorded op (in place, "
+                  "or outside torch)")
+        return dataclasses.replace(result, first_divergence=Divergence(
+            "logits", "logits", "", "output", "output", logits_err,
+            "atol/rtol of the logits' dtype", hints, detail, step))
     what = f"cache.layer.{row.layer}.{row.kind}"
     detail = (f"after step {step}, layer {row.layer}'s cached {row.kind} differ from the "
               f"reference's ({row.note or f'max abs error {row.max_abs_err:.3g}'}; candidate "
