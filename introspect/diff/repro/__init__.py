@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from introspect.diff.records import STATUS_FAIL
-from introspect.diff.repro.capture import ReplaySource, capture_pair
+from introspect.diff.repro.capture import ReplaySource, capture_pair, evaluating
 from introspect.diff.repro.program import ReproError, function_name, write_program
 from introspect.diff.repro.script import (
     SCRIPT,
@@ -80,12 +80,14 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
                                      "input or a weight, not an op")
     index = next(i for i, p in enumerate(result.alignment.pairs)  # type: ignore[attr-defined]
                  if p.reference == first.reference_node and p.candidate == first.candidate_node)
-    capture = capture_pair(reference.gm, candidate.gm,
-                           result.alignment.pairs, source,  # type: ignore[arg-type]
-                           index, ref_chain, cand_chain)
-    programs = [write_program(side.nodes[0], graph.gm, side.args, side.kwargs, side.nodes, name)
-                for side, graph, name in ((capture.reference, reference, "reference"),
-                                          (capture.candidate, candidate, "candidate"))]
+    with evaluating(reference.gm, candidate.gm):  # as in the diff, whatever the models' modes
+        capture = capture_pair(reference.gm, candidate.gm,
+                               result.alignment.pairs, source,  # type: ignore[arg-type]
+                               index, ref_chain, cand_chain)
+        programs = [write_program(side.nodes[0], graph.gm, side.args, side.kwargs,
+                                  side.nodes, name)
+                    for side, graph, name in ((capture.reference, reference, "reference"),
+                                              (capture.candidate, candidate, "candidate"))]
     header = Header(d, result.reference_label, result.candidate_label,
                     _what(ref_chain[0], reference.gm), _what(cand_chain[0], candidate.gm),
                     str(cand_chain[0].target) if cand_chain[0].op == "call_module" else "",

@@ -12,7 +12,9 @@ are the ones its figures came from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,9 +140,32 @@ def capture_pair(reference: torch.fx.GraphModule, candidate: torch.fx.GraphModul
                       reference_region=pair.reference_region)
     runner = _Capturing(reference, candidate, pairs, source.budgets,
                         Padding(source.attention_mask), index, capture)
-    runner.run({k: v.clone() for k, v in source.reference_inputs.items()},
-               {k: v.clone() for k, v in source.candidate_inputs.items()})
+    runner.run(_onto_model(source.reference_inputs, reference),
+               _onto_model(source.candidate_inputs, candidate))
     return capture
+
+
+@contextlib.contextmanager
+def evaluating(*models: torch.nn.Module) -> Iterator[None]:
+    """Eval mode while the replay runs, as in the diff; each module's own mode afterwards
+    (the diff put back a model it found in training mode)."""
+    modes = [(m, m.training) for model in models for m in model.modules()]
+    for model in models:
+        model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _onto_model(inputs: Mapping[str, torch.Tensor], model: torch.nn.Module
+                ) -> dict[str, torch.Tensor]:
+    """Copies of the inputs, where the model's weights are now: the diff puts a model it
+    moved (``--device``) back where it found it, and the replay runs there."""
+    weight = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return {k: v.to(weight.device if weight is not None else v.device, copy=True)
+            for k, v in inputs.items()}
 
 
 def _copied(value: Any) -> Any:
@@ -155,4 +180,4 @@ def _copied(value: Any) -> Any:
     return value
 
 
-__all__ = ["Capture", "ReplaySource", "Side", "capture_pair"]
+__all__ = ["Capture", "ReplaySource", "Side", "capture_pair", "evaluating"]
