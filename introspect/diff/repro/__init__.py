@@ -78,12 +78,12 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
         if node.op in ("placeholder", "get_attr"):
             raise NothingToReproduce(f"nothing to reproduce at a node: {node.name} is an "
                                      "input or a weight, not an op")
-    index = next(i for i, p in enumerate(result.alignment.pairs)  # type: ignore[attr-defined]
+    pairs: list[Any] = list(result.alignment.pairs)  # an Alignment's: both sides recorded
+    index = next(i for i, p in enumerate(pairs)
                  if p.reference == first.reference_node and p.candidate == first.candidate_node)
     with evaluating(reference.gm, candidate.gm):  # as in the diff, whatever the models' modes
-        capture = capture_pair(reference.gm, candidate.gm,
-                               result.alignment.pairs, source,  # type: ignore[arg-type]
-                               index, ref_chain, cand_chain)
+        capture = capture_pair(reference.gm, candidate.gm, pairs, source, index, ref_chain,
+                               cand_chain)
         programs = [write_program(side.nodes[0], graph.gm, side.args, side.kwargs,
                                   side.nodes, name)
                     for side, graph, name in ((capture.reference, reference, "reference"),
