@@ -141,6 +141,9 @@ COVERED = {
     "introspect diff --candidate-dump ort.npz": ORT,
     "INTROSPECT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render tests/diff":
         "tests/golden.py::check_golden",
+    "introspect diff --model bert-tiny --candidate examples/ci/faulty_port.py:build --repro repro":
+        "tests/test_repro.py::test_a_failing_diff_writes_the_two_files",
+    "python repro/repro.py": "tests/test_repro.py::test_the_script_reproduces_the_divergence_alone",
     'eval "$(introspect completion bash)"':
         "tests/cli/test_completion.py::test_bash_completes_commands_and_options",
     "introspect diff --model ./bert-tiny-3-layers --candidate megatron_bert.py:build --nproc 2":

@@ -53,6 +53,11 @@ labels, or --loss FILE.py:NAME, a loss(outputs, inputs) -> scalar for both sides
 compares every aligned node's gradient, each node's own backward (the first over budget,
 from the outputs, is where the backwards part), every weight's gradient and one SGD step.
 
+--repro DIR, on failure, writes DIR/repro.py and DIR/inputs.safetensors: the reference's
+and the candidate's ops at the first divergence as plain torch calls on the values
+recorded there; `python DIR/repro.py` (torch and safetensors only) prints both errors and
+exits 1 when they part. A passing diff writes nothing.
+
 --out DIR writes diff.json, nodes.csv, layers.csv, diff.md (for a pull request),
 diff.html (self-contained), junit.xml (one test case per layer) and diff.svg (the
 drawing, coloured by error). --json and --junit take '-' for stdout; the verdict then
@@ -83,6 +88,12 @@ from introspect.cli.parallel_diff import (
     check_parallel,
     compute_parallel_diff,
     uses_nproc,
+)
+from introspect.cli.repro_option import (
+    add_repro_argument,
+    check_repro,
+    tell_repro,
+    write_repro_folder,
 )
 from introspect.errors import InputError
 
@@ -134,6 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dump_arguments(parser)
     add_parallel_arguments(parser)
     add_backward_options(parser)
+    add_repro_argument(parser)
     add_verbosity_options(parser, quiet_help="print only the verdict and, on failure, the "
                                              "first divergence and its hints")
 
@@ -156,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         check_backward_dumps(args)
     if args.out == "-":
         raise InputError("--out takes a folder; for a report on stdout use --json - or --junit -")
+    check_repro(args)  # the modes it cannot serve, a folder that cannot be written
     if uses_nproc(args):
         check_parallel(args)  # a port on every rank: the port's file is imported there only
     reference_spec = implementation("--reference", args.reference)
@@ -184,11 +197,13 @@ def run(args: argparse.Namespace) -> int:
 
         write_reports(result, args.out, drawing=result.reference is not None,  # no graph in a file
                       extra=head_parity_files(getattr(args, "head_parity", None)))
+    repro_said = write_repro_folder(result, args)
     for path, text in _render(result, args).items():
         write_output(path, text)
     stream = human_stream(args.json, args.junit)
     print_diff(result, stream, quiet=args.quiet, all_nodes=args.nodes, out=args.out,
                heads=getattr(args, "head_parity", None))
+    tell_repro(repro_said, stream, quiet=args.quiet)
     return 0 if result.passed else 1
 
 

@@ -293,7 +293,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     return DiffResult(passed, divergence, rows, layers, explanation.alignment, ref_side[0],
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,
-                      output_rows=verdict.rows if verdict is not None else [])
+                      output_rows=verdict.rows if verdict is not None else [],
+                      replay=explanation.replay)
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,

@@ -29,6 +29,7 @@ from introspect.diff.drift import find_drift, mark_drift
 from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.exercised import unexercised_notes
 from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
+from introspect.diff.repro.capture import ReplaySource
 from introspect.diff.tables import node_rows
 from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
@@ -51,6 +52,7 @@ class Explanation:
     unfaithful: list[str]  # a replay that did not reproduce its own recording
     notes: list[str]
     failure: str = ""  # why there is no explanation
+    replay: Any = None  # a repro.ReplaySource: what a replay of the two recordings needs
 
 
 def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording],
@@ -134,8 +136,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                   budgets, context=None if forward_keywords else context,
                                   noise_budget=noise_budget)
+    replay = ReplaySource(ref_inputs, cand_inputs, budgets, tensors.get("attention_mask"))
     return Explanation(rows, alignment, cand_graph, cand_recording, cand_inputs, divergence,
-                       unfaithful, notes)
+                       unfaithful, notes, replay=replay)
 
 
 def _unexplained(ref_graph: IntrospectGraph, candidate: torch.nn.Module,

@@ -125,6 +125,23 @@ class DiffResult:
                                         columns=list(OutputDiff.__dataclass_fields__)))
     # A tensor-parallel candidate (``introspect.diff.parallel``): a ``ParallelRun``.
     parallel: Any = None
+    # What a replay of the two recordings needs (``introspect.diff.repro.ReplaySource``):
+    # the inputs, budgets and padding; None where the diff ran no recordings side by side.
+    replay: Any = field(default=None, repr=False)
+
+    def write_repro(self, folder: Any) -> list[Any]:
+        """After a FAIL, write ``repro.py`` and ``inputs.safetensors`` into ``folder``: a
+        script that needs torch and safetensors only, runs both sides' ops at the first
+        divergence on the values recorded there, prints each one's error and exits 1
+        when they part (``introspect.diff.repro``). Returns the paths written.
+
+        Raises:
+            NothingToReproduce: parity holds, or the failure is not at a node.
+            InputError: ``folder`` cannot be written (nothing is).
+        """
+        from introspect.diff.repro import write_repro
+
+        return write_repro(self, folder)
 
     @property
     def parameters(self) -> pandas.DataFrame:
