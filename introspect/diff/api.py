@@ -292,7 +292,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     return DiffResult(passed, divergence, rows, layers, explanation.alignment, ref_side[0],
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,
-                      output_rows=verdict.rows if verdict is not None else [])
+                      output_rows=verdict.rows if verdict is not None else [],
+                      histograms=explanation.histograms)
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,

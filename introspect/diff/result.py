@@ -125,6 +125,10 @@ class DiffResult:
                                         columns=list(OutputDiff.__dataclass_fields__)))
     # A tensor-parallel candidate (``introspect.diff.parallel``): a ``ParallelRun``.
     parallel: Any = None
+    # (reference node, candidate node) -> elements per decade of the local and of the
+    # propagated |cand - ref| (``introspect.diff.histogram``): diff.html draws them.
+    histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
+        field(default_factory=dict)
 
     @property
     def parameters(self) -> pandas.DataFrame:
