@@ -156,7 +156,7 @@ DRAWING_SCRIPT = r"""
     if (e.button !== undefined && e.button > 0) return;
     pointers.set(e.pointerId, {x: e.clientX, y: e.clientY});
     if (pointers.size === 1) { pressed = e.target; travelled = 0; }
-    box.setPointerCapture(e.pointerId);
+    try { box.setPointerCapture(e.pointerId); } catch (err) { /* not an active pointer */ }
     box.classList.add("dragging");
   });
   box.addEventListener("pointermove", function (e) {
@@ -302,10 +302,27 @@ DRAWING_SCRIPT = r"""
       nodes.forEach(function (n) { n.classList.remove("selected"); });
     });
   }
+  // Fit the view to one part of the drawing (a failing layer's outline), with a margin.
+  function frame(element) {
+    reaspect();
+    var r = element.getBoundingClientRect();
+    var a = toDrawing(r.left, r.top), b = toDrawing(r.right, r.bottom);
+    var w = (b.x - a.x) * 1.08, h = (b.y - a.y) * 1.08;
+    if (h / w > aspect()) w = h / aspect(); else h = w * aspect();
+    view = {x: (a.x + b.x) / 2 - w / 2, y: Math.max(a.y - (b.y - a.y) * 0.04, (a.y + b.y) / 2 - h / 2),
+      w: w, h: h};
+    show();
+  }
+  // A link into the box scrolls it, though it hides its overflow: the view moves instead.
+  box.addEventListener("scroll", function () { box.scrollTop = 0; box.scrollLeft = 0; });
   // diff.html#node=NAME opens on that node: centred, its panel open (the first
-  // divergence links there).
+  // divergence links there); #outline_LAYER fits the view to that failing layer.
   function opening() {
     var hash = decodeURIComponent(location.hash.slice(1));
+    var outline = hash.indexOf("outline_") === 0 ? document.getElementById(hash) : null;
+    if (outline && box.contains(outline)) {
+      box.scrollIntoView(); frame(outline); return;
+    }
     if (hash.indexOf("node=") !== 0) return;
     var name = hash.slice(5), node = nodes.filter(function (n) {
       return names(n).indexOf(name) >= 0; })[0];
