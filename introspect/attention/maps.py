@@ -34,8 +34,8 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from introspect.errors import InputError, TraceError
 from introspect.attention.neurons import head_vectors, query_key_of
+from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
 from introspect.trace.tracer import holds_trace_lock
 

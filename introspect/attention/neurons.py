@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 _MATMULS = (torch.matmul, operator.matmul, torch.bmm)
 _ADDS = (operator.add, torch.add, operator.sub, torch.sub)
@@ -38,7 +39,7 @@ class QueryKey:
 
 def query_key_of(node: torch.fx.Node) -> QueryKey | None:
     """The query and key an attention node (sdpa call or softmax) scores, or None."""
-    if node.op == "call_function" and node.target is torch.nn.functional.scaled_dot_product_attention:
+    if node.op == "call_function" and node.target is F.scaled_dot_product_attention:
         query = node.kwargs.get("query", node.args[0] if node.args else None)
         key = node.kwargs.get("key", node.args[1] if len(node.args) > 1 else None)
         scale = node.kwargs.get("scale", node.args[6] if len(node.args) > 6 else None)

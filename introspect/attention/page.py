@@ -138,7 +138,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 
   line-height: 1.4; }
 h2 { font-size: 1.25em; margin: .2em 0 .4em; overflow-wrap: anywhere; }
 p { margin: .4em 0; }
-#caption, #notice, .hint, #readout { color: var(--muted); font-size: .9em; overflow-wrap: anywhere; }
+#caption, #notice, .hint, #readout { color: var(--muted); font-size: .9em;
+  overflow-wrap: anywhere; }
 button, select { font: inherit; font-size: .9em; color: var(--fg); }
 .tabs { display: flex; flex-wrap: wrap; gap: .4em; margin: .6em 0; }
 .tabs button { border: 1px solid var(--line); background: var(--panel); border-radius: 6px;
@@ -233,7 +234,9 @@ function dark() {
 }
 // Weight 0 to 1 from the page's background colour to a deep (light page) or bright
 // (dark page) blue: the weights stand out on either.
-function ends() { return dark() ? [[13, 17, 23], [121, 192, 255]] : [[255, 255, 255], [8, 48, 107]]; }
+function ends() {
+  return dark() ? [[13, 17, 23], [121, 192, 255]] : [[255, 255, 255], [8, 48, 107]];
+}
 function rgb(v) {
   const [a, b] = ends();
   return [0, 1, 2].map(c => Math.round(a[c] + (b[c] - a[c]) * v));

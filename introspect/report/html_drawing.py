@@ -58,7 +58,8 @@ DRAWING_CSS = """
 .node-panel header { display: flex; justify-content: space-between; gap: .5em; align-items: start; }
 .node-panel h3 { font-size: 1.05em; margin: 0 0 .4em; overflow-wrap: anywhere; }
 .node-panel .pair { border-top: 1px solid #d0d7de; padding: .4em 0; }
-.node-panel dl { display: grid; grid-template-columns: auto minmax(0, 1fr); gap: 0 .8em; margin: .3em 0; }
+.node-panel dl { display: grid; grid-template-columns: auto minmax(0, 1fr); gap: 0 .8em;
+  margin: .3em 0; }
 .node-panel dt { color: #59636e; } .node-panel dd { margin: 0; overflow-wrap: anywhere; }
 .node-panel .hist text { font-size: 9px; fill: #59636e; }
 .node-panel .hist .bar { fill: #0969da; } .node-panel .hist .bar.zero { fill: #1a7f37; }
@@ -309,8 +310,8 @@ DRAWING_SCRIPT = r"""
     var a = toDrawing(r.left, r.top), b = toDrawing(r.right, r.bottom);
     var w = (b.x - a.x) * 1.08, h = (b.y - a.y) * 1.08;
     if (h / w > aspect()) w = h / aspect(); else h = w * aspect();
-    view = {x: (a.x + b.x) / 2 - w / 2, y: Math.max(a.y - (b.y - a.y) * 0.04, (a.y + b.y) / 2 - h / 2),
-      w: w, h: h};
+    var top = Math.max(a.y - (b.y - a.y) * 0.04, (a.y + b.y) / 2 - h / 2);  // its top in view
+    view = {x: (a.x + b.x) / 2 - w / 2, y: top, w: w, h: h};
     show();
   }
   // A link into the box scrolls it, though it hides its overflow: the view moves instead.

@@ -4,22 +4,23 @@ It leads with what matters: the verdict, the first divergence and its hints, and
 layer table; then every compared node, error columns first, in a table that sorts on a
 click and filters as you type (a few lines of inline script: no CDN, no network); then
 the nodes without counterpart; and the drawing, coloured by error, which zooms, pans,
-finds nodes by name and opens a panel per node (``html_drawing``). Every text from a model or a user (labels, folder names, node names) is escaped.
+finds nodes by name and opens a panel per node (``html_drawing``). Every text from a
+model or a user (labels, folder names, node names) is escaped.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from urllib.parse import quote
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
 from introspect.diff.status import WORD_NA, layer_statuses, status_legend, status_word
 from introspect.report.generation import generation_html
-from introspect.report.html_tables import Cell, na_cell, number_cell, table, text_cell
 from introspect.report.html_drawing import DRAWING_CSS, DRAWING_SCRIPT, drawing_section
+from introspect.report.html_tables import Cell, na_cell, number_cell, table, text_cell
 from introspect.report.overlay import drawn_members, failing_layer_names
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ def junit_xml(result: DiffResult) -> str:
                         failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite",
                           name=f"{result.candidate_label} vs {result.reference_label}",
-                          tests=str(len(layers)), failures=str(failures), errors="0", skipped=str(skipped))
+                          tests=str(len(layers)), failures=str(failures), errors="0",
+                          skipped=str(skipped))
     for r, word in zip(layers, words, strict=True):
         case = ET.SubElement(suite, "testcase", classname="introspect.diff", name=r.layer)
         if word == WORD_NA:  # nothing compared: neither a pass nor a failure

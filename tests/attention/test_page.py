@@ -242,9 +242,11 @@ def test_the_neuron_view_draws_one_head_and_one_query(pair_maps, width):
     script = """(function () {
       d.querySelector('.tabs button[data-view="neuron"]').click();
       d.getElementById('layer').value = '1'; d.getElementById('head').value = '1';
-      d.getElementById('query').value = '2'; d.getElementById('query').dispatchEvent(new Event('change'));
+      var query = d.getElementById('query');
+      query.value = '2'; query.dispatchEvent(new Event('change'));
       var svg = d.querySelector('#view svg'), out = [];
-      out.push(svg.querySelectorAll('rect.cell').length, svg.querySelector('text.qtok').textContent);
+      out.push(svg.querySelectorAll('rect.cell').length,
+               svg.querySelector('text.qtok').textContent);
       out.push(Array.prototype.map.call(svg.querySelectorAll('text.score'),
         function (t) { return t.textContent; }).join(','));
       svg.querySelectorAll('text.ntok')[3].dispatchEvent(new MouseEvent('click', {bubbles: true}));
@@ -281,7 +283,7 @@ def test_dark_mode_follows_the_system_and_the_toggle(pair_maps):
     assert dark == "rgb(13, 17, 23)" and theme == "dark"
     weight = round(float(pair_maps.probs[0, 0, 0, 0, 0]) * 255) / 255
     assert cell == "rgb(" + ",".join(str(round(a + (b - a) * weight)) for a, b in
-                                     zip((13, 17, 23), (121, 192, 255))) + ")"
+                                     zip((13, 17, 23), (121, 192, 255), strict=True)) + ")"
     page = pair_maps.html()
     assert "@media (prefers-color-scheme: dark)" in page and page == pair_maps.html()
 

@@ -115,7 +115,8 @@ def test_zoom_search_and_panel_work_in_the_browser(failing_diff, width):
                  Math.round(r.top + r.height / 2 - b.top - b.height / 2));
         var e = {{bubbles: true, pointerId: 1, clientX: r.left + 2, clientY: r.top + 2,
                  button: 0, isPrimary: true}};
-        hit.querySelector('polygon, ellipse, path').dispatchEvent(new PointerEvent('pointerdown', e));
+        var shape = hit.querySelector('polygon, ellipse, path');
+        shape.dispatchEvent(new PointerEvent('pointerdown', e));
         box.dispatchEvent(new PointerEvent('pointerup', e));
         var panel = d.getElementById('node-panel');
         out.push(panel.hidden, panel.querySelectorAll('svg.hist rect.bar').length,
