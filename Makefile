@@ -41,6 +41,8 @@ demo: setup
 	$(BIN)/introspect attention --text "time flies like an arrow" --layer 0 --heads 8 -o reports/attention_head.png
 	$(BIN)/introspect attention --text "time flies like an arrow" --view model -o reports/attention_model.svg
 	$(BIN)/introspect attention --view matrix --layer 0 --heads 8 -o reports/attention_matrix.svg
+	$(BIN)/introspect attention --text "time flies like an arrow" -o reports/attention.html
+	$(BIN)/python scripts/page_screenshots.py
 	@echo "demo: wrote reports/minilm.svg (open it in a browser), the tables, reports/diff/ and the attention maps"
 
 # pytest's exit code 5 (no test collected) is a failure: a suite that tests nothing proves nothing.

@@ -60,3 +60,30 @@ def overflow(page_html: str, width: int) -> tuple[int, int]:
     """(scroll width, client width) of the page at a viewport ``width`` pixels wide."""
     scroll, client = probe(page_html, width, OVERFLOW).split("|")
     return int(scroll), int(client)
+
+
+def framed_screenshot(page: Path, shot: Path, width: int, height: int, fragment: str = "",
+                      *, wait_ms: int = 2000) -> None:
+    """A PNG of ``page`` at ``#fragment`` in a frame ``width`` x ``height``: a phone's width
+    (the window itself is never narrower than 500 px), and a page that scrolls itself to
+    the fragment paints as it would on screen (a headless screenshot of a scrolled
+    window comes out blank above the fold)."""
+    from PIL import Image
+
+    assert CHROMIUM is not None
+    target = page.name + (f"#{fragment}" if fragment else "")
+    wrapper = page.with_name(f".frame-{width}-{page.name}")
+    wrapper.write_text(
+        "<!DOCTYPE html><html><body style='margin:0;overflow:hidden'>"
+        f"<iframe style='border:0;display:block' width='{width}' height='{height}' "
+        f"src=\"{html.escape(target, quote=True)}\"></iframe></body></html>", encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([CHROMIUM, *_FLAGS, f"--user-data-dir={profile}",
+                            f"--virtual-time-budget={wait_ms}", f"--screenshot={shot}",
+                            f"--window-size={max(width, 500)},{height}", wrapper.as_uri()],
+                           capture_output=True, timeout=120, check=False)
+    finally:
+        wrapper.unlink()
+    if shot.exists() and width < 500:
+        Image.open(shot).crop((0, 0, width, height)).save(shot)

@@ -34,6 +34,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from introspect.attention.neurons import head_vectors, query_key_of
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
 from introspect.trace.tracer import holds_trace_lock
@@ -58,6 +59,10 @@ class AttentionMaps:
         texts: the texts behind the rows, when known.
         title: a name for pictures and tables (the model's class by default).
         notes: what a user should know about the inputs (e.g. a text truncated).
+        queries, keys: float32 ``(layers, batch, heads, seq, head size)``, the vectors each
+            head scores (``introspect.attention.neurons``; key heads shared out under
+            grouped-query attention); None where the graph shows no plain ``q·kᵀ``.
+        scales: per layer, the factor of the scores ``q·k`` (``1/sqrt(hd)`` for BERT).
     """
 
     probs: torch.Tensor
@@ -67,6 +72,9 @@ class AttentionMaps:
     texts: tuple[str, ...] = ()
     title: str = ""
     notes: list[str] = field(default_factory=list)
+    queries: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
+    scales: tuple[float, ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -220,12 +228,15 @@ def attention_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if is_sdpa(n) or is_attention_softmax(n)]
 
 
-def probability_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, tuple[str, ...]]:
-    """A copy of ``gm`` that returns a tuple of attention probabilities, one per layer.
+def probability_graph(gm: torch.fx.GraphModule) -> tuple[
+        torch.fx.GraphModule, tuple[str, ...], tuple[float | None, ...] | None]:
+    """A copy of ``gm`` that returns a tuple of attention probabilities, one per layer,
+    followed (where every layer shows them) by each layer's queries, then its keys.
 
     Returns:
-        The rewritten GraphModule (sharing ``gm``'s parameters) and, per layer, the
-        module path the attention runs in.
+        The rewritten GraphModule (sharing ``gm``'s parameters); per layer, the module
+        path the attention runs in; per layer, the scale of the scores (None: sdpa's
+        default), or None when the outputs hold no queries and keys.
 
     Raises:
         TraceError: the graph holds no attention (no sdpa call, no 4-D softmax).
@@ -235,9 +246,14 @@ def probability_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, t
     if not found:
         raise TraceError("found no attention in the traced graph: no "
                          "scaled_dot_product_attention call and no softmax over a 4-D tensor")
-    rewritten = returning(gm, graph, probabilities_of(graph, found),
-                          class_name=f"{type(gm).__name__}Attention")
-    return rewritten, tuple(_module_of(n) for n in found)
+    vectors = [query_key_of(n) for n in found]
+    outputs = probabilities_of(graph, found)
+    scales: tuple[float | None, ...] | None = None
+    if all(v is not None for v in vectors):
+        outputs += [v.query for v in vectors if v] + [v.key for v in vectors if v]
+        scales = tuple(v.scale for v in vectors if v)
+    rewritten = returning(gm, graph, outputs, class_name=f"{type(gm).__name__}Attention")
+    return rewritten, tuple(_module_of(n) for n in found), scales
 
 
 def probabilities_of(graph: torch.fx.Graph,
@@ -313,11 +329,16 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
     model.eval()  # maps are read in eval mode: no dropout on the probabilities
     try:
         gm = model if traced else trace_module(model, taken).gm
-        rewritten, modules = probability_graph(gm)  # type: ignore[arg-type]
+        rewritten, modules, scales = probability_graph(gm)  # type: ignore[arg-type]
         with torch.no_grad():  # the rewritten graph calls the model's own modules
             per_layer = rewritten(**taken)
     finally:
         model.train(was_training)
+    queries = keys = None
+    if scales is not None:
+        L = len(modules)
+        per_layer, queries, keys, used = _vectors(per_layer, L, scales)
+        scales = used
     shapes = {tuple(p.shape) for p in per_layer}
     if len(shapes) != 1:
         raise TraceError(f"the attention maps of the layers differ in shape: {sorted(shapes)}")
@@ -330,7 +351,21 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
             if ids is not None and ids.numel() == B * S else \
             tuple(tuple(str(i) for i in range(S)) for _ in range(B))
     return AttentionMaps(probs, tokens, keep, modules, texts,
-                         title or type(model).__name__, notes)
+                         title or type(model).__name__, notes, queries, keys,
+                         tuple(s for s in scales or () if s is not None))
+
+
+def _vectors(outputs: Any, layers: int, scales: tuple[float | None, ...]) -> tuple[
+        Any, torch.Tensor | None, torch.Tensor | None, tuple[float, ...]]:
+    """The probabilities, and the stacked queries and keys of ``outputs`` (None when
+    their shapes differ from layer to layer, or from the probabilities')."""
+    probs, qs, ks = outputs[:layers], outputs[layers:2 * layers], outputs[2 * layers:]
+    paired = [head_vectors(q, k, s) for q, k, s in zip(qs, ks, scales, strict=True)]
+    if len({(q.shape, k.shape) for q, k, _ in paired}) != 1 or \
+            paired[0][0].shape[:-1] != probs[0].shape[:-1]:
+        return probs, None, None, ()
+    return (probs, torch.stack([q for q, _, _ in paired]), torch.stack([k for _, k, _ in paired]),
+            tuple(s for _, _, s in paired))
 
 
 def _unpack(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[

@@ -4,9 +4,12 @@
   its own colour; a toggle per head (double-click: that head alone), a sentence A/B filter
   for text pairs; hover, click or tap a token to see only its lines (a click pins them);
 - model view: a grid of layers × heads thumbnails; click or tap one to zoom on it;
-- matrix view: one head as a heatmap, with its colour scale; tap a cell to read it.
+- matrix view: one head as a heatmap, with its colour scale; tap a cell to read it;
+- neuron view: one head and one query token: the query vector, each key vector, their
+  elementwise product, the scores and the weights (``neuron_script``).
 
-``page.html#model`` (or ``#matrix``) opens on that view.
+``page.html#model`` (or ``#matrix``, ``#neuron``) opens on that view. The page follows the
+system's dark mode (``prefers-color-scheme``), and a button switches it.
 
 Everything is inline (data, style, script): no CDN, no fonts, no network, it opens from a
 file or a CI artifact, and the same maps give the same bytes. It reads on a phone (390 px):
@@ -23,14 +26,17 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from introspect.attention.neuron_script import NEURON_SCRIPT
 from introspect.attention.svg import HEAD_COLOURS
 
 if TYPE_CHECKING:
     from introspect.attention.maps import AttentionMaps
 
 MAX_EMBEDDED_WEIGHTS = 4_000_000  # layers × heads × n × n bytes, before base64
+# The neuron view's queries and keys: layers × heads × n × head size × 2 float16 values.
+MAX_EMBEDDED_VECTORS = 1_000_000
 SEPARATORS = frozenset({"[SEP]", "</s>"})  # end a sentence: BERT's and RoBERTa's
 
 
@@ -58,7 +64,31 @@ def page_data(maps: AttentionMaps, batch: int = 0) -> dict[str, object]:
         "colours": list(HEAD_COLOURS),
         "segments": sentence_segments(maps.real_tokens(batch)[:n]),
         "weights": base64.b64encode(levels.tobytes()).decode("ascii"),
+        "neurons": neuron_data(maps, batch, keep),
     }
+
+
+def neuron_data(maps: AttentionMaps, batch: int, keep: Any) -> dict[str, object] | None:
+    """The neuron view's vectors of the first tokens of one row: queries and keys as
+    little-endian float16 ``(layers, heads, tokens, head size)``, base64; None where the
+    maps hold no vectors."""
+    import numpy as np
+
+    if maps.queries is None or maps.keys is None:
+        return None
+    layers, heads, size = maps.num_layers, maps.num_heads, int(maps.queries.shape[-1])
+    n = min(len(keep), max(1, MAX_EMBEDDED_VECTORS // (2 * layers * heads * size)))
+    index = keep[:n]
+
+    def packed(vectors: Any) -> str:
+        chosen = vectors[:, batch][:, :, index].numpy()  # (L, nh, n, hd)
+        half = np.clip(chosen, -65504, 65504).astype("<f2")
+        return base64.b64encode(half.tobytes()).decode("ascii")
+
+    return {"n": n, "size": size, "scales": [float(s) for s in maps.scales],
+            "queries": packed(maps.queries), "keys": packed(maps.keys),
+            "notice": "" if n == len(keep) else
+            f"the neuron view shows the first {n} of {len(keep)} tokens"}
 
 
 def sentence_segments(tokens: Sequence[str]) -> list[int]:
@@ -82,8 +112,8 @@ def html_page(maps: AttentionMaps, batch: int = 0) -> str:
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = html.escape(f"attention: {maps.title}")
     # one pass over the template: a title holding "__DATA__" stays text, never the data
-    fills = {"__TITLE__": title, "__DATA__": data}
-    return re.sub("__TITLE__|__DATA__", lambda m: fills[m.group()], _PAGE)
+    fills = {"__TITLE__": title, "__DATA__": data, "__NEURONS__": NEURON_SCRIPT}
+    return re.sub("__TITLE__|__DATA__|__NEURONS__", lambda m: fills[m.group()], _PAGE)
 
 
 _PAGE = """<!DOCTYPE html>
@@ -93,39 +123,56 @@ _PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>__TITLE__</title>
 <style>
+:root { --fg: #24292f; --bg: #fff; --muted: #57606a; --line: #d0d7de; --panel: #f6f8fa;
+  --accent: #0969da; --low: #fff; --high: rgb(8,48,107); color-scheme: light; }
+@media (prefers-color-scheme: dark) {
+  :root:not([data-theme="light"]) { --fg: #e6edf3; --bg: #0d1117; --muted: #9198a1;
+    --line: #3d444d; --panel: #151b23; --accent: #4493f8; --low: rgb(13,17,23);
+    --high: rgb(121,192,255); color-scheme: dark; }
+}
+:root[data-theme="dark"] { --fg: #e6edf3; --bg: #0d1117; --muted: #9198a1; --line: #3d444d;
+  --panel: #151b23; --accent: #4493f8; --low: rgb(13,17,23); --high: rgb(121,192,255);
+  color-scheme: dark; }
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
-  padding: 1em 1.5em; max-width: 1100px; color: #24292f; line-height: 1.4; }
+  padding: 1em 1.5em; max-width: 1100px; color: var(--fg); background: var(--bg);
+  line-height: 1.4; }
 h2 { font-size: 1.25em; margin: .2em 0 .4em; overflow-wrap: anywhere; }
 p { margin: .4em 0; }
-#caption, #notice, .hint, #readout { color: #57606a; font-size: .9em; overflow-wrap: anywhere; }
-button, select { font: inherit; font-size: .9em; }
+#caption, #notice, .hint, #readout { color: var(--muted); font-size: .9em;
+  overflow-wrap: anywhere; }
+button, select { font: inherit; font-size: .9em; color: var(--fg); }
 .tabs { display: flex; flex-wrap: wrap; gap: .4em; margin: .6em 0; }
-.tabs button { border: 1px solid #d0d7de; background: #f6f8fa; border-radius: 6px;
+.tabs button { border: 1px solid var(--line); background: var(--panel); border-radius: 6px;
   padding: .35em .9em; cursor: pointer; }
-.tabs button[aria-pressed="true"] { background: #0969da; color: #fff; border-color: #0969da; }
+.tabs button[aria-pressed="true"] { background: var(--accent); color: #fff;
+  border-color: var(--accent); }
+.tabs #theme { margin-left: auto; }
 .controls { display: flex; flex-wrap: wrap; gap: .4em 1.2em; align-items: center;
   margin: .4em 0; }
 .controls[hidden], .heads[hidden], .scale[hidden] { display: none; }
 .heads { display: flex; flex-wrap: wrap; gap: .3em; align-items: center; margin: .4em 0; }
 .heads button { border: 2px solid; border-radius: 6px; padding: .1em .45em; min-width: 2.7em;
   cursor: pointer; color: #fff; }
-.heads button[aria-pressed="false"] { background: #fff !important; color: #57606a; }
-.heads .all { border-color: #d0d7de; color: #24292f; background: #f6f8fa; }
+.heads button[aria-pressed="false"] { background: var(--bg) !important; color: var(--muted); }
+.heads .all { border-color: var(--line); color: var(--fg); background: var(--panel); }
 #view, #zoom-view { margin-top: .6em; }
 #view svg, #zoom-view svg { max-width: 100%; height: auto; display: block; }
-svg text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
+svg text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px;
+  fill: var(--fg); }
+svg text.muted { fill: var(--muted); }
 svg text.tok { cursor: pointer; }
-svg text.tok.on { font-weight: bold; fill: #0969da; }
+svg text.tok.on, svg text.qtok { font-weight: bold; fill: var(--accent); }
+svg text.ntok { cursor: pointer; }
 svg text.dim { fill-opacity: .3; }
 svg .off { display: none; }
-.scale { display: flex; align-items: center; gap: .5em; font-size: .85em; color: #57606a; }
-.scale .bar { width: 160px; max-width: 40vw; height: 12px; border: 1px solid #d0d7de;
-  background: linear-gradient(to right, rgb(255,255,255), rgb(8,48,107)); }
+.scale { display: flex; align-items: center; gap: .5em; font-size: .85em; color: var(--muted); }
+.scale .bar { width: 160px; max-width: 40vw; height: 12px; border: 1px solid var(--line);
+  background: linear-gradient(to right, var(--low), var(--high)); }
 .model { display: grid; gap: 4px; align-items: center; justify-content: start; max-width: 100%; }
 .model canvas { width: 100%; max-width: 64px; aspect-ratio: 1 / 1; image-rendering: pixelated;
-  border: 1px solid #d0d7de; cursor: zoom-in; box-sizing: border-box; }
-.model .label { font-size: .75em; color: #57606a; text-align: center; white-space: nowrap; }
-#zoom { position: fixed; inset: 0; background: #fff; overflow: auto;
+  border: 1px solid var(--line); cursor: zoom-in; box-sizing: border-box; }
+.model .label { font-size: .75em; color: var(--muted); text-align: center; white-space: nowrap; }
+#zoom { position: fixed; inset: 0; background: var(--bg); overflow: auto;
   padding: 1em 1.5em; z-index: 1; }
 #zoom[hidden] { display: none; }
 #zoom header { display: flex; gap: 1em; align-items: center; justify-content: space-between; }
@@ -139,10 +186,13 @@ svg .off { display: none; }
 <button type="button" data-view="head" aria-pressed="true">head view</button>
 <button type="button" data-view="model" aria-pressed="false">model view</button>
 <button type="button" data-view="matrix" aria-pressed="false">matrix view</button>
+<button type="button" data-view="neuron" aria-pressed="false">neuron view</button>
+<button type="button" id="theme" aria-pressed="false" title="dark or light page">dark</button>
 </div>
 <div class="controls" id="controls">
 <label id="layer-box">layer <select id="layer"></select></label>
 <label id="head-box">head <select id="head"></select></label>
+<label id="query-box">query <select id="query"></select></label>
 <label id="sentence-box">sentences <select id="sentence">
 <option value="all">all</option><option value="aa">A \u2192 A</option>
 <option value="ab">A \u2192 B</option><option value="ba">B \u2192 A</option>
@@ -163,6 +213,7 @@ svg .off { display: none; }
 <script>
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
+__NEURONS__
 const raw = atob(D.weights);
 const W = new Uint8Array(raw.length);
 for (let i = 0; i < raw.length; i++) W[i] = raw.charCodeAt(i);
@@ -175,10 +226,22 @@ function esc(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
     .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 }
-function fill(v) {
-  const mix = (a, b) => Math.round(a + (b - a) * v);
-  return "rgb(" + mix(255, 8) + "," + mix(255, 48) + "," + mix(255, 107) + ")";
+// The page is dark when the toggle says so, else when the system prefers it.
+const darkQuery = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+function dark() {
+  const chosen = document.documentElement.dataset.theme;
+  return chosen ? chosen === "dark" : !!(darkQuery && darkQuery.matches);
 }
+// Weight 0 to 1 from the page's background colour to a deep (light page) or bright
+// (dark page) blue: the weights stand out on either.
+function ends() {
+  return dark() ? [[13, 17, 23], [121, 192, 255]] : [[255, 255, 255], [8, 48, 107]];
+}
+function rgb(v) {
+  const [a, b] = ends();
+  return [0, 1, 2].map(c => Math.round(a[c] + (b[c] - a[c]) * v));
+}
+function fill(v) { return "rgb(" + rgb(v).join(",") + ")"; }
 const labelWidth = Math.max(5, ...D.tokens.map(t => t.length)) * 7.2 + 8;
 // The sentence filter: "ab" keeps lines from queries in sentence A to keys in sentence B.
 function side(want, i) { return want === "all" || D.segments[i] === (want === "a" ? 0 : 1); }
@@ -213,8 +276,8 @@ function linesSvg(l, heads) {
     out += '<text class="tok' + dimK + '" data-side="k" data-i="' + i + '" x="' + (right + 4) +
       '" y="' + y + '" tabindex="0" role="button">' + esc(t) + "</text>";
   });
-  out += '<text x="' + (left - 4) + '" y="14" text-anchor="end" fill="#57606a">query</text>';
-  out += '<text x="' + (right + 4) + '" y="14" fill="#57606a">key</text>';
+  out += '<text class="muted" x="' + (left - 4) + '" y="14" text-anchor="end">query</text>';
+  out += '<text class="muted" x="' + (right + 4) + '" y="14">key</text>';
   return svgOpen(2 * labelWidth + gap + 8, top + n * row + 8) + out + "</svg>";
 }
 // Show only the lines of one token (hover, click or tap), or all of them again.
@@ -262,7 +325,7 @@ function matrixSvg(l, h) {
       '" y="' + (top - 4) + '">' + esc(t) + "</text>";
   });
   s += '<rect x="' + left + '" y="' + top + '" width="' + n * cell + '" height="' + n * cell +
-    '" fill="none" stroke="#d0d7de"/>';
+    '" fill="none" stroke="var(--line)"/>';
   return svgOpen(left + n * cell + 8, top + n * cell + 8) + s + "</svg>";
 }
 // Model view: layers x heads thumbnails, one pixel per (query, key); click one to zoom.
@@ -289,10 +352,8 @@ function modelGrid() {
       if (context) {
         const image = context.createImageData(n, n);
         for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
-          const v = weight(l, h, i, j), k = 4 * (i * n + j);
-          image.data[k] = Math.round(255 + (8 - 255) * v);
-          image.data[k + 1] = Math.round(255 + (48 - 255) * v);
-          image.data[k + 2] = Math.round(255 + (107 - 255) * v);
+          const c = rgb(weight(l, h, i, j)), k = 4 * (i * n + j);
+          image.data[k] = c[0]; image.data[k + 1] = c[1]; image.data[k + 2] = c[2];
           image.data[k + 3] = 255;
         }
         context.putImageData(image, 0, 0);
@@ -341,11 +402,14 @@ function draw() {
   document.querySelectorAll(".tabs button").forEach(b => b.setAttribute(
     "aria-pressed", String(b.dataset.view === state.view)));
   $("layer-box").hidden = state.view === "model";
-  $("head-box").hidden = state.view !== "matrix";
+  $("head-box").hidden = state.view !== "matrix" && state.view !== "neuron";
+  $("query-box").hidden = state.view !== "neuron";
+  $("theme").textContent = dark() ? "light" : "dark";
+  $("theme").setAttribute("aria-pressed", String(dark()));
   $("sentence-box").hidden = !pair || state.view !== "head";
   $("controls").hidden = state.view === "model";
   $("heads").hidden = state.view !== "head";
-  $("scale").hidden = state.view === "head";
+  $("scale").hidden = state.view !== "matrix" && state.view !== "model";
   $("readout").textContent = "";
   document.querySelectorAll("#heads button.head").forEach((b, k) => b.setAttribute(
     "aria-pressed", String(state.heads[k])));
@@ -355,6 +419,12 @@ function draw() {
     view.innerHTML = linesSvg(l, heads);
     $("hint").textContent = "Every head overlaid, one colour each: toggle heads above " +
       "(double-click: that head alone). Hover, click or tap a token to see only its lines.";
+  } else if (state.view === "neuron") {
+    view.innerHTML = neuronView(l, h, +$("query").value);
+    $("hint").textContent = NEURONS ? "One head, one query token: its query vector q, " +
+      "each key vector k, their elementwise product q \u00d7 k (blue positive, orange " +
+      "negative), the score q\u00b7k \u00d7 scale and the attention weight. Tap a key's " +
+      "token to make it the query." : "";
   } else if (state.view === "matrix") {
     view.innerHTML = matrixSvg(l, h);
     $("hint").textContent = "Rows: query, columns: key. Tap or hover a cell to read it.";
@@ -371,6 +441,12 @@ function options(id, count) {
 }
 options("layer", D.layers);
 options("head", D.heads);
+D.tokens.forEach((t, i) => $("query").add(new Option(i + ": " + t, String(i))));
+$("query").addEventListener("change", draw);
+$("theme").addEventListener("click", () => {
+  document.documentElement.dataset.theme = dark() ? "light" : "dark"; draw();
+});
+if (darkQuery && darkQuery.addEventListener) darkQuery.addEventListener("change", draw);
 $("sentence").addEventListener("change", draw);
 document.querySelectorAll(".tabs button").forEach(b => b.addEventListener("click", () => {
   state.view = b.dataset.view; unzoom(); draw();
@@ -398,7 +474,7 @@ $("caption").textContent = "batch row " + D.batch + (D.text ? ": " + D.text : ""
   (pair ? " (a text pair: sentence A, then B)" : "");
 $("notice").textContent = D.notice;
 const opening = location.hash.slice(1);  // page.html#model opens the model view
-if (opening === "head" || opening === "model" || opening === "matrix") state.view = opening;
+if (["head", "model", "matrix", "neuron"].indexOf(opening) >= 0) state.view = opening;
 draw();
 </script>
 </body>

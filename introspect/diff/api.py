@@ -294,7 +294,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,
                       output_rows=verdict.rows if verdict is not None else [],
-                      replay=explanation.replay)
+                      replay=explanation.replay, histograms=explanation.histograms)
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,

@@ -32,6 +32,7 @@ import torch.fx
 from torch.fx.node import map_arg
 
 from introspect.diff.eager import mutates_in_place
+from introspect.diff.histogram import error_histogram, exact_histogram
 from introspect.diff.records import ErrorStats, Pair
 from introspect.diff.tolerance import Budget
 from introspect.errors import InputError
@@ -478,7 +479,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     real_count = _real_count(reference.shape, pad)
     if candidate.dtype == reference.dtype and torch.equal(candidate, reference):
         nonfinite = 0 if known_finite else _nonfinite(candidate)
-        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0, nonfinite), True
+        return ErrorStats(0.0, 0.0, 0.0, 0, nonfinite, real_count, 0.0, 0, nonfinite,
+                          histogram=exact_histogram(real_count)), True
     reference_nonfinite = _nonfinite(reference)
     dtype = torch.promote_types(candidate.dtype, reference.dtype)
     if not dtype.is_floating_point:
@@ -493,7 +495,8 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
     if pad is None:
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
                            int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
-                           reference_nonfinite, _max(magnitude.nan_to_num(posinf=0.0)))
+                           reference_nonfinite, _max(magnitude.nan_to_num(posinf=0.0)),
+                           error_histogram(d, None))
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -507,6 +510,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         pad_mismatched=int((over & pad).sum()),
         reference_nonfinite=reference_nonfinite,
         reference_max_abs=_max(magnitude.nan_to_num(posinf=0.0).masked_fill(pad, 0.0)),
+        histogram=error_histogram(d, pad),
     )
     return stats, False
 

@@ -53,6 +53,9 @@ class Explanation:
     notes: list[str]
     failure: str = ""  # why there is no explanation
     replay: Any = None  # a repro.ReplaySource: what a replay of the two recordings needs
+    # (reference node, candidate node) -> histograms of the local and the propagated error
+    histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
+        dataclasses.field(default_factory=dict)
 
 
 def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording],
@@ -136,9 +139,11 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                   budgets, context=None if forward_keywords else context,
                                   noise_budget=noise_budget)
+    histograms = {(p.reference, p.candidate): (run.local[i].histogram, run.propagated[i].histogram)
+                  for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, tensors.get("attention_mask"))
     return Explanation(rows, alignment, cand_graph, cand_recording, cand_inputs, divergence,
-                       unfaithful, notes, replay=replay)
+                       unfaithful, notes, replay=replay, histograms=histograms)
 
 
 def _unexplained(ref_graph: IntrospectGraph, candidate: torch.nn.Module,

@@ -97,6 +97,8 @@ class ErrorStats:
     pad_mismatched: int
     reference_nonfinite: int = 0  # NaN or Inf in the reference's value
     reference_max_abs: float = 0.0  # the reference's largest magnitude (real tokens)
+    # elements per decade of |cand - ref| over real tokens (``introspect.diff.histogram``)
+    histogram: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from introspect.diff.records import (
 from introspect.diff.status import (
     STATUS_LEGEND,
     WORD_FAIL,
+    WORD_NA,
     layer_statuses,
     status_legend,
     status_word,
@@ -125,6 +126,10 @@ class DiffResult:
                                         columns=list(OutputDiff.__dataclass_fields__)))
     # A tensor-parallel candidate (``introspect.diff.parallel``): a ``ParallelRun``.
     parallel: Any = None
+    # (reference node, candidate node) -> elements per decade of the local and of the
+    # propagated |cand - ref| (``introspect.diff.histogram``): diff.html draws them.
+    histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
+        field(default_factory=dict)
     # What a replay of the two recordings needs (``introspect.diff.repro.ReplaySource``):
     # the inputs, budgets and padding; None where the diff ran no recordings side by side.
     replay: Any = field(default=None, repr=False)
@@ -179,6 +184,8 @@ class DiffResult:
         frame = pd.DataFrame([asdict(r) for r in self.layer_rows],
                              columns=list(LayerDiff.__dataclass_fields__))
         frame["status"] = layer_statuses(self)
+        # a layer with nothing compared has no error, not an error of 0 (blank in CSV)
+        frame.loc[frame["status"] == WORD_NA, ["max_abs_err", "local_max_abs_err"]] = math.nan
         return highlighted(frame)
 
     def draw(self, depth: Any = None, **options: Any) -> Any:
@@ -240,8 +247,10 @@ class DiffResult:
                  f"{'fail':>4}  {'status':<6} worst node"
         lines = [header]
         for r, word in zip(self.layer_rows, layer_statuses(self), strict=True):
-            lines.append(f"{r.layer:<18} {r.max_abs_err:>11.3g} {r.local_max_abs_err:>11.3g} "
-                         f"{r.nodes:>5} {r.failing:>4}  {word:<6} {r.worst_node}")
+            errors = (f"{r.max_abs_err:>11.3g} {r.local_max_abs_err:>11.3g}" if word != WORD_NA
+                      else f"{WORD_NA:>11} {WORD_NA:>11}")  # nothing compared: no error
+            lines.append(f"{r.layer:<18} {errors} {r.nodes:>5} {r.failing:>4}  {word:<6} "
+                         f"{r.worst_node}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -3,21 +3,25 @@
 It leads with what matters: the verdict, the first divergence and its hints, and the
 layer table; then every compared node, error columns first, in a table that sorts on a
 click and filters as you type (a few lines of inline script: no CDN, no network); then
-the nodes without counterpart; and the drawing, coloured by error, scaled to the page.
-Every text from a model or a user (labels, folder names, node names) is escaped.
+the nodes without counterpart; and the drawing, coloured by error, which zooms, pans,
+finds nodes by name and opens a panel per node (``html_drawing``). Every text from a
+model or a user (labels, folder names, node names) is escaped.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
-from introspect.diff.status import layer_statuses, status_legend, status_word
+from introspect.diff.status import WORD_NA, layer_statuses, status_legend, status_word
 from introspect.report.generation import generation_html
-from introspect.report.html_tables import Cell, number_cell, table, text_cell
-from introspect.report.overlay import failing_layer_names
+from introspect.report.html_drawing import DRAWING_CSS, DRAWING_SCRIPT, drawing_section
+from introspect.report.html_tables import Cell, na_cell, number_cell, table, text_cell
+from introspect.report.overlay import drawn_members, failing_layer_names
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -47,11 +51,9 @@ tr.fail td { background-color:#f8d7da; } tr.drift td { background-color:#fff3cd;
 tr.unmatched td, tr.skipped td { color: #777; }
 .filter { margin: .5em 0; display: flex; gap: 1.5em; align-items: center; }
 .filter input[type=search] { width: 24em; padding: 3px 6px; }
-.drawing { border: 1px solid #d0d7de; padding: .5em; }
-.drawing svg { max-width: 100%; height: auto; display: block; margin: 0 auto; }
 """
 # Readable on a phone (390 px): long node names wrap instead of widening the page, the
-# filter row wraps, tables scroll inside their own box, the drawing scales to the width.
+# filter row wraps, tables scroll inside their own box, the drawing zooms in its own.
 _CSS_SMALL_SCREENS = """
 h1, p, .verdict, .divergence, .hint, code, summary { overflow-wrap: anywhere; }
 .filter { flex-wrap: wrap; gap: .4em 1.5em; }
@@ -108,19 +110,20 @@ def html_report(result: DiffResult, *, svg: bytes | None = None) -> str:
         "<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{e(title)}</title>",
-        f"<style>{_CSS}{_CSS_SMALL_SCREENS}</style></head><body>",
+        f"<style>{_CSS}{_CSS_SMALL_SCREENS}{DRAWING_CSS}</style></head><body>",
         *_verdict(result, outlined=outlined),
         _jump_links(drawn=svg is not None),
-        *_divergence(result),
+        *_divergence(result, drawn=_drawn_names(result, svg)),
         *generation_html(result),
         "<h2 id='layers-section'>Layers</h2>",
         _layers_table(result, outlined=outlined),
-        *_drawing_section(svg),
+        *_drawing_section(result, svg),
         *_nodes_section(result),
         *_unmatched_section(result),
         *_backward_section(result),
         f"<p class='notes'>introspect {e(__version__)}</p>",
-        f"<script>{_SCRIPT}</script>", "</body></html>",
+        f"<script>{_SCRIPT}{DRAWING_SCRIPT if svg is not None else ''}</script>",
+        "</body></html>",
     ]
     return "\n".join(parts) + "\n"
 
@@ -131,18 +134,11 @@ def _backward_section(result: DiffResult) -> list[str]:
     return backward_html(result)
 
 
-def _drawing_section(svg: bytes | None) -> list[str]:
+def _drawing_section(result: DiffResult, svg: bytes | None) -> list[str]:
     """The drawing, right under the layers table: the failing layer is one glance away."""
     if svg is None:
         return []
-    text = svg.decode("utf-8")
-    text = text[text.find("<svg"):] if "<svg" in text else text
-    return ["<h2 id='drawing'>Drawing</h2>",
-            "<p class='notes'>Each node coloured by its local error against its "
-            "budget: green within, yellow up to 10x, orange up to 1000x, red beyond. "
-            "Failing layers are drawn open, with a thick red border. "
-            "<a href='diff.svg'>The drawing on its own</a> zooms further.</p>",
-            f"<div class='drawing'>{text}</div>"]
+    return drawing_section(result, svg, drawn_members(result))
 
 
 def _jump_links(*, drawn: bool) -> str:
@@ -192,13 +188,24 @@ def _coverage(result: DiffResult) -> str:
         f"{result.alignment.coverage:.0%} of the reference's tensor nodes aligned"
 
 
-def _divergence(result: DiffResult) -> list[str]:
+def _drawn_names(result: DiffResult, svg: bytes | None) -> set[str]:
+    """The reference nodes the drawing shows (as themselves or in a box)."""
+    if svg is None:
+        return set()
+    titles = {html.unescape(t) for t in re.findall(r"<title>([^<]*)</title>", svg.decode())}
+    return titles | {m for members in drawn_members(result).values() for m in members}
+
+
+def _divergence(result: DiffResult, *, drawn: set[str] | None = None) -> list[str]:
     e = html.escape
     d = result.first_divergence
     parts = []
     if d is not None:
+        where = f"<code>{e(d.reference_node)}</code>"
+        if d.reference_node in (drawn or set()):  # opens the node's panel in the drawing
+            where = f"<a href='#node={e(quote(d.reference_node))}'>{where}</a>"
         parts.append(f"<div class='divergence'><p><b>First divergence:</b> "
-                     f"<code>{e(d.reference_node)}</code> &rarr; <code>{e(d.candidate_node)}"
+                     f"{where} &rarr; <code>{e(d.candidate_node)}"
                      f"</code> ({e(d.op)} in <code>{e(d.module or d.layer)}</code>), local max "
                      f"abs error {d.local_max_abs_err:.3g} over budget {e(d.budget)}.</p></div>")
         parts += [f"<p class='hint'><b>Hint:</b> {e(h)}</p>" for h in d.hints]
@@ -216,8 +223,10 @@ def _layers_table(result: DiffResult, *, outlined: set[str] | None = None) -> st
         layer = text_cell(r.layer)
         if r.layer in outlined:  # a link to its outline in the drawing
             layer = Cell(f"<a href='#{html.escape(_layer_anchor(r.layer))}'>{layer.html}</a>")
+        compared = word != WORD_NA  # nothing compared: no error, never an error of 0
         cells: list[Cell] = [text_cell(word), layer,
-                             number_cell(r.max_abs_err), number_cell(r.local_max_abs_err),
+                             number_cell(r.max_abs_err) if compared else na_cell(),
+                             number_cell(r.local_max_abs_err) if compared else na_cell(),
                              text_cell(r.worst_node, code=True), number_cell(r.nodes),
                              number_cell(r.failing), number_cell(r.unmatched)]
         rows.append(({"FAIL": "fail", "drift": "drift"}.get(word, ""), cells))

@@ -34,6 +34,11 @@ def number_cell(value: float | int | None) -> Cell:
     return Cell(shown, repr(float(value)), numeric=True)
 
 
+def na_cell() -> Cell:
+    """A number that does not exist (nothing compared): "n/a", sorted below every value."""
+    return Cell("n/a", "", numeric=True)
+
+
 def table(table_id: str, headers: Sequence[str], rows: Sequence[tuple[str, Sequence[Cell]]],
           *, hide_unless: str | None = None) -> str:
     """A sortable table; rows are (status class, cells).

@@ -12,7 +12,8 @@ Schema (version 1)::
      "summary": {"pairs", "coverage", "max_abs_err", "ok", "drift", "fail",
                  "unmatched", "skipped"},
      "nodes": [every field of NodeDiff, per aligned pair or unmatched node],
-     "layers": [every field of LayerDiff, and "status": pass, FAIL, drift or n/a],
+     "layers": [every field of LayerDiff, and "status": pass, FAIL, drift or n/a;
+                an n/a layer (nothing compared) has null errors],
      "outputs": [every field of OutputDiff: each output of the truth runs, per call],
      "notes": [str]}
 
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from introspect import __version__
 from introspect.diff.records import STATUS_SKIPPED
-from introspect.diff.status import layer_statuses
+from introspect.diff.status import WORD_NA, layer_statuses
 from introspect.diff.tolerance import DEFAULTS
 from introspect.report.generation import generation_json
 
@@ -64,13 +65,22 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
                     "max_abs_err": result.max_abs_err,
                     **{k: v for k, v in counts.items() if k != "pairs"}},
         "nodes": [asdict(r) for r in result.rows if r.status != STATUS_SKIPPED],
-        "layers": [{**asdict(r), "status": word}
+        "layers": [_layer_dict(r, word)
                    for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
         "outputs": [asdict(r) for r in getattr(result, "output_rows", [])],
         "notes": list(result.notes),
         **generation_json(result),  # steps, caches, generated: with --generate only
         **({"backward": backward_dict(result)} if result.backward is not None else {}),
     })
+
+
+def _layer_dict(row: Any, word: str) -> dict[str, Any]:
+    """A layer's fields and status word; with nothing compared (n/a) its errors are null,
+    not 0."""
+    layer = {**asdict(row), "status": word}
+    if word == WORD_NA:
+        layer.update(max_abs_err=None, local_max_abs_err=None)
+    return layer
 
 
 def _dump_coverage(alignment: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
 from introspect.diff.records import STATUS_FAIL
+from introspect.diff.status import WORD_NA, layer_statuses
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult
@@ -15,14 +16,19 @@ def junit_xml(result: DiffResult) -> str:
     """The layers as ``<testcase>``s of one ``<testsuite>``."""
     layers = result.layer_rows
     failures = sum(not r.passed for r in layers)
+    words = layer_statuses(result)
+    skipped = sum(word == WORD_NA for word in words)
     suites = ET.Element("testsuites", name="introspect diff", tests=str(len(layers)),
                         failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite",
                           name=f"{result.candidate_label} vs {result.reference_label}",
-                          tests=str(len(layers)), failures=str(failures), errors="0", skipped="0")
-    for r in layers:
+                          tests=str(len(layers)), failures=str(failures), errors="0",
+                          skipped=str(skipped))
+    for r, word in zip(layers, words, strict=True):
         case = ET.SubElement(suite, "testcase", classname="introspect.diff", name=r.layer)
-        if not r.passed:
+        if word == WORD_NA:  # nothing compared: neither a pass nor a failure
+            ET.SubElement(case, "skipped", message=f"nothing compared in {r.layer}")
+        elif not r.passed:
             rows = [n for n in result.rows if n.layer == r.layer and n.status == STATUS_FAIL]
             first = rows[0] if rows else None
             message = (f"{r.failing} node(s) over budget; first {first.reference_node} "

@@ -36,13 +36,14 @@ def markdown_summary(result: DiffResult) -> str:
         lines += [f"- hint: {_md(h)}" for h in dict.fromkeys(d.hints)]
     lines += ["", "| layer | output max abs err | worst local err | worst node | nodes | status |",
               "|---|---:|---:|---|---:|---|"]
-    from introspect.diff.status import layer_statuses, status_legend
+    from introspect.diff.status import WORD_NA, layer_statuses, status_legend
 
     words = layer_statuses(result)
     for r, word in zip(result.layer_rows, words, strict=True):
         status = f"**FAIL** ({r.failing})" if word == "FAIL" else word
-        lines.append(f"| {r.layer} | {_num(r.max_abs_err)} | {_num(r.local_max_abs_err)} | "
-                     f"{_code(r.worst_node)} | {r.nodes} | {status} |")
+        errors = (f"{_num(r.max_abs_err)} | {_num(r.local_max_abs_err)}" if word != WORD_NA
+                  else f"{WORD_NA} | {WORD_NA}")  # nothing compared: no error, not an error of 0
+        lines.append(f"| {r.layer} | {errors} | {_code(r.worst_node)} | {r.nodes} | {status} |")
     lines += ["", f"<sub>{_md(status_legend(words))}</sub>"]
     failing = [n for n in result.rows if n.status == STATUS_FAIL]
     if failing:

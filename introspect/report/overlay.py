@@ -85,14 +85,32 @@ def overlay_digraph(result: ComparedGraph, *, depth: Any = None, **options: Any)
     if failing_layers:
         caption += "; thick red border: a failing layer"
     overlay = Overlay(colors, notes, scores, ERROR_SCALE, caption, outline=failing_layers)
-    failing = sorted(int(layer.rpartition(".")[2]) for layer in failing_layers
-                     if layer.startswith("encoder.layer.") and layer.rpartition(".")[2].isdigit())
-    options.setdefault("expand", failing)
+    options.setdefault("expand", _failing_layer_indices(failing_layers))
     options.setdefault("max_width", NOTEBOOK_WIDTH)
     if result.reference is None:
         raise InputError("this diff's reference is a capture file, which holds no graph to "
                          "draw; diff against the live model to draw it")
     return draw_graph(result.reference, depth, overlay=overlay, **options)
+
+
+def drawn_members(result: ComparedGraph) -> dict[str, tuple[str, ...]]:
+    """Each node of ``overlay_svg``'s drawing that stands for other nodes than itself (a
+    folded block, a closed module, a layout chain): its DOT id (the SVG node's ``<title>``)
+    -> the reference nodes drawn there. A page finds a drawn node's rows with it."""
+    from introspect.render import build_plan
+
+    if result.reference is None:
+        return {}
+    plan = build_plan(result.reference,
+                      expand=_failing_layer_indices(failing_layer_names(result)))
+    return {node.id: tuple(dict.fromkeys(node.members)) for node in plan.nodes
+            if tuple(node.members) != (node.id,)}
+
+
+def _failing_layer_indices(failing_layers: Sequence[str]) -> list[int]:
+    """The encoder layers the drawing keeps open: the failing ones."""
+    return sorted(int(layer.rpartition(".")[2]) for layer in failing_layers
+                  if layer.startswith("encoder.layer.") and layer.rpartition(".")[2].isdigit())
 
 
 def failing_layer_names(result: ComparedGraph) -> tuple[str, ...]:

@@ -156,7 +156,7 @@ def test_no_horizontal_overflow_in_any_view(tiny_models, width):
         loaded.tokenizer, long_pair, head="next-sentence"))
     assert pair_maps.length(0) > 24
 
-    script = """["head", "model", "matrix"].map(function (view) {
+    script = """["head", "model", "matrix", "neuron"].map(function (view) {
       d.querySelector('.tabs button[data-view="' + view + '"]').click();
       return view + ':' + d.documentElement.scrollWidth + ':' + d.documentElement.clientWidth;
     }).join('|')"""
@@ -198,3 +198,117 @@ def test_screenshots(pair_maps, tmp_path, width):
         colours = {rgb for _, rgb in image.getcolors(maxcolors=1 << 20) or []}
         assert (9, 105, 218) in colours  # the pressed tab
         assert len(colours) > 50  # text and drawings, not a blank page
+
+
+def test_the_neuron_view_gets_the_heads_own_queries_and_keys(pair_maps):
+    """The float16 vectors on the page give back the model's weights: softmax(q·k × scale)
+    over the real keys is the probability the graph computed."""
+    import base64
+
+    import numpy as np
+    import torch
+
+    neurons = _data(pair_maps.html())["neurons"]
+    n, size = neurons["n"], neurons["size"]
+    assert n == pair_maps.length(0) and size == 64 and neurons["scales"] == [0.125, 0.125]
+    shape = (pair_maps.num_layers, pair_maps.num_heads, n, size)
+    q, k = (torch.from_numpy(np.frombuffer(base64.b64decode(neurons[name]), "<f2")
+                             .reshape(shape).astype("float32")) for name in ("queries", "keys"))
+    scores = torch.einsum("lhqd,lhkd->lhqk", q, k) * 0.125
+    weights = pair_maps.probs[:, 0][:, :, :n, :n]
+    assert (scores.softmax(-1) - weights).abs().max() < 2e-3  # float16 rounding only
+
+
+def test_the_neuron_view_is_read_from_eager_attention_too(tiny_models):
+    """Eager attention has no sdpa call: q and k are found behind the softmax."""
+    import torch
+
+    sdpa, eager = (introspect.attention(tiny_models("base", attn).model, introspect.tokenize(
+        tiny_models("base", attn).tokenizer)) for attn in ("sdpa", "eager"))
+    assert eager.scales == sdpa.scales == (0.125, 0.125)
+    assert torch.equal(eager.queries[0], sdpa.queries[0])  # layer 0: the same inputs
+    assert torch.equal(eager.keys[0], sdpa.keys[0])
+    assert (eager.queries - sdpa.queries).abs().max() < 1e-5  # later: sdpa's own rounding
+    assert (eager.keys - sdpa.keys).abs().max() < 1e-5
+
+
+@chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_neuron_view_draws_one_head_and_one_query(pair_maps, width):
+    from tests.browser import probe
+
+    n = pair_maps.length(0)
+    script = """(function () {
+      d.querySelector('.tabs button[data-view="neuron"]').click();
+      d.getElementById('layer').value = '1'; d.getElementById('head').value = '1';
+      var query = d.getElementById('query');
+      query.value = '2'; query.dispatchEvent(new Event('change'));
+      var svg = d.querySelector('#view svg'), out = [];
+      out.push(svg.querySelectorAll('rect.cell').length,
+               svg.querySelector('text.qtok').textContent);
+      out.push(Array.prototype.map.call(svg.querySelectorAll('text.score'),
+        function (t) { return t.textContent; }).join(','));
+      svg.querySelectorAll('text.ntok')[3].dispatchEvent(new MouseEvent('click', {bubbles: true}));
+      out.push(d.getElementById('query').value, d.querySelector('#view svg text.qtok').textContent);
+      out.push(d.documentElement.scrollWidth <= d.documentElement.clientWidth);
+      return out.join('|'); })()"""
+    cells, query, scores, chosen, query_after, fits = probe(pair_maps.html(), width,
+                                                           script).split("|")
+    tokens = pair_maps.real_tokens(0)
+    assert int(cells) == 64 * (1 + 2 * n)  # q, then k and q×k for each key
+    assert query == tokens[2] and chosen == "3" and query_after == tokens[3]
+    q, k = pair_maps.queries[1, 0, 1, 2, :], pair_maps.keys[1, 0, 1, :n, :]
+    expected = (k @ q) * 0.125
+    shown = [float(s) for s in scores.split(",")]
+    assert shown == pytest.approx(expected.tolist(), abs=0.02)  # from the float16 vectors
+    assert fits == "true"
+
+
+@chromium
+@pytest.mark.slow
+def test_dark_mode_follows_the_system_and_the_toggle(pair_maps):
+    from tests.browser import probe
+
+    script = """(function () {
+      var out = [], bg = function () { return w.getComputedStyle(d.body).backgroundColor; };
+      out.push(bg());
+      d.getElementById('theme').click(); out.push(bg(), d.documentElement.dataset.theme);
+      d.querySelector('.tabs button[data-view="matrix"]').click();
+      out.push(d.querySelector('#view rect').getAttribute('fill'));
+      d.getElementById('theme').click(); out.push(bg());
+      return out.join('|'); })()"""
+    light, dark, theme, cell, again = probe(pair_maps.html(), 1280, script).split("|")
+    assert light == again == "rgb(255, 255, 255)"  # headless Chromium prefers light
+    assert dark == "rgb(13, 17, 23)" and theme == "dark"
+    weight = round(float(pair_maps.probs[0, 0, 0, 0, 0]) * 255) / 255
+    assert cell == "rgb(" + ",".join(str(round(a + (b - a) * weight)) for a, b in
+                                     zip((13, 17, 23), (121, 192, 255), strict=True)) + ")"
+    page = pair_maps.html()
+    assert "@media (prefers-color-scheme: dark)" in page and page == pair_maps.html()
+
+
+@chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [390, 1280])
+def test_screenshots_of_the_neuron_view(pair_maps, tmp_path, width):
+    """INTROSPECT_SCREENSHOTS=DIR keeps the PNGs; scripts/page_screenshots.py writes the
+    demo's under reports/."""
+    import os
+    from pathlib import Path
+
+    from PIL import Image
+
+    from tests.browser import framed_screenshot
+
+    page = tmp_path / "attention.html"
+    page.write_text(pair_maps.html(), encoding="utf-8")
+    keep = os.environ.get("INTROSPECT_SCREENSHOTS")
+    shot = (Path(keep) if keep else tmp_path) / f"attention-neuron-{width}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    framed_screenshot(page, shot, width, 700, fragment="neuron")
+    colours = dict((rgb, count) for count, rgb in
+                   Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 22) or [])
+    blue = sum(c for rgb, c in colours.items() if rgb[2] > rgb[0] + 60)  # positive cells
+    orange = sum(c for rgb, c in colours.items() if rgb[0] > rgb[2] + 60)  # negative cells
+    assert blue > 500 and orange > 500
