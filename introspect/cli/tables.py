@@ -1,12 +1,15 @@
-"""Terminal tables that fit the terminal: rich at the console's width, never a wrapped row.
+"""Terminal tables and prose that fit the terminal: rich at the console's width.
 
-Long cells are cut with an ellipsis, in the middle (``hf BertM…(bert-tiny, sdpa)``) or, for
-node names next to their layer, at the start (``…attention_output_layer_norm``), or folded
-onto more lines at word boundaries (``cut="fold"``: ``attention_self_`` / ``query``).
-Number columns (``width=0`` without ``flex``) take the width of their widest cell: a
-number is never cut. FAIL is red on a terminal; a capped table ends with "… and N more".
-Piped output is plain text (no colour, no box characters), as wide as ``COLUMNS`` says
-(default 120).
+Long cells are cut with an ellipsis at a word boundary only (after ``_``, ``.``, a space,
+or between ``GELU`` and ``Activation``): at the start for node names next to their
+layer (``…output_layer_norm``), in the middle for labels, or folded onto more lines at
+those boundaries (``cut="fold"``: ``attention_self_`` / ``query``). A name with no
+boundary that fits is folded, never cut mid-word. Headers fold too. Number columns
+(``width=0`` without ``flex``) take the width of their widest cell: a number is never cut.
+FAIL is red on a terminal; a capped table ends with "… and N more". Prose (verdicts,
+hints, notes) is wrapped at spaces with a hanging indent (``prose``); a word longer than
+the line (a path, a node name) stays whole. Piped output is plain text (no colour, no
+box characters), as wide as ``COLUMNS`` says (default 120).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
                  caption=f"… and {more} more{' ' + more_hint if more_hint else ''}"
                  if more else None, caption_justify="left", caption_style="none")
     for column, w in zip(columns, widths, strict=True):
-        grid.add_column(shorten(column.header, w), justify=column.justify,  # type: ignore[arg-type]
+        grid.add_column(fold(column.header, w, " /_"), justify=column.justify,  # type: ignore[arg-type]
                         no_wrap=True, overflow="ellipsis", width=w)
     for row in rows:
         if isinstance(row, Heading):
@@ -81,7 +84,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
                                 style="bold") for i in range(len(columns))))
             continue
         grid.add_row(*(Text(fold(text, w, c.breaks) if c.cut == "fold"
-                            else shorten(text, w, c.cut),
+                            else shorten(text, w, c.cut, c.breaks),
                             style=STATUS_STYLE.get(text, ""))
                        for text, w, c in zip(row, widths, columns, strict=True)))
     return grid
@@ -103,7 +106,7 @@ def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
         return text
     import re
 
-    pieces = [p for p in re.split(f"(?<=[{re.escape(breaks)}])", text) if p]
+    pieces = _pieces(text, breaks)
     lines: list[str] = []
     line = ""
     for piece in pieces:
@@ -121,6 +124,31 @@ def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
     return "\n".join(lines)
 
 
+def _pieces(text: str, breaks: str) -> list[str]:
+    """``text`` split after each of ``breaks`` and between a lower and an upper case letter
+    (``GELU`` | ``Activation``, ``Bert`` | ``Layer``): where a line may break."""
+    import re
+
+    pattern = f"(?<=[{re.escape(breaks)}])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+    return [p for p in re.split(pattern, text) if p]
+
+
+def prose(console: Any, text: str, style: str = "", indent: int = 2) -> None:
+    """Print ``text`` wrapped at the console's width, at spaces only: continuation lines
+    indented by ``indent`` more than the first. A word longer than a line (a path, a node
+    name) stays whole on its own line; nothing is cut."""
+    import textwrap
+
+    from rich.text import Text
+
+    lead = len(text) - len(text.lstrip(" "))
+    lines = textwrap.wrap(text.lstrip(" "), max(console.width - lead, 20),
+                          subsequent_indent=" " * indent, break_long_words=False,
+                          break_on_hyphens=False) or [""]
+    for line in lines:
+        console.print(Text(" " * lead + line, style=style), soft_wrap=True)
+
+
 def emit(console: Any, renderable: Any) -> None:
     """Print on the console; in a pipe without the padding rich leaves at the ends of lines."""
     if console.is_terminal:
@@ -131,18 +159,32 @@ def emit(console: Any, renderable: Any) -> None:
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
-def shorten(text: str, width: int, cut: str = "middle") -> str:
-    """``text`` cut to ``width`` characters with an ellipsis where characters are left out.
+def shorten(text: str, width: int, cut: str = "middle", breaks: str = "_.,= /") -> str:
+    """``text`` cut to ``width`` characters with an ellipsis, at word boundaries only.
 
-    ``middle`` keeps a third of the start and the end; ``start`` keeps the end only (for
-    node names next to a layer column: the end says what the node does).
+    ``middle`` keeps whole words of the start (up to a third) and of the end; ``start``
+    keeps the end only (for node names next to a layer column: the end says what the node
+    does). Where no whole word of the end fits, ``text`` is folded onto lines instead.
     """
     if len(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
-    head = 0 if cut == "start" else (width - 1) // 3
-    return f"{text[:head]}…{text[len(text) - (width - 1 - head):]}"
+    pieces = _pieces(text, breaks)
+    head = ""
+    if cut != "start":
+        for piece in pieces:
+            if len(head) + len(piece) > (width - 1) // 3:
+                break
+            head += piece
+    tail = ""
+    for piece in reversed(pieces):
+        if len(head) + 1 + len(tail) + len(piece) > width:
+            break
+        tail = piece + tail
+    if not tail:
+        return fold(text, width, breaks)
+    return f"{head}…{tail}"
 
 
 def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
