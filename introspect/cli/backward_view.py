@@ -36,7 +36,8 @@ def node_gradient_table(rows: list[Any], width: int, limit: int | None) -> Any:
     shown = ordered if limit is None else ordered[:limit]
     columns = [Column("status", 6), Column("local_max_abs_err", 10, justify="right"),
                Column("max_abs_err", 9, justify="right"),
-               Column("layer", 0, flex=2, min_width=15), Column("op", 0, flex=2, min_width=8),
+               Column("layer", 0, flex=2, min_width=15),
+               Column("op", 0, flex=2, min_width=8, optional=True),
                Column("reference_node", 0, flex=5, cut="start")]
     cells = [(status_word(r.status), _num(r.local_max_abs_err), _num(r.max_abs_err), r.layer,
               r.op, r.reference_node) for r in shown]

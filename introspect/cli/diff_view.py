@@ -132,7 +132,7 @@ def layer_table(result: Any, width: int) -> Any:
                Column("max_abs_err", 9, justify="right"),
                Column("local_max_abs_err", 10, justify="right"),
                Column("nodes", 5, justify="right"), Column("failing", 7, justify="right"),
-               Column("worst_node", 0, flex=5, min_width=12, cut="start")]
+               Column("worst_node", 0, flex=5, min_width=12, cut="start", optional=True)]
     from introspect.diff.status import layer_statuses
 
     rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes else "",
@@ -164,7 +164,8 @@ def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> A
     columns = [Column("status", 6), Column("local_max_abs_err", 10, justify="right"),
                Column("max_abs_err", 9, justify="right"),
                *([Column("atol", 8, justify="right")] if wide else []),
-               Column("layer", 0, flex=2, min_width=15), Column("op", 0, flex=2, min_width=8),
+               Column("layer", 0, flex=2, min_width=15),
+               Column("op", 0, flex=2, min_width=8, optional=True),
                Column("reference_node", 0, flex=5, cut="start"),
                *([Column("candidate_node", 0, flex=4, cut="start")] if wide else [])]
     shown = rows if limit is None else rows[:limit]

@@ -38,6 +38,7 @@ class Column:
     min_width: int = 8
     cut: str = "middle"  # a long cell: "middle" or "start" (cut there), or "fold" (lines)
     breaks: str = "_.,= "  # where a folded cell may break: after one of these characters
+    optional: bool = False  # left out (the last first) where the others need the width
 
 
 def console_for(stream: TextIO, width: int | None = None) -> Any:
@@ -69,6 +70,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
     from rich.text import Text
 
     rows = [row if isinstance(row, Heading) else list(row) for row in rows]
+    columns, rows = _narrowed(columns, rows, width)
     widths = _fit(columns, [r for r in rows if not isinstance(r, Heading)], width)
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                  collapse_padding=True, title=title, title_justify="left", title_style="bold",
@@ -185,6 +187,24 @@ def shorten(text: str, width: int, cut: str = "middle", breaks: str = "_.,= /") 
     if not tail:
         return fold(text, width, breaks)
     return f"{head}…{tail}"
+
+
+def _narrowed(columns: Sequence[Column], rows: list[Any], width: int,
+              ) -> tuple[list[Column], list[Any]]:
+    """The columns (and cells) that fit ``width`` at their narrowest: optional columns
+    left out, the last first, until the others fit."""
+    columns = list(columns)
+
+    def narrowest(c: Column) -> int:
+        return c.width or (c.min_width if c.flex else len(c.header))
+
+    while sum(map(narrowest, columns)) + 2 * (len(columns) - 1) > width \
+            and any(c.optional for c in columns):
+        drop = max(i for i, c in enumerate(columns) if c.optional)
+        del columns[drop]
+        rows = [Heading(row.text, row.column - (row.column > drop), len(columns))
+                if isinstance(row, Heading) else row[:drop] + row[drop + 1:] for row in rows]
+    return columns, rows
 
 
 def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
