@@ -144,11 +144,22 @@ def prose(console: Any, text: str, style: str = "", indent: int = 2) -> None:
     from rich.text import Text
 
     lead = len(text) - len(text.lstrip(" "))
-    lines = textwrap.wrap(text.lstrip(" "), max(console.width - lead, 20),
+    body = text.lstrip(" ")
+    for phrase in KEEP_TOGETHER:  # a verdict is read (and searched for) as one phrase
+        body = body.replace(phrase, phrase.replace(" ", "\xa0"))
+    lines = textwrap.wrap(body, max(console.width - lead, 20),
                           subsequent_indent=" " * indent, break_long_words=False,
                           break_on_hyphens=False) or [""]
     for line in lines:
-        console.print(Text(" " * lead + line, style=style), soft_wrap=True)
+        console.print(Text(" " * lead + line.replace("\xa0", " "), style=style),
+                      soft_wrap=True)
+
+
+# Phrases prose never breaks: the verdicts and the words that open the last line.
+KEEP_TOGETHER = ("gradient parity holds", "gradient parity FAILS", "parity holds",
+                 "parity FAILS in the forward", "parity FAILS in the backward",
+                 "parity FAILS at step", "parity FAILS", "first divergence:",
+                 "first backward divergence:", "first divergent step:")
 
 
 def emit(console: Any, renderable: Any) -> None:
@@ -226,8 +237,12 @@ def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -
             for i, c in open_.items():
                 widths[i] = max(c.min_width, left * c.flex // shares)
             over = sum(widths[i] for i in open_) - left  # minimum widths can overshoot
-            widest = max(open_, key=lambda i: widths[i])
-            widths[widest] = max(widths[widest] - max(over, 0), 1)
+            while over > 0:  # a column above its minimum gives first, then the widest
+                spare = max(open_, key=lambda i: (widths[i] - open_[i].min_width, widths[i]))
+                if widths[spare] <= 1:
+                    break
+                widths[spare] -= 1
+                over -= 1
             break
         for i in modest:
             widths[i] = natural[i]
