@@ -135,7 +135,7 @@ def _pieces(text: str, breaks: str) -> list[str]:
     return [p for p in re.split(pattern, text) if p]
 
 
-def prose(console: Any, text: str, style: str = "", indent: int = 2) -> None:
+def prose(console: Any, text: str, style: str = "", indent: int = 4) -> None:
     """Print ``text`` wrapped at the console's width, at spaces only: continuation lines
     indented by ``indent`` more than the first. A word longer than a line (a path, a node
     name) stays whole on its own line; nothing is cut."""

@@ -45,7 +45,7 @@ def rendered(result, **options) -> str:
 
 def last_paragraph(lines: list[str]) -> list[str]:
     """The last line that does not continue another (prose continues indented), and after."""
-    start = max(i for i, line in enumerate(lines) if not line.startswith(" "))
+    start = max(i for i, line in enumerate(lines) if not line.startswith("    "))
     return lines[start:]
 
 
