@@ -105,7 +105,8 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
         prose(console, last, _verdict_style(last))
     elif backward is not None and not quiet:  # the verdict again, under the tables
         prose(console, f"{result.verdict}: forward and backward "
-                       f"({len(backward.parameter_rows)} parameters)", _verdict_style("parity holds"))
+                       f"({len(backward.parameter_rows)} parameters)",
+              _verdict_style("parity holds"))
 
 
 def print_legend(console: Any, words: Any) -> None:

@@ -106,7 +106,6 @@ def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
     spaces and commas a break replaces)."""
     if len(text) <= width or width < 1:
         return text
-    import re
 
     pieces = _pieces(text, breaks)
     lines: list[str] = []

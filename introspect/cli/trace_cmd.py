@@ -8,14 +8,14 @@ Examples:
 
 --format table prints a table that fits the terminal, one heading per layer, node names
 without their layer's prefix and folded where long (numbers are never cut); identical
-encoder layers are shown once, marked xN, as the drawing folds them (--no-fold lists
-every layer). --depth N prints one row per module down to N levels instead, as
-torchinfo does. Then the totals: parameters, trainable, parameter bytes, input and
-activation bytes, FLOPs (2 x M x N x K of every linear, matmul, bmm, baddbmm, addmm and
-attention; other ops are not counted), nodes. -o FILE writes the same text as a terminal as wide as COLUMNS (default
-120) would show; csv, json and graphml go to -o FILE, or to stdout without -o or with -o -. --layers
-lists one row per layer instead of one per node (table and csv). Texts longer than the
-model's maximum positions (512 tokens) are truncated, with a notice.
+encoder layers are shown once, marked xN, as the drawing folds them (--no-fold lists every
+layer). --depth N prints one row per module down to N levels instead, as torchinfo does.
+Then the totals: parameters, trainable, parameter bytes, input and activation bytes, FLOPs
+(2 x M x N x K of every linear, matmul, bmm, baddbmm, addmm and attention; other ops are
+not counted), nodes. -o FILE writes the same text as a terminal as wide as COLUMNS
+(default 120) would show; csv, json and graphml go to -o FILE, or to stdout without -o or
+with -o -. --layers lists one row per layer instead of one per node (table and csv). Texts
+longer than the model's maximum positions (512 tokens) are truncated, with a notice.
 """
 
 from __future__ import annotations
@@ -110,7 +110,6 @@ def print_table(graph: Any, args: argparse.Namespace, width: int | None = None,
     from rich.text import Text
 
     from introspect.cli.tables import console_for, emit, prose
-
     from introspect.summary import FOLD_NOTE, module_table, totals_table
 
     console = console_for(stream or sys.stdout, width)

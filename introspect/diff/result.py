@@ -316,5 +316,5 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["STATUS_LEGEND", "DiffResult", "backward_divergence", "html_table", "layer_statuses", "status_legend",
-           "status_word"]
+__all__ = ["STATUS_LEGEND", "DiffResult", "backward_divergence", "html_table",
+           "layer_statuses", "status_legend", "status_word"]

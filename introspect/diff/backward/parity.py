@@ -842,8 +842,9 @@ def carried_in(params: Sequence[ParameterGradient], rows: Sequence[GradientDiff]
     A weight's gradient sums, over the nodes that read it, each one's input times its
     output gradient: when none of them computes its own backward over budget, and at one
     at least the output gradient (the node's row drifts) or the forward values (the
-    forward diff's status) already differ, the difference came from elsewhere. Drift still fails the backward; it
-    says "look nearer the loss, or in the forward", not "look here".
+    forward diff's status) already differ, the difference came from elsewhere. Drift
+    still fails the backward; it says "look nearer the loss, or in the forward", not
+    "look here".
     """
     readers: dict[str, list[str]] = {}
     for node, weights in weights_read.items():
