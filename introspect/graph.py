@@ -124,9 +124,33 @@ class IntrospectGraph:
                 f"{_html(', '.join(self.output_names))}</p>")
         return head + self.layers.to_html(index=False)
 
+    @property
+    def total_params(self) -> int:
+        """Parameters of the traced module (each tensor once), as torchinfo's ``total_params``."""
+        return sum(p.numel() for p in self.gm.parameters())
+
+    @property
+    def total_flops(self) -> int:
+        """FLOPs of every linear, matmul and attention (2 x M x N x K), for these inputs."""
+        return sum(r.flops for r in self.records)
+
+    def summary(self, depth: int | None = 2, width: int = 100, *, fold: bool = True) -> str:
+        """A torchinfo-like summary: one row per module down to ``depth`` levels (None: every
+        level), identical encoder layers folded ×N, then the totals (parameters, bytes,
+        FLOPs, nodes); at most ``width`` characters a line."""
+        from introspect.summary import summary_text
+
+        return summary_text(self, depth, width, fold=fold)
+
+    def __str__(self) -> str:
+        return self.summary()
+
     def __repr__(self) -> str:
-        return (f"IntrospectGraph({self.title or 'model'}: {len(self.records)} nodes, "
-                f"inputs={list(self.input_names)}, outputs={list(self.output_names)})")
+        shapes = sum(r.kind == KIND_SHAPE for r in self.records)
+        return (f"IntrospectGraph({self.title or 'model'}: {len(self.records)} nodes "
+                f"({shapes} shape bookkeeping), {self.total_params:,} parameters, "
+                f"{self.total_flops:,} FLOPs, inputs={list(self.input_names)}, "
+                f"outputs={list(self.output_names)})")
 
 
 @dataclass(frozen=True)

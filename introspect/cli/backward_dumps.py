@@ -46,3 +46,7 @@ def add_dump_gradients(args: argparse.Namespace, result: Any) -> None:
     result.backward = compare_gradients(reference, candidate, result.tolerance,
                                         getattr(args, "allow_nonfinite", False))
     result.passed = result.passed and result.backward.passed
+    if result.first_divergence is None and result.backward.first_divergence is not None:
+        from introspect.diff.result import backward_divergence
+
+        result.first_divergence = backward_divergence(result.backward.first_divergence)

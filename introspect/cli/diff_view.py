@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from introspect.cli.tables import Column, console_for, emit, table
+from introspect.cli.tables import Column, console_for, emit, prose, table
 
 MAX_FAILING_ROWS = 20  # without --nodes; the rest is "… and N more"
 
@@ -26,7 +26,7 @@ def verdict_lines(result: Any) -> list[str]:
 
         lines += step_summary(result)
     d = result.first_divergence
-    if d is not None:
+    if d is not None and getattr(d, "phase", "forward") == "forward":
         if getattr(d, "detail", ""):
             lines.append(f"  detail: {d.detail}")
         lines += [f"  hint: {h}" for h in dict.fromkeys(d.hints)]
@@ -46,7 +46,8 @@ def divergence_line(result: Any) -> str | None:
     """The first divergence in one line (the last line of a failing diff), or None."""
     d = result.first_divergence
     backward = getattr(result, "backward", None)
-    if d is None and backward is not None and backward.first_divergence is not None:
+    if backward is not None and backward.first_divergence is not None and (
+            d is None or getattr(d, "phase", "forward") == "backward"):
         first = [line for line in backward.summary().splitlines()
                  if line.startswith("first backward divergence")]
         return first[0] if first else None
@@ -62,16 +63,20 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
                heads: Any = None) -> None:
     """Print the diff for a person on ``stream`` (stdout, or stderr when a report holds it).
 
+    Every line fits the width (prose wrapped at spaces, a path or a node name longer than
+    a line kept whole). A failing diff ends on its first divergence; a passing one with
+    tables below the verdict (``--backward``) ends on its verdict again.
+
     ``heads``: the head-by-head parity (``HeadParity``) to report, or None.
     """
-    from introspect.diff.status import layer_statuses, status_legend, status_word
+    from introspect.diff.status import layer_statuses, status_word
 
     console = console_for(stream, width)
     lines = verdict_lines(result)
     if not quiet:
         lines += [f"note: {n}" for n in _notes(result)]
-    for line in lines:  # long lines wrap as the terminal wraps them: no hard breaks
-        console.print(line, style=_verdict_style(line), soft_wrap=True)
+    for line in lines:
+        prose(console, line, _verdict_style(line))
     if not quiet:
         console.print()
         emit(console, layer_table(result, console.width))
@@ -81,32 +86,54 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
             console.print()
             emit(console, node_table(result, console.width, rows,
                                      None if all_nodes else MAX_FAILING_ROWS))
-        console.print(status_legend(words), style="dim")  # wrapped at the width
+        print_legend(console, words)
     if getattr(result, "step_rows", None):
         from introspect.cli.generation_view import print_steps
 
         print_steps(result, stream, quiet=quiet, width=width)
     backward = getattr(result, "backward", None)
-    if backward is not None and not quiet:  # --backward: the weights' gradients
-        console.print()
-        console.print(backward.parameter_table(limit=10 if backward.passed else 20),
-                      markup=False, highlight=False, soft_wrap=True)
+    if backward is not None and not quiet:  # --backward: the gradients' tables
+        from introspect.cli.backward_view import print_backward
+
+        print_backward(backward, console, all_rows=all_nodes)
     if heads is not None and (not quiet or not heads.all_passed):
-        console.print(heads.summary(), soft_wrap=True)
+        prose(console, heads.summary())
     if out and not quiet:
-        console.print(f"reports written to {out}", soft_wrap=True)
+        prose(console, f"reports written to {out}")
     last = divergence_line(result)
     if last:
-        console.print(last, style=_verdict_style(last), soft_wrap=True)
+        prose(console, last, _verdict_style(last))
+    elif backward is not None and not quiet:  # the verdict again, under the tables
+        prose(console, f"{result.verdict}: forward and backward "
+                       f"({len(backward.parameter_rows)} parameters)",
+              _verdict_style("parity holds"))
+
+
+def print_legend(console: Any, words: Any) -> None:
+    """The status legend: whole entries per line where they fit (never a sentence cut)."""
+    from introspect.diff.status import status_legend
+
+    text = status_legend(words).removeprefix("status: ")
+    entries = [e.strip() for e in text.split("; ")]
+    line = "status:"
+    for entry in entries:
+        candidate = f"{line} {entry};"
+        if len(candidate) <= console.width or line == "status:":
+            line = candidate
+            continue
+        prose(console, line.rstrip(";"), "dim", indent=8)
+        line = f"        {entry};"
+    prose(console, line.rstrip(";"), "dim", indent=8)
 
 
 def layer_table(result: Any, width: int) -> Any:
-    """One row per layer: status, errors, node counts and the worst node."""
+    """One row per layer: status, errors, node counts and the worst node (the headers are
+    ``DiffResult.layers``' columns: docs/columns.md)."""
     columns = [Column("status", 6), Column("layer", 0, flex=2, min_width=15),
-               Column("output err", 10, justify="right"), Column("worst local", 11,
-                                                                justify="right"),
-               Column("nodes", 5, justify="right"), Column("fail", 4, justify="right"),
-               Column("worst node", 0, flex=5, min_width=12, cut="start")]
+               Column("max_abs_err", 9, justify="right"),
+               Column("local_max_abs_err", 10, justify="right"),
+               Column("nodes", 5, justify="right"), Column("failing", 7, justify="right"),
+               Column("worst_node", 0, flex=5, min_width=12, cut="start", optional=True)]
     from introspect.diff.status import layer_statuses
 
     rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes else "",
@@ -135,12 +162,13 @@ def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> A
     from introspect.diff.status import status_word
 
     wide = width >= WIDE
-    columns = [Column("status", 6), Column("local err", 9, justify="right"),
-               Column("output err", 10, justify="right"),
-               *([Column("budget", 8, justify="right")] if wide else []),
-               Column("layer", 0, flex=2, min_width=15), Column("op", 0, flex=2, min_width=8),
-               Column("reference node", 0, flex=5, cut="start"),
-               *([Column("candidate node", 0, flex=4, cut="start")] if wide else [])]
+    columns = [Column("status", 6), Column("local_max_abs_err", 10, justify="right"),
+               Column("max_abs_err", 9, justify="right"),
+               *([Column("atol", 8, justify="right")] if wide else []),
+               Column("layer", 0, flex=2, min_width=15),
+               Column("op", 0, flex=2, min_width=8, optional=True),
+               Column("reference_node", 0, flex=5, cut="start"),
+               *([Column("candidate_node", 0, flex=4, cut="start")] if wide else [])]
     shown = rows if limit is None else rows[:limit]
     cells = [(status_word(r.status), _num(r.local_max_abs_err),
               _num(r.max_abs_err), *([_num(r.atol)] if wide else []), r.layer, r.op,

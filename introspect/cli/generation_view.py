@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from introspect.cli.tables import Column, console_for, emit, table
+from introspect.cli.tables import Column, console_for, emit, prose, table
 
 
 def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None = None) -> None:
@@ -21,10 +21,10 @@ def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None =
                   for side in ("reference", "candidate")), default=9)
     tokens = max(9, min(tokens, 24))
     columns = [Column("status", 6), Column("step", 4, justify="right"),
-               Column("pos", 4, justify="right"), Column("reference", tokens),
+               Column("position", 8, justify="right"), Column("reference", tokens),
                Column("candidate", tokens),
-               Column("logits err", 10, justify="right"),
-               Column("first divergent node / cache", 0, flex=4, min_width=16)]
+               Column("logits_max_abs_err", 10, justify="right"),
+               Column("first_node / cache", 0, flex=4, min_width=16, cut="fold")]
     rows = []
     for r in result.step_rows:
         where = r.first_node and f"{r.first_node} ({r.op} in {r.module or r.layer})"
@@ -37,10 +37,10 @@ def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None =
                         title="generation steps (teacher-forced on the reference's tokens)"))
     generated = result.generated
     if generated is not None and generated.reference_pieces and any(generated.reference_pieces):
-        console.print(f"reference: {generated.prompt_text}|{''.join(generated.reference_pieces)}",
-                      soft_wrap=True, markup=False)
-        console.print(f"candidate: {generated.prompt_text}|{''.join(generated.candidate_pieces)}",
-                      soft_wrap=True, markup=False)
+        prose(console, f"reference: {generated.prompt_text}|"
+                       f"{''.join(generated.reference_pieces)}", indent=9)
+        prose(console, f"candidate: {generated.prompt_text}|"
+                       f"{''.join(generated.candidate_pieces)}", indent=9)
 
 
 __all__ = ["print_steps"]

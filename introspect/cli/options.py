@@ -233,6 +233,8 @@ def load_model_and_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
         inputs = dataclasses.replace(inputs, tensors={
             name: tensor.unsqueeze(0) for name, tensor in inputs.tensors.items()})
     for note in [*loaded.notes, *inputs.notes]:
+        if getattr(args, "generate", None) and "use_cache=False" in note:
+            continue  # --generate decodes with each side's own cache: the note would mislead
         say_note(args, note)
     return loaded, inputs
 

@@ -1,12 +1,15 @@
-"""Terminal tables that fit the terminal: rich at the console's width, never a wrapped row.
+"""Terminal tables and prose that fit the terminal: rich at the console's width.
 
-Long cells are cut with an ellipsis, in the middle (``hf BertM…(bert-tiny, sdpa)``) or, for
-node names next to their layer, at the start (``…attention_output_layer_norm``), or folded
-onto more lines at word boundaries (``cut="fold"``: ``attention_self_`` / ``query``).
-Number columns (``width=0`` without ``flex``) take the width of their widest cell: a
-number is never cut. FAIL is red on a terminal; a capped table ends with "… and N more".
-Piped output is plain text (no colour, no box characters), as wide as ``COLUMNS`` says
-(default 120).
+Long cells are cut with an ellipsis at a word boundary only (after ``_``, ``.``, a space,
+or between ``GELU`` and ``Activation``): at the start for node names next to their
+layer (``…output_layer_norm``), in the middle for labels, or folded onto more lines at
+those boundaries (``cut="fold"``: ``attention_self_`` / ``query``). A name with no
+boundary that fits is folded, never cut mid-word. Headers fold too. Number columns
+(``width=0`` without ``flex``) take the width of their widest cell: a number is never cut.
+FAIL is red on a terminal; a capped table ends with "… and N more". Prose (verdicts,
+hints, notes) is wrapped at spaces with a hanging indent (``prose``); a word longer than
+the line (a path, a node name) stays whole. Piped output is plain text (no colour, no
+box characters), as wide as ``COLUMNS`` says (default 120).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Column:
     min_width: int = 8
     cut: str = "middle"  # a long cell: "middle" or "start" (cut there), or "fold" (lines)
     breaks: str = "_.,= "  # where a folded cell may break: after one of these characters
+    optional: bool = False  # left out (the last first) where the others need the width
 
 
 def console_for(stream: TextIO, width: int | None = None) -> Any:
@@ -66,6 +70,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
     from rich.text import Text
 
     rows = [row if isinstance(row, Heading) else list(row) for row in rows]
+    columns, rows = _narrowed(columns, rows, width)
     widths = _fit(columns, [r for r in rows if not isinstance(r, Heading)], width)
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                  collapse_padding=True, title=title, title_justify="left", title_style="bold",
@@ -73,7 +78,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
                  caption=f"… and {more} more{' ' + more_hint if more_hint else ''}"
                  if more else None, caption_justify="left", caption_style="none")
     for column, w in zip(columns, widths, strict=True):
-        grid.add_column(shorten(column.header, w), justify=column.justify,  # type: ignore[arg-type]
+        grid.add_column(fold(column.header, w, " /_"), justify=column.justify,  # type: ignore[arg-type]
                         no_wrap=True, overflow="ellipsis", width=w)
     for row in rows:
         if isinstance(row, Heading):
@@ -81,7 +86,7 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: in
                                 style="bold") for i in range(len(columns))))
             continue
         grid.add_row(*(Text(fold(text, w, c.breaks) if c.cut == "fold"
-                            else shorten(text, w, c.cut),
+                            else shorten(text, w, c.cut, c.breaks),
                             style=STATUS_STYLE.get(text, ""))
                        for text, w, c in zip(row, widths, columns, strict=True)))
     return grid
@@ -101,9 +106,8 @@ def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
     spaces and commas a break replaces)."""
     if len(text) <= width or width < 1:
         return text
-    import re
 
-    pieces = [p for p in re.split(f"(?<=[{re.escape(breaks)}])", text) if p]
+    pieces = _pieces(text, breaks)
     lines: list[str] = []
     line = ""
     for piece in pieces:
@@ -121,6 +125,42 @@ def fold(text: str, width: int, breaks: str = "_.,= ") -> str:
     return "\n".join(lines)
 
 
+def _pieces(text: str, breaks: str) -> list[str]:
+    """``text`` split after each of ``breaks`` and between a lower and an upper case letter
+    (``GELU`` | ``Activation``, ``Bert`` | ``Layer``): where a line may break."""
+    import re
+
+    pattern = f"(?<=[{re.escape(breaks)}])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+    return [p for p in re.split(pattern, text) if p]
+
+
+def prose(console: Any, text: str, style: str = "", indent: int = 4) -> None:
+    """Print ``text`` wrapped at the console's width, at spaces only: continuation lines
+    indented by ``indent`` more than the first. A word longer than a line (a path, a node
+    name) stays whole on its own line; nothing is cut."""
+    import textwrap
+
+    from rich.text import Text
+
+    lead = len(text) - len(text.lstrip(" "))
+    body = text.lstrip(" ")
+    for phrase in KEEP_TOGETHER:  # a verdict is read (and searched for) as one phrase
+        body = body.replace(phrase, phrase.replace(" ", "\xa0"))
+    lines = textwrap.wrap(body, max(console.width - lead, 20),
+                          subsequent_indent=" " * indent, break_long_words=False,
+                          break_on_hyphens=False) or [""]
+    for line in lines:
+        console.print(Text(" " * lead + line.replace("\xa0", " "), style=style),
+                      soft_wrap=True)
+
+
+# Phrases prose never breaks: the verdicts and the words that open the last line.
+KEEP_TOGETHER = ("gradient parity holds", "gradient parity FAILS", "parity holds",
+                 "parity FAILS in the forward", "parity FAILS in the backward",
+                 "parity FAILS at step", "parity FAILS", "first divergence:",
+                 "first backward divergence:", "first divergent step:")
+
+
 def emit(console: Any, renderable: Any) -> None:
     """Print on the console; in a pipe without the padding rich leaves at the ends of lines."""
     if console.is_terminal:
@@ -131,18 +171,50 @@ def emit(console: Any, renderable: Any) -> None:
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
-def shorten(text: str, width: int, cut: str = "middle") -> str:
-    """``text`` cut to ``width`` characters with an ellipsis where characters are left out.
+def shorten(text: str, width: int, cut: str = "middle", breaks: str = "_.,= /") -> str:
+    """``text`` cut to ``width`` characters with an ellipsis, at word boundaries only.
 
-    ``middle`` keeps a third of the start and the end; ``start`` keeps the end only (for
-    node names next to a layer column: the end says what the node does).
+    ``middle`` keeps whole words of the start (up to a third) and of the end; ``start``
+    keeps the end only (for node names next to a layer column: the end says what the node
+    does). Where no whole word of the end fits, ``text`` is folded onto lines instead.
     """
     if len(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
-    head = 0 if cut == "start" else (width - 1) // 3
-    return f"{text[:head]}…{text[len(text) - (width - 1 - head):]}"
+    pieces = _pieces(text, breaks)
+    head = ""
+    if cut != "start":
+        for piece in pieces:
+            if len(head) + len(piece) > (width - 1) // 3:
+                break
+            head += piece
+    tail = ""
+    for piece in reversed(pieces):
+        if len(head) + 1 + len(tail) + len(piece) > width:
+            break
+        tail = piece + tail
+    if not tail:
+        return fold(text, width, breaks)
+    return f"{head}…{tail}"
+
+
+def _narrowed(columns: Sequence[Column], rows: list[Any], width: int,
+              ) -> tuple[list[Column], list[Any]]:
+    """The columns (and cells) that fit ``width`` at their narrowest: optional columns
+    left out, the last first, until the others fit."""
+    columns = list(columns)
+
+    def narrowest(c: Column) -> int:
+        return c.width or (c.min_width if c.flex else len(c.header))
+
+    while sum(map(narrowest, columns)) + 2 * (len(columns) - 1) > width \
+            and any(c.optional for c in columns):
+        drop = max(i for i, c in enumerate(columns) if c.optional)
+        del columns[drop]
+        rows = [Heading(row.text, row.column - (row.column > drop), len(columns))
+                if isinstance(row, Heading) else row[:drop] + row[drop + 1:] for row in rows]
+    return columns, rows
 
 
 def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
@@ -164,8 +236,12 @@ def _fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -
             for i, c in open_.items():
                 widths[i] = max(c.min_width, left * c.flex // shares)
             over = sum(widths[i] for i in open_) - left  # minimum widths can overshoot
-            widest = max(open_, key=lambda i: widths[i])
-            widths[widest] = max(widths[widest] - max(over, 0), 1)
+            while over > 0:  # a column above its minimum gives first, then the widest
+                spare = max(open_, key=lambda i: (widths[i] - open_[i].min_width, widths[i]))
+                if widths[spare] <= 1:
+                    break
+                widths[spare] -= 1
+                over -= 1
             break
         for i in modest:
             widths[i] = natural[i]

@@ -7,13 +7,15 @@ Examples:
   introspect trace --format graphml -o graph.graphml   # for networkx, Gephi, yEd
 
 --format table prints a table that fits the terminal, one heading per layer, node names
-without their layer's prefix and folded where long (numbers are never cut), then the
-totals: parameters, trainable, parameter bytes, input and activation bytes, FLOPs
-(2 x M x N x K of every linear, matmul, bmm, baddbmm, addmm and attention; other ops
-are not counted). -o FILE writes the same text as a terminal as wide as COLUMNS (default
-120) would show; csv, json and graphml go to -o FILE, or to stdout without -o or with -o -. --layers
-lists one row per layer instead of one per node (table and csv). Texts longer than the
-model's maximum positions (512 tokens) are truncated, with a notice.
+without their layer's prefix and folded where long (numbers are never cut); identical
+encoder layers are shown once, marked xN, as the drawing folds them (--no-fold lists every
+layer). --depth N prints one row per module down to N levels instead, as torchinfo does.
+Then the totals: parameters, trainable, parameter bytes, input and activation bytes, FLOPs
+(2 x M x N x K of every linear, matmul, bmm, baddbmm, addmm and attention; other ops are
+not counted), nodes. -o FILE writes the same text as a terminal as wide as COLUMNS
+(default 120) would show; csv, json and graphml go to -o FILE, or to stdout without -o or
+with -o -. --layers lists one row per layer instead of one per node (table and csv). Texts
+longer than the model's maximum positions (512 tokens) are truncated, with a notice.
 """
 
 from __future__ import annotations
@@ -35,7 +37,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", action="store_true", help="one row per layer (table, csv)")
     parser.add_argument("--all", action="store_true",
                         help="table: also show shape-bookkeeping nodes (ints, sizes)")
+    parser.add_argument("--depth", type=_depth, metavar="N",
+                        help="table: one row per module down to N levels (1: blocks, 2: "
+                             "their modules, ...), as torchinfo")
+    parser.add_argument("--no-fold", dest="fold", action="store_false",
+                        help="table: list every encoder layer (default: identical ones once, "
+                             "xN)")
     add_verbosity_options(parser)
+
+
+def _depth(text: str) -> int:
+    try:
+        depth = int(text)
+    except ValueError:
+        depth = -1
+    if depth < 1:
+        raise argparse.ArgumentTypeError(f"--depth takes a number of module levels >= 1, "
+                                         f"got {text!r}")
+    return depth
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,20 +109,32 @@ def print_table(graph: Any, args: argparse.Namespace, width: int | None = None,
 
     from rich.text import Text
 
-    from introspect.cli.tables import console_for, emit
+    from introspect.cli.tables import console_for, emit, prose
+    from introspect.summary import FOLD_NOTE, module_table, totals_table
 
     console = console_for(stream or sys.stdout, width)
-    emit(console, layer_table(graph, console.width) if args.layers
-         else node_table(graph, console.width, include_bookkeeping=args.all))
+    fold = getattr(args, "fold", True)
+    depth = getattr(args, "depth", None)
+    folded = False
+    if depth is not None:
+        grid, folded = module_table(graph, console.width, depth, fold=fold)
+        emit(console, grid)
+    elif args.layers:
+        emit(console, layer_table(graph, console.width))
+    else:
+        grid, folded = node_table(graph, console.width, include_bookkeeping=args.all, fold=fold)
+        emit(console, grid)
+    if folded:
+        emit(console, Text(FOLD_NOTE + ("" if depth is not None else "; --no-fold lists them")))
     hidden = sum(r.kind == "shape" for r in graph.records) if not args.all else 0
-    if hidden and not args.layers:
+    if hidden and not args.layers and depth is None:
         emit(console, Text(f"{hidden} shape-bookkeeping nodes (ints, sizes) hidden; "
                            "--all shows them"))
     console.print()
     emit(console, totals_table(graph))
-    emit(console, Text(FLOPS_CONVENTION))
+    prose(console, FLOPS_CONVENTION, indent=0)
     for note in graph.notes:
-        emit(console, Text(f"note: {note}"))
+        prose(console, f"note: {note}")
 
 
 FLOPS_CONVENTION = ("FLOPs: 2 x M x N x K (a multiply and an add) for every linear, matmul, "
@@ -112,56 +143,10 @@ FLOPS_CONVENTION = ("FLOPs: 2 x M x N x K (a multiply and an add) for every line
 
 
 def totals(graph: Any) -> list[tuple[str, int, str]]:
-    """torchinfo's closing lines, from the traced graph: (label, number, unit or remark)."""
-    from introspect.trace.records import KIND_TENSOR
+    """torchinfo's closing lines (``introspect.summary.totals``)."""
+    from introspect.summary import totals as graph_totals
 
-    parameters = list(graph.gm.parameters())
-    count = sum(p.numel() for p in parameters)
-    trainable = sum(p.numel() for p in parameters if p.requires_grad)
-    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in parameters})
-    parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
-    computed = [r for r in graph.records if r.kind == KIND_TENSOR
-                and r.op not in ("placeholder", "get_attr", "output")]
-    inputs = [r for r in graph.records if r.op == "placeholder"]
-    shape = next((r.shape for r in inputs if r.shape), None)
-    return [
-        ("parameters", count, ""),
-        ("trainable parameters", trainable, ""),
-        ("parameter bytes", parameter_bytes, f"{human_bytes(parameter_bytes)}, "
-                                             f"{'/'.join(dtypes) or 'none'}"),
-        ("input bytes", sum(r.nbytes for r in inputs),
-         f"{' x '.join(map(str, shape))} tokens" if shape else ""),
-        ("activation bytes", sum(r.nbytes for r in computed),
-         f"{human_bytes(sum(r.nbytes for r in computed))}, {len(computed)} tensors"),
-        ("FLOPs", sum(r.flops for r in graph.records), ""),
-    ]
-
-
-def totals_table(graph: Any) -> Any:
-    """The totals as a small rich table: numbers right-aligned, sized from the data."""
-    from rich import box
-    from rich.table import Table
-
-    grid = Table(box=box.SIMPLE_HEAD, show_header=False, show_edge=False, pad_edge=False,
-                 padding=(0, 1), collapse_padding=True, title="totals", title_justify="left",
-                 title_style="bold")
-    rows = totals(graph)
-    grid.add_column(no_wrap=True)
-    grid.add_column(justify="right", no_wrap=True, min_width=max(len(f"{n:,}") for _, n, _ in rows))
-    grid.add_column(overflow="fold")
-    for label, number, remark in rows:
-        grid.add_row(label, f"{number:,}", f"({remark})" if remark else "")
-    return grid
-
-
-def human_bytes(count: int) -> str:
-    """``count`` bytes in decimal units, as torchinfo (``90.9 MB``)."""
-    size = float(count)
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1000
-    return f"{size:.3g} GB"
+    return graph_totals(graph)
 
 
 def node_label(name: str, layer: str) -> str:
@@ -174,12 +159,20 @@ def node_label(name: str, layer: str) -> str:
     return name
 
 
-def node_table(graph: Any, width: int, *, include_bookkeeping: bool = False) -> Any:
+def node_table(graph: Any, width: int, *, include_bookkeeping: bool = False,
+               fold: bool = True) -> tuple[Any, bool]:
     """One row per node under a heading per layer: what it does, its shape, params and
-    FLOPs. Numbers take the width they need; names and shapes fold onto more lines."""
+    FLOPs. Numbers take the width they need; names and shapes fold onto more lines.
+    Identical consecutive encoder layers are shown once, under ``encoder.layer.0–11 ×12``.
+
+    Returns the table and whether a layer was folded.
+    """
     from introspect.cli.tables import Column, Heading, table
+    from introspect.render.fold import layer_groups, layer_index, layer_members
 
     records = [r for r in graph.records if include_bookkeeping or r.kind != "shape"]
+    groups = layer_groups(layer_members(records), fold=fold)
+    group_of = {i: g for g in groups for i in range(g.first, g.last + 1)}
     shapes = [r.shapes or r.value for r in records]
     single = max((len(t) for t in shapes if "=" not in t), default=0)  # one tensor each
     columns = [Column("#", justify="right"), Column("node", 0, flex=4, min_width=12, cut="fold"),
@@ -188,13 +181,21 @@ def node_table(graph: Any, width: int, *, include_bookkeeping: bool = False) -> 
                Column("params", justify="right"), Column("FLOPs", justify="right")]
     rows: list[Any] = []
     layer = None
+    folded = False
     for r in records:
+        index = layer_index(r.layer)
+        group = group_of.get(index) if index is not None else None
+        if group is not None and group.count > 1 and index != group.first:
+            continue  # shown once, as the first layer of its fold
         if r.layer != layer:
             layer = r.layer
-            rows.append(Heading(layer or "(no layer)", 1, len(columns)))
+            title = layer or "(no layer)"
+            if group is not None and group.count > 1:
+                title, folded = f"{group.label} (each layer)", True
+            rows.append(Heading(title, 1, len(columns)))
         rows.append((str(r.index), node_label(r.name, r.layer), r.op_type, r.shapes or r.value,
                      f"{r.params:,}" if r.params else "", f"{r.flops:,}" if r.flops else ""))
-    return table(columns, rows, width=width, title=graph.title)
+    return table(columns, rows, width=width, title=graph.title), folded
 
 
 def layer_table(graph: Any, width: int) -> Any:

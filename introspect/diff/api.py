@@ -37,7 +37,7 @@ from introspect.diff.eager import Recording
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
-from introspect.diff.result import DiffResult
+from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.diff.truth import (
@@ -290,6 +290,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         raise InputError(f"the inputs {', '.join(changed)} changed during the diff")
     layers = layer_rows(rows, ref_side[0].records)
     passed = passed and (gradients is None or gradients.passed)
+    if divergence is None and gradients is not None and gradients.first_divergence is not None:
+        divergence = backward_divergence(gradients.first_divergence)  # what decided
     return DiffResult(passed, divergence, rows, layers, explanation.alignment, ref_side[0],
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,

@@ -160,6 +160,7 @@ class Divergence:
     hints: tuple[str, ...]  # known causes that match, in order of confidence
     detail: str = ""  # where the values first differ when that is a layout op, NaN, ...
     step: int | None = None  # with generate: the decoding step (0: the prefill)
+    phase: str = "forward"  # "backward": only the gradients differ (backward=True)
 
 
 # Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``.

@@ -54,14 +54,25 @@ class PairsSummary(Protocol):
     def coverage(self) -> float: ...
 
 
+def backward_divergence(d: Any) -> Divergence:
+    """A ``BackwardDivergence`` as the result's ``first_divergence`` (``phase`` "backward"),
+    for a diff whose forward holds: the divergence that decided the verdict."""
+    return Divergence(d.reference_node, d.candidate_node, d.module, d.layer, d.op,
+                      d.local_max_abs_err, d.budget, tuple(d.hints),
+                      f"the gradient of parameter {d.parameter}" if d.parameter else "",
+                      phase="backward")
+
+
 @dataclass
 class DiffResult:
     """Node-by-node comparison of a candidate against a reference.
 
     Attributes:
         passed: no aligned node's local error is over budget.
-        first_divergence: the first node, in the reference's graph order, whose local
-            error is over budget, with hints at known causes; None when parity holds.
+        first_divergence: the divergence that decided the verdict: the first node, in the
+            reference's graph order, whose local error is over budget, with hints at known
+            causes; where only the gradients differ (backward), the backward's first
+            divergence (``phase`` "backward"); None when parity holds.
         rows: one ``NodeDiff`` per aligned pair and per node without counterpart, in the
             reference's graph order (candidate-only nodes after the node they feed), then
             the skipped nodes (shape bookkeeping, constants).
@@ -218,14 +229,14 @@ class DiffResult:
 
     def summary(self) -> str:
         """A few lines of plain text: verdict, first divergence and hints, coverage."""
-        verdict = "parity holds" if self.passed else "parity FAILS"
         coverage = getattr(self.alignment, "coverage_text", None) or \
             f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned"
-        lines = [f"{self.candidate_label} vs {self.reference_label}: {verdict} "
-                 f"(max abs error {self.max_abs_err:.3g}; {len(self.alignment.pairs)} pairs, "
+        lines = [f"{self.candidate_label} vs {self.reference_label}: {self.verdict} "
+                 f"({'the forward holds: ' if self.failed_in == 'backward' else ''}"
+                 f"max abs error {self.max_abs_err:.3g}; {len(self.alignment.pairs)} pairs, "
                  f"{coverage})"]
         d = self.first_divergence
-        if d is not None:
+        if d is not None and d.phase == "forward":  # the backward's says it below
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "
                          f"({d.op} in {d.module or d.layer}), local max abs error "
                          f"{d.local_max_abs_err:.3g} over budget {d.budget}")
@@ -240,6 +251,33 @@ class DiffResult:
         if self.backward is not None:
             lines.append(self.backward.summary())
         return "\n".join(lines)
+
+    @property
+    def failed_in(self) -> str:
+        """What failed: "" when parity holds, else "forward", "backward" or "step K"."""
+        if self.passed:
+            return ""
+        d = self.first_divergence
+        if d is not None and d.phase == "backward":
+            return "backward"
+        step = d.step if d is not None else next(
+            (r.step for r in self.step_rows if not r.passed), None)
+        if self.step_rows and step is not None:
+            return f"step {step}"
+        forward_holds = d is None and not self.failing and not any(
+            r.status == STATUS_FAIL for r in self.output_rows)
+        if forward_holds and self.backward is not None and not self.backward.passed:
+            return "backward"
+        return "forward"
+
+    @property
+    def verdict(self) -> str:
+        """``parity holds``, or ``parity FAILS in the forward`` (``in the backward``,
+        ``at step K`` of a generation): the headline's words."""
+        where = self.failed_in
+        if not where:
+            return "parity holds"
+        return f"parity FAILS {'at' if where.startswith('step') else 'in the'} {where}"
 
     def layer_table(self) -> str:
         """The per-layer table as fixed-width text (for terminals and assertion messages)."""
@@ -304,5 +342,5 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["STATUS_LEGEND", "DiffResult", "html_table", "layer_statuses", "status_legend",
-           "status_word"]
+__all__ = ["STATUS_LEGEND", "DiffResult", "backward_divergence", "html_table",
+           "layer_statuses", "status_legend", "status_word"]

@@ -122,7 +122,9 @@ def test_training_bug_found_at_its_node(mlm, bug):
     else:
         assert any(words in h for h in d.hints), d.hints
     if bug in ("custom_gelu", "detach", "inplace", "scaled_hook", "untied"):
-        assert result.first_divergence is None  # the forward agrees: only the backward tells
+        # the forward agrees: the backward's divergence decides, and is the result's
+        assert result.first_divergence.phase == "backward" and result.failed_in == "backward"
+        assert result.first_divergence.reference_node == d.reference_node
 
 
 def test_loss_over_padded_labels(mlm):

@@ -20,6 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+def paragraphs(text: str) -> list[str]:
+    """Wrapped prose joined again: a line indented 4 more than its paragraph's first continues
+    it (the terminal view wraps at the width, with a hanging indent)."""
+    joined: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if joined and indent >= joined[-1][0] + 4:
+            joined[-1] = (joined[-1][0], f"{joined[-1][1]} {line.strip()}")
+        else:
+            joined.append((indent, line))
+    return [line for _, line in joined]
+
+
 def only_line(text: str) -> str:
     lines = text.strip().splitlines()
     assert len(lines) == 1, text
@@ -94,8 +107,8 @@ def test_quiet_failure_prints_the_verdict_the_first_divergence_and_its_hint(caps
             "bfloat16", "--quiet"]
     assert main(argv) == 1
     captured = capsys.readouterr()
-    lines = captured.out.splitlines()
-    assert "parity FAILS" in lines[0]
+    lines = paragraphs(captured.out)
+    assert "parity FAILS in the forward" in lines[0]
     assert lines[1].startswith("  hint: the candidate computes in bfloat16")
     assert lines[2].startswith("first divergence: add -> add (add in embeddings)")  # the last
     assert len(lines) == 3 and captured.err == ""  # no table, no notice
@@ -103,7 +116,7 @@ def test_quiet_failure_prints_the_verdict_the_first_divergence_and_its_hint(caps
 
 def test_quiet_pass_prints_the_verdict_line(capsys):
     assert main(["diff", "--model", "bert-tiny", "--quiet"]) == 0
-    assert only_line(capsys.readouterr().out).endswith("aligned)")
+    assert only_line("\n".join(paragraphs(capsys.readouterr().out))).endswith("aligned)")
 
 
 def _readme_ci_line() -> str:

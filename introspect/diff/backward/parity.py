@@ -141,10 +141,12 @@ class BackwardResult:
     def summary(self) -> str:
         verdict = "gradient parity holds" if self.passed else "gradient parity FAILS"
         failing = sum(r.status == STATUS_FAIL for r in self.parameter_rows)
+        drifting = sum(r.status == STATUS_DRIFT for r in self.parameter_rows)
+        drift = f", {drifting} drift" if drifting else ""
         lines = [f"backward ({self.loss} loss: reference {self.reference_loss:.6g}, candidate "
                  f"{self.candidate_loss:.6g}): {verdict}; {len(self.rows)} node gradients, "
-                 f"{len(self.parameter_rows)} parameters ({failing} failing), one SGD step "
-                 f"max abs error {self.sgd_max_abs_err:.3g}"]
+                 f"{len(self.parameter_rows)} parameters ({failing} failing{drift}), one SGD "
+                 f"step max abs error {self.sgd_max_abs_err:.3g}"]
         d = self.first_divergence
         if d is not None:
             where = f"parameter {d.parameter}" if d.parameter else \
@@ -232,6 +234,10 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
                                   _weights_read_together(alignment, ref_graph.gm, cand_graph.gm),
                                   allow_nonfinite)
+    alias = _aliases(reference)
+    read = {node: {alias.get(w, w) for w in weights}
+            for node, weights in _weights_read(ref_graph.gm).items()}
+    params = carried_in(params, rows, read, forward_status or {})
     mismatched = [name for name, target in ref.node_targets.items()
                   if name in records and records[name].op != target.split(":")[0]]
     if mismatched:
@@ -239,7 +245,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                      "on than in the forward diff; their gradients are left out")
     divergence = _first_divergence(rows, params, records, tolerance)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-        and not any(r.status == STATUS_FAIL for r in params) \
+        and not any(r.status in (STATUS_FAIL, STATUS_DRIFT) for r in params) \
         and (allow_nonfinite or math.isfinite(cand.loss)) and not cand.detached
     if not math.isclose(ref.loss, cand.loss, rel_tol=1e-4, abs_tol=1e-6):
         notes.append(f"the two losses differ: reference {ref.loss:.6g}, candidate "
@@ -828,6 +834,42 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
     return rows, sgd
 
 
+def carried_in(params: Sequence[ParameterGradient], rows: Sequence[GradientDiff],
+               weights_read: Mapping[str, set[str]],
+               forward_status: Mapping[str, str]) -> list[ParameterGradient]:
+    """Weights over budget whose error was carried in are ``drift``, as in the forward.
+
+    A weight's gradient sums, over the nodes that read it, each one's input times its
+    output gradient: when none of them computes its own backward over budget, and at one
+    at least the output gradient (the node's row drifts) or the forward values (the
+    forward diff's status) already differ, the difference came from elsewhere. Drift
+    still fails the backward; it says "look nearer the loss, or in the forward", not
+    "look here".
+    """
+    readers: dict[str, list[str]] = {}
+    for node, weights in weights_read.items():
+        for weight in weights:
+            readers.setdefault(weight, []).append(node)
+    by_node = {r.reference_node: r for r in rows}
+    marked = []
+    for p in params:
+        nodes = [by_node.get(n) for n in readers.get(p.reference, ())]
+        found = [r for r in nodes if r is not None]
+        carried = p.status == STATUS_FAIL and len(found) == len(nodes) > 0 \
+            and not any(r.status == STATUS_FAIL for r in found) \
+            and any(r.status == STATUS_DRIFT
+                    or forward_status.get(r.reference_node, STATUS_OK) != STATUS_OK
+                    for r in found)
+        marked.append(_replace_parameter(p, status=STATUS_DRIFT) if carried else p)
+    return marked
+
+
+def _replace_parameter(row: ParameterGradient, **changes: Any) -> ParameterGradient:
+    from dataclasses import replace
+
+    return replace(row, **changes)
+
+
 def _aliases(model: torch.nn.Module) -> dict[str, str]:
     """Every name a parameter is reachable under -> its first name (tied weights: one)."""
     first: dict[int, str] = {}
@@ -871,7 +913,7 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
                                   f"atol {tolerance.budget('float32').atol:.3g} x the gradient's "
                                   f"magnitude + rtol {tolerance.budget('float32').rtol:.3g} "
                                   "* |ref|", tuple(h for h in r.hint.split("; ") if h))
-    bad = [p for p in params if p.status == STATUS_FAIL]
+    bad = [p for p in params if p.status in (STATUS_FAIL, STATUS_DRIFT)]
     drifting = [r for r in rows if r.status == STATUS_DRIFT]
     if bad and drifting:  # where the gradient first left its budget, from the outputs
         r = max(drifting, key=lambda row: row.reference_index)
