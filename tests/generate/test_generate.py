@@ -138,6 +138,9 @@ def test_walkthrough_port_with_positions_not_advanced(gpt2, gpt2_example):
                "position 0 where the reference used 5")
     assert list(result.steps["passed"]) == [True, False, False, False]
     assert result.steps.iloc[1]["cache"] == "layer 0 keys"  # cached at a wrong position
+    # the layer table blames where the last line does, not the mask beside the positions
+    failing = [row.layer for row in result.layer_rows if row.failing]
+    assert failing and "mask" not in failing and result.first_divergence.layer in failing
 
 
 def test_tokens_part_and_teacher_forcing_is_said(llama):

@@ -41,6 +41,7 @@ from introspect.diff.generation import hints as step_hints
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
 from introspect.diff.result import DiffResult
+from introspect.diff.tables import layer_rows as table_of_layers
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
@@ -472,7 +473,15 @@ def _at_step(result: DiffResult, step: int, hints: tuple[str, ...],
     d = result.first_divergence
     if d is not None:
         module, layer = _where_used(result, d.reference_node) or (d.module, d.layer)
-        return dataclasses.replace(result, first_divergence=dataclasses.replace(
+        rows, layers = result.rows, result.layer_rows
+        if layer != d.layer and result.reference is not None:
+            # the layer table blames where the last line does (positions made beside the
+            # mask are blamed in the first layer that reads them)
+            rows = [dataclasses.replace(r, layer=layer, module=module)
+                    if r.reference_node == d.reference_node else r for r in rows]
+            layers = table_of_layers(rows, result.reference.records)
+        return dataclasses.replace(result, rows=rows, layer_rows=layers,
+                                   first_divergence=dataclasses.replace(
             d, step=step, module=module, layer=layer,
             hints=tuple(dict.fromkeys([*hints, *d.hints]))))
     from introspect.diff.records import Divergence
