@@ -143,7 +143,7 @@ def _mode_rows(settings: Settings, resumed: Sequence[Measurement],
         return kept
     if settings.quick:
         return []
-    return modes.mode_rows(progress=progress)
+    return modes.mode_rows(progress=progress, memory=True)
 
 
 PEAK_ONLY_TASKS = ((cases.FORWARD, "HF"), (cases.DIFF, cases.TOOL))

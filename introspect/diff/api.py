@@ -33,7 +33,7 @@ from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare import run_side_by_side
 from introspect.diff.copies import cast_copy
-from introspect.diff.eager import Recording
+from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.records import STATUS_FAIL, NodeDiff
@@ -196,9 +196,17 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         ref_accepted = accepted_inputs(reference, ref_tensors)
         ref_truth = run_truth(reference, ref_accepted) if truths else None
         ref_given, cand_given = recordings or (None, None)
+        # With backward, one forward per side recorded with autograd on serves both
+        # comparisons; the reference's backward runs now, before the candidate is built.
+        gradients_with = _one_forward_for_both(backward, loss, noise_budget, recordings)
         ref_side = None if noise_budget else \
             record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords,
-                            ref_given)
+                            ref_given, gradients_with or record_forward)
+        ref_gradients, loss_inputs = None, None
+        if gradients_with is not None:
+            assert ref_side is not None
+            loss_inputs = _copies(ref_tensors)
+            ref_gradients = _gradients_now(reference, ref_side, loss, loss_inputs)
         if deferred is not None:
             candidate = deferred.build()
             placement = devices.place(reference, candidate)  # nothing moves
@@ -241,7 +249,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               raise_errors=verdict is None,
                               agreeing_outputs=(),  # see docs/verdict.md: not yet sound
                               placement=placement, recording=cand_given,
-                              original_reference=original_reference)
+                              original_reference=original_reference,
+                              recorder=gradients_with if gradients_with is not None
+                              and getattr(candidate, "_orig_mod", None) is None
+                              else record_forward)
         notes += explanation.notes
         if unpaired is not None:
             raise unpaired
@@ -259,7 +270,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                               _copies(ref_side[1]),
                               _copies(explanation.cand_inputs or {}), explanation.alignment,
                               ref_side[0], explanation.graph, tolerance, noise_budget,
-                              tensors, rows, allow_nonfinite)
+                              tensors, rows, allow_nonfinite, ref_gradients,
+                              getattr(explanation.recording, "run", None), loss_inputs)
         explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
             and not explanation.unfaithful
         if verdict is None:
@@ -304,7 +316,9 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
               alignment: Alignment, ref_graph: IntrospectGraph,
               cand_graph: IntrospectGraph | None, tolerance: Tolerance, noise_budget: bool,
               tensors: Mapping[str, torch.Tensor], rows: Sequence[NodeDiff],
-              allow_nonfinite: bool = False) -> Any:
+              allow_nonfinite: bool = False, ref_gradients: Any = None,
+              candidate_run: Any = None,
+              loss_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
     """Gradient parity (``introspect.diff.backward``) when asked for, else None."""
     if not wanted:
         if loss is not None:
@@ -323,13 +337,34 @@ def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: to
                          attention_mask=tensors.get("attention_mask"),
                          forward_status={r.reference_node: r.status for r in rows
                                          if r.reference_node and r.candidate_node},
-                         allow_nonfinite=allow_nonfinite)
+                         allow_nonfinite=allow_nonfinite, reference_gradients=ref_gradients,
+                         candidate_run=candidate_run, loss_inputs=loss_inputs)
 
 
+def _one_forward_for_both(backward: bool, loss: Any, noise_budget: bool,
+                          recordings: Any) -> Any:
+    """``record_with_gradients`` where the backward diff can go on from the forward diff's
+    recordings (not with a float64 reference, nor with recordings made already)."""
+    if not backward or noise_budget or recordings is not None:
+        return None
+    if loss is not None and not callable(loss):
+        raise InputError(f"loss must be a callable loss(outputs, inputs) -> scalar, got "
+                         f"{type(loss).__name__}")
+    from introspect.diff.backward.record import record_with_gradients
+
+    return record_with_gradients
 
 
+def _gradients_now(reference: torch.nn.Module, ref_side: Any, loss: Any,
+                   loss_inputs: Mapping[str, torch.Tensor]) -> Any:
+    """The reference's backward, on the forward its recording ran (autograd's graph kept
+    for the local backwards); the recording lets go of it."""
+    from introspect.diff.backward.parity import backward_loss
 
-
+    graph, accepted, recording = ref_side
+    run, recording.run = recording.run, None
+    _, loss_fn = backward_loss(reference, accepted, loss, loss_inputs)
+    return run.backward(loss_fn)
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:

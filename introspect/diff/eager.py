@@ -367,6 +367,12 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
         raise InputError(f"{type(model).__name__} could not run on the inputs: "
                          f"{type(e).__name__}: {cause}") from e
+    return finish_recording(recorder, model, tuple(inputs), outputs, title)
+
+
+def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: tuple[str, ...],
+                     outputs: Any, title: str = "") -> Recording:
+    """The recorded calls as a GraphModule (dead code dropped), once the model has run."""
     named = outputs_as_dict(outputs)
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
@@ -380,7 +386,7 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     finally:
         for name in recorder.constants:
             delattr(model, name)
-    return Recording(gm, tuple(inputs), tuple(returned), recorded_outputs=named,
+    return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
                      values=recorder.kept or {}, versions=recorder.kept_versions)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -67,7 +67,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             reference: torch.nn.Module, raise_errors: bool,
             agreeing_outputs: Collection[str] = (), placement: Any = None,
             recording: Recording | None = None,
-            original_reference: torch.nn.Module | None = None) -> Explanation:
+            original_reference: torch.nn.Module | None = None,
+            recorder: Callable[..., Recording] = record_forward) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
@@ -77,6 +78,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     reference's device. ``recording``: the candidate's run, recorded already.
     ``original_reference``: the user's reference, where ``reference`` is a float64 copy of
     it (a port that runs the user's model inside is noted, ``introspect.run.borrowed``).
+    ``recorder``: how the candidate is recorded (``record_forward``'s signature; the
+    backward diff's records with autograd on, so that one recorded forward serves both
+    comparisons).
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -90,7 +94,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             cand_graph, cand_inputs, cand_recording = record_for_diff(
                 recorded, {k: v.clone() for k, v in devices.to_device(tensors, where).items()},
                 candidate_label, cand_keywords,
-                recording)
+                recording, recorder)
         alignment = align_graphs(ref_graph, cand_graph, name_map=name_map)
     except Exception as e:  # noqa: BLE001  the recorder or aligner could not follow it
         if raise_errors:
@@ -254,6 +258,7 @@ def _input_notes(tensors: Mapping[str, Any], ref_inputs: Mapping[str, Any],
 def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
                     title: str, keywords: Mapping[str, Any] | None = None,
                     recording: Recording | None = None,
+                    recorder: Callable[..., Recording] = record_forward,
                     ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
     """Run ``model`` once and record what it ran (``introspect.diff.eager``).
 
@@ -261,6 +266,7 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     private state, globals and Python branches included, and no graph is cached or
     replayed from another layer. ``recording``: that run, made already by the caller
     (``generation``'s steps: a step runs once, its cache must not be updated twice).
+    ``recorder``: makes the recording, called as ``record_forward`` is.
     """
     accepted = accepted_inputs(model, tensors)
     if not accepted:
@@ -270,7 +276,7 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
     if keywords is None:  # a decoder's cache on by default: one forward without it
         keywords = cache_off(model, accepted)
     if recording is None:
-        recording = record_forward(model, accepted, title, keywords)
+        recording = recorder(model, accepted, title, keywords)
     notes = [*recording.notes, *([CACHE_OFF_NOTE] if cache_note else [])]
     graph = IntrospectGraph(recording.gm, node_records(recording.gm), recording.input_names,
                             recording.output_names, notes=notes, title=title)

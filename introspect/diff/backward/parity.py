@@ -36,7 +36,12 @@ import torch.fx
 
 from introspect.diff.backward.hints import gradient_hints, untied_hint
 from introspect.diff.backward.losses import default_loss, loss_kind
-from introspect.diff.backward.record import GradientRecording, LossFn, record_backward
+from introspect.diff.backward.record import (
+    GradientRecording,
+    GradientRun,
+    LossFn,
+    record_backward,
+)
 from introspect.diff.compare import fit_layout
 from introspect.diff.copies import cast_copy
 from introspect.diff.records import Pair, WeightRelation
@@ -191,7 +196,10 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                   loss: LossFn | None = None, noise_budget: bool = False,
                   attention_mask: torch.Tensor | None = None,
                   forward_status: Mapping[str, str] | None = None,
-                  allow_nonfinite: bool = False) -> BackwardResult:
+                  allow_nonfinite: bool = False,
+                  reference_gradients: GradientRecording | None = None,
+                  candidate_run: GradientRun | None = None,
+                  loss_inputs: Mapping[str, torch.Tensor] | None = None) -> BackwardResult:
     """Gradient parity on the forward diff's alignment (see the module's docstring).
 
     Args:
@@ -206,16 +214,24 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             "fail"): a local backward decides only where the values it reads are "ok".
         allow_nonfinite: NaN or Inf in a loss or a gradient is compared as a value, not
             failed.
+        reference_gradients: the reference's backward, run already on ``backward_loss``'s
+            loss (the diff runs it right after the reference's recorded forward, before
+            the candidate is built); None: run here.
+        candidate_run: the candidate's forward, recorded with autograd on for the forward
+            diff (``record_with_gradients``); its backward runs here. None: both run here.
+        loss_inputs: what the loss is given (a copy at each call); None: both models'
+            inputs.
 
     Raises:
         InputError: the reference's loss is NaN or Inf, or every gradient of the
             reference is zero (there is nothing to compare), or the loss fails.
     """
-    inputs_for_loss = {**cand_inputs, **ref_inputs}
-    kind = "user" if loss is not None else loss_kind(reference, ref_inputs)
-    loss_fn = _on_copies(loss if loss is not None else default_loss(kind), inputs_for_loss)
-    ref = record_backward(reference, ref_inputs, loss_fn)
-    cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
+    inputs_for_loss = loss_inputs if loss_inputs is not None else {**cand_inputs, **ref_inputs}
+    kind, loss_fn = backward_loss(reference, ref_inputs, loss, inputs_for_loss)
+    ref = reference_gradients if reference_gradients is not None else \
+        record_backward(reference, ref_inputs, loss_fn)
+    cand = candidate_run.backward(loss_fn, detached_ok=True) if candidate_run is not None \
+        else record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
     notes = _loss_notes(kind, ref, cand, allow_nonfinite)
     noise: dict[str, float] = {}
     if noise_budget:
@@ -228,12 +244,16 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise, pad,
                          allow_nonfinite)
     rows = comparer.node_rows()
-    local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
-                           forward_status or {})
-    rows = local.apply(rows)
     params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
                                   _weights_read_together(alignment, ref_graph.gm, cand_graph.gm),
                                   allow_nonfinite)
+    if any(r.status == STATUS_DRIFT for r in rows) or any(p.status == STATUS_FAIL
+                                                          for p in params):
+        # Only a failing backward has a divergence to find: every gradient within budget,
+        # no node's own backward can be the first over it, and none is run.
+        local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
+                               forward_status or {})
+        rows = local.apply(rows)
     alias = _aliases(reference)
     read = {node: {alias.get(w, w) for w in weights}
             for node, weights in _weights_read(ref_graph.gm).items()}
@@ -252,6 +272,14 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                      f"{cand.loss:.6g}")
     return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
                           notes)
+
+
+def backward_loss(reference: torch.nn.Module, ref_inputs: Mapping[str, torch.Tensor],
+                  loss: LossFn | None, inputs: Mapping[str, torch.Tensor]) -> tuple[str, LossFn]:
+    """The loss's kind and the loss both sides run: the user's, or the head's own
+    (``losses``), each call on its own copy of ``inputs``."""
+    kind = "user" if loss is not None else loss_kind(reference, ref_inputs)
+    return kind, _on_copies(loss if loss is not None else default_loss(kind), inputs)
 
 
 def _on_copies(loss_fn: LossFn, inputs: Mapping[str, torch.Tensor]) -> LossFn:
@@ -513,34 +541,44 @@ class _LocalBackward:
         self.cand_nodes = {n.name: n for n in cand_gm.graph.nodes}
 
     def apply(self, rows: list[GradientDiff]) -> list[GradientDiff]:
-        out = []
-        for row in rows:
+        """Each pair's local backward, walking from the outputs toward the inputs, up to
+        the first one over budget: that pair is the divergence (``_first_divergence``
+        takes the failing pair nearest the outputs), the pairs behind it keep their
+        propagated status. A pair whose forward inputs already differ cannot decide
+        (its backward runs on its own saved values) and is passed by."""
+        out = list(rows)
+        for i in sorted(range(len(rows)), key=lambda i: rows[i].reference_index, reverse=True):
+            row = rows[i]
             pair = self.by_ref.get(row.reference_node)
             if pair is None or row.status == STATUS_NOT_COMPARED \
-                    or pair.candidate != row.candidate_node:
-                out.append(row)
+                    or pair.candidate != row.candidate_node or not self.decisive(pair):
                 continue
             try:
                 found = self.local(pair)
             except Exception as e:  # an op that cannot run again in isolation
-                out.append(_replace(row, hint=(row.hint + "; " if row.hint else "")
-                                    + f"local backward not run ({type(e).__name__}: {e})"))
+                out[i] = _replace(row, hint=(row.hint + "; " if row.hint else "")
+                                  + f"local backward not run ({type(e).__name__}: {e})")
                 continue
             if found is None:
-                out.append(row)
                 continue
-            err, over, hints, frontier = found
-            # The candidate's backward runs on its own saved values: decisive only where the
-            # values it reads agree with the reference's (the forward diff said so).
-            differing = [name for name in frontier
-                         if self.forward_status.get(name, STATUS_OK) != STATUS_OK]
-            status = STATUS_FAIL if over and not differing else row.status
-            hint = "; ".join(hints) if over else row.hint
-            if over and differing:
-                hint = (f"local backward over budget but not decisive: the forward values it "
-                        f"reads already differ ({', '.join(differing[:3])})")
-            out.append(_replace(row, local_max_abs_err=err, status=status, hint=hint))
+            err, over, hints, _ = found
+            out[i] = _replace(row, local_max_abs_err=err,
+                              status=STATUS_FAIL if over else row.status,
+                              hint="; ".join(hints) if over else row.hint)
+            if over:
+                break
         return out
+
+    def decisive(self, pair: Pair) -> bool:
+        """The forward diff found every aligned value the pair's backward reads equal: the
+        candidate's backward runs on its own saved values, so only then does it decide."""
+        node = self.ref_nodes.get(pair.reference)
+        if node is None:
+            return False
+        frontier = self._frontier(node, lambda n: n in self.by_ref)
+        return frontier is not None and all(
+            self.forward_status.get(name, STATUS_OK) == STATUS_OK
+            for name in frontier if name in self.ref.tensors)
 
     def local(self, pair: Pair) -> tuple[float, bool, list[str], list[str]] | None:
         g_out = self.ref.grads.get(pair.reference)
@@ -935,4 +973,4 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
 
 
 __all__ = ["BackwardDivergence", "BackwardResult", "GradientDiff", "ParameterGradient",
-           "backward_diff"]
+           "backward_diff", "backward_loss"]

@@ -25,7 +25,14 @@ import torch
 import torch.fx
 from torch.autograd.graph import get_gradient_edge
 
-from introspect.diff.eager import _module_hooks, _mutates, _Recorder, outputs_as_dict
+from introspect.diff.eager import (
+    Recording,
+    _module_hooks,
+    _mutates,
+    _Recorder,
+    finish_recording,
+    outputs_as_dict,
+)
 from introspect.errors import InputError
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
@@ -135,6 +142,121 @@ class _GradientRecorder(_Recorder):
         self.handles.clear()
 
 
+@dataclass
+class GradientRun:
+    """One side's forward, recorded with autograd on; its backward runs later (``backward``).
+
+    The forward's ``Recording`` serves the forward diff as ``record_forward``'s does, so
+    one recorded forward per side serves both comparisons. The run holds the autograd
+    graph (and so every value the model saved for its backward) until ``backward``.
+    """
+
+    model: torch.nn.Module
+    inputs: Mapping[str, torch.Tensor]
+    recorder: _GradientRecorder
+    outputs: Any  # the model's own outputs, autograd's graph attached
+    named: dict[str, torch.nn.Parameter]  # parameter path -> parameter (first name of each)
+
+    def backward(self, loss_fn: LossFn, *, keep_graph: bool = True,
+                 detached_ok: bool = False) -> GradientRecording:
+        """``loss_fn(outputs, inputs).backward()``; every node's and parameter's gradient.
+
+        See ``record_backward``. Without ``keep_graph`` autograd frees each function's
+        saved values as it runs; the run cannot be used again either way.
+        """
+        recorder, named, outputs, inputs = self.recorder, self.named, self.outputs, self.inputs
+        self.outputs = None  # the graph goes with the recording (keep_graph) or now
+        saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
+        try:
+            for p in named.values():
+                p.requires_grad_(True)  # AccumulateGrad writes .grad only where it is set
+                p.grad = None
+            try:
+                with torch.enable_grad():
+                    loss = _loss_of(loss_fn, outputs, inputs)
+                    detached = isinstance(loss, torch.Tensor) and loss.numel() == 1 \
+                        and not loss.requires_grad and detached_ok
+                    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 \
+                            or not (loss.requires_grad or detached):
+                        raise InputError("the loss must be a scalar tensor that depends on "
+                                         f"the model's outputs, got {_describe(loss)}")
+                    if not detached:
+                        loss.reshape(()).backward(retain_graph=keep_graph)
+            except InputError:
+                raise
+            except Exception as e:
+                cause = " ".join(str(e).split())
+                raise InputError(f"{type(self.model).__name__} could not run forward and "
+                                 f"backward: {type(e).__name__}: {cause}") from e
+            # Taken, not copied: each .grad is put back to what it was below.
+            grads: dict[str, torch.Tensor | None] = {
+                name: None if p.grad is None else p.grad.detach() for name, p in named.items()}
+        finally:
+            recorder.unhook()
+            for name, p in named.items():
+                p.requires_grad_(saved[name][0])
+                p.grad = saved[name][1]
+        return GradientRecording(recorder.values, recorder.grads, recorder.requires_grad, grads,
+                                 {n: p.detach() for n, p in named.items()},
+                                 float(loss.detach()), outputs_as_dict(_detached(outputs)),
+                                 recorder.targets, recorder.tensors if keep_graph else {},
+                                 recorder.edges if keep_graph else {}, detached)
+
+
+@dataclass
+class GradientRecorded(Recording):
+    """A forward ``Recording`` made with autograd on, its ``GradientRun`` to go on with."""
+
+    run: GradientRun | None = None
+
+
+def run_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                keywords: Mapping[str, Any] | None = None) -> GradientRun:
+    """``model(**inputs)`` with autograd on, every node's value and gradient hooked.
+
+    Every parameter takes part (``requires_grad`` set for the call, then put back).
+
+    Raises:
+        InputError: the model failed on the inputs.
+    """
+    recorder = _GradientRecorder(model)
+    for name, tensor in inputs.items():
+        node = recorder._create("placeholder", name, (), {}, tensor)
+        recorder.nodes[tensor] = node
+    named: dict[str, torch.nn.Parameter] = {}
+    for name, p in model.named_parameters():
+        named.setdefault(name, p)
+    saved = {name: p.requires_grad for name, p in named.items()}
+    try:
+        for p in named.values():
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            with _module_hooks(recorder, model), recorder:
+                outputs = model(**inputs, **(keywords or {}))
+            recorder.hook_the_rest()
+    except Exception as e:
+        recorder.unhook()
+        cause = " ".join(str(e).split())
+        raise InputError(f"{type(model).__name__} could not run forward and backward: "
+                         f"{type(e).__name__}: {cause}") from e
+    finally:
+        for name, p in named.items():
+            p.requires_grad_(saved[name])
+    return GradientRun(model, inputs, recorder, outputs, named)
+
+
+def record_with_gradients(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                          title: str = "",
+                          keywords: Mapping[str, Any] | None = None) -> GradientRecorded:
+    """``record_forward``'s recording, made by ``run_forward``: the forward diff reads the
+    graph, the backward diff goes on with ``.run`` (one recorded forward for both)."""
+    run = run_forward(model, inputs, keywords)
+    recording = finish_recording(run.recorder, model, tuple(inputs), run.outputs, title)
+    return GradientRecorded(recording.gm, recording.input_names, recording.output_names,
+                            recorded_outputs=outputs_as_dict(_detached(run.outputs)),
+                            notes=recording.notes, run=run)
+
+
 def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                     loss_fn: LossFn, *, keep_graph: bool = True,
                     detached_ok: bool = False) -> GradientRecording:
@@ -149,50 +271,8 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     Raises:
         InputError: the model or the loss failed, or the loss is not a scalar.
     """
-    recorder = _GradientRecorder(model)
-    for name, tensor in inputs.items():
-        node = recorder._create("placeholder", name, (), {}, tensor)
-        recorder.nodes[tensor] = node
-    named: dict[str, torch.nn.Parameter] = {}
-    for name, p in model.named_parameters():
-        named.setdefault(name, p)
-    saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
-    try:
-        for p in named.values():
-            p.requires_grad_(True)
-            p.grad = None
-        try:
-            with torch.enable_grad():
-                with _module_hooks(recorder, model), recorder:
-                    outputs = model(**inputs)
-                recorder.hook_the_rest()
-                loss = _loss_of(loss_fn, outputs, inputs)
-                detached = isinstance(loss, torch.Tensor) and loss.numel() == 1 \
-                    and not loss.requires_grad and detached_ok
-                if not isinstance(loss, torch.Tensor) or loss.numel() != 1 \
-                        or not (loss.requires_grad or detached):
-                    raise InputError("the loss must be a scalar tensor that depends on the "
-                                     f"model's outputs, got {_describe(loss)}")
-                if not detached:
-                    loss.reshape(()).backward(retain_graph=keep_graph)
-        except InputError:
-            raise
-        except Exception as e:
-            cause = " ".join(str(e).split())
-            raise InputError(f"{type(model).__name__} could not run forward and backward: "
-                             f"{type(e).__name__}: {cause}") from e
-        grads: dict[str, torch.Tensor | None] = {
-            name: None if p.grad is None else p.grad.detach().clone() for name, p in named.items()}
-    finally:
-        recorder.unhook()
-        for name, p in named.items():
-            p.requires_grad_(saved[name][0])
-            p.grad = saved[name][1]
-    return GradientRecording(recorder.values, recorder.grads, recorder.requires_grad, grads,
-                             {n: p.detach() for n, p in named.items()}, float(loss.detach()),
-                             outputs_as_dict(_detached(outputs)), recorder.targets,
-                             recorder.tensors if keep_graph else {},
-                             recorder.edges if keep_graph else {}, detached)
+    return run_forward(model, inputs).backward(loss_fn, keep_graph=keep_graph,
+                                               detached_ok=detached_ok)
 
 
 def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
@@ -226,4 +306,5 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-__all__ = ["GradientRecording", "LossFn", "record_backward"]
+__all__ = ["GradientRecorded", "GradientRecording", "GradientRun", "LossFn", "record_backward",
+           "record_with_gradients", "run_forward"]
