@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
 from introspect.cli.options import (
@@ -104,6 +104,9 @@ IMPLEMENTATION_HELP = ("hf, scratch, a checkpoint folder, path/to/port.py:NAME o
 # The file each single-file option's report has inside --out: the same report may go to
 # both places, another report may not share its path.
 FOLDER_FILES = {"--json": "diff.json", "--junit": "junit.xml"}
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -345,7 +348,8 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     with step(args, f"diffing {candidate_spec.spec} against {reference_label}"), \
             port_code(ports, "in its forward, while the diff ran it"):
         try:
-            result = diff(reference, deferred, inputs, atol=atol, rtol=rtol,
+            result = diff(reference, cast("torch.nn.Module", deferred), inputs,  # built in diff
+                          atol=atol, rtol=rtol,
                           noise_budget=args.noise_budget, reference_label=reference_label,
                           candidate_label=deferred.label,
                           allow_nonfinite=args.allow_nonfinite,

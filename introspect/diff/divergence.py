@@ -56,8 +56,8 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     and the node is an output or feeds, through any path, a compared node whose own value
     is over budget too. A pair found by structure only (same op and shape on paired
     inputs: no weight or output proves it holds the same quantity) needs more: the
-    difference must reach an output of the model, or a pair proven by weights, over budget. Rows that fail on NaN or Inf stay
-    failing. ``agreeing_outputs``: the reference's outputs (by name) that the truth runs
+    difference must reach an output of the model, or a pair proven by weights, over
+    budget. Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the reference's outputs (by name) that the truth runs
     compared and found within budget (``introspect.diff.outputs``): such an output cannot
     confirm a failure, even where no node-level pair holds it.
     """
@@ -68,7 +68,8 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
                if any(u.op == "output" for u in n.users)}
     compared = {r.reference_node for r in rows if r.candidate_node and r.max_abs_err is not None}
     if agreeing_outputs:
-        returned = next((n.args[0] for n in reference.gm.graph.nodes if n.op == "output"), {})
+        returned: Any = next((n.args[0] for n in reference.gm.graph.nodes
+                              if n.op == "output"), {})
         if isinstance(returned, dict):
             compared |= {getattr(node, "name", "") for name, node in returned.items()
                          if name in agreeing_outputs} - over

@@ -214,7 +214,8 @@ class DiffResult:
     def max_abs_err(self) -> float:
         """The largest propagated error over all aligned pairs (real tokens) and the
         outputs of the truth runs."""
-        errors = [r.max_abs_err for r in [*self.rows, *self.output_rows]
+        rows: list[Any] = [*self.rows, *self.output_rows]
+        errors = [r.max_abs_err for r in rows
                   if r.max_abs_err is not None and r.status != STATUS_UNCONFIRMED]
         return max(errors, default=0.0)
 
