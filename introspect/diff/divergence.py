@@ -58,8 +58,9 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     inputs: no weight or output proves it holds the same quantity) needs more: the
     difference must reach an output of the model, or a pair proven by weights, over
     budget. Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the
-    reference's outputs (by name) that the truth runs compared and found within budget (``introspect.diff.outputs``): such an output cannot
-    confirm a failure, even where no node-level pair holds it.
+    reference's outputs (by name) that the truth runs compared and found within budget
+    (``introspect.diff.outputs``): such an output cannot confirm a failure, even where no
+    node-level pair holds it.
     """
     over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
             and r.mismatched}
