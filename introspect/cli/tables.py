@@ -9,7 +9,8 @@ boundary that fits is folded, never cut mid-word. Headers fold too. Number colum
 FAIL is red on a terminal; a capped table ends with "… and N more". Prose (verdicts,
 hints, notes) is wrapped at spaces with a hanging indent (``prose``); a word longer than
 the line (a path, a node name) stays whole. Piped output is plain text (no colour, no
-box characters), as wide as ``COLUMNS`` says (default 120).
+box characters), tables as wide as ``COLUMNS`` says (default 120), prose wrapped only
+where ``COLUMNS`` is set.
 """
 
 from __future__ import annotations
@@ -137,11 +138,17 @@ def _pieces(text: str, breaks: str) -> list[str]:
 def prose(console: Any, text: str, style: str = "", indent: int = 4) -> None:
     """Print ``text`` wrapped at the console's width, at spaces only: continuation lines
     indented by ``indent`` more than the first. A word longer than a line (a path, a node
-    name) stays whole on its own line; nothing is cut."""
+    name) stays whole on its own line; nothing is cut. Piped output with no ``COLUMNS``
+    is not wrapped: a script reading lines gets each sentence whole."""
     import textwrap
 
     from rich.text import Text
 
+    if not console.is_terminal and _columns_from_env() is None:
+        # Piped with no width asked for (a CI log, ``| tail -1``): one line per sentence,
+        # so the last line is still the whole first divergence.
+        console.print(Text(text, style=style), soft_wrap=True)
+        return
     lead = len(text) - len(text.lstrip(" "))
     body = text.lstrip(" ")
     for phrase in KEEP_TOGETHER:  # a verdict is read (and searched for) as one phrase

@@ -214,7 +214,7 @@ def _divergence(result: DiffResult, *, drawn: set[str] | None = None) -> list[st
 
 
 def _layers_table(result: DiffResult, *, outlined: set[str] | None = None) -> str:
-    headers = ["status", "layer", "output max abs err", "worst local err", "worst node",
+    headers = ["status", "layer", "max abs err", "local max abs err", "worst node",
                "nodes", "failing", "unmatched"]
     outlined = outlined or set()
     rows = []

@@ -34,7 +34,7 @@ def markdown_summary(result: DiffResult) -> str:
                       f"`{d.module or d.layer}`), local max abs error "
                       f"{_num(d.local_max_abs_err)} over budget {d.budget}."]
         lines += [f"- hint: {_md(h)}" for h in dict.fromkeys(d.hints)]
-    lines += ["", "| layer | output max abs err | worst local err | worst node | nodes | status |",
+    lines += ["", "| layer | max abs err | local max abs err | worst node | nodes | status |",
               "|---|---:|---:|---|---:|---|"]
     from introspect.diff.status import WORD_NA, layer_statuses, status_legend
 

@@ -72,7 +72,7 @@ def test_backward_bug_fits_names_the_backward_and_drifts(width, monkeypatch, cap
     assert "… and 32 more" in flat and "… and 33 more" in flat  # weights, node gradients
     lines = text.splitlines()
     last = max(i for i, line in enumerate(lines) if not line.startswith(" "))
-    assert lines[last].startswith("first backward divergence: ")
+    assert lines[last].startswith("first backward divergence:")
 
 
 def test_a_passing_backward_ends_on_its_verdict(monkeypatch, capsys):
