@@ -306,16 +306,22 @@ def _row(name: str, matched_by: str, status: str, mismatched: int) -> NodeDiff:
 def test_a_structure_only_failure_needs_its_difference_to_reach_an_output():
     graph = _chain_graph()
     names = [n.name for n in graph.gm.graph.nodes if n.op == "call_function"]  # mul, add, tanh
-    for matched_by, expected in ((BY_STRUCTURE, STATUS_UNCONFIRMED), (BY_WEIGHTS, STATUS_FAIL)):
+    for matched_by in (BY_STRUCTURE, BY_WEIGHTS):  # nothing after it differs: never blamed
         rows = [_row(names[0], matched_by, STATUS_FAIL, 3),
-                _row(names[1], BY_WEIGHTS, "drift", 3),  # a later node differs ...
-                _row(names[2], BY_WEIGHTS, "ok", 0)]  # ... but not the output
-        confirmed = confirm_failures(rows, graph)
-        assert confirmed[0].status == expected, matched_by
-    assert "reaches no output" in confirm_failures(
-        [_row(names[0], BY_STRUCTURE, STATUS_FAIL, 3), _row(names[1], BY_WEIGHTS, "drift", 3),
-         _row(names[2], BY_WEIGHTS, "ok", 0)], graph)[0].note
-    rows = [_row(names[0], BY_STRUCTURE, STATUS_FAIL, 3), _row(names[1], BY_WEIGHTS, "drift", 3),
+                _row(names[1], BY_WEIGHTS, "ok", 0),
+                _row(names[2], BY_WEIGHTS, "ok", 0)]
+        assert confirm_failures(rows, graph)[0].status == STATUS_UNCONFIRMED, matched_by
+    rows = [_row(names[0], BY_STRUCTURE, STATUS_FAIL, 3), _row(names[1], BY_STRUCTURE, "drift", 3),
+            _row(names[2], BY_WEIGHTS, "ok", 0)]  # a later structure-only pair differs ...
+    confirmed = confirm_failures(rows, graph)[0]  # ... but no output nor proven pair does
+    assert confirmed.status == STATUS_UNCONFIRMED and "reaches no output" in confirmed.note
+    for matched_by in (BY_STRUCTURE, BY_WEIGHTS):
+        rows = [_row(names[0], matched_by, STATUS_FAIL, 3),
+                _row(names[1], BY_WEIGHTS, "drift", 3),  # a pair proven by weights differs
+                _row(names[2], BY_WEIGHTS, "ok", 0)]  # (not the output: a classifier's
+        # logits can hide a tanh GELU under their budget): the same quantity, by proof
+        assert confirm_failures(rows, graph)[0].status == STATUS_FAIL, matched_by
+    rows = [_row(names[0], BY_STRUCTURE, STATUS_FAIL, 3), _row(names[1], BY_STRUCTURE, "drift", 3),
             _row(names[2], BY_WEIGHTS, "drift", 3)]  # the output differs: blamed
     assert confirm_failures(rows, graph)[0].status == STATUS_FAIL
 
