@@ -33,8 +33,9 @@ from torch.fx.node import map_arg
 
 from introspect.diff.eager import mutates_in_place
 from introspect.diff.histogram import error_histogram, exact_histogram
+from introspect.diff.quantized import int8_noise, is_quantized
 from introspect.diff.records import ErrorStats, Pair
-from introspect.diff.tolerance import Budget
+from introspect.diff.tolerance import Budget, int8_budget
 from introspect.errors import InputError
 from introspect.trace.shapes import ValueShapeProp
 
@@ -377,6 +378,8 @@ class RunResult:
     layouts: dict[int, str] = field(default_factory=dict)  # pair index -> "permute (0, 2, 1, 3)"
     errors: dict[int, str] = field(default_factory=dict)  # pair index -> why it was not compared
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
+    # pair index -> its budget where the run set it: an int8 Linear's, from its input
+    budgets: dict[int, Budget] = field(default_factory=dict)
     # Each side's outputs as replayed ("reference", "candidate"): the only values kept.
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -594,6 +597,7 @@ class _Runner:
         self.carried: dict[str, frozenset[tuple[int, ...]]] = {}
         self.pair_orders = {i: p.feature_order for i, p in enumerate(self.pairs)
                             if p.feature_order is not None}
+        self.quantized: dict[str, torch.nn.Module | None] = {}  # module path -> int8 module
 
     # -- driving ----------------------------------------------------------------------
     def run(self, ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
@@ -636,6 +640,7 @@ class _Runner:
         exact = True
         indices = self.by_candidate.get(node.name, ())
         if indices:
+            self._int8_budgets(node, indices)
             with _one_thread():
                 for i in indices:
                     exact &= self._compare(i, value, local)
@@ -653,6 +658,25 @@ class _Runner:
         if self.cand_uses[node.name] <= 0:
             env.pop(node, None)
             self.substituted.pop(node.name, None)
+
+    def _int8_budgets(self, node: torch.fx.Node, indices: Sequence[int]) -> None:
+        """The pairs of an int8 quantized Linear get the budget its rounding explains on
+        the input it runs on in local mode (the reference's value, where paired)."""
+        if node.op != "call_module":
+            return
+        target = str(node.target)
+        if target not in self.quantized:
+            module = self.cand_interp.module.get_submodule(target)
+            self.quantized[target] = module if is_quantized(module) else None
+        module = self.quantized[target]
+        data = node.args[0] if node.args else None
+        if module is None or not isinstance(data, torch.fx.Node):
+            return
+        noise = int8_noise(module, self._local_input(data))
+        if noise is None:
+            return
+        for i in indices:
+            self.budgets[i] = self.result.budgets[i] = int8_budget(self.budgets[i], noise)
 
     # -- local values -----------------------------------------------------------------
     def _local(self, node: torch.fx.Node) -> Any:

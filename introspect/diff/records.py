@@ -46,7 +46,7 @@ class WeightRelation:
 
     candidate: str  # parameter path (or expression) in the candidate
     reference: str  # parameter path in the reference
-    kind: str  # "same", "transposed", "slice", "fused", "by-name"
+    kind: str  # "same", "transposed", "slice", "fused", "quantized", "by-name"
     region: Region | None  # rows of the larger of the two that the smaller one is
     max_abs_diff: float  # 0.0 when the values agree (after casting to the lower dtype)
     # "permuted": candidate row j is reference row order[j] (rows permuted within heads)
