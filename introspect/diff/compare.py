@@ -499,7 +499,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
                            int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
                            reference_nonfinite, _max(magnitude.nan_to_num(posinf=0.0)),
-                           error_histogram(d, None))
+                           error_histogram(d, None), _sqnr_db(b, d))
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -514,8 +514,21 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         reference_nonfinite=reference_nonfinite,
         reference_max_abs=_max(magnitude.nan_to_num(posinf=0.0).masked_fill(pad, 0.0)),
         histogram=error_histogram(d, pad),
+        sqnr_db=_sqnr_db(b.masked_fill(pad, 0.0), d_real),
     )
     return stats, False
+
+
+def _sqnr_db(reference: torch.Tensor, error: torch.Tensor) -> float:
+    """Signal to quantization noise in dB, as Numeric Suite reports it:
+    ``10 log10(sum ref^2 / sum (cand - ref)^2)``; inf for no error, -inf for no signal."""
+    noise = float(error.double().square().sum())
+    if noise == 0.0:
+        return math.inf
+    signal = float(reference.double().nan_to_num(posinf=0.0, neginf=0.0).square().sum())
+    if signal == 0.0 or math.isinf(noise) or math.isnan(noise):
+        return -math.inf
+    return 10 * math.log10(signal / noise)
 
 
 def _max(t: torch.Tensor) -> float:
