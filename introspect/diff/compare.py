@@ -679,13 +679,13 @@ class _Runner:
             return
         target = str(node.target)
         if target not in self.quantized:
-            module = self.cand_interp.module.get_submodule(target)
-            self.quantized[target] = module if is_quantized(module) else None
-        module = self.quantized[target]
+            found = self.cand_interp.module.get_submodule(target)
+            self.quantized[target] = found if is_quantized(found) else None
+        int8 = self.quantized[target]
         data = node.args[0] if node.args else None
-        if module is None or not isinstance(data, torch.fx.Node):
+        if int8 is None or not isinstance(data, torch.fx.Node):
             return
-        noise = int8_noise(module, self._local_input(data))
+        noise = int8_noise(int8, self._local_input(data))
         if noise is None:
             return
         for i in indices:

@@ -7,8 +7,8 @@ every pair (``compare``), fail what rounding cannot explain (``drift``), and nam
 divergence with its likely cause (``divergence``, ``hints``).
 
 A candidate the recorder cannot follow (a scripted or compiled module, weights the
-aligner cannot relate: int8 packed weights) still gets its verdict from the truth runs;
-its explanation is then empty and says why (``Explanation.failure``).
+aligner cannot relate; int8 Linears it can: ``quantized``) still gets its verdict from the
+truth runs; its explanation is then empty and says why (``Explanation.failure``).
 """
 
 from __future__ import annotations

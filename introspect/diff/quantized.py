@@ -55,13 +55,20 @@ def quantized_weights(path: str, module: torch.nn.Module,
     names them (``{path}.weight``, ``{path}.bias``); the bias is float: no step."""
     if not is_quantized(module):
         return []
-    packed = module.weight()
+    packed = _packed(module)
     found: list[tuple[str, torch.Tensor, torch.Tensor | None]] = [
         (f"{path}.weight", packed.dequantize(), weight_step(packed))]
-    bias = module.bias() if callable(getattr(module, "bias", None)) else None
+    bias_of = getattr(module, "bias", None)
+    bias = bias_of() if callable(bias_of) else None
     if isinstance(bias, torch.Tensor):
         found.append((f"{path}.bias", bias.detach(), None))
     return found
+
+
+def _packed(module: torch.nn.Module) -> torch.Tensor:
+    """The int8 weight, unpacked (``weight`` is a method of a quantized Linear)."""
+    weight: Any = getattr(module, "weight")  # noqa: B009  a method, not a Parameter
+    return weight()
 
 
 def weight_step(packed: torch.Tensor) -> torch.Tensor:
@@ -97,7 +104,7 @@ def int8_noise(module: torch.nn.Module, data: Any) -> float | None:
     if not is_quantized(module) or not isinstance(data, torch.Tensor) \
             or not data.is_floating_point() or data.numel() == 0:
         return None
-    packed = module.weight()
+    packed = _packed(module)
     weight = packed.dequantize().double()  # (out, in)
     x = data.detach().double().reshape(-1, data.shape[-1])  # (rows, in)
     if x.shape[-1] != weight.shape[-1]:

@@ -169,8 +169,8 @@ class GraphView:
             if node.op == "call_module":
                 module = self.modules[str(node.target)]
                 found += [(f"{node.target}.{p}", t) for p, t in module.named_parameters()]
-                for label, value, step in quantized_weights(str(node.target), module):
-                    found.append((label, value))
+                for label, unpacked, step in quantized_weights(str(node.target), module):
+                    found.append((label, unpacked))
                     if step is not None:
                         self.steps[label] = step
             for n in node.all_input_nodes:
