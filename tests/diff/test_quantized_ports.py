@@ -114,3 +114,35 @@ def test_one_quantization_step_and_no_more():
     assert not within_one_step(reference + 0.011, reference, step)
     per_row = torch.tensor([[0.001], [0.1]], dtype=torch.float64)
     assert not within_one_step(reference + 0.05, reference, per_row)
+
+
+def test_the_terminal_shows_what_int8_did_to_each_layer(capsys):
+    from introspect.cli.main import main
+
+    port = Path(__file__).with_name("quantized_port.py")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        code = main(["diff", "--model", "bert-tiny", "--candidate", f"{port}:correct",
+                     "--atol", "0.1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "sqnr_db" in out
+    assert "quantized to int8" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, passes", [("correct", True), ("faulty", False)])
+def test_int8_minilm(minilm, name, passes):
+    """The budget's calibration: a trained model, whose int8 error is far larger."""
+    from introspect.models.load import tokenize
+
+    reference = SimpleNamespace(model=minilm.model, config=minilm.model.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = introspect.diff(minilm.model, getattr(_ports(), name)(reference),
+                                 tokenize(minilm.tokenizer), atol=2.0)
+    assert result.passed is passes
+    assert (STATUS_FAIL in set(result.nodes.status)) is not passes
+    if not passes:
+        assert result.first_divergence.layer == "encoder.layer.1"
+    assert _linears(result).local_sqnr_db.between(15, 50).all()
