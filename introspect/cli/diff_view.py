@@ -10,6 +10,7 @@ once. The tables share one set of status words (pass, FAIL, drift, n/a) and a le
 
 from __future__ import annotations
 
+import math
 from typing import Any, TextIO
 
 from introspect.cli.tables import Column, console_for, emit, prose, table
@@ -136,9 +137,15 @@ def layer_table(result: Any, width: int) -> Any:
                Column("worst_node", 0, flex=5, min_width=12, cut="start", optional=True)]
     from introspect.diff.status import layer_statuses
 
+    # int8 Linears in the candidate: what they did to each layer, in dB (Numeric Suite's SQNR)
+    int8 = any(r.kind.startswith("quantized")
+               for r in getattr(result.alignment, "relations", ()))
+    if int8:
+        columns.insert(4, Column("sqnr_db", 7, justify="right"))
     rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes else "",
-             _num(r.local_max_abs_err) if r.nodes else "", str(r.nodes), str(r.failing),
-             r.worst_node)
+             _num(r.local_max_abs_err) if r.nodes else "",
+             *([_db(r.sqnr_db) if r.nodes else ""] if int8 else []), str(r.nodes),
+             str(r.failing), r.worst_node)
             for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)]
     return table(columns, rows, width=min(width, 140), title="layers")
 
@@ -184,6 +191,10 @@ def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> A
 
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
+
+
+def _db(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}" if math.isfinite(value) else str(value)
 
 
 def _verdict_style(line: str) -> str:

@@ -36,6 +36,7 @@ from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
+from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
@@ -280,6 +281,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             passed = verdict.passed and explained_passed
         else:
             passed = verdict.passed
+        if verdict is not None and not verdict.passed and explained_passed \
+                and explanation.graph is not None and INT8 in candidate_dtypes:
+            notes.append(_int8_outputs_note(verdict))
         random = bool(truths and cand_truth.changed_between_calls())
         if verdict is not None and not verdict.passed \
                 and (divergence is None or (not faithful and not random)):
@@ -365,6 +369,14 @@ def _gradients_now(reference: torch.nn.Module, ref_side: Any, loss: Any,
     run, recording.run = recording.run, None
     _, loss_fn = backward_loss(reference, accepted, loss, loss_inputs)
     return run.backward(loss_fn)
+
+
+def _int8_outputs_note(verdict: Any) -> str:
+    """Int8 Linears within their budget everywhere, the outputs beyond float rounding."""
+    worst = max((r.max_abs_err or 0.0 for r in verdict.rows), default=0.0)
+    return (f"every pair is within its budget (the int8 Linears within what int8 rounding "
+            f"explains), yet int8 moves the outputs by up to {worst:.3g}: pass --atol (atol=) "
+            "above that to accept it at the outputs")
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:

@@ -33,8 +33,9 @@ from torch.fx.node import map_arg
 
 from introspect.diff.eager import mutates_in_place
 from introspect.diff.histogram import error_histogram, exact_histogram
+from introspect.diff.quantized import int8_noise, is_quantized
 from introspect.diff.records import ErrorStats, Pair
-from introspect.diff.tolerance import Budget
+from introspect.diff.tolerance import Budget, int8_budget
 from introspect.errors import InputError
 from introspect.trace.shapes import ValueShapeProp
 
@@ -377,6 +378,8 @@ class RunResult:
     layouts: dict[int, str] = field(default_factory=dict)  # pair index -> "permute (0, 2, 1, 3)"
     errors: dict[int, str] = field(default_factory=dict)  # pair index -> why it was not compared
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
+    # pair index -> its budget where the run set it: an int8 Linear's, from its input
+    budgets: dict[int, Budget] = field(default_factory=dict)
     # Each side's outputs as replayed ("reference", "candidate"): the only values kept.
     outputs: dict[str, Any] = field(default_factory=dict)
 
@@ -496,7 +499,7 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         stats = ErrorStats(_max(d), float(d.double().mean()) if d.numel() else 0.0, _max(rel),
                            int(over.sum()), _nonfinite(candidate), real_count, 0.0, 0,
                            reference_nonfinite, _max(magnitude.nan_to_num(posinf=0.0)),
-                           error_histogram(d, None))
+                           error_histogram(d, None), _sqnr_db(b, d))
         return stats, False
     d_real = d.masked_fill(pad, 0.0)
     stats = ErrorStats(
@@ -511,8 +514,21 @@ def measure(candidate: torch.Tensor, reference: torch.Tensor, budget: Budget,
         reference_nonfinite=reference_nonfinite,
         reference_max_abs=_max(magnitude.nan_to_num(posinf=0.0).masked_fill(pad, 0.0)),
         histogram=error_histogram(d, pad),
+        sqnr_db=_sqnr_db(b.masked_fill(pad, 0.0), d_real),
     )
     return stats, False
+
+
+def _sqnr_db(reference: torch.Tensor, error: torch.Tensor) -> float:
+    """Signal to quantization noise in dB, as Numeric Suite reports it:
+    ``10 log10(sum ref^2 / sum (cand - ref)^2)``; inf for no error, -inf for no signal."""
+    noise = float(error.double().square().sum())
+    if noise == 0.0:
+        return math.inf
+    signal = float(reference.double().nan_to_num(posinf=0.0, neginf=0.0).square().sum())
+    if signal == 0.0 or math.isinf(noise) or math.isnan(noise):
+        return -math.inf
+    return 10 * math.log10(signal / noise)
 
 
 def _max(t: torch.Tensor) -> float:
@@ -594,6 +610,7 @@ class _Runner:
         self.carried: dict[str, frozenset[tuple[int, ...]]] = {}
         self.pair_orders = {i: p.feature_order for i, p in enumerate(self.pairs)
                             if p.feature_order is not None}
+        self.quantized: dict[str, torch.nn.Module | None] = {}  # module path -> int8 module
 
     # -- driving ----------------------------------------------------------------------
     def run(self, ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
@@ -636,6 +653,7 @@ class _Runner:
         exact = True
         indices = self.by_candidate.get(node.name, ())
         if indices:
+            self._int8_budgets(node, indices)
             with _one_thread():
                 for i in indices:
                     exact &= self._compare(i, value, local)
@@ -653,6 +671,25 @@ class _Runner:
         if self.cand_uses[node.name] <= 0:
             env.pop(node, None)
             self.substituted.pop(node.name, None)
+
+    def _int8_budgets(self, node: torch.fx.Node, indices: Sequence[int]) -> None:
+        """The pairs of an int8 quantized Linear get the budget its rounding explains on
+        the input it runs on in local mode (the reference's value, where paired)."""
+        if node.op != "call_module":
+            return
+        target = str(node.target)
+        if target not in self.quantized:
+            found = self.cand_interp.module.get_submodule(target)
+            self.quantized[target] = found if is_quantized(found) else None
+        int8 = self.quantized[target]
+        data = node.args[0] if node.args else None
+        if int8 is None or not isinstance(data, torch.fx.Node):
+            return
+        noise = int8_noise(int8, self._local_input(data))
+        if noise is None:
+            return
+        for i in indices:
+            self.budgets[i] = self.result.budgets[i] = int8_budget(self.budgets[i], noise)
 
     # -- local values -----------------------------------------------------------------
     def _local(self, node: torch.fx.Node) -> Any:

@@ -7,8 +7,8 @@ every pair (``compare``), fail what rounding cannot explain (``drift``), and nam
 divergence with its likely cause (``divergence``, ``hints``).
 
 A candidate the recorder cannot follow (a scripted or compiled module, weights the
-aligner cannot relate: int8 packed weights) still gets its verdict from the truth runs;
-its explanation is then empty and says why (``Explanation.failure``).
+aligner cannot relate; int8 Linears it can: ``quantized``) still gets its verdict from the
+truth runs; its explanation is then empty and says why (``Explanation.failure``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from introspect.diff.divergence import confirm_failures, first_divergence
 from introspect.diff.drift import find_drift, mark_drift
 from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.exercised import unexercised_notes
+from introspect.diff.quantized import INT8, holds_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
 from introspect.diff.repro.capture import ReplaySource
 from introspect.diff.tables import node_rows
@@ -117,6 +118,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                            {k: v.clone() for k, v in ref_inputs.items()},
                            {k: v.clone() for k, v in cand_inputs.items()}, padding=padding)
+    # an int8 Linear's budget comes from the input it ran on (``compare._int8_budgets``)
+    budgets = [run.budgets.get(i, budget) for i, budget in enumerate(budgets)]
     unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
     notes += unfaithful
     # The run's ShapeProp rewrote every node's shapes; a record changes only where they
@@ -209,10 +212,12 @@ def _pair_dtypes(alignment: Alignment, reference: IntrospectGraph,
 
 
 def model_dtypes(model: torch.nn.Module) -> set[str]:
-    """The floating dtypes a model's weights are held in."""
-    return {str(t.dtype).removeprefix("torch.")
-            for t in itertools.chain(model.parameters(), model.buffers())
-            if t.is_floating_point()}
+    """The floating dtypes a model's weights are held in, and ``qint8`` where it holds
+    int8 quantized Linears (their rounding has limits of its own: ``drift``, ``outputs``)."""
+    found = {str(t.dtype).removeprefix("torch.")
+             for t in itertools.chain(model.parameters(), model.buffers())
+             if t.is_floating_point()}
+    return found | ({INT8} if holds_quantized(model) else set())
 
 
 def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:

@@ -46,7 +46,7 @@ class WeightRelation:
 
     candidate: str  # parameter path (or expression) in the candidate
     reference: str  # parameter path in the reference
-    kind: str  # "same", "transposed", "slice", "fused", "by-name"
+    kind: str  # "same", "transposed", "slice", "fused", "quantized", "by-name"
     region: Region | None  # rows of the larger of the two that the smaller one is
     max_abs_diff: float  # 0.0 when the values agree (after casting to the lower dtype)
     # "permuted": candidate row j is reference row order[j] (rows permuted within heads)
@@ -99,6 +99,8 @@ class ErrorStats:
     reference_max_abs: float = 0.0  # the reference's largest magnitude (real tokens)
     # elements per decade of |cand - ref| over real tokens (``introspect.diff.histogram``)
     histogram: tuple[int, ...] = ()
+    # signal to quantization noise, in dB, over real tokens (inf when equal)
+    sqnr_db: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,10 @@ class NodeDiff:
     note: str  # how the pair relates (region, layout) or why the node has no counterpart
     reference_index: int  # position in the reference graph (-1 when unmatched there)
     candidate_index: int  # position in the candidate graph (-1 when unmatched there)
+    # 10 log10(sum ref^2 / sum (cand - ref)^2) over real tokens, as PyTorch's Numeric Suite:
+    # propagated and local; inf when the two are equal
+    sqnr_db: float | None = None
+    local_sqnr_db: float | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ class LayerDiff:
     failing: int  # pairs whose local error is over budget
     unmatched: int  # reference nodes of the layer with no counterpart
     passed: bool
+    sqnr_db: float | None = None  # SQNR of the layer's output (propagated), in dB
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
             atol=budgets[i].atol, rtol=budgets[i].rtol, status=status,
             matched_by=pair.matched_by, note=note,
             reference_index=ref.index, candidate_index=cand.index,
+            sqnr_db=propagated.sqnr_db if propagated else None,
+            local_sqnr_db=local.sqnr_db if local else None,
         )
         keyed.append(((ref.index, 0, cand.index), row))
     cand_anchor = _candidate_positions(alignment, ref_records, cand_records, candidate)
@@ -152,6 +154,9 @@ def layer_rows(rows: Sequence[NodeDiff], records: Sequence[NodeRecord]) -> list[
             worst_node=worst.reference_node if worst else "",
             nodes=len(members), failing=len(failing), unmatched=unmatched.get(layer, 0),
             passed=not failing,
+            sqnr_db=min((m.sqnr_db for m in tensors if m.sqnr_db is not None
+                         and m.reference_index == output.reference_index), default=None)
+            if output else None,
         ))
     return layers
 

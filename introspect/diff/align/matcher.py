@@ -319,6 +319,11 @@ def _relation_note(relation: WeightRelation) -> str:
                 f"{describe_order(relation.order)}; compared with the features put back")
     if relation.kind.endswith("reshaped"):
         return f"{relation.candidate} is {relation.reference} {relation.kind}"
+    if relation.kind.startswith("quantized"):
+        how = " and transposed" if relation.kind.endswith("transposed") else ""
+        return (f"{relation.candidate} is {relation.reference} quantized to int8{how} "
+                f"(every element within one quantization step; up to "
+                f"{relation.max_abs_diff:.3g} apart)")
     if relation.kind == "row block" and relation.region is not None:
         return (f"{relation.candidate} is rows {relation.region.start}:{relation.region.stop} "
                 f"of {relation.reference}: an offset embedding table (entry i of the "

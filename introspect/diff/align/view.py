@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from introspect.diff.quantized import quantized_weights
 from introspect.trace.records import KIND_MULTI, KIND_TENSOR, NodeRecord
 from introspect.trace.shapes import backbone_path
 
@@ -70,6 +71,8 @@ class GraphView:
         self.name_map = dict(name_map or {})
         self.data_dependent = self._data_dependent()
         self.constants = self._evaluate_constants()
+        # label -> quantization step of an int8 weight, read dequantized (``quantized``)
+        self.steps: dict[str, torch.Tensor] = {}
         self.weights = self._weights()  # node -> [(label, tensor)]
         self.kinds = {name: self._kind(name) for name in self.nodes}
 
@@ -166,6 +169,10 @@ class GraphView:
             if node.op == "call_module":
                 module = self.modules[str(node.target)]
                 found += [(f"{node.target}.{p}", t) for p, t in module.named_parameters()]
+                for label, unpacked, step in quantized_weights(str(node.target), module):
+                    found.append((label, unpacked))
+                    if step is not None:
+                        self.steps[label] = step
             for n in node.all_input_nodes:
                 value = self.constants.get(n.name)
                 if isinstance(value, torch.Tensor) and value.numel() > 1:

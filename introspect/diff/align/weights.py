@@ -6,7 +6,10 @@ reference's weights by value: the same tensor, its transpose, a slice of it (one
 a projection) or a concatenation holding it (a fused QKV projection, its fused bias).
 Values are compared after casting both to the lower precision of the two, so a bfloat16
 copy relates too. A weight with no relation by value falls back to its name (a
-fine-tune, an unloaded weight).
+fine-tune, an unloaded weight). An int8 weight (``quantize_dynamic``), read back
+dequantized, relates to the float weight it was quantized from when every element lies
+within one quantization step of it: a relation of its own kind ("quantized"), so that no
+other relation loosens.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import torch
 
 from introspect.diff.align.view import GraphView
+from introspect.diff.quantized import within_one_step
 from introspect.diff.records import Region, WeightRelation
 
 # A row key shared by more rows than this says nothing (zero rows, constant rows).
@@ -150,6 +154,7 @@ def relate_weights(reference: GraphView,
                           relations)
     _relate_permuted(reference, candidate, ref_weights, cand_weights, dtype, relations)
     _relate_reshaped(ref_weights, cand_weights, dtype, relations)
+    _relate_quantized(reference, candidate, ref_weights, cand_weights, relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
     return relations
 
@@ -357,6 +362,41 @@ def _relate_reshaped(ref_weights: Mapping[str, torch.Tensor],
         for ref, kind in by_bytes.get(_vector_key(flat), []):
             if ref_weights[ref].shape != cand_weights[label].shape:
                 relations[label].append(WeightRelation(label, ref, kind, None, 0.0))
+
+
+def _relate_quantized(reference: GraphView, candidate: GraphView,
+                      ref_weights: Mapping[str, torch.Tensor],
+                      cand_weights: Mapping[str, torch.Tensor],
+                      relations: dict[str, list[WeightRelation]]) -> None:
+    """An int8 weight and the float weight of its shape (or transposed) that it quantizes.
+
+    Only weights read from a quantized module's packed params (``GraphView.steps``) are
+    tried, each element against its own step: a weight merely close to another's never
+    relates this way. The first row is tried first: it rules out almost every candidate.
+    """
+    pending = [label for label in candidate.steps if label in cand_weights
+               and cand_weights[label].ndim == 2 and not relations[label]]
+    if not pending:
+        return
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for label, tensor in ref_weights.items():
+        if tensor.ndim == 2:
+            by_shape.setdefault(tuple(tensor.shape), []).append(label)
+    ref_by_name = {reference.normalized(label): label for label in ref_weights}
+    for label in pending:
+        value, step = cand_weights[label], candidate.steps[label]
+        first = step if step.ndim == 0 else step[:1]
+        named = ref_by_name.get(candidate.normalized(label))
+        for kind, transposed in (("quantized", False), ("quantized transposed", True)):
+            shape = tuple(value.shape[::-1]) if transposed else tuple(value.shape)
+            for ref in sorted(by_shape.get(shape, []), key=lambda r: r != named):
+                ref_value = ref_weights[ref].t() if transposed else ref_weights[ref]
+                if within_one_step(value[:1], ref_value[:1], first) \
+                        and within_one_step(value, ref_value, step):
+                    relations[label].append(WeightRelation(
+                        label, ref, kind, None, _max_abs_diff(value, ref_value)))
+            if relations[label]:
+                break
 
 
 def _relate_by_name(reference: GraphView, candidate: GraphView,

@@ -1,0 +1,37 @@
+"""Int8 ports of a bare BERT encoder, made by ``torch.ao.quantization.quantize_dynamic``
+(imports only torch and the adversarial corpus's ``truth_compiled`` and ``adv_bert``).
+
+A builder takes what ``introspect diff --candidate FILE.py:NAME`` passes (``.model``,
+``.config``) and returns the port holding the reference's weights, its Linears int8:
+
+- ``correct``: every Linear int8, one scale per tensor;
+- ``correct_per_channel``: one scale per output channel;
+- ``faulty``: as ``correct``, with no residual around layer 1's feed-forward block.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adversarial" / "ports"))
+
+import adv_bert  # noqa: E402
+import truth_compiled  # noqa: E402
+
+
+def correct(reference):
+    return truth_compiled.correct_quantized(reference)
+
+
+def faulty(reference):
+    return truth_compiled.faulty_quantized(reference)
+
+
+def correct_per_channel(reference):
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference),
+                                                   {nn.Linear: qconfig}, dtype=torch.qint8)
