@@ -47,12 +47,18 @@ def console_for(stream: TextIO, width: int | None = None) -> Any:
     from rich.console import Console
 
     terminal = stream.isatty() and os.environ.get("TERM") != "dumb"
+    # Prose wraps on a terminal and at a width asked for (COLUMNS, or the caller's); piped
+    # with neither (a CI log, ``| tail -1``), each sentence stays one line.
+    wrap_prose = terminal or width is not None or _columns_from_env() is not None
     if width is None:
         width = (shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if terminal
                  else _columns_from_env() or PIPE_WIDTH)
-    return Console(file=stream, width=max(width, MIN_WIDTH), force_terminal=terminal,
-                   color_system="auto" if terminal and not os.environ.get("NO_COLOR") else None,
-                   highlight=False, soft_wrap=False, emoji=False, legacy_windows=False)
+    console = Console(file=stream, width=max(width, MIN_WIDTH), force_terminal=terminal,
+                      color_system="auto" if terminal and not os.environ.get("NO_COLOR")
+                      else None,
+                      highlight=False, soft_wrap=False, emoji=False, legacy_windows=False)
+    console.introspect_wrap_prose = wrap_prose
+    return console
 
 
 def table(columns: Sequence[Column], rows: Iterable[Sequence[str]], *, width: int,
@@ -144,10 +150,8 @@ def prose(console: Any, text: str, style: str = "", indent: int = 4) -> None:
 
     from rich.text import Text
 
-    if not console.is_terminal and _columns_from_env() is None:
-        # Piped with no width asked for (a CI log, ``| tail -1``): one line per sentence,
-        # so the last line is still the whole first divergence.
-        console.print(Text(text, style=style), soft_wrap=True)
+    if not getattr(console, "introspect_wrap_prose", True):  # piped, no width asked for:
+        console.print(Text(text, style=style), soft_wrap=True)  # the last line stays whole
         return
     lead = len(text) - len(text.lstrip(" "))
     body = text.lstrip(" ")
