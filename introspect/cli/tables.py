@@ -57,7 +57,7 @@ def console_for(stream: TextIO, width: int | None = None) -> Any:
                       color_system="auto" if terminal and not os.environ.get("NO_COLOR")
                       else None,
                       highlight=False, soft_wrap=False, emoji=False, legacy_windows=False)
-    console.introspect_wrap_prose = wrap_prose
+    console.introspect_wrap_prose = wrap_prose  # type: ignore[attr-defined]  # read by prose
     return console
 
 

@@ -51,7 +51,7 @@ from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
-from introspect.run.truth import identical, run_truth
+from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
 from introspect.trace.tracer import holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
@@ -230,8 +230,16 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         verdict = None
         unpaired: NoOutputPairs | None = None
         if truths:
+            sums = weight_sums(candidate)
             cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
                                    grad_calls=2)
+            edited = edited_weights(sums, weight_sums(candidate))
+            if edited:  # named as such, not as dropout or a weight left unloaded
+                shown = ", ".join(edited[:3]) + (f" and {len(edited) - 3} more"
+                                                 if len(edited) > 3 else "")
+                notes.append(f"the {candidate_label}'s forward edits its own weights ({shown}): "
+                             "they changed during its calls, so each call computes with other "
+                             "values")
             assert ref_truth is not None
             try:
                 verdict = compare_truths(ref_truth, cand_truth, tolerance,

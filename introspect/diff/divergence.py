@@ -37,6 +37,9 @@ from introspect.diff.records import (
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
 
+# (the words of introspect.diff.hypotheses.dropout's hint for a forward that edits weights)
+WEIGHT_EDIT = "the candidate's forward edits its own weights"
+
 # Ops that move or select data without computing: a divergence there is blamed upstream.
 _MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten",
           "squeeze", "unsqueeze", "t", "clone", "expand", "expand_as", "view_as", "reshape_as",
@@ -168,6 +171,8 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     if context is not None and snapshot is not None:
         tested = _tested_hints(context, first, snapshot)
         hints = distinct_hints([*tested, *hints])
+    if any(h.startswith(WEIGHT_EDIT) for h in hints):  # its forward moved them: not unloaded
+        hints = tuple(h for h in hints if "left unloaded" not in h)
     dropout_seen = any(h.startswith("dropout is active") for h in hints)
     ref_node, cand_node, op, detail = _computing_op(first, reference, candidate,
                                                     keep_dropout=dropout_seen)

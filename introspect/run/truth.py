@@ -124,4 +124,21 @@ def _order(outputs: Mapping[str, Any], name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-__all__ = ["Truth", "TruthCall", "identical", "run_truth"]
+def weight_sums(model: torch.nn.Module) -> dict[str, float]:
+    """Each parameter's sum in float64: read again after calls, it shows a forward that
+    edits its own weights (``weight.data *= 1.001``, which no version counter sees).
+    Buffers are left out: a cache a forward fills on its first call is no edit."""
+    with torch.no_grad():
+        return {name: float(torch.sum(t.detach(), dtype=torch.float64))
+                for name, t in model.named_parameters()
+                if t.is_floating_point() and t.device.type != "meta"}
+
+
+def edited_weights(before: Mapping[str, float], after: Mapping[str, float]) -> list[str]:
+    """The weights whose sums differ (NaN compared as a value)."""
+    return [name for name, value in before.items()
+            if name in after and not (value == after[name]
+                                      or (value != value and after[name] != after[name]))]
+
+
+__all__ = ["Truth", "TruthCall", "edited_weights", "identical", "run_truth", "weight_sums"]

@@ -91,7 +91,9 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
             return tuple(hints)
         reproduced = _reproduced(context, site, base, quantity)
         hints += reproduced
-        if not reproduced and context.candidate_model is not None:  # random values: last
+        edits = any(h.startswith(dropout.WEIGHT_EDIT) for h in hints)
+        if not reproduced and context.candidate_model is not None and not edits:
+            # random values: last (weights its forward edits hold no loaded values to find)
             hints += weights.unloaded(site, quantity.name, context.candidate_model)
     return tuple(dict.fromkeys(hints))
 

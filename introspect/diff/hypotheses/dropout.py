@@ -1,4 +1,5 @@
-"""Dropout left active: the candidate gives different outputs on two runs in eval mode."""
+"""Dropout left active: the candidate gives different outputs on two runs in eval mode,
+and its weights did not move between them (a forward that edits its weights is named so)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Mapping
 
 import torch
 
+from introspect.diff.divergence import WEIGHT_EDIT
 from introspect.diff.hypotheses.site import model_kwargs
+from introspect.run.truth import edited_weights, weight_sums
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -30,6 +33,7 @@ def hints(candidate: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> lis
     try:
         with torch.no_grad():
             state = torch.random.get_rng_state()
+            sums = weight_sums(candidate)
             try:
                 first = _tensors(candidate(**model_kwargs(candidate, inputs)))
                 second = _tensors(candidate(**model_kwargs(candidate, inputs)))
@@ -37,8 +41,13 @@ def hints(candidate: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> lis
                 return []
             finally:
                 torch.random.set_rng_state(state)  # leave the caller's random stream alone
+            edited = edited_weights(sums, weight_sums(candidate))
     finally:
         candidate.train(was_training)
+    if edited:  # two runs differ because the weights moved, not through a dropout
+        return [f"{WEIGHT_EDIT} ({', '.join(edited[:3])}"
+                f"{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}): they change on "
+                "every call (e.g. weight.data *= ... or an in-place update in forward)"]
     pairs = zip(first, second, strict=False)
     gaps = [float((a.double() - b.double()).abs().max()) for a, b in pairs
             if a.shape == b.shape and a.is_floating_point()]
