@@ -129,9 +129,16 @@ def weight_sums(model: torch.nn.Module) -> dict[str, float]:
     edits its own weights (``weight.data *= 1.001``, which no version counter sees).
     Buffers are left out: a cache a forward fills on its first call is no edit."""
     with torch.no_grad():
-        return {name: float(torch.sum(t.detach(), dtype=torch.float64))
-                for name, t in model.named_parameters()
+        return {name: _sum(t.detach()) for name, t in model.named_parameters()
                 if t.is_floating_point() and t.device.type != "meta"}
+
+
+_CHUNK = 1 << 20  # elements summed at a time: no float64 copy of a whole weight
+
+
+def _sum(tensor: torch.Tensor) -> float:
+    flat = tensor.reshape(-1)
+    return sum(float(part.sum(dtype=torch.float64)) for part in flat.split(_CHUNK))
 
 
 def edited_weights(before: Mapping[str, float], after: Mapping[str, float]) -> list[str]:
