@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from introspect.render.fold import LayerGroup, layer_groups, layer_index, layer_members
+from introspect.render.fold import (
+    LayerGroup,
+    layer_groups,
+    layer_index,
+    layer_members,
+    module_components,
+)
 from introspect.trace.records import KIND_OUTPUT, KIND_SHAPE, KIND_TENSOR, NodeRecord
 
 DEFAULT_DEPTH = 2
@@ -50,8 +56,8 @@ def module_path(record: NodeRecord) -> tuple[str, ...]:
         return ("mask",)
     if record.layer in ("embeddings", "pooler") or layer_index(record.layer) is not None:
         _, found, rest = f".{record.module}.".partition(f".{record.layer}.")
-        return (record.layer, *_components(rest)) if found else (record.layer,)
-    return _components(record.module) or (record.layer or "model",)
+        return (record.layer, *module_components(rest)) if found else (record.layer,)
+    return module_components(record.module) or (record.layer or "model",)
 
 
 def module_rows(records: Sequence[NodeRecord], depth: int | None = DEFAULT_DEPTH, *,
@@ -172,19 +178,6 @@ def summary_text(graph: Any, depth: int | None = DEFAULT_DEPTH, width: int = 100
     console.print()
     emit(console, totals_table(graph))
     return stream.getvalue()
-
-
-def _components(module: str) -> tuple[str, ...]:
-    """``cls.predictions.transform`` -> its parts, a list index kept with its list."""
-    parts: list[str] = []
-    for part in module.strip(".").split("."):
-        if not part:
-            continue
-        if part.isdigit() and parts:
-            parts[-1] = f"{parts[-1]}.{part}"
-        else:
-            parts.append(part)
-    return tuple(parts)
 
 
 __all__ = ["ModuleRow", "human_bytes", "module_path", "module_rows", "summary_text", "totals"]

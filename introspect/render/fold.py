@@ -58,6 +58,20 @@ def layer_index(layer: str) -> int | None:
     return int(match.group(2)) if match else None
 
 
+def module_components(module: str) -> tuple[str, ...]:
+    """``cls.predictions.transform`` -> its parts, a list index kept with its list
+    (``layer.0``): the module levels a drawing clusters and a summary indents."""
+    parts: list[str] = []
+    for part in module.strip(".").split("."):
+        if not part:
+            continue
+        if part.isdigit() and parts:
+            parts[-1] = f"{parts[-1]}.{part}"
+        else:
+            parts.append(part)
+    return tuple(parts)
+
+
 def layer_label_prefix(layer: str) -> str:
     """``h`` for ``h.3``, ``encoder.layer`` for ``encoder.layer.3`` (and for other labels)."""
     match = _LAYER.match(layer)

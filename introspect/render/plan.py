@@ -33,6 +33,7 @@ from introspect.render.fold import (
     layer_index,
     layer_members,
     layout_chains,
+    module_components,
 )
 from introspect.render.labels import layout_title, mask_title, op_title
 from introspect.trace.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
@@ -444,8 +445,8 @@ class _Builder:
             return ("mask",)
         if r.layer in ("embeddings", "pooler") or layer_index(r.layer) is not None:
             head, found, rest = f".{r.module}.".partition(f".{r.layer}.")
-            return (r.layer, *_components(rest)) if found else (r.layer,)
-        return _components(r.module)
+            return (r.layer, *module_components(rest)) if found else (r.layer,)
+        return module_components(r.module)
 
     def _group(self, r: NodeRecord) -> LayerGroup | None:
         index = layer_index(r.layer)
@@ -511,19 +512,6 @@ class _Builder:
         return op_title(
             r.op_type, r.module, [i.shape for i in inputs], r.shape, [i.name for i in inputs]
         )
-
-
-def _components(module: str) -> tuple[str, ...]:
-    """``cls.predictions.transform`` -> its parts, a list index kept with its list (``layer.0``)."""
-    parts: list[str] = []
-    for part in module.strip(".").split("."):
-        if not part:
-            continue
-        if part.isdigit() and parts:
-            parts[-1] = f"{parts[-1]}.{part}"
-        else:
-            parts.append(part)
-    return tuple(parts)
 
 
 def _style(r: NodeRecord) -> str:
