@@ -24,6 +24,7 @@ that a build that changes it, even by one bit, is refused.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import importlib
@@ -452,8 +453,17 @@ class _TensorPrint:
     digest: bytes
 
 
+_PLAIN = frozenset({type(None), bool, int, str, bytes})
+_EMPTY_DICTS = frozenset({dict, collections.OrderedDict})
+
+
 def _snapshot(value: Any, depth: int = 0) -> Any:
     """A value to compare by ``==`` later: plain values copied, objects by identity."""
+    kind = type(value)
+    if kind in _PLAIN:  # most attributes (a fast path: the same answers as below)
+        return value
+    if kind in _EMPTY_DICTS and not value:  # a module's hook dicts, mostly empty
+        return (kind.__name__, {})
     import torch
 
     if value is None or isinstance(value, (bool, int, str, bytes)):

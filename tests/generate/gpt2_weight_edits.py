@@ -6,6 +6,8 @@ and one token), once:
 
 - ``in-place``: ``weight.add_(...)`` under ``no_grad`` (the same tensor, a new version);
 - ``data``: ``weight.data = weight.data + ...`` (the same Parameter, new storage);
+- ``data-in-place``: ``weight.data.add_(...)`` (the same storage and version counter: no
+  proof short of reading the bytes sees it, but the step's values do);
 - ``parameter``: the Parameter swapped for a new one holding edited values.
 """
 
@@ -40,6 +42,8 @@ class EditingGPT2(GPT2):
                 weight.add_(0.05)
         elif self.edit == "data":
             weight.data = weight.data + 0.05
+        elif self.edit == "data-in-place":
+            weight.data.add_(0.05)
         elif self.edit == "parameter":
             block["mlp_c_fc_weight"] = nn.Parameter(weight.detach() + 0.05)
         else:

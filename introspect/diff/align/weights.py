@@ -14,7 +14,9 @@ other relation loosens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -57,10 +59,12 @@ class _RowIndex:
         self._parts: dict[int, list[tuple[str, torch.Tensor]]] = {}
         self._tables: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]] = {}
 
-    def add(self, label: str, rows: torch.Tensor) -> None:
+    def add(self, label: str, rows: torch.Tensor, hashes: torch.Tensor | None = None) -> None:
+        """Index ``rows`` (``hashes``: their ``_row_hashes``, where known already)."""
         self.tensors[label] = rows
         width = rows.shape[1]
-        self._parts.setdefault(width, []).append((label, _row_hashes(rows)))
+        self._parts.setdefault(width, []).append(
+            (label, hashes if hashes is not None else _row_hashes(rows)))
         self._tables.pop(width, None)
 
     def _table(self, width: int) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]] | None:
@@ -71,8 +75,12 @@ class _RowIndex:
             self._tables[width] = (hashes, order, owners)
         return self._tables.get(width)
 
-    def find(self, rows: torch.Tensor) -> list[tuple[str, int]]:
-        """(label, offset) of every indexed weight that holds ``rows`` as consecutive rows."""
+    def find(self, rows: torch.Tensor, equal: Callable[..., bool] | None = None,
+             ) -> list[tuple[str, int]]:
+        """(label, offset) of every indexed weight that holds ``rows`` as consecutive rows.
+
+        ``equal(label, start, big, rows)``: the check of a hit (default ``torch.equal``).
+        """
         width, count = rows.shape[1], rows.shape[0]
         table = self._table(width)
         if table is None:
@@ -91,7 +99,8 @@ class _RowIndex:
             big = self.tensors[label]
             if start < 0 or start + count > big.shape[0] or (label, start) in found:
                 continue
-            if torch.equal(big[start:start + count], rows):
+            if equal(label, start, big, rows) if equal is not None \
+                    else torch.equal(big[start:start + count], rows):
                 found.append((label, start))
         return found
 
@@ -108,9 +117,93 @@ def _row_hashes(rows: torch.Tensor) -> torch.Tensor:
     return (bits * _HASH_MULTIPLIERS[: len(columns)]).sum(dim=1)  # wraps around: a hash
 
 
+# Equal-by-name checks of the last call, by the two tensors' states, with the tensors
+# held (no id or storage is reused while they are remembered): ``relations_remembered``.
+_REMEMBERED: ContextVar[dict[str, Any] | None] = ContextVar("weight_relations", default=None)
+
+
+@contextlib.contextmanager
+def relations_remembered() -> Iterator[None]:
+    """Within the block, two weights compared once are not read again while unchanged.
+
+    Most ports keep the reference's names, and relating them reads every byte of both
+    models' weights (GPT-2 124M: a gigabyte); generation relates them more than once (the
+    prefill, the first one-token step, a step after a change). A pair compared in the
+    previous call is answered from memory where both tensors are the same objects, with
+    the same storage, version counter, shape, stride and dtype (the proof
+    ``generation.quick`` takes before reusing an alignment). A weight edited in place
+    through ``.data`` keeps its storage and version: its relation is kept, and the values
+    the step computes with it are still measured, pair by pair.
+    """
+    token = _REMEMBERED.set({"equal": {}, "held": []})
+    try:
+        yield
+    finally:
+        _REMEMBERED.reset(token)
+
+
+def _state(t: torch.Tensor) -> tuple[Any, ...]:
+    return (id(t), t.data_ptr(), t._version, tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+class _Equalities:
+    """Equality checks of weights, answered from the last call's memory where the tensors
+    compared are proven the same (``relations_remembered``); computed otherwise."""
+
+    def __init__(self) -> None:
+        self.memory = _REMEMBERED.get()
+        self.fresh: dict[tuple[Any, ...], Any] = {}
+        self.held: list[torch.Tensor] = []
+
+    def remembered(self, key: tuple[Any, ...], tensors: tuple[torch.Tensor, ...],
+                   compute: Callable[[], Any]) -> Any:
+        if self.memory is None:
+            return compute()
+        full = (*key, *(_state(t) for t in tensors))
+        known = self.memory["equal"].get(full)
+        self.fresh[full] = known if known is not None else compute()
+        self.held += tensors
+        return self.fresh[full]
+
+    def by_name(self, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+        """``a`` and ``b`` hold the same values as rows (after the cast to ``dtype``)."""
+        return bool(self.remembered(("by name", dtype), (a, b), lambda: bool(
+            torch.equal(_as_rows(a, dtype), _as_rows(b, dtype)))))
+
+    def hashes(self, tensor: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype,
+               ) -> torch.Tensor:
+        """``_row_hashes`` of a weight's rows (cast to ``dtype``)."""
+        return self.remembered(("hashes", dtype), (tensor,),  # type: ignore[no-any-return]
+                               lambda: _row_hashes(rows))
+
+    def rows(self, candidate: torch.Tensor, transposed: bool, dtype: torch.dtype,
+             ref_weights: Mapping[str, torch.Tensor]) -> Callable[..., bool]:
+        """The check ``_RowIndex.find`` makes of a hit: the candidate's rows (transposed or
+        not) equal to rows ``start`` on of the reference weight ``label``."""
+        def equal(label: str, start: int, big: torch.Tensor, rows: torch.Tensor) -> bool:
+            return bool(self.remembered(("rows", transposed, dtype, label, start),
+                                   (candidate, ref_weights[label]),
+                                        lambda: bool(torch.equal(
+                                            big[start:start + rows.shape[0]], rows))))
+        return equal
+
+    def done(self) -> None:
+        """The memory now holds this call's checks only (older ones are let go)."""
+        if self.memory is not None:
+            self.memory.update(equal=self.fresh, held=self.held)
+
+
 def relate_weights(reference: GraphView,
                    candidate: GraphView) -> dict[str, list[WeightRelation]]:
     """For every weight the candidate reads, the reference weights it relates to."""
+    equalities = _Equalities()
+    relations = _relate_weights(reference, candidate, equalities)
+    equalities.done()
+    return relations
+
+
+def _relate_weights(reference: GraphView, candidate: GraphView,
+                    equalities: _Equalities) -> dict[str, list[WeightRelation]]:
     ref_weights = unique_weights(reference)
     cand_weights = unique_weights(candidate)
     dtype = _lowest_float([*ref_weights.values(), *cand_weights.values()])
@@ -121,8 +214,8 @@ def relate_weights(reference: GraphView,
     unsettled: dict[str, torch.Tensor] = {}
     for label, tensor in cand_weights.items():
         ref = ref_by_name.get(candidate.normalized(label))
-        if ref is not None and ref_weights[ref].shape == tensor.shape and torch.equal(
-                _as_rows(tensor, dtype), _as_rows(ref_weights[ref], dtype)):
+        if ref is not None and ref_weights[ref].shape == tensor.shape \
+                and equalities.by_name(tensor, ref_weights[ref], dtype):
             relations[label].append(WeightRelation(label, ref, "same", None, 0.0))
         else:
             unsettled[label] = tensor
@@ -133,18 +226,22 @@ def relate_weights(reference: GraphView,
     vectors = any(t.ndim < 2 for t in unsettled.values())
     for label, tensor in ref_weights.items():
         if tensor.ndim >= 2 and matrices:
-            index.add(label, _as_rows(tensor, dtype))
+            rows = _as_rows(tensor, dtype)
+            index.add(label, rows, equalities.hashes(tensor, rows, dtype))
         elif tensor.ndim < 2 and vectors:
             by_bytes.setdefault(_vector_key(_as_rows(tensor, dtype)), []).append(label)
 
     for label, tensor in unsettled.items():
         rows = _as_rows(tensor, dtype)
         if tensor.ndim >= 2:
-            relations[label] += _matrix_relations(label, rows, index, ref_weights, transposed=False)
+            relations[label] += _matrix_relations(
+                label, rows, index, ref_weights, transposed=False,
+                equal=equalities.rows(tensor, False, dtype, ref_weights))
             if tensor.ndim == 2:
                 # a view: the search reads a few rows, a copy would cost the whole matrix
-                relations[label] += _matrix_relations(label, rows.t(), index, ref_weights,
-                                                      transposed=True)
+                relations[label] += _matrix_relations(
+                    label, rows.t(), index, ref_weights, transposed=True,
+                    equal=equalities.rows(tensor, True, dtype, ref_weights))
         else:
             relations[label] += [WeightRelation(label, ref, "same", None, 0.0)
                                  for ref in by_bytes.get(_vector_key(rows), [])]
@@ -178,9 +275,9 @@ def _vector_key(rows: torch.Tensor) -> tuple[Any, ...]:
 
 def _matrix_relations(label: str, rows: torch.Tensor, index: _RowIndex,
                       ref_weights: Mapping[str, torch.Tensor], *, transposed: bool,
-                      ) -> list[WeightRelation]:
+                      equal: Callable[..., bool] | None = None) -> list[WeightRelation]:
     found = []
-    for ref, start in index.find(rows):
+    for ref, start in index.find(rows, equal):
         ref_rows = index.tensors[ref].shape[0]
         whole = start == 0 and rows.shape[0] == ref_rows
         if whole:
@@ -431,4 +528,4 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 
-__all__ = ["describe_order", "relate_weights", "unique_weights"]
+__all__ = ["describe_order", "relate_weights", "relations_remembered", "unique_weights"]

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.align.weights import relations_remembered
 from introspect.diff.eager import Recording, write_metadata
 from introspect.diff.generation import caches as cache_values
 from introspect.diff.generation import hints as step_hints
@@ -91,8 +92,11 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     reference.eval()
     candidate.eval()
     try:
-        return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
-                                   tolerance, atol, rtol, options)
+        # the prefill and the first one-token step relate the same weights: once, while
+        # every weight is proven the same (``align.weights.relations_remembered``)
+        with relations_remembered():
+            return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
+                                       tolerance, atol, rtol, options)
     finally:
         for model, saved in zip((reference, candidate), modes, strict=True):
             for name, module in model.named_modules():
