@@ -31,7 +31,7 @@ import torch
 
 from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare import run_side_by_side
+from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff

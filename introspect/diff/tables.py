@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from introspect.diff.align import Alignment
-from introspect.diff.compare import RunResult
+from introspect.diff.compare.records import RunResult
 from introspect.diff.records import (
     STATUS_DRIFT,
     STATUS_FAIL,

@@ -232,7 +232,7 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
                  tolerance: Tolerance, allow_nonfinite: bool = False) -> bool:
     """The last position's logits over their budget, or NaN or Inf in the candidate's
     (unless allowed, and the reference's are too)."""
-    from introspect.diff.compare import measure
+    from introspect.diff.compare.stats import measure
 
     budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
                                             str(candidate.dtype).removeprefix("torch.")))
