@@ -52,7 +52,7 @@ from introspect.models.load import TokenizedInputs
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
-from introspect.trace.tracer import holds_trace_lock
+from introspect.tracing.tracer import holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff

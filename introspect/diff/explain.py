@@ -37,8 +37,8 @@ from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.run.borrowed import borrowed_note, reference_modules_run
-from introspect.trace.shapes import node_records, refresh_records
-from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off
+from introspect.tracing.shapes import node_records, refresh_records
+from introspect.tracing.tracer import CACHE_OFF_NOTE, cache_off
 
 
 @dataclasses.dataclass

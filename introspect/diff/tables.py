@@ -19,7 +19,7 @@ from introspect.diff.records import (
 )
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
-from introspect.trace.records import NodeRecord
+from introspect.tracing.records import NodeRecord
 
 
 def _shape_text(record: NodeRecord) -> str:

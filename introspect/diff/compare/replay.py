@@ -45,7 +45,7 @@ from introspect.diff.quantized import int8_noise, is_quantized
 from introspect.diff.records import Pair
 from introspect.diff.tolerance import Budget, int8_budget
 from introspect.errors import InputError
-from introspect.trace.shapes import ValueShapeProp
+from introspect.tracing.shapes import ValueShapeProp
 
 SAME = object()  # the substituted value is the candidate's own (bit-identical to the reference's)
 _FIT_RATIO = 0.01  # a layout other than the expected one must fit this much better

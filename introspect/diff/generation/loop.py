@@ -45,7 +45,7 @@ from introspect.diff.tables import layer_rows as table_of_layers
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
-from introspect.trace.tracer import CACHE_OFF_NOTE
+from introspect.tracing.tracer import CACHE_OFF_NOTE
 
 
 def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
