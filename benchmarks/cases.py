@@ -22,7 +22,7 @@ import introspect
 from benchmarks.timing import Work
 from benchmarks.workloads import Inputs
 from introspect.render import draw_graph, render_bytes
-from introspect.trace.tracer import trace_module
+from introspect.tracing.tracer import trace_module
 
 TOOL = "introspect"
 

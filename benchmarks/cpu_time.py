@@ -55,7 +55,7 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
     """The CPU-time ratios of one input size ("8x128")."""
     from benchmarks import cases
     from benchmarks.workloads import make_inputs
-    from introspect.trace import cache as trace_cache
+    from introspect.tracing import cache as trace_cache
 
     batch, seq = (int(n) for n in size.split("x"))
     inputs = make_inputs(batch, seq)

@@ -95,17 +95,17 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-_FUNCTIONS_NAMED_LIKE_PACKAGES = ("diff", "trace")
+_FUNCTIONS_NAMED_LIKE_PACKAGES = ("diff",)
 
 
 class _Package(types.ModuleType):
-    """This package's module type: ``introspect.diff`` and ``introspect.trace`` stay functions.
+    """This package's module type: ``introspect.diff`` stays the function.
 
-    The diff engine and the tracer live in the subpackages ``introspect/diff/`` and
-    ``introspect/trace/``. Importing any of their modules makes Python set the attribute
-    ``diff`` (or ``trace``) of this package to the subpackage, which would hide the
-    function of that name; that one assignment is dropped (the subpackage stays in
-    ``sys.modules``, so ``from introspect.trace.tracer import trace_module`` works).
+    The diff engine lives in the subpackage ``introspect/diff/``. Importing any of its
+    modules makes Python set the attribute ``diff`` of this package to the subpackage,
+    which would hide the function; that one assignment is dropped (the subpackage stays in
+    ``sys.modules``, so ``from introspect.diff.api import diff`` works). The tracer's
+    package is ``introspect/tracing/``, named apart from the function ``introspect.trace``.
     """
 
     def __setattr__(self, name: str, value: Any) -> None:

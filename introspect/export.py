@@ -13,7 +13,7 @@ from typing import Any
 
 from introspect.csv_cells import csv_text
 from introspect.graph import IntrospectGraph, summarise_layers
-from introspect.trace.records import KIND_SHAPE
+from introspect.tracing.records import KIND_SHAPE
 
 JSON_SCHEMA_VERSION = 1
 

@@ -24,8 +24,8 @@ import torch.fx
 
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
-from introspect.trace.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
-from introspect.trace.tracer import (
+from introspect.tracing.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
+from introspect.tracing.tracer import (
     CACHE_OFF_NOTE,
     Decision,
     cache_off,
@@ -199,7 +199,7 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
             mapping of tensors by input name.
         title: a name for tables and drawings (default: the model's class).
         cache: reuse a graph traced before for the same model class, configuration and
-            input shapes (``introspect.trace.cache``), bound to this model's weights.
+            input shapes (``introspect.tracing.cache``), bound to this model's weights.
 
     Returns:
         An ``IntrospectGraph``.

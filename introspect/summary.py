@@ -28,7 +28,7 @@ from introspect.render.fold import (
     layer_members,
     module_components,
 )
-from introspect.trace.records import KIND_OUTPUT, KIND_SHAPE, KIND_TENSOR, NodeRecord
+from introspect.tracing.records import KIND_OUTPUT, KIND_SHAPE, KIND_TENSOR, NodeRecord
 
 DEFAULT_DEPTH = 2
 

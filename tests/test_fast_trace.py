@@ -11,8 +11,8 @@ import torch
 
 from introspect.errors import TraceError
 from introspect.models.load import HEADS
-from introspect.trace import replay as layer_replay
-from introspect.trace.tracer import trace_module
+from introspect.tracing import replay as layer_replay
+from introspect.tracing.tracer import trace_module
 from tests.conftest import make_batch
 
 

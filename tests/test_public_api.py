@@ -33,6 +33,21 @@ def test_every_listed_name_resolves():
         assert getattr(introspect, name) is not None, name
 
 
+def test_the_tracer_package_does_not_hide_the_trace_function():
+    # A fresh process, the package imported before the function is looked up. Under the
+    # package's old name (introspect/trace/) the first line failed: ``introspect.trace``
+    # is the function, which has no attribute ``cache``.
+    code = ("import introspect.tracing.cache as c\n"
+            "import introspect\n"
+            "from introspect.graph import trace\n"
+            "assert callable(c.why_uncacheable)\n"
+            "assert introspect.trace is trace, introspect.trace\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert not (ROOT / "introspect" / "trace").exists()  # no package left to shadow it
+
+
 @pytest.mark.slow
 def test_mypy_sees_the_real_signature_of_diff(tmp_path):
     pytest.importorskip("mypy")

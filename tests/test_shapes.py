@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from introspect.graph import trace
-from introspect.trace.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE, KIND_TENSOR
+from introspect.tracing.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE, KIND_TENSOR
 from tests.conftest import make_batch
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from introspect.models.load import load_model
-from introspect.trace import cache as trace_cache
-from introspect.trace.tracer import trace_module
+from introspect.tracing import cache as trace_cache
+from introspect.tracing.tracer import trace_module
 from tests.conftest import make_batch
 from tests.test_fast_trace import _node_rows
 

@@ -19,8 +19,8 @@ import transformers
 from transformers.models.bert import modeling_bert
 
 from introspect.models.load import load_model
-from introspect.trace import cache as trace_cache
-from introspect.trace.tracer import trace_module
+from introspect.tracing import cache as trace_cache
+from introspect.tracing.tracer import trace_module
 from tests.conftest import make_batch
 
 INPUTS = make_batch(2, 9, padded=True)
@@ -337,7 +337,7 @@ def test_a_port_is_never_cached_and_its_private_fault_is_traced(hits):
 
 def test_only_layers_of_installed_unpatched_classes_are_replayed(monkeypatch):
     from introspect import scratch
-    from introspect.trace import replay as layer_replay
+    from introspect.tracing import replay as layer_replay
 
     replayed: list[str] = []
     replay = layer_replay.replay

@@ -7,8 +7,8 @@ import pickle
 import pytest
 import torch
 
-from introspect.trace.traced_sizes import FACTORIES
-from introspect.trace.tracer import trace_module
+from introspect.tracing.traced_sizes import FACTORIES
+from introspect.tracing.tracer import trace_module
 
 USES = {
     "ones(S, S)": lambda x, B, S: torch.ones(S, S).tril(),

@@ -9,7 +9,7 @@ import torch
 
 from introspect.errors import TraceError
 from introspect.models.load import HEADS
-from introspect.trace.tracer import trace_module
+from introspect.tracing.tracer import trace_module
 from tests.conftest import make_batch
 
 # (batch, seq, padded): the traced shape, an unpadded batch, and a second shape.

@@ -208,7 +208,7 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     masks, the weights and anything of another shape stay the candidate's own.
     """
     from introspect.attention.maps import _accepted, _unpack
-    from introspect.trace.tracer import trace_module
+    from introspect.tracing.tracer import trace_module
 
     if isinstance(reference, torch.fx.GraphModule) or isinstance(candidate, torch.fx.GraphModule):
         return None, "a model given as a traced GraphModule runs as it is"

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from introspect.attention.neurons import head_vectors, query_key_of
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
-from introspect.trace.tracer import holds_trace_lock
+from introspect.tracing.tracer import holds_trace_lock
 
 if TYPE_CHECKING:
     import pandas
@@ -318,7 +318,7 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
         >>> maps = introspect.attention(model, inputs)
         >>> maps.head(layer=0, head=8)       # (query, key) of the real tokens of row 0
     """
-    from introspect.trace.tracer import trace_module
+    from introspect.tracing.tracer import trace_module
 
     tensors, tokens, texts, notes = _unpack(inputs)
     traced = isinstance(model, torch.fx.GraphModule)

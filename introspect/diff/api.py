@@ -31,7 +31,7 @@ import torch
 
 from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare import run_side_by_side
+from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
@@ -52,7 +52,7 @@ from introspect.models.load import TokenizedInputs
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
-from introspect.trace.tracer import holds_trace_lock
+from introspect.tracing.tracer import holds_trace_lock
 
 # ---------------------------------------------------------------------------------------
 # Recording for a diff

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from introspect.diff.align import Alignment
-from introspect.diff.compare import Padding, RunResult
+from introspect.diff.compare.padding import Padding
+from introspect.diff.compare.records import RunResult
 from introspect.diff.hints import explain
 from introspect.diff.records import (
     BY_CONSUMER,

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Collection, Sequence
 
 from introspect.diff.align import Alignment
-from introspect.diff.compare import RunResult
+from introspect.diff.compare.records import RunResult
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.tolerance import Budget
 

@@ -43,8 +43,8 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.errors import InputError
-from introspect.trace.fx_module import build_graph_module
-from introspect.trace.tracer import COMPOSITE_TORCH_MODULES, EXTRA_LEAF_MODULE_PREFIXES
+from introspect.tracing.fx_module import build_graph_module
+from introspect.tracing.tracer import COMPOSITE_TORCH_MODULES, EXTRA_LEAF_MODULE_PREFIXES
 
 # Tensor dunders recorded as the operator fx would record (``x + y`` is operator.add).
 _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 
 from introspect.graph import IntrospectGraph
-from introspect.trace.records import KIND_MULTI, KIND_TENSOR
+from introspect.tracing.records import KIND_MULTI, KIND_TENSOR
 
 
 def unexercised_notes(tensors: Mapping[str, torch.Tensor], reference: IntrospectGraph,

@@ -23,7 +23,8 @@ import torch
 
 from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare import Padding, run_side_by_side
+from introspect.diff.compare.padding import Padding
+from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
 from introspect.diff.drift import find_drift, mark_drift
 from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
@@ -36,8 +37,8 @@ from introspect.diff.tolerance import DEFAULTS, Budget, Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.graph import MASK_NOTE, IntrospectGraph
 from introspect.run.borrowed import borrowed_note, reference_modules_run
-from introspect.trace.shapes import node_records, refresh_records
-from introspect.trace.tracer import CACHE_OFF_NOTE, cache_off
+from introspect.tracing.shapes import node_records, refresh_records
+from introspect.tracing.tracer import CACHE_OFF_NOTE, cache_off
 
 
 @dataclasses.dataclass
@@ -118,7 +119,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
                            {k: v.clone() for k, v in ref_inputs.items()},
                            {k: v.clone() for k, v in cand_inputs.items()}, padding=padding)
-    # an int8 Linear's budget comes from the input it ran on (``compare._int8_budgets``)
+    # an int8 Linear's budget comes from the input it ran on
+    # (``compare.replay.Runner._int8_budgets``)
     budgets = [run.budgets.get(i, budget) for i, budget in enumerate(budgets)]
     unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
     notes += unfaithful

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from introspect.diff.align import Alignment
-from introspect.diff.compare import RunResult
+from introspect.diff.compare.records import RunResult
 from introspect.diff.records import (
     STATUS_DRIFT,
     STATUS_FAIL,
@@ -19,7 +19,7 @@ from introspect.diff.records import (
 )
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
-from introspect.trace.records import NodeRecord
+from introspect.tracing.records import NodeRecord
 
 
 def _shape_text(record: NodeRecord) -> str:

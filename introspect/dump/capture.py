@@ -24,8 +24,8 @@ import torch
 import torch.fx
 
 from introspect.errors import InputError
-from introspect.trace.records import KIND_TENSOR, NodeRecord
-from introspect.trace.tracer import holds_trace_lock
+from introspect.tracing.records import KIND_TENSOR, NodeRecord
+from introspect.tracing.tracer import holds_trace_lock
 
 # Ops that only rearrange or pass on their input's values: no quantity of their own.
 LAYOUT_OPS = frozenset({

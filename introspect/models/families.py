@@ -3,7 +3,7 @@
 Each family is a ``Family``: its ``model_type`` (the key of a checkpoint's config.json), the
 HF classes of its heads, the inputs its ``forward`` takes, and the published sizes of the
 random-init model named after it (``roberta-base``, ``gpt2``, ...). ``introspect.models.load``
-builds models from this table; ``introspect.trace.shapes`` labels layers with ``layer_prefix``.
+builds models from this table; ``introspect.tracing.shapes`` labels layers with ``layer_prefix``.
 
 What is approximated, for every family: the tokenizer is the embedded uncased WordPiece
 vocab of all-MiniLM-L6-v2 (30522 tokens), whatever the family uses in reality (RoBERTa,

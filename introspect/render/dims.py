@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from introspect.trace.records import KIND_TENSOR, NodeRecord
+from introspect.tracing.records import KIND_TENSOR, NodeRecord
 
 # What each symbol means, in legend order.
 MEANINGS = {

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from introspect.errors import InputError
 from introspect.render.labels import LAYOUT_OPS
-from introspect.trace.records import NodeRecord
+from introspect.tracing.records import NodeRecord
 
-# Layer labels of every family (introspect.trace.shapes): BERT, DistilBERT, GPT-2, Llama.
+# Layer labels of every family (introspect.tracing.shapes): BERT, DistilBERT, GPT-2, Llama.
 _LAYER = re.compile(r"^(encoder\.layer|transformer\.layer|h|layers)\.(\d+)$")
 
 

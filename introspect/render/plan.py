@@ -36,7 +36,7 @@ from introspect.render.fold import (
     module_components,
 )
 from introspect.render.labels import layout_title, mask_title, op_title
-from introspect.trace.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
+from introspect.tracing.records import KIND_OTHER, KIND_SHAPE, KIND_TENSOR, NodeRecord
 
 
 class TracedGraph(Protocol):

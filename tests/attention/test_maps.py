@@ -89,7 +89,7 @@ def test_padding_keys_weigh_nothing_and_rows_sum_to_one(tiny_models):
 
 
 def test_tensor_inputs_and_graph_module(tiny_models):
-    from introspect.trace.tracer import trace_module
+    from introspect.tracing.tracer import trace_module
 
     loaded = tiny_models("base", "sdpa")
     tensors = dict(introspect.tokenize(loaded.tokenizer, [SHORT_TEXT]).tensors)

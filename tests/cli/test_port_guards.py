@@ -215,7 +215,7 @@ def test_a_port_keeping_tensors_on_itself_traces_twice_and_runs(tiny_models):
     import introspect
     from introspect.models.load import tokenize
     from introspect.models.ports import LoadedReference
-    from introspect.trace.tracer import trace_module
+    from introspect.tracing.tracer import trace_module
 
     loaded = tiny_models()
     build = resolve_builder(f"{PORTS / 'stores_tensors.py'}:build")
@@ -278,7 +278,7 @@ def test_an_import_that_exits_leaves_no_module_behind(tmp_path):
 def test_a_trace_that_fails_still_puts_the_attributes_back():
     """The Proxy is stored, then a data-dependent branch stops fx: nothing stays behind."""
     from introspect.errors import TraceError
-    from introspect.trace.tracer import trace_module
+    from introspect.tracing.tracer import trace_module
 
     class Branchy(torch.nn.Module):
         def __init__(self) -> None:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import introspect
 from introspect.diff.eager import record_forward
-from introspect.trace.tracer import trace_module
+from introspect.tracing.tracer import trace_module
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import torch.fx
 from torch import nn
 
 import introspect
-from introspect.diff.compare import BATCH, ROWS, TOKENS, Padding
+from introspect.diff.compare.axes import BATCH, ROWS, TOKENS
+from introspect.diff.compare.padding import Padding
 from introspect.diff.divergence import confirm_failures
 from introspect.diff.records import (
     BY_STRUCTURE,

@@ -7,8 +7,8 @@ import copy
 import torch
 
 import introspect
-from introspect.trace.shapes import ValueShapeProp, refresh_records
-from introspect.trace.tracer import trace_module
+from introspect.tracing.shapes import ValueShapeProp, refresh_records
+from introspect.tracing.tracer import trace_module
 from tests.conftest import make_batch
 from tests.test_fast_trace import _Stack
 

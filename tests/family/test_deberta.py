@@ -25,7 +25,7 @@ def test_tracing_deberta_v2_raises_a_trace_error_naming_the_reason():
 
 
 def test_the_reason_is_true_fx_fails_on_it_as_said():
-    from introspect.trace.tracer import MetaTracer
+    from introspect.tracing.tracer import MetaTracer
 
     inputs = {"input_ids": torch.randint(5, 90, (2, 7)),
               "attention_mask": torch.ones(2, 7, dtype=torch.long)}

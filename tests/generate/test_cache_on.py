@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import introspect
-from introspect.trace.tracer import CACHE_OFF_NOTE
+from introspect.tracing.tracer import CACHE_OFF_NOTE
 
 from .conftest import PROMPT
 

@@ -14,7 +14,7 @@ from introspect.render.fold import (
     layout_chains,
     resolve_expand,
 )
-from introspect.trace.records import KIND_OTHER, KIND_SHAPE
+from introspect.tracing.records import KIND_OTHER, KIND_SHAPE
 
 
 def drawn(graph):

@@ -6,7 +6,7 @@ import pytest
 
 from introspect.errors import InputError
 from introspect.render.plan import MASK_ID, MODEL_ID, TOKENS_ID, build_plan
-from introspect.trace.records import KIND_OTHER, KIND_SHAPE
+from introspect.tracing.records import KIND_OTHER, KIND_SHAPE
 
 
 def titles(plan):

@@ -30,7 +30,7 @@ WATCHED = textwrap.dedent("""
     from introspect.cli.main import main
     codes = [main(["trace", "--model", "bert-tiny", "--format", "csv", "-o", os.devnull])
              for _ in range(2)]
-    from introspect.trace import cache as tc
+    from introspect.tracing import cache as tc
     print(codes, sorted(set(touched)), tc.enabled())
 """)
 
@@ -58,7 +58,7 @@ def test_tracing_twice_touches_no_file_of_a_folder_named_as_a_cache(tmp_path):
 
 
 def test_the_cache_module_has_no_file_operation():
-    source = (ROOT / "introspect" / "trace" / "cache.py").read_text()
+    source = (ROOT / "introspect" / "tracing" / "cache.py").read_text()
     tree = ast.parse(source)
     called = {node.func.attr if isinstance(node.func, ast.Attribute) else
               getattr(node.func, "id", "") for node in ast.walk(tree)

@@ -14,7 +14,7 @@ import torch
 
 import introspect
 from introspect.dump import capture
-from introspect.trace.tracer import TRACE_LOCK
+from introspect.tracing.tracer import TRACE_LOCK
 
 
 def _perturbed(model: torch.nn.Module) -> torch.nn.Module:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import introspect.scratch as scratch
-from introspect.trace.tracer import trace_module
+from introspect.tracing.tracer import trace_module
 from tests.scratch.conftest import HEADS, make_inputs
 
 CONFIG = scratch.BertConfig(

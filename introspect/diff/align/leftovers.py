@@ -9,7 +9,7 @@ from __future__ import annotations
 from introspect.diff.align.matcher import Matcher
 from introspect.diff.align.view import GraphView, first_reached
 from introspect.diff.records import STATUS_SKIPPED, Unmatched
-from introspect.trace.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE
+from introspect.tracing.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE
 
 
 # -- step 5: reasons ------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 from introspect.diff.align.matcher import Matcher
 from introspect.diff.align.view import COMMUTATIVE, GraphView, numel
 from introspect.diff.records import BY_CONSUMER, BY_STRUCTURE, Pair
-from introspect.trace.records import KIND_TENSOR
+from introspect.tracing.records import KIND_TENSOR
 
 
 # -- step 3: structure, forward -------------------------------------------------------

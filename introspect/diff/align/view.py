@@ -18,8 +18,8 @@ import torch
 import torch.fx
 
 from introspect.diff.quantized import quantized_weights
-from introspect.trace.records import KIND_MULTI, KIND_TENSOR, NodeRecord
-from introspect.trace.shapes import backbone_path
+from introspect.tracing.records import KIND_MULTI, KIND_TENSOR, NodeRecord
+from introspect.tracing.shapes import backbone_path
 
 # Op types (NodeRecord.op_type) -> the kind of computation, so HF and a port compare.
 OP_KINDS = {

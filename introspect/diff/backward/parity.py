@@ -42,7 +42,7 @@ from introspect.diff.backward.record import (
     LossFn,
     record_backward,
 )
-from introspect.diff.compare import fit_layout
+from introspect.diff.compare.layouts import fit_layout
 from introspect.diff.copies import cast_copy
 from introspect.diff.records import Pair, WeightRelation
 from introspect.diff.status import status_word

@@ -46,7 +46,7 @@ from introspect.diff.tables import layer_rows as table_of_layers
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
-from introspect.trace.tracer import CACHE_OFF_NOTE
+from introspect.tracing.tracer import CACHE_OFF_NOTE
 
 
 def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
@@ -236,7 +236,7 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
                  tolerance: Tolerance, allow_nonfinite: bool = False) -> bool:
     """The last position's logits over their budget, or NaN or Inf in the candidate's
     (unless allowed, and the reference's are too)."""
-    from introspect.diff.compare import measure
+    from introspect.diff.compare.stats import measure
 
     budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
                                             str(candidate.dtype).removeprefix("torch.")))

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare import _Layout, _narrow, fit_layouts
+from introspect.diff.compare.layouts import Layout, fit_layouts, narrow
 from introspect.diff.drift import drift_limit
 from introspect.diff.eager import Recording, record_forward, write_metadata
 from introspect.diff.tolerance import Budget, Tolerance
@@ -78,7 +78,7 @@ class _Aligned:
     candidate_order: dict[str, int]
     pair_dtypes: list[tuple[str, str]]
     model_dtypes: list[str]
-    layouts: dict[int, _Layout] = field(default_factory=dict)
+    layouts: dict[int, Layout] = field(default_factory=dict)
 
 
 class QuickSteps:
@@ -179,9 +179,9 @@ class QuickSteps:
                         or pair.feature_order is not None:
                     return False
                 if pair.reference_region is not None:
-                    ref = _narrow(ref, pair.reference_region)
+                    ref = narrow(ref, pair.reference_region)
                 if pair.candidate_region is not None:
-                    cand = _narrow(cand, pair.candidate_region)
+                    cand = narrow(cand, pair.candidate_region)
                 budget = aligned.budgets[i]
                 if cand.shape != ref.shape:
                     cand = self._in_layout(aligned, i, cand, ref, budget, proven)

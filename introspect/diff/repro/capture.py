@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch.fx.node import map_arg
 
-from introspect.diff.compare import _SAME, Padding, _Runner
+from introspect.diff.compare.padding import Padding
+from introspect.diff.compare.replay import SAME, Runner
 from introspect.diff.records import Pair, Region
 from introspect.diff.tolerance import Budget
 
@@ -57,12 +58,12 @@ class Capture:
     budget: Budget
     padding: torch.Tensor | None = None  # True at padded positions, in the reference's shape
     feature_order: torch.Tensor | None = None  # candidate feature j is reference order[j]
-    layout: Any = None  # compare._Layout: the candidate's value reshaped and permuted
+    layout: Any = None  # compare.layouts.Layout: the candidate's value reshaped and permuted
     candidate_region: Region | None = None
     reference_region: Region | None = None
 
 
-class _Capturing(_Runner):
+class _Capturing(Runner):
     """The diff's side-by-side run, holding on to the values of one pair's chains."""
 
     def __init__(self, reference: torch.fx.GraphModule, candidate: torch.fx.GraphModule,
@@ -95,7 +96,7 @@ class _Capturing(_Runner):
     def _local(self, node: torch.fx.Node) -> Any:
         local = super()._local(node)
         if node.name == self.capture.pair.candidate:
-            value = self.cand_interp.env[node] if local is _SAME else local
+            value = self.cand_interp.env[node] if local is SAME else local
             self.capture.candidate.output = _copied(value)
         return local
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.trace import cache as trace_cache
+from introspect.tracing import cache as trace_cache
 
 # HF numbers its layers for the key/value cache; the number never reaches an encoder's graph.
 _PER_LAYER_COUNTERS = frozenset({"layer_idx", "layer_index", "layer_id"})

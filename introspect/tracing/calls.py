@@ -1,6 +1,6 @@
 """Layers of a shared block called several times (ALBERT): call N is ``encoder.layer.N``.
 
-The layer labels of a graph come from module paths (``introspect.trace.shapes``); a block whose
+The layer labels of a graph come from module paths (``introspect.tracing.shapes``); a block whose
 modules run several times (ALBERT's one layer, called once per layer of depth) has one
 path for every call, so its nodes would all share one label. The diff labels them by
 call instead, so that a divergence in the third call reads ``encoder.layer.2``.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch.fx
 
-from introspect.trace.records import NodeRecord
+from introspect.tracing.records import NodeRecord
 
 
 def label_repeated_calls(records: Sequence[NodeRecord],

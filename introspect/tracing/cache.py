@@ -70,8 +70,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.trace.fx_module import build_graph_module
-from introspect.trace.records import NodeRecord
+from introspect.tracing.fx_module import build_graph_module
+from introspect.tracing.records import NodeRecord
 
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _INSTALLED = ("torch", "transformers")  # version-pinned packages a cached model may use
@@ -82,9 +82,9 @@ _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
                  "transformers.activations", "transformers.masking_utils",
                  "transformers.modeling_utils", "transformers.integrations.sdpa_attention",
                  "transformers.pytorch_utils", "transformers.utils.generic",
-                 "transformers.modeling_layers", "introspect.trace.tracer",
-                 "introspect.trace.replay", "introspect.trace.leaf_shapes",
-                 "introspect.trace.shapes", "introspect.trace.traced_sizes",
+                 "transformers.modeling_layers", "introspect.tracing.tracer",
+                 "introspect.tracing.replay", "introspect.tracing.leaf_shapes",
+                 "introspect.tracing.shapes", "introspect.tracing.traced_sizes",
                  "torch.fx._symbolic_trace")
 # torch.nn.Module's own bookkeeping on every instance (hooks checked apart).
 _MODULE_STATE = frozenset({
@@ -206,7 +206,7 @@ def _autocast_state() -> tuple[Any, ...]:
 def layer_state(module: torch.nn.Module, ignore: frozenset[str] = frozenset()) -> str | None:
     """What a layer's graph depends on besides its arguments; None where that is not known.
 
-    For the layer replay (``introspect.trace.replay``): the layer and every module in it
+    For the layer replay (``introspect.tracing.replay``): the layer and every module in it
     are of classes from torch, transformers or introspect (at home, unpatched), carry no
     hooks, and hold only plain values and configurations, compared by value (private ones
     included; the names in ``ignore`` aside). A port's layer gives None: its graph may hang

@@ -25,8 +25,8 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from introspect.trace.calls import label_repeated_calls
-from introspect.trace.records import (
+from introspect.tracing.calls import label_repeated_calls
+from introspect.tracing.records import (
     KIND_MULTI,
     KIND_OTHER,
     KIND_OUTPUT,

@@ -21,14 +21,14 @@ What it does, in the order of shared/DESIGN.md ("Tracing HF BERT with torch.fx")
 Two shortcuts keep the trace cheap without changing the graph (``fast=False`` turns them
 off; a test compares both node for node):
 
-- leaf modules get their trace-time value from a shape rule (``introspect.trace.leaf_shapes``)
+- leaf modules get their trace-time value from a shape rule (``introspect.tracing.leaf_shapes``)
   instead of running on FakeTensors;
 - each repeated layer of a ``ModuleList`` is traced once and its nodes replayed for the
-  others (``introspect.trace.replay``); a layer that cannot be replayed is traced in
+  others (``introspect.tracing.replay``); a layer that cannot be replayed is traced in
   full and ``TraceResult.notes`` says why.
 
 The shapes on every node are then written by ``torch.fx``'s ``ShapeProp``, run on the
-values computed while tracing (``introspect.trace.shapes.propagate_trace_values``): no forward
+values computed while tracing (``introspect.tracing.shapes.propagate_trace_values``): no forward
 pass is spent only for shapes. Tracing holds a process-wide lock: ``torch.fx`` patches
 ``nn.Module.__call__`` and ``__getattr__`` for the whole process while it traces, so two
 traces at once would break each other (and every later forward).
@@ -62,12 +62,12 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.node import map_aggregate
 
 from introspect.errors import TraceError
-from introspect.trace import cache as trace_cache
-from introspect.trace import replay as layer_replay
-from introspect.trace.fx_module import build_graph_module
-from introspect.trace.leaf_shapes import NO_RULE, leaf_value
-from introspect.trace.records import NodeRecord
-from introspect.trace.traced_sizes import factories_take_traced_sizes
+from introspect.tracing import cache as trace_cache
+from introspect.tracing import replay as layer_replay
+from introspect.tracing.fx_module import build_graph_module
+from introspect.tracing.leaf_shapes import NO_RULE, leaf_value
+from introspect.tracing.records import NodeRecord
+from introspect.tracing.traced_sizes import factories_take_traced_sizes
 
 # Attributes of a tensor that are fixed at trace time (DESIGN.md, point 6): answering them
 # as constants lets HF call torch.finfo(x.dtype) and build tensors on x.device.
@@ -475,7 +475,7 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         example_inputs: input tensors by name; only their shapes and dtypes are used.
         fast: shape rules for leaves and one trace per repeated layer (the same graph);
             False traces every node in full.
-        cache: look the graph up in the trace cache (``introspect.trace.cache``: the same
+        cache: look the graph up in the trace cache (``introspect.tracing.cache``: the same
             model class, configuration and input shapes traced before in this process;
             installed, unpatched models only) and bind it to ``model``'s own weights; off with
             ``INTROSPECT_NO_CACHE=1``.
@@ -510,7 +510,7 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
                   *, fast: bool, cache: bool) -> TraceResult:
     """``trace_module`` itself (the collector paused)."""
     from introspect.models.families import untraceable_reason
-    from introspect.trace.shapes import node_records, propagate_trace_values
+    from introspect.tracing.shapes import node_records, propagate_trace_values
 
     if not example_inputs:
         raise TraceError("tracing needs at least one example input, got none")

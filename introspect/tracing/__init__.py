@@ -13,6 +13,6 @@ attention maps; the diff does not trace (it records what ran, ``introspect.diff.
 - ``calls``: repeated calls of one module told apart (``.call1``, ``.call2``).
 - ``fx_module``: GraphModule construction that generates code only when needed.
 
-The package is named like the function ``introspect.trace``; importing it never hides the
-function (see ``introspect._Package``).
+Named ``tracing``, not ``trace``: ``introspect.trace`` is the function, and a package of
+that name would hide it (or be hidden by it).
 """

@@ -1,0 +1,112 @@
+"""How a candidate value lines up with its reference: layouts, feature orders, regions.
+
+A pair's values may hold the same numbers in another arrangement: reshaped and permuted
+(``Layout``, ``fit_layouts``: ``(B*S, H)`` for ``(B, S, H)``, heads before tokens), with
+features in another order (a permuted weight: ``inverse_order``, ``block_orders``), or as
+one part of a fused value (``narrow`` to a pair's region).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import torch
+
+from introspect.diff.compare.axes import TOKENS
+
+_MAX_LAYOUT_DIMS = 5  # permutations tried when two paired values differ by layout
+
+
+class Layout:
+    """Maps a candidate value to the reference's layout (reshape then permute) and back."""
+
+    def __init__(self, perm: tuple[int, ...], cand_shape: tuple[int, ...],
+                 ref_shape: tuple[int, ...]) -> None:
+        self.perm = perm
+        self.inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+        self.cand_shape, self.ref_shape = cand_shape, ref_shape
+        self.shaped = [ref_shape[p] for p in perm]
+
+    def to_reference(self, value: torch.Tensor) -> torch.Tensor:
+        return value.reshape(self.shaped).permute(self.inverse)
+
+    def to_candidate(self, value: torch.Tensor) -> torch.Tensor:
+        return value.permute(self.perm).reshape(self.cand_shape)
+
+    def __str__(self) -> str:
+        identity = self.perm == tuple(range(len(self.perm)))
+        return "reshape" if identity else f"reshape and permute {self.perm}"
+
+
+def fit_layouts(candidate: torch.Tensor, reference: torch.Tensor,
+                pad: torch.Tensor | None = None, *,
+                permutes_only: bool = False) -> list[tuple[float, Layout]]:
+    """Every reshape + permute of ``candidate`` to ``reference``'s shape, best fit first.
+
+    The fit is the mean absolute difference over real tokens (``pad`` True at padding);
+    ties keep the order of ``itertools.permutations``, the identity first.
+    ``permutes_only``: only the layouts that permute whole axes (for two values of one
+    shape: only axes of equal sizes can have traded places).
+    """
+    cand_shape, ref_shape = tuple(candidate.shape), tuple(reference.shape)
+    if candidate.numel() != reference.numel() or len(ref_shape) > _MAX_LAYOUT_DIMS:
+        return []
+    fits: list[tuple[float, Layout]] = []
+    target = reference.double()
+    for perm in itertools.permutations(range(len(ref_shape))):
+        layout = Layout(perm, cand_shape, ref_shape)
+        if permutes_only and tuple(layout.shaped) != cand_shape:
+            continue
+        d = (layout.to_reference(candidate).double() - target).abs()
+        if pad is not None:
+            d = d.masked_fill(pad, 0.0)
+        error = float(d.mean()) if d.numel() else 0.0
+        fits.append((0.0 if math.isnan(error) else error, layout))
+        if error == 0.0:
+            break
+    return sorted(fits, key=lambda fit: fit[0])
+
+
+def fit_layout(candidate: torch.Tensor, reference: torch.Tensor) -> Layout | None:
+    """The reshape + permute that brings ``candidate`` closest to ``reference``, if any."""
+    fits = fit_layouts(candidate, reference)
+    return fits[0][1] if fits else None
+
+
+def may_trade(perm: tuple[int, ...], labels: tuple[str | None, ...] | None) -> bool:
+    """Whether two values of one shape may differ by ``perm``: never by trading two token
+    axes (queries and keys of attention scores: a transposed score matrix is a bug, q and k
+    swapped), nor, where the axes are unknown, the last two axes of a square value."""
+    if labels is None or len(labels) != len(perm):
+        n = len(perm)
+        return n < 2 or not (perm[n - 1] == n - 2 and perm[n - 2] == n - 1)
+    return all(not (labels[k] == TOKENS and labels[p] == TOKENS) or p == k
+               for k, p in enumerate(perm))
+
+
+def inverse_order(order: torch.Tensor) -> torch.Tensor:
+    """The order that undoes ``order``: candidate features put back in the reference's."""
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return inverse
+
+
+def block_orders(order: tuple[int, ...]) -> set[tuple[int, ...]]:
+    """``order`` and, where it permutes each block of ``b`` features the same way, the
+    order within one block (a head's features after the head split)."""
+    found = {order}
+    n = len(order)
+    for block in range(2, n):
+        if n % block or any(order[j] // block != j // block for j in range(n)):
+            continue
+        inner = tuple(order[j] % block for j in range(block))
+        if all(order[j] % block == inner[j % block] for j in range(n)):
+            found.add(inner)
+    return found
+
+
+def narrow(value: torch.Tensor, region: Any) -> torch.Tensor:
+    """The part of a fused value that one pair compares (a pair's ``Region``)."""
+    return value.narrow(region.dim, region.start, region.stop - region.start)
