@@ -124,28 +124,33 @@ def _order(outputs: Mapping[str, Any], name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-def weight_sums(model: torch.nn.Module) -> dict[str, float]:
-    """Each parameter's sum in float64: read again after calls, it shows a forward that
-    edits its own weights (``weight.data *= 1.001``, which no version counter sees).
-    Buffers are left out: a cache a forward fills on its first call is no edit."""
+def weight_sums(model: torch.nn.Module) -> dict[str, int]:
+    """Each parameter's checksum: read again after calls, it shows a forward that edits its
+    own weights (``weight.data *= 1.001``, which no version counter sees).
+
+    The checksum is the sum of the values' bit patterns as integers, wrapping around: any
+    one element changed changes it (a float sum may round a change away), NaN is a bit
+    pattern like any other, and it reads each weight once at integer speed (about 6x a
+    float64 sum on one core). Buffers are left out: a cache a forward fills on its first
+    call is no edit."""
     with torch.no_grad():
-        return {name: _sum(t.detach()) for name, t in model.named_parameters()
+        return {name: _checksum(t.detach()) for name, t in model.named_parameters()
                 if t.is_floating_point() and t.device.type != "meta"}
 
 
-_CHUNK = 1 << 20  # elements summed at a time: no float64 copy of a whole weight
+_CHUNK = 1 << 20  # elements summed at a time: no wider copy of a whole weight
+_AS_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _sum(tensor: torch.Tensor) -> float:
-    flat = tensor.reshape(-1)
-    return sum(float(part.sum(dtype=torch.float64)) for part in flat.split(_CHUNK))
+def _checksum(tensor: torch.Tensor) -> int:
+    bits = tensor.reshape(-1).view(_AS_INTEGERS[tensor.element_size()])
+    total = torch.int64 if bits.dtype == torch.int64 else torch.int32
+    return sum(int(part.sum(dtype=total)) for part in bits.split(_CHUNK))
 
 
-def edited_weights(before: Mapping[str, float], after: Mapping[str, float]) -> list[str]:
-    """The weights whose sums differ (NaN compared as a value)."""
-    return [name for name, value in before.items()
-            if name in after and not (value == after[name]
-                                      or (value != value and after[name] != after[name]))]
+def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[str]:
+    """The weights whose checksums differ."""
+    return [name for name, value in before.items() if name in after and value != after[name]]
 
 
 __all__ = ["Truth", "TruthCall", "edited_weights", "identical", "run_truth", "weight_sums"]
