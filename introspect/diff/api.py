@@ -233,7 +233,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if truths:
             sums = weight_sums(candidate)
             cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
-                                   grad_calls=2, inference=True)
+                                   grad_calls=2, inference=not _holds_script(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
                 shown = ", ".join(edited[:3]) + (f" and {len(edited) - 3} more"
@@ -394,6 +394,12 @@ def _int8_outputs_note(verdict: Any) -> str:
     return (f"every pair is within its budget (the int8 Linears within what int8 rounding "
             f"explains), yet int8 moves the outputs by up to {worst:.3g}: pass --atol (atol=) "
             "above that to accept it at the outputs")
+
+
+def _holds_script(model: torch.nn.Module) -> bool:
+    """TorchScript keeps what an ``inference_mode`` call made (its profiled graph's
+    tensors), and a later call with autograd on then fails: no such call for it."""
+    return any(isinstance(m, torch.jit.ScriptModule) for m in model.modules())
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:
