@@ -44,6 +44,7 @@ from introspect.diff.tolerance import Budget, Tolerance
 from introspect.diff.truth import (
     check_reference_again,
     faithful_recordings,
+    recorded_call_verdict,
     truth_divergence,
 )
 from introspect.errors import InputError
@@ -232,7 +233,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if truths:
             sums = weight_sums(candidate)
             cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
-                                   grad_calls=2)
+                                   grad_calls=2, inference=not _holds_script(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
                 shown = ", ".join(edited[:3]) + (f" and {len(edited) - 3} more"
@@ -241,13 +242,15 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                              "they changed during its calls, so each call computes with other "
                              "values")
             assert ref_truth is not None
+            judge_dtypes = [*model_dtypes(original_reference), *candidate_dtypes,
+                            *devices.rounding_dtypes(placement, reference, candidate)]
+
+            def judge(truth: Any) -> Any:
+                return compare_truths(ref_truth, truth, tolerance, judge_dtypes,
+                                      allow_nonfinite, (reference_label, candidate_label),
+                                      tensors.get("attention_mask"))
             try:
-                verdict = compare_truths(ref_truth, cand_truth, tolerance,
-                                         [*model_dtypes(original_reference), *candidate_dtypes,
-                                          *devices.rounding_dtypes(placement, reference,
-                                                                   candidate)],
-                                         allow_nonfinite, (reference_label, candidate_label),
-                                         tensors.get("attention_mask"))
+                verdict = judge(cand_truth)
                 notes += verdict.notes
             except NoOutputPairs as e:  # the alignment's words first (other sizes, ...)
                 unpaired, truths = e, False
@@ -265,7 +268,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         notes += explanation.notes
         if unpaired is not None:
             raise unpaired
-        faithful, parted = True, None
+        faithful, parted, random = True, None, False
         if truths:
             assert ref_truth is not None and verdict is not None
             faithful, faith_notes, parted = faithful_recordings(
@@ -273,6 +276,12 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 accepted_inputs(candidate, cand_tensors), (reference_label, candidate_label),
                 noise_budget)
             notes += faith_notes
+            late = recorded_call_verdict(judge, cand_truth, explanation.recording,
+                                         candidate_label)
+            if verdict.passed and late is not None:  # another call of its, over budget
+                verdict.passed, random = False, True
+                verdict.reasons.append("changes from call to call")
+                notes.append(late)
         rows = explanation.rows
         divergence = explanation.divergence
         gradients = _backward(backward, loss, original_reference, candidate,
@@ -292,7 +301,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if verdict is not None and not verdict.passed and explained_passed \
                 and explanation.graph is not None and INT8 in candidate_dtypes:
             notes.append(_int8_outputs_note(verdict))
-        random = bool(truths and cand_truth.changed_between_calls())
+        random = random or bool(truths and cand_truth.changed_between_calls())
         if verdict is not None and not verdict.passed \
                 and (divergence is None or (not faithful and not random)):
             # (a forward that changes from call to call cannot be reproduced by any
@@ -385,6 +394,12 @@ def _int8_outputs_note(verdict: Any) -> str:
     return (f"every pair is within its budget (the int8 Linears within what int8 rounding "
             f"explains), yet int8 moves the outputs by up to {worst:.3g}: pass --atol (atol=) "
             "above that to accept it at the outputs")
+
+
+def _holds_script(model: torch.nn.Module) -> bool:
+    """TorchScript keeps what an ``inference_mode`` call made (its profiled graph's
+    tensors), and a later call with autograd on then fails: no such call for it."""
+    return any(isinstance(m, torch.jit.ScriptModule) for m in model.modules())
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:

@@ -24,6 +24,7 @@ import torch
 
 from introspect.diff.records import (
     CALL_AUTOGRAD,
+    CALL_INFERENCE,
     CALL_NO_GRAD,
     STATUS_FAIL,
     STATUS_OK,
@@ -90,9 +91,12 @@ def compare_truths(reference: Truth, candidate: Truth, tolerance: Tolerance,
             f"{labels[0]} {_shapes(reference.grad_outputs)}, "
             f"{labels[1]} {_shapes(candidate.grad_outputs)}")
     rows: list[OutputDiff] = []
-    for call, ref_outputs, cand_outputs in (
-            (CALL_AUTOGRAD, reference.grad_outputs, candidate.grad_outputs),
-            (CALL_NO_GRAD, reference.no_grad_outputs, candidate.no_grad_outputs)):
+    calls = [(CALL_AUTOGRAD, reference.grad_outputs, candidate.grad_outputs),
+             (CALL_NO_GRAD, reference.no_grad_outputs, candidate.no_grad_outputs)]
+    if candidate.inference_outputs is not None:  # against the reference's own, or its no_grad
+        calls.append((CALL_INFERENCE, reference.inference_outputs or reference.no_grad_outputs,
+                      candidate.inference_outputs))
+    for call, ref_outputs, cand_outputs in calls:
         for ref_name, cand_name in pairs:
             rows.append(_compare(call, ref_name, ref_outputs.get(ref_name), cand_name,
                                  cand_outputs.get(cand_name) if cand_name else None,
@@ -220,18 +224,22 @@ def _notes(rows: Sequence[OutputDiff], reference: Truth, candidate: Truth,
         notes.append(f"the {ref_label}'s forward changed its input(s) "
                      f"{', '.join(reference.changed_inputs)} in place; each model was given "
                      "its own copy of the inputs")
-    by_call = {call: [r for r in rows if r.call == call] for call in (CALL_AUTOGRAD, CALL_NO_GRAD)}
-    fails = {call: [r for r in these if r.status == STATUS_FAIL]
-             for call, these in by_call.items()}
-    if bool(fails[CALL_AUTOGRAD]) != bool(fails[CALL_NO_GRAD]):
-        good, bad = (CALL_AUTOGRAD, CALL_NO_GRAD) if fails[CALL_NO_GRAD] \
-            else (CALL_NO_GRAD, CALL_AUTOGRAD)
-        worst = max(fails[bad], key=_ratio)
-        shown = {CALL_AUTOGRAD: "with autograd on", CALL_NO_GRAD: "under no_grad"}
-        notes.append(f"the {cand_label}'s outputs depend on the grad mode: {shown[good]} they "
-                     f"agree with the {ref_label}'s, {shown[bad]} they do not "
+    made = [call for call in (CALL_AUTOGRAD, CALL_NO_GRAD, CALL_INFERENCE)
+            if any(r.call == call for r in rows)]
+    fails = {call: [r for r in rows if r.call == call and r.status == STATUS_FAIL]
+             for call in made}
+    good = [call for call in made if not fails[call]]
+    bad = [call for call in made if fails[call]]
+    if good and bad:
+        worst = max(fails[bad[0]], key=_ratio)
+        shown = {CALL_AUTOGRAD: "with autograd on", CALL_NO_GRAD: "under no_grad",
+                 CALL_INFERENCE: "under inference_mode"}
+        notes.append(f"the {cand_label}'s outputs depend on the grad mode: "
+                     f"{' and '.join(shown[c] for c in good)} they agree with the {ref_label}'s, "
+                     f"{' and '.join(shown[c] for c in bad)} they do not "
                      f"({worst.reference_output} off by {_err(worst)}; a PyTorch fast path "
-                     "or code that branches on torch.is_grad_enabled())")
+                     "or code that branches on torch.is_grad_enabled() or "
+                     "torch.is_inference_mode_enabled())")
         reasons.append("grad mode")
     elif fails[CALL_AUTOGRAD]:
         reasons.append("outputs")

@@ -173,6 +173,7 @@ class Divergence:
 # Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``.
 CALL_AUTOGRAD = "autograd"  # model(**x), autograd on: as a user writes it
 CALL_NO_GRAD = "no_grad"  # under torch.no_grad(): inference code, PyTorch's fast paths
+CALL_INFERENCE = "inference_mode"  # under torch.inference_mode(): the candidate only
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class OutputDiff:
 
     reference_output: str  # dotted name in the reference's outputs: "pooler_output"
     candidate_output: str  # the candidate's ("output_1"); "" when it has none
-    call: str  # CALL_AUTOGRAD or CALL_NO_GRAD
+    call: str  # CALL_AUTOGRAD, CALL_NO_GRAD or CALL_INFERENCE
     shape: str
     dtype: str  # "float32" or "float32/bfloat16" when the two differ
     max_abs_err: float | None

@@ -17,7 +17,7 @@ verdict to the rest of the diff:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ from introspect.diff.records import Divergence
 from introspect.errors import InputError
 from introspect.run.boundaries import where_paths_part
 from introspect.run.outputs import flatten_outputs
-from introspect.run.truth import Truth, identical, run_truth
+from introspect.run.truth import Truth, TruthCall, identical, run_truth
 
 
 class ReferenceChanged(InputError):
@@ -80,6 +80,36 @@ def faithful_recordings(ref_truth: Truth, ref_recording: Any, cand_truth: Truth,
                          "node-level values explain the path the recording took, and the "
                          "verdict comes from the two models' own calls")
     return faithful, notes, parted
+
+
+def recorded_call_verdict(judge: Callable[[Truth], TruthVerdict], truth: Truth,
+                          recording: Any, label: str) -> str | None:
+    """The recording is one more call of the model: it must agree with the reference too.
+
+    A forward wrong on its fourth call only (a counter) passes three plain calls; the
+    recording, its fourth, computes the fault. Where the recording reproduces none of the
+    plain calls bit for bit, its outputs are judged as a call of their own (rounding of a
+    fast path stays within budget; a fast path's fault already failed its ``no_grad``
+    call). Returns the note saying why the diff fails, or None.
+    """
+    if recording is None:
+        return None
+    recorded = {name: value for name, value in
+                flatten_outputs(recording.recorded_outputs).items()}
+    if not recorded or any(all(identical(call.outputs.get(n), v) for n, v in recorded.items())
+                           for call in truth.calls):
+        return None
+    try:
+        verdict = judge(Truth([TruthCall(True, recorded, []), TruthCall(False, recorded, [])]))
+    except InputError:  # nothing recorded stands for a reference output: nothing to judge
+        return None
+    worst = verdict.worst_failing()
+    if verdict.passed or worst is None or worst.max_abs_err is None:
+        return None
+    return (f"the {label}'s forward changes from call to call: its plain calls agree with the "
+            f"reference, yet one more call (the recording's) returned {worst.reference_output} "
+            f"off by {worst.max_abs_err:.3g} (a counter, a cache or state its calls change); "
+            "the diff fails, since no single call can be trusted")
 
 
 def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | None,
@@ -138,4 +168,4 @@ def _layer(module: str) -> str:
 
 
 __all__ = ["ReferenceChanged", "check_reference_again", "faithful_recordings",
-           "truth_divergence"]
+           "recorded_call_verdict", "truth_divergence"]

@@ -261,6 +261,12 @@ def fingerprint(model: Any, *, tensors: bool = True) -> Fingerprint:
     torch_state["float32 matmul precision"] = _matmul_precision()
     torch_state["torch function modes"] = torch._C._len_torch_function_stack()
     torch_state["autocast"] = _autocast_state()
+    # Switches a forward reads that no value of the model shows: a build that leaves grad
+    # off, or turns the fast path off (so a fault only the fast path computes stays hidden).
+    torch_state["grad mode"] = "on" if torch.is_grad_enabled() else "off"
+    torch_state["inference mode"] = "on" if torch.is_inference_mode_enabled() else "off"
+    torch_state["deterministic algorithms"] = torch.are_deterministic_algorithms_enabled()
+    torch_state["attention fast path"] = _fastpath_state()
     attention = _attention_registry()
     if attention is not None:
         torch_state["attention functions"] = attention
@@ -298,6 +304,15 @@ def _matmul_precision() -> Any:
             continue
         settings[path] = str(target)
     return _snapshot(settings)
+
+
+def _fastpath_state() -> Any:
+    import torch
+
+    try:
+        return "on" if torch.backends.mha.get_fastpath_enabled() else "off"
+    except Exception:  # noqa: BLE001  an older torch
+        return "unknown"
 
 
 def _autocast_state() -> Any:

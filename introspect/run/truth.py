@@ -5,7 +5,8 @@ The verdict rests on these calls (shared/DESIGN.md, "Truth runs"), not on the re
 - eval mode (the diff puts the model there), no torch function mode of ours, autograd on
   (a plain ``model(**x)``), then once more under ``no_grad`` (what inference code does;
   PyTorch's fast paths, such as ``nn.TransformerEncoderLayer``'s fused kernel, run only
-  there);
+  there), and the candidate once more under ``torch.inference_mode()`` (what much
+  inference code calls instead: a forward may ask ``torch.is_inference_mode_enabled()``);
 - every call gets its own copy of the inputs, and the copy is checked unchanged afterwards
   (a port that fills the attention mask in place would otherwise corrupt what the other
   model sees, or the caller's own tensors);
@@ -32,6 +33,10 @@ from introspect.errors import InputError
 from introspect.run.outputs import flatten_outputs
 
 
+# The modes a truth call runs in (the ``call`` column of ``DiffResult.outputs``).
+AUTOGRAD, NO_GRAD, INFERENCE_MODE = "autograd", "no_grad", "inference_mode"
+
+
 @dataclasses.dataclass
 class TruthCall:
     """One plain call: its grad mode, its outputs by name, the inputs it changed in place."""
@@ -39,6 +44,10 @@ class TruthCall:
     grad: bool
     outputs: dict[str, torch.Tensor]
     changed_inputs: list[str]
+    mode: str = ""  # AUTOGRAD, NO_GRAD or INFERENCE_MODE ("": from ``grad``)
+
+    def __post_init__(self) -> None:
+        self.mode = self.mode or (AUTOGRAD if self.grad else NO_GRAD)
 
 
 @dataclasses.dataclass
@@ -55,7 +64,13 @@ class Truth:
     @property
     def no_grad_outputs(self) -> dict[str, torch.Tensor]:
         """The ``no_grad`` call's outputs (inference code; PyTorch's fast paths)."""
-        return self.calls[-1].outputs
+        return [c for c in self.calls if c.mode == NO_GRAD][-1].outputs
+
+    @property
+    def inference_outputs(self) -> dict[str, torch.Tensor] | None:
+        """The ``torch.inference_mode()`` call's outputs; None where there was none."""
+        found = [c for c in self.calls if c.mode == INFERENCE_MODE]
+        return found[-1].outputs if found else None
 
     @property
     def changed_inputs(self) -> list[str]:
@@ -76,8 +91,10 @@ class Truth:
 
 
 def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-              keywords: Mapping[str, Any] | None = None, grad_calls: int = 1) -> Truth:
-    """Call ``model`` plainly ``grad_calls`` times with autograd on, then once under no_grad.
+              keywords: Mapping[str, Any] | None = None, grad_calls: int = 1,
+              inference: bool = False) -> Truth:
+    """Call ``model`` plainly ``grad_calls`` times with autograd on, then once under no_grad
+    (and, with ``inference``, once under ``torch.inference_mode()``).
 
     Args:
         model: the model, already in the mode its user runs it in (the diff: eval).
@@ -86,25 +103,34 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         keywords: other keyword arguments, passed as they are.
         grad_calls: how many calls with autograd on (the candidate: 2, to see a forward
             that changes from call to call).
+        inference: a last call under ``torch.inference_mode()`` (the candidate: a forward
+            may branch on ``torch.is_inference_mode_enabled()``).
 
     Raises:
         InputError: the model failed on the inputs (the cause is kept).
     """
     calls = []
-    for grad in [True] * grad_calls + [False]:
+    modes = [AUTOGRAD] * grad_calls + [NO_GRAD] + ([INFERENCE_MODE] if inference else [])
+    for mode in modes:
         copies = {name: tensor.clone() for name, tensor in inputs.items()}
         try:
-            with torch.set_grad_enabled(grad):
+            with _mode(mode):
                 returned = model(**copies, **(keywords or {}))
-                outputs = flatten_outputs(returned)
+            outputs = flatten_outputs(returned)  # outside inference mode: plain tensors
         except Exception as e:
             cause = " ".join(str(e).split())
             raise InputError(f"{type(model).__name__} could not run on the inputs: "
                              f"{type(e).__name__}: {cause}") from e
         del returned  # its autograd graph goes with it
         changed = [name for name in inputs if not identical(inputs[name], copies[name])]
-        calls.append(TruthCall(grad, outputs, changed))
+        calls.append(TruthCall(mode == AUTOGRAD, outputs, changed, mode))
     return Truth(calls)
+
+
+def _mode(mode: str) -> Any:
+    if mode == INFERENCE_MODE:
+        return torch.inference_mode()
+    return torch.set_grad_enabled(mode == AUTOGRAD)
 
 
 def identical(a: Any, b: Any) -> bool:
@@ -153,4 +179,4 @@ def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[
     return [name for name, value in before.items() if name in after and value != after[name]]
 
 
-__all__ = ["Truth", "TruthCall", "edited_weights", "identical", "run_truth", "weight_sums"]
+__all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "edited_weights", "identical", "run_truth", "weight_sums"]

@@ -1,0 +1,177 @@
+"""A second adversarial corpus for issue 30, written apart from the first (``truth_*``): the
+same mechanisms, other ways (``ports/audit_*.py``, importing only torch, NumPy,
+transformers, ``adv_bert`` and one sibling). Every port has a correct twin; every verdict
+must be right through ``introspect.diff`` and through the CLI.
+
+Found wrong before the fixes this file came with (see tests/adversarial/README.md): a
+forward wrong only under ``torch.inference_mode()`` PASSED (no truth call ran there), one
+wrong on its fourth call PASSED (three plain calls agreed; the recording, its fourth,
+was not judged), and builds that left grad off or turned PyTorch's attention fast path
+off (hiding a fault only the fast path computes) PASSED.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from introspect.cli.main import main
+from tests.adversarial.corpus import PORTS, port
+
+# (file, builder, extra CLI arguments, expected exit status); in one process each.
+IN_PROCESS = [
+    *[("audit_grad", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("inference", "requires_grad", "hook") for twin in ("correct", "faulty")],
+    *[("audit_counters", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("third", "fourth", "first", "lazy", "dropout", "seeded")
+      for twin in ("correct", "faulty")],
+    *[("audit_outputs", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("tuple", "renamed", "list", "numpy_mid", "extra", "float64", "half_output")
+      for twin in ("correct", "faulty")],
+    *[("audit_fastpath", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("mha", "nested", "callable") for twin in ("correct", "faulty")],
+    *[("audit_hf", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("eager", "deepcopy", "instance", "config") for twin in ("correct", "faulty")],
+    *[("audit_inputs", b, (), int(b != "correct"))
+      for b in ("correct", "faulty_view", "faulty_second", "faulty_no_grad", "faulty_types")],
+    *[("audit_lora", f"{twin}_{how}", (), int(twin == "faulty"))
+      for how in ("dropout", "scale", "wrong_layer", "merged") for twin in ("correct", "faulty")],
+    *[("audit_compiled", f"{twin}_{how}", extra, int(twin == "faulty"))
+      for how, extra in (("scripted", ()), ("quantized", ("--atol", "0.1")))
+      for twin in ("correct", "faulty")],
+]
+# torch.compile patches torch.nn.Module for good on first use: a fresh process each.
+COMPILED = [("audit_compiled", f"{twin}_{how}", (), int(twin == "faulty"))
+            for how in ("compiled_layer", "module_compile") for twin in ("correct", "faulty")]
+# The cases that were wrong before the fixes, and a few of each family: in the CLI on
+# every run; the whole corpus through the CLI is a slow test.
+CLI_ALWAYS = {"faulty_inference", "faulty_fourth", "correct_fourth", "faulty_types",
+              "faulty_numpy_mid", "correct_nested", "faulty_quantized"}
+# Builds that change process-wide state: exit 2 naming the change, or FAIL; never PASS.
+GLOBALS = {
+    "faulty_functional_gelu": "torch.nn.functional.gelu (patched in the module)",
+    "faulty_matmul": "torch.matmul (patched in the module)",
+    "faulty_default_dtype": "torch's default dtype",
+    "faulty_matmul_precision": "torch's float32 matmul precision",
+    "faulty_class_forward": "BertSelfOutput.forward (patched on the class)",
+    "faulty_layernorm_forward": "LayerNorm.forward (patched on the class)",
+    "faulty_global_hook": "torch's global forward hooks",
+    "faulty_grad_off": "torch's grad mode ('on' -> 'off')",
+    "faulty_fastpath_off": "torch's attention fast path ('on' -> 'off')",
+    "faulty_deterministic": "torch's deterministic algorithms (False -> True)",
+    "faulty_masking": "the candidate changed what the reference computes",
+    "faulty_forward_patch": "scaled_dot_product_attention (patched in the module)",
+    "faulty_act2fn": None,  # only the candidate reads ACT2FN after the build: FAIL
+}
+GLOBALS_ALWAYS = ("faulty_grad_off", "faulty_fastpath_off", "faulty_masking")
+
+_ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def _ids(cases):
+    return [f"{f}:{b}" for f, b, _, _ in cases]
+
+
+def _pairs(tokenizer):
+    """A pair batch (segment B present): ``token_type_ids.zero_()`` is a fault there."""
+    encoded = tokenizer(["I love cats!", "He hates pineapple pizza."],
+                        ["Dogs too.", "So do I."], padding=True, return_tensors="pt")
+    return {k: encoded[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("name, builder, extra, expected", IN_PROCESS, ids=_ids(IN_PROCESS))
+def test_api_verdict(name, builder, extra, expected, tiny):
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    tensors = _pairs(reference.tokenizer) if builder == "faulty_types" else inputs.tensors
+    kept = {k: v.clone() for k, v in tensors.items()}
+    candidate = getattr(port(f"{name}.py"), builder)(reference)
+    result = introspect.diff(reference.model, candidate, tensors,
+                             atol=float(extra[1]) if extra else None)
+    assert result.passed is (expected == 0), result.summary()
+    assert all(torch.equal(kept[k], v) for k, v in tensors.items())
+    if expected:
+        assert result.first_divergence is not None
+
+
+def _cli(folder, name, builder, capsys, *extra):
+    code = main(["diff", "--model", str(folder), "--candidate", f"{PORTS / name}.py:{builder}",
+                 "-q", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+_ALWAYS = [c for c in IN_PROCESS if c[1] in CLI_ALWAYS]
+
+
+@pytest.mark.parametrize("name, builder, extra, expected", _ALWAYS, ids=_ids(_ALWAYS))
+def test_cli_verdict(name, builder, extra, expected, tiny_folder, capsys):
+    code, out = _cli(tiny_folder, name, builder, capsys, *extra)
+    assert code == expected, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, builder, extra, expected",
+                         [c for c in IN_PROCESS if c[1] not in CLI_ALWAYS],
+                         ids=_ids([c for c in IN_PROCESS if c[1] not in CLI_ALWAYS]))
+def test_cli_verdict_whole_corpus(name, builder, extra, expected, tiny_folder, capsys):
+    code, out = _cli(tiny_folder, name, builder, capsys, *extra)
+    assert code == expected, out
+
+
+def test_notes_name_inference_mode_and_a_later_call(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    said = {}
+    for builder in ("faulty_inference", "faulty_fourth"):
+        module = port("audit_grad.py" if builder == "faulty_inference" else "audit_counters.py")
+        result = introspect.diff(reference.model, getattr(module, builder)(reference), inputs)
+        said[builder] = " ".join(result.notes)
+    assert "under inference_mode they do not" in said["faulty_inference"]
+    assert "depend on the grad mode" in said["faulty_fourth"]  # its 4th call: inference_mode
+
+
+def _fresh_cli(folder, file, builder):
+    return subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", str(folder),
+                           "--candidate", f"{PORTS / file}:{builder}", "-q"],
+                          capture_output=True, text=True, timeout=300, env=_ENV)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, builder, extra, expected", COMPILED, ids=_ids(COMPILED))
+def test_compiled_in_a_fresh_process(name, builder, extra, expected, tiny_folder):
+    done = _fresh_cli(tiny_folder, f"{name}.py", builder)
+    assert done.returncode == expected, done.stdout + done.stderr[-2000:]
+
+
+def _check_global(builder, done):
+    wanted = GLOBALS[builder]
+    if wanted is None:
+        assert done.returncode == 1, done.stdout + done.stderr
+        return
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("introspect diff: error: ") and wanted in last, last
+
+
+@pytest.mark.parametrize("builder", GLOBALS_ALWAYS)
+def test_a_global_change_never_passes(builder, tiny_folder):
+    """In a fresh process: what the build changes outlives the run."""
+    _check_global(builder, _fresh_cli(tiny_folder, "audit_globals.py", builder))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("builder", ["correct", *[b for b in GLOBALS if b not in GLOBALS_ALWAYS]])
+def test_every_global_change_never_passes(builder, tiny_folder):
+    done = _fresh_cli(tiny_folder, "audit_globals.py", builder)
+    if builder == "correct":
+        assert done.returncode == 0, done.stderr
+        return
+    _check_global(builder, done)
