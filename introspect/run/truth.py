@@ -32,7 +32,6 @@ import torch
 from introspect.errors import InputError
 from introspect.run.outputs import flatten_outputs
 
-
 # The modes a truth call runs in (the ``call`` column of ``DiffResult.outputs``).
 AUTOGRAD, NO_GRAD, INFERENCE_MODE = "autograd", "no_grad", "inference_mode"
 
@@ -179,4 +178,5 @@ def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[
     return [name for name, value in before.items() if name in after and value != after[name]]
 
 
-__all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "edited_weights", "identical", "run_truth", "weight_sums"]
+__all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "edited_weights",
+           "identical", "run_truth", "weight_sums"]
