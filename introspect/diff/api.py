@@ -196,7 +196,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # The reference first, clean: its truth and its recording come before the
         # candidate's code is imported or built (``introspect.run.deferred``).
         ref_accepted = accepted_inputs(reference, ref_tensors)
-        ref_truth = run_truth(reference, ref_accepted) if truths else None
+        ref_truth = run_truth(reference, ref_accepted,
+                              lean=not _compiled(reference)) if truths else None
         ref_given, cand_given = recordings or (None, None)
         # With backward, one forward per side recorded with autograd on serves both
         # comparisons; the reference's backward runs now, before the candidate is built.
@@ -233,7 +234,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if truths:
             sums = weight_sums(candidate)
             cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
-                                   grad_calls=2, inference=not _holds_script(candidate))
+                                   grad_calls=2, inference=not _holds_script(candidate),
+                                   lean=not _compiled(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
                 shown = ", ".join(edited[:3]) + (f" and {len(edited) - 3} more"
@@ -400,6 +402,13 @@ def _holds_script(model: torch.nn.Module) -> bool:
     """TorchScript keeps what an ``inference_mode`` call made (its profiled graph's
     tensors), and a later call with autograd on then fails: no such call for it."""
     return any(isinstance(m, torch.jit.ScriptModule) for m in model.modules())
+
+
+def _compiled(model: torch.nn.Module) -> bool:
+    """``torch.compile`` or TorchScript anywhere in ``model``: its compiler sees the truth
+    calls' saved-tensor hooks (``run.truth``), so its calls keep what autograd saves."""
+    return _holds_script(model) or any(getattr(m, "_orig_mod", None) is not None
+                                       for m in model.modules())
 
 
 def _training_modes(model: torch.nn.Module) -> dict[str, bool]:
