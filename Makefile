@@ -49,8 +49,8 @@ demo: setup
 # Then the tests marked numeric run again on another CPU path (ATen's kernels without SIMD,
 # MKL's portable code path, one thread), so that a bound tuned to one machine's rounding fails
 # here rather than on a user's (tests/bounds.py, scripts/bound_margins.py).
-# Both passes run on every core (pytest-xdist, one worker a core: `make test WORKERS=1` runs
-# in one process); tests that share an expensive fixture or must not overlap carry an
+# Both passes run on every core (pytest-xdist, one worker a core; `make test WORKERS=0` runs
+# them in one process); tests that share an expensive fixture or must not overlap carry an
 # xdist_group mark, which --dist loadgroup keeps on one worker (docs/development.md).
 NUMERIC_CPU_PATH := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 WORKERS ?= auto
