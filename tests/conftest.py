@@ -19,6 +19,11 @@ atexit.register(shutil.rmtree, os.environ["INTROSPECT_CACHE_DIR"], ignore_errors
 # thread count stays, and with it the rounding of the numeric tests. Set before torch is
 # imported (libgomp reads it once); the CLI processes the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The tests expect piped output with no COLUMNS (the CLI wraps prose only where it is set).
+# pytest's debugger imports readline, which exports COLUMNS=80 and LINES=24 to every process
+# started after it: a pytest-xdist worker started with them wrapped the verdicts at 80.
+for name in ("COLUMNS", "LINES"):
+    os.environ.pop(name, None)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
