@@ -49,13 +49,18 @@ demo: setup
 # Then the tests marked numeric run again on another CPU path (ATen's kernels without SIMD,
 # MKL's portable code path, one thread), so that a bound tuned to one machine's rounding fails
 # here rather than on a user's (tests/bounds.py, scripts/bound_margins.py).
+# Both passes run on every core (pytest-xdist, one worker a core; `make test WORKERS=0` runs
+# them in one process); tests that share an expensive fixture or must not overlap carry an
+# xdist_group mark, which --dist loadgroup keeps on one worker (docs/development.md).
 NUMERIC_CPU_PATH := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist loadgroup
 test: setup
-	@$(BIN)/python -m pytest -q; status=$$?; \
+	@$(BIN)/python -m pytest -q $(XDIST); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	if [ $$status -ne 0 ]; then exit $$status; fi; \
 	echo "make test: the numeric tests again with $(NUMERIC_CPU_PATH)"; \
-	env $(NUMERIC_CPU_PATH) $(BIN)/python -m pytest -m numeric -q; status=$$?; \
+	env $(NUMERIC_CPU_PATH) $(BIN)/python -m pytest -m numeric -q $(XDIST); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: no test is marked numeric" >&2; exit 1; fi; \
 	exit $$status
 

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Keep the trace cache's entries of the tests out of the user's cache folder.
-os.environ["INTROSPECT_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="introspect-tests-")
+# Keep the trace cache's entries of the tests out of the user's cache folder: a folder of
+# this process's own (each pytest-xdist worker has one), removed when it exits.
+os.environ["INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="introspect-tests-")
+atexit.register(shutil.rmtree, os.environ["INTROSPECT_CACHE_DIR"], ignore_errors=True)
+# OpenMP threads that wait for work sleep instead of spinning: with a pytest-xdist worker a
+# core (make test), or any other load, spinning threads take the cores the other workers
+# need (measured here: 4x the CPU time on tests/diff/test_faults.py and tests/render). The
+# thread count stays, and with it the rounding of the numeric tests. Set before torch is
+# imported (libgomp reads it once); the CLI processes the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The tests expect piped output with no COLUMNS (the CLI wraps prose only where it is set).
+# pytest's debugger imports readline, which exports COLUMNS=80 and LINES=24 to every process
+# started after it: a pytest-xdist worker started with them wrapped the verdicts at 80.
+for name in ("COLUMNS", "LINES"):
+    os.environ.pop(name, None)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

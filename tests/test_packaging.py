@@ -205,18 +205,13 @@ def test_the_light_core_leaves_out_the_model_package_and_cairosvg():
 
 
 @pytest.mark.slow
-def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
+@pytest.mark.xdist_group("wheel")
+def test_wheel_installs_and_runs_outside_the_repository(tmp_path, built_wheel):
     """The wheel in a fresh venv (only the package index reached): every command, run from
     a folder outside the repository; mypy finds the package from that install, and from a
     strict editable one, and type-checks the README's Python."""
-    source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".tox", "*.egg-info", "__pycache__", ".*_cache", "reports", "build",
-        "dist"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
-                   check=True, capture_output=True, timeout=600)
-    (wheel,) = (tmp_path / "dist").glob("introspect_bert-0.1.0-py3-none-any.whl")
+    source, wheel = built_wheel
+    assert wheel.name == "introspect_bert-0.1.0-py3-none-any.whl"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
@@ -295,23 +290,28 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
                 "-e", str(source), "--config-settings", "editable_mode=strict")
 
 
-def _build_wheel(tmp_path: Path) -> Path:
-    """The wheel of a copy of this tree (the build leaves egg-info and build/ behind)."""
-    source = tmp_path / "source"
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A copy of this tree and its wheel, built once for the tests that install or read it
+    (their xdist_group keeps them on one worker, so the build is shared there too). The
+    copy is the build's own: it leaves egg-info and build/ behind there."""
+    folder = tmp_path_factory.mktemp("wheel")
+    source = folder / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".tox", "*.egg-info", "__pycache__", ".*_cache", "reports", "build",
         "dist", "site"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "-w", str(tmp_path / "dist"),
+                    "--no-build-isolation", "--no-index", "-w", str(folder / "dist"),
                     str(source)], check=True, capture_output=True, timeout=600)
-    (wheel,) = (tmp_path / "dist").glob("introspect_bert-*-py3-none-any.whl")
-    return wheel
+    (wheel,) = (folder / "dist").glob("introspect_bert-*-py3-none-any.whl")
+    return source, wheel
 
 
-def test_the_wheel_ships_every_example(tmp_path):
+@pytest.mark.xdist_group("wheel")
+def test_the_wheel_ships_every_example(built_wheel):
     import zipfile
 
-    wheel = _build_wheel(tmp_path)
+    _, wheel = built_wheel
     shipped = {name.removeprefix("introspect/examples/")
                for name in zipfile.ZipFile(wheel).namelist()
                if name.startswith("introspect/examples/")}
@@ -330,14 +330,15 @@ def _quick_start() -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_new_user_runs_the_quick_start_from_the_wheel(tmp_path):
+@pytest.mark.xdist_group("wheel")
+def test_a_new_user_runs_the_quick_start_from_the_wheel(tmp_path, built_wheel):
     """The wheel in a fresh venv, in an empty folder: every command of the README's quick
     start, with its exit status. Offline and quick: the venv reuses this interpreter's
     installed packages (torch, transformers, the embedded model) through a .pth line, and
     the wheel is installed with --no-deps --no-index; the package it imports is the wheel's."""
     import sysconfig
 
-    wheel = _build_wheel(tmp_path)
+    _, wheel = built_wheel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")

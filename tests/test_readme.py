@@ -238,7 +238,8 @@ def test_output_blocks_are_compared_line_by_line():
 @pytest.fixture(scope="module")
 def documented_runs(tmp_path_factory):
     """Each RUN command once, in the pages' order, in one empty folder (a command shown on
-    two pages runs once; the captures and dumps later commands read are made on the way)."""
+    two pages runs once; the captures and dumps later commands read are made on the way).
+    The tests reading it share an xdist_group: one worker runs them, and the commands once."""
     work = tmp_path_factory.mktemp("user")
     runs: dict[str, subprocess.CompletedProcess[str]] = {}
     for _, command in doc_blocks.documented_commands():
@@ -258,6 +259,7 @@ def _with_columns(command: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("documented_runs")
 def test_documented_commands_run_in_an_empty_folder(documented_runs):
     work, runs = documented_runs
     assert set(runs) == RUN
@@ -280,6 +282,7 @@ def test_documented_commands_run_in_an_empty_folder(documented_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("documented_runs")
 def test_output_blocks_are_what_a_real_run_prints(documented_runs):
     """Every ``$ COMMAND`` block of the README and docs/, against the run above. To
     refresh them after a deliberate change: INTROSPECT_UPDATE_DOCS=1 and this test."""

@@ -38,6 +38,8 @@ BATCH, SEQ = 4, 32
 # call here, and every model traced lived on), and modes measured flat, kept as guards.
 FIXED = ("backward", "trace")
 GUARDED = ("forward", "generate", "dump")
+# One worker runs the module: each fixture's child process measures several modes once.
+pytestmark = pytest.mark.xdist_group("repeated_calls")
 
 
 def _can_measure() -> bool:

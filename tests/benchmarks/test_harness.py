@@ -15,7 +15,8 @@ import torch
 from benchmarks import __main__ as bench_cli
 from benchmarks.records import GRID, GROWTH, OK, STARTUP, Measurement
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench,
+              pytest.mark.xdist_group("bench_harness")]  # one worker runs the harness once
 
 GRID_TASKS = {
     ("plain forward", "HF"),

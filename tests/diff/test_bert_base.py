@@ -9,7 +9,8 @@ import introspect.scratch as scratch
 from introspect.models.load import load_model, tokenize
 from tests.fixtures.candidates import inject
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.xdist_group("diff_bert_base")]  # one worker builds BERT-base once
 
 
 @pytest.fixture(scope="module")

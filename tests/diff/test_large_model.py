@@ -27,8 +27,10 @@ GIB = 2**30
 # generated code, the activations of 16 tokens. Measured: ~60 MiB.
 ALLOWANCE = 128 * 2**20
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="reads /proc/self/maps and /proc/self/status")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="reads /proc/self/maps and /proc/self/status"),
+              # one worker writes the 172 MB checkpoint once for the module's tests
+              pytest.mark.xdist_group("large_model")]
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ onnx = pytest.importorskip("onnx")
 from introspect.dump import diff_dump, read_capture, read_dump  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "onnx_runtime" / "bert_onnx.py"
+pytestmark = pytest.mark.xdist_group("onnx_export")  # one worker exports MiniLM once
 
 # name -> (expose, ORT level, transformer optimizer, fp16)
 CONFIGS = {

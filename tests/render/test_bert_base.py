@@ -9,6 +9,8 @@ import pytest
 
 from introspect.render import draw_graph, render_bytes
 
+pytestmark = pytest.mark.xdist_group("render_bert_base")  # one worker traces BERT-base once
+
 
 @pytest.fixture(scope="module")
 def base_graph():
