@@ -222,3 +222,16 @@ def test_a_trace_failing_midway_leaves_no_patch_behind(tiny_models):
     with torch.no_grad():
         assert model(**make_batch(2, 9, padded=True)).last_hidden_state.shape == (2, 9, 128)
     assert trace_module(model, make_batch(2, 9, padded=True), cache=False).notes == []
+
+
+def test_the_collector_stays_paused_until_the_last_trace_ends():
+    import gc
+
+    from introspect.tracing.tracer import _collector_paused
+
+    assert gc.isenabled()
+    with _collector_paused():  # one trace
+        with _collector_paused():  # another, in the middle of it (as a thread would)
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the first one is still running
+    assert gc.isenabled()

@@ -495,15 +495,27 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
         return _trace_module(model, example_inputs, fast=fast, cache=cache)
 
 
+# Traces running at once (threads) share one pause: the collector comes back when the
+# last of them ends, never in the middle of another's (each trace sees what one alone
+# sees: the same graph, node for node).
+_PAUSE_LOCK = threading.Lock()
+_PAUSES = {"running": 0, "was_enabled": False}
+
+
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
+    with _PAUSE_LOCK:
+        if _PAUSES["running"] == 0:
+            _PAUSES["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _PAUSES["running"] += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _PAUSE_LOCK:
+            _PAUSES["running"] -= 1
+            if _PAUSES["running"] == 0 and _PAUSES["was_enabled"]:
+                gc.enable()
 
 
 def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor],
