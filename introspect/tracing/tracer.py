@@ -498,23 +498,31 @@ def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tens
 # Traces running at once (threads) share one pause: the collector comes back when the
 # last of them ends, never in the middle of another's (each trace sees what one alone
 # sees: the same graph, node for node).
-_PAUSE_LOCK = threading.Lock()
-_PAUSES = {"running": 0, "was_enabled": False}
+# (An object, not a dict: this module's globals are part of the trace cache's key, read
+# by value for plain containers; the count changes while a trace runs.)
+class _Pauses:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.was_enabled = False
+
+
+_PAUSES = _Pauses()
 
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    with _PAUSE_LOCK:
-        if _PAUSES["running"] == 0:
-            _PAUSES["was_enabled"] = gc.isenabled()
+    with _PAUSES.lock:
+        if _PAUSES.running == 0:
+            _PAUSES.was_enabled = gc.isenabled()
             gc.disable()
-        _PAUSES["running"] += 1
+        _PAUSES.running += 1
     try:
         yield
     finally:
-        with _PAUSE_LOCK:
-            _PAUSES["running"] -= 1
-            if _PAUSES["running"] == 0 and _PAUSES["was_enabled"]:
+        with _PAUSES.lock:
+            _PAUSES.running -= 1
+            if _PAUSES.running == 0 and _PAUSES.was_enabled:
                 gc.enable()
 
 
