@@ -50,6 +50,7 @@ from introspect.diff.truth import (
 from introspect.errors import InputError
 from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
+from introspect.models.ports import describe_changes
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
@@ -238,8 +239,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                                    lean=not _compiled(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
-                shown = ", ".join(edited[:3]) + (f" and {len(edited) - 3} more"
-                                                 if len(edited) > 3 else "")
+                shown = describe_changes(edited, most=3)
                 notes.append(f"the {candidate_label}'s forward edits its own weights ({shown}): "
                              "they changed during its calls, so each call computes with other "
                              "values")
@@ -426,8 +426,8 @@ def _training_note(side: str, training: Mapping[str, bool]) -> str:
         return (f"the {side} was in training mode; diff ran it in eval mode (dropout off) "
                 "and put it back")
     parts = [name for name, on in training.items() if on]
-    shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
-    return (f"the {side} had {len(parts)} module(s) in training mode ({shown}) inside a model "
+    return (f"the {side} had {len(parts)} module(s) in training mode "
+            f"({describe_changes(parts, most=3)}) inside a model "
             "in eval mode; diff ran them in eval mode (dropout off) and put them back")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from introspect.run.truth import AUTOGRAD, INFERENCE_MODE, NO_GRAD
+
 # Node statuses, in the ``status`` column of ``DiffResult.nodes``.
 STATUS_OK = "ok"  # local and propagated error within budget
 STATUS_DRIFT = "drift"  # local error within budget, propagated error over: accumulated noise
@@ -170,10 +172,11 @@ class Divergence:
     phase: str = "forward"  # "backward": only the gradients differ (backward=True)
 
 
-# Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``.
-CALL_AUTOGRAD = "autograd"  # model(**x), autograd on: as a user writes it
-CALL_NO_GRAD = "no_grad"  # under torch.no_grad(): inference code, PyTorch's fast paths
-CALL_INFERENCE = "inference_mode"  # under torch.inference_mode(): the candidate only
+# Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``: the modes
+# ``introspect.run.truth`` calls a model in. CALL_AUTOGRAD: model(**x), autograd on, as a
+# user writes it; CALL_NO_GRAD: under torch.no_grad() (inference code, PyTorch's fast
+# paths); CALL_INFERENCE: under torch.inference_mode() (the candidate only).
+CALL_AUTOGRAD, CALL_NO_GRAD, CALL_INFERENCE = AUTOGRAD, NO_GRAD, INFERENCE_MODE
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,7 @@ def recorded_call_verdict(judge: Callable[[Truth], TruthVerdict], truth: Truth,
     """
     if recording is None:
         return None
-    recorded = {name: value for name, value in
-                flatten_outputs(recording.recorded_outputs).items()}
+    recorded = flatten_outputs(recording.recorded_outputs)
     if not recorded or any(all(identical(call.outputs.get(n), v) for n, v in recorded.items())
                            for call in truth.calls):
         return None

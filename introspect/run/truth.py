@@ -115,20 +115,9 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     calls = []
     modes = [AUTOGRAD] * grad_calls + [NO_GRAD] + ([INFERENCE_MODE] if inference else [])
     for mode in modes:
-        copies = {name: tensor.clone() for name, tensor in inputs.items()}
-        nothing_saved = _NothingSaved() if lean and mode == AUTOGRAD else None
         try:
-            try:
-                with _mode(mode), nothing_saved or contextlib.nullcontext():
-                    returned = model(**copies, **(keywords or {}))
-            except Exception:
-                if nothing_saved is None or not nothing_saved.read:
-                    raise
-                # the forward runs a backward of its own (autograd inside a forward): the
-                # call again, with what it saves kept
-                copies = {name: tensor.clone() for name, tensor in inputs.items()}
-                with _mode(mode):
-                    returned = model(**copies, **(keywords or {}))
+            copies, returned = _plain_call(model, inputs, keywords, mode,
+                                           lean and mode == AUTOGRAD)
             outputs = flatten_outputs(returned)  # outside inference mode: plain tensors
         except Exception as e:
             cause = " ".join(str(e).split())
@@ -138,6 +127,24 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         changed = [name for name in inputs if not identical(inputs[name], copies[name])]
         calls.append(TruthCall(mode == AUTOGRAD, outputs, changed, mode))
     return Truth(calls)
+
+
+def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                keywords: Mapping[str, Any] | None, mode: str, lean: bool,
+                ) -> tuple[dict[str, torch.Tensor], Any]:
+    """``model`` called on its own copy of ``inputs`` in ``mode``: (the copy, what it
+    returned). ``lean``: nothing kept for a backward (``_NothingSaved``)."""
+    copies = {name: tensor.clone() for name, tensor in inputs.items()}
+    nothing_saved = _NothingSaved() if lean else None
+    try:
+        with _mode(mode), nothing_saved or contextlib.nullcontext():
+            return copies, model(**copies, **(keywords or {}))
+    except Exception:
+        if nothing_saved is None or not nothing_saved.read:
+            raise
+    # the forward runs a backward of its own (autograd inside a forward): the call again,
+    # with what it saves kept
+    return _plain_call(model, inputs, keywords, mode, lean=False)
 
 
 class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):

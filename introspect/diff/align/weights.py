@@ -117,8 +117,9 @@ def _row_hashes(rows: torch.Tensor) -> torch.Tensor:
     return (bits * _HASH_MULTIPLIERS[: len(columns)]).sum(dim=1)  # wraps around: a hash
 
 
-# Equal-by-name checks of the last call, by the two tensors' states, with the tensors
-# held (no id or storage is reused while they are remembered): ``relations_remembered``.
+# The last call's equality checks and row hashes, keyed by the tensors' states, with the
+# tensors held (no id or storage is reused while they are remembered):
+# ``relations_remembered``.
 _REMEMBERED: ContextVar[dict[str, Any] | None] = ContextVar("weight_relations", default=None)
 
 
@@ -181,10 +182,11 @@ class _Equalities:
         """The check ``_RowIndex.find`` makes of a hit: the candidate's rows (transposed or
         not) equal to rows ``start`` on of the reference weight ``label``."""
         def equal(label: str, start: int, big: torch.Tensor, rows: torch.Tensor) -> bool:
+            def compute() -> bool:
+                return bool(torch.equal(big[start:start + rows.shape[0]], rows))
+
             return bool(self.remembered(("rows", transposed, dtype, label, start),
-                                   (candidate, ref_weights[label]),
-                                        lambda: bool(torch.equal(
-                                            big[start:start + rows.shape[0]], rows))))
+                                        (candidate, ref_weights[label]), compute))
         return equal
 
     def done(self) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from introspect.diff.divergence import WEIGHT_EDIT
 from introspect.diff.hypotheses.site import model_kwargs
+from introspect.models.ports import describe_changes
 from introspect.run.truth import edited_weights, weight_sums
 
 
@@ -45,8 +46,7 @@ def hints(candidate: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> lis
     finally:
         candidate.train(was_training)
     if edited:  # two runs differ because the weights moved, not through a dropout
-        return [f"{WEIGHT_EDIT} ({', '.join(edited[:3])}"
-                f"{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}): they change on "
+        return [f"{WEIGHT_EDIT} ({describe_changes(edited, most=3)}): they change on "
                 "every call (e.g. weight.data *= ... or an in-place update in forward)"]
     pairs = zip(first, second, strict=False)
     gaps = [float((a.double() - b.double()).abs().max()) for a, b in pairs
