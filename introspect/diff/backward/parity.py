@@ -37,6 +37,7 @@ import torch.fx
 from introspect.diff.backward.hints import gradient_hints, untied_hint
 from introspect.diff.backward.losses import default_loss, loss_kind
 from introspect.diff.backward.record import (
+    GradientConsumer,
     GradientRecording,
     GradientRun,
     LossFn,
@@ -230,19 +231,27 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     kind, loss_fn = backward_loss(reference, ref_inputs, loss, inputs_for_loss)
     ref = reference_gradients if reference_gradients is not None else \
         record_backward(reference, ref_inputs, loss_fn)
-    cand = candidate_run.backward(loss_fn, detached_ok=True) if candidate_run is not None \
-        else record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
-    notes = _loss_notes(kind, ref, cand, allow_nonfinite)
     noise: dict[str, float] = {}
     if noise_budget:
         noise = _gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss, ref)
-        notes.append("the reference also ran forward and backward in float64; each gradient's "
-                     f"budget is at least {tolerance.noise_factor:g}x its own noise")
     records = {r.name: r for r in ref_graph.records}
     cand_records = {r.name: r for r in cand_graph.records}
-    pad = attention_mask
-    comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise, pad,
-                         allow_nonfinite)
+    if candidate_run is not None:
+        # Compared as they come: each candidate gradient is measured against the
+        # reference's inside autograd's hook and let go, never kept (memory: every node's
+        # gradient of one side, the size of a forward's values and more).
+        comparer = _Comparer(ref, _Forming(candidate_run.recorder), alignment, records,
+                             cand_records, tolerance, noise, attention_mask, allow_nonfinite)
+        cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=comparer.stream())
+        comparer.cand = cand
+    else:
+        cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
+        comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,
+                             attention_mask, allow_nonfinite)
+    notes = _loss_notes(kind, ref, cand, allow_nonfinite)
+    if noise_budget:
+        notes.append("the reference also ran forward and backward in float64; each gradient's "
+                     f"budget is at least {tolerance.noise_factor:g}x its own noise")
     rows = comparer.node_rows()
     params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
                                   _weights_read_together(alignment, ref_graph.gm, cand_graph.gm),
@@ -363,40 +372,60 @@ def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float
 
 
 def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
-            pad: torch.Tensor | None = None,
-            allow_nonfinite: bool = False) -> tuple[float, float, bool, float | None]:
+            pad: torch.Tensor | None = None, allow_nonfinite: bool = False,
+            ref_magnitude: float | None = None) -> tuple[float, float, bool, float | None]:
     """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients.
 
     NaN or Inf in either is over budget (an error of inf) unless ``allow_nonfinite``:
     the same Inf on both sides is no agreement, only a shared failure.
+    ``ref_magnitude``: ``ref.abs().max()``, where the caller has it (finite exactly when
+    every value of ``ref`` is).
     """
-    if not allow_nonfinite and cand.is_floating_point() and ref.is_floating_point() and not (
-            bool(torch.isfinite(cand).all()) and bool(torch.isfinite(ref).all())):
-        return math.inf, math.inf, True, (math.inf if pad is not None else None)
-    if cand.dtype == ref.dtype and torch.equal(cand, ref):  # the common case: no arithmetic
+    same = cand.dtype == ref.dtype and torch.equal(cand, ref)  # the common case
+    if same and (allow_nonfinite or (ref_magnitude is not None
+                                     and math.isfinite(ref_magnitude))):
+        # equal and finite (``torch.equal`` is False wherever NaN is): no arithmetic
         return 0.0, 0.0, False, (0.0 if pad is not None else None)
     dtype = torch.promote_types(cand.dtype, ref.dtype)  # float32 keeps a difference's size
     a, b = cand.to(dtype), ref.to(dtype)
-    d = (a - b).abs()
-    if bool(d.isnan().any()):
-        d = d.nan_to_num(nan=math.inf)
-    over = d > budget.atol + budget.rtol * b.abs()
+    d = None if same else (a - b).abs()
+    # A finite largest difference means both sides are finite (NaN or Inf on either side
+    # leaves NaN or Inf in it); only otherwise are the two read again, value by value.
+    if d is None or (d.numel() and not math.isfinite(float(d.max()))):
+        if not allow_nonfinite and cand.is_floating_point() and ref.is_floating_point() \
+                and not (bool(torch.isfinite(cand).all()) and bool(torch.isfinite(ref).all())):
+            return math.inf, math.inf, True, (math.inf if pad is not None else None)
+        if d is None:
+            return 0.0, 0.0, False, (0.0 if pad is not None else None)
+        if bool(d.isnan().any()):
+            d = d.nan_to_num(nan=math.inf)
+    magnitude = b.abs()
+    over = d > budget.atol + budget.rtol * magnitude
     pad_err = None
     if pad is not None:
         pad_err = float(d.masked_fill(~pad, 0.0).max()) if d.numel() else 0.0
         d = d.masked_fill(pad, 0.0)
         over = over & ~pad
-    magnitude = b.abs()
-    rel = d / magnitude.masked_fill(magnitude == 0, math.inf)
     if d.numel() == 0:
         return 0.0, 0.0, False, pad_err
+    rel = d / magnitude.masked_fill(magnitude == 0, math.inf)
     return float(d.max()), float(rel.max()), bool(over.any()), pad_err
+
+
+class _Forming:
+    """A candidate's recording while its backward runs: the values, no gradient kept."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.values: Mapping[str, torch.Tensor] = recorder.values
+        self.requires_grad: set[str] = recorder.requires_grad
+        self.grads: Mapping[str, torch.Tensor] = {}
 
 
 class _Comparer:
     """Brings a candidate gradient to the reference's layout and measures it."""
 
-    def __init__(self, ref: GradientRecording, cand: GradientRecording, alignment: Any,
+    def __init__(self, ref: GradientRecording, cand: GradientRecording | _Forming,
+                 alignment: Any,
                  records: Mapping[str, Any], cand_records: Mapping[str, Any],
                  tolerance: Tolerance, noise: Mapping[str, float],
                  attention_mask: torch.Tensor | None, allow_nonfinite: bool = False) -> None:
@@ -406,6 +435,10 @@ class _Comparer:
         self.tolerance, self.noise = tolerance, noise
         self.mask = attention_mask
         self.layouts: dict[tuple[str, str], Any] = {}
+        self.streamed: dict[int, GradientDiff] = {}  # pair index -> row, made as it came
+        self._by_candidate: dict[str, list[int]] = {}  # candidate node -> pair indices
+        self._magnitudes: dict[str, float] = {}
+        self._largest: float | None = None
 
     def plain(self, pair: Pair) -> bool:
         return pair.reference_region is None and pair.candidate_region is None \
@@ -462,7 +495,7 @@ class _Comparer:
         pad = (mask == 0).reshape(*mask.shape, *([1] * (len(shape) - 2)))
         return pad.expand(*shape)
 
-    def grad(self, side: GradientRecording, name: str) -> torch.Tensor | None:
+    def grad(self, side: GradientRecording | _Forming, name: str) -> torch.Tensor | None:
         """The node's gradient; zeros where none flowed into a float value."""
         g = side.grads.get(name)
         if g is not None:
@@ -472,47 +505,83 @@ class _Comparer:
             return None
         return torch.zeros_like(value)
 
+    def largest(self) -> float:
+        """The largest magnitude of any reference gradient (the floor of each budget)."""
+        if self._largest is None:
+            self._largest = max((self.magnitude(name) for name in self.ref.grads), default=0.0)
+        return self._largest
+
+    def magnitude(self, name: str) -> float:
+        """The reference gradient's largest magnitude (NaN or Inf where it holds them)."""
+        found = self._magnitudes.get(name)
+        if found is None:
+            g = self.ref.grads[name]
+            found = self._magnitudes[name] = float(g.abs().max()) if g.numel() else 0.0
+        return found
+
+    def consume(self, name: str, grad: torch.Tensor) -> None:
+        """A candidate node's gradient as autograd makes it: its pairs are measured now and
+        the gradient let go (``GradientSink``'s consumer)."""
+        for index in self._by_candidate.get(name, ()):
+            row = self.row(self.alignment.pairs[index], grad, cut=False)
+            if row is not None:
+                self.streamed[index] = row
+
+    def stream(self) -> GradientConsumer:
+        """The consumer for the candidate's backward: rows made as its gradients come."""
+        self._by_candidate = {}
+        for index, pair in enumerate(self.alignment.pairs):
+            if pair.reference in self.records:
+                self._by_candidate.setdefault(pair.candidate, []).append(index)
+        self.largest()
+        return self.consume
+
     def node_rows(self) -> list[GradientDiff]:
         rows = []
-        largest = max((float(g.abs().max()) for g in self.ref.grads.values() if g.numel()),
-                      default=0.0)
-        for pair in self.alignment.pairs:
-            record = self.records.get(pair.reference)
-            if record is None:
-                continue
-            g_ref, g_cand = self.grad(self.ref, pair.reference), \
-                self.grad(self.cand, pair.candidate)
-            if g_ref is None or g_cand is None:
-                continue
-            g_ref = self._ref_view(pair, g_ref)
-            mapped = self.to_reference(pair, g_cand)
-            base = dict(reference_node=pair.reference, candidate_node=pair.candidate,
-                        module=record.module, layer=record.layer, op=record.op_type,
-                        shape=str(tuple(g_ref.shape)), reference_index=record.index)
-            if mapped is None or mapped.shape != g_ref.shape:
-                rows.append(GradientDiff(**base, max_abs_err=None, max_rel_err=None,
-                                         reference_max_abs=None, local_max_abs_err=None,
-                                         pad_max_abs_err=None, atol=None, rtol=None,
-                                         status=STATUS_NOT_COMPARED,
-                                         hint="no layout maps the candidate's gradient"))
-                continue
-            pad = self.pad_for(g_ref.shape)
-            scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
-            budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
-                             else mapped.dtype, max(scale, FLOOR * largest),
-                             self.noise.get(pair.reference))
-            err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad,
-                                              self.allow_nonfinite)
-            hint = ""
-            if over or (pad_err is not None and pad_err > budget.atol):
-                hint = "; ".join(gradient_hints(mapped, g_ref, pad,
-                                                cut=pair.candidate not in self.cand.requires_grad))
-            status = STATUS_DRIFT if over else STATUS_OK
-            rows.append(GradientDiff(**base, max_abs_err=err, max_rel_err=rel,
-                                     reference_max_abs=scale, local_max_abs_err=None,
-                                     pad_max_abs_err=pad_err, atol=budget.atol,
-                                     rtol=budget.rtol, status=status, hint=hint))
+        for index, pair in enumerate(self.alignment.pairs):
+            row = self.streamed.get(index)
+            if row is None and pair.reference in self.records:
+                g_cand = self.grad(self.cand, pair.candidate)
+                row = None if g_cand is None else self.row(
+                    pair, g_cand, cut=pair.candidate not in self.cand.requires_grad)
+            if row is not None:
+                rows.append(row)
         return rows
+
+    def row(self, pair: Pair, g_cand: torch.Tensor, cut: bool) -> GradientDiff | None:
+        """One aligned pair's gradients measured (None: the reference has no gradient)."""
+        record = self.records[pair.reference]
+        g_ref = self.grad(self.ref, pair.reference)
+        if g_ref is None:
+            return None
+        whole = pair.reference_region is None and pair.reference in self.ref.grads
+        g_ref = self._ref_view(pair, g_ref)
+        mapped = self.to_reference(pair, g_cand)
+        base = dict(reference_node=pair.reference, candidate_node=pair.candidate,
+                    module=record.module, layer=record.layer, op=record.op_type,
+                    shape=str(tuple(g_ref.shape)), reference_index=record.index)
+        if mapped is None or mapped.shape != g_ref.shape:
+            return GradientDiff(**base, max_abs_err=None, max_rel_err=None,
+                                reference_max_abs=None, local_max_abs_err=None,
+                                pad_max_abs_err=None, atol=None, rtol=None,
+                                status=STATUS_NOT_COMPARED,
+                                hint="no layout maps the candidate's gradient")
+        pad = self.pad_for(g_ref.shape)
+        scale = self.magnitude(pair.reference) if whole else \
+            float(g_ref.abs().max()) if g_ref.numel() else 0.0
+        budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
+                         else mapped.dtype, max(scale, FLOOR * self.largest()),
+                         self.noise.get(pair.reference))
+        err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad, self.allow_nonfinite,
+                                          ref_magnitude=scale)
+        hint = ""
+        if over or (pad_err is not None and pad_err > budget.atol):
+            hint = "; ".join(gradient_hints(mapped, g_ref, pad, cut=cut))
+        status = STATUS_DRIFT if over else STATUS_OK
+        return GradientDiff(**base, max_abs_err=err, max_rel_err=rel,
+                            reference_max_abs=scale, local_max_abs_err=None,
+                            pad_max_abs_err=pad_err, atol=budget.atol,
+                            rtol=budget.rtol, status=status, hint=hint)
 
 
 # ---------------------------------------------------------------------------------------

@@ -57,6 +57,49 @@ class GradientRecording:
     detached: bool = False  # the loss did not reach autograd: no gradient flowed at all
 
 
+GradientConsumer = Callable[[str, torch.Tensor], None]
+
+
+class GradientSink:
+    """Where each node's gradient goes as autograd makes it.
+
+    - **kept** (the default): the gradient itself, not a copy (a view's gradient often
+      shares its input's storage: copies took 1.7x the memory of the values at
+      BERT-base), with its version counter. Holding it keeps autograd from adding into
+      it in place (the engine does so only with the last reference); a custom backward
+      that changes its ``grad_output`` in place would still change it, and ``changed``
+      says so: the run's backward then runs again, copying (``GradientRun.backward``).
+    - **copied**: ``grad.clone()`` at the hook, as the model made it.
+    - **consumed**: handed to ``consumer`` at the hook and not kept (the diff compares a
+      candidate's gradient with the reference's as it comes, then lets it go).
+    """
+
+    def __init__(self, grads: dict[str, torch.Tensor]) -> None:
+        self.grads = grads
+        self.versions: dict[str, int] = {}
+        self.copy = False
+        self.consumer: GradientConsumer | None = None
+
+    def take(self, name: str, grad: torch.Tensor) -> None:
+        grad = grad.detach()
+        if self.consumer is not None:
+            self.consumer(name, grad)
+        elif self.copy:
+            self.grads[name] = grad.clone()
+        else:
+            self.grads[name] = grad
+            self.versions[name] = grad._version
+
+    def changed(self) -> list[str]:
+        """Kept gradients changed in place after the hook gave them."""
+        return [name for name, version in self.versions.items()
+                if name in self.grads and self.grads[name]._version != version]
+
+    def clear(self) -> None:
+        self.grads.clear()
+        self.versions.clear()
+
+
 class _GradientRecorder(_Recorder):
     """The eager recorder, also keeping each value and hooking its gradient."""
 
@@ -71,6 +114,7 @@ class _GradientRecorder(_Recorder):
         self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
         self.shared: dict[int, list[str]] = {}  # storage -> names of values kept uncopied
         self.handles: list[Any] = []  # the gradient hooks, removed once the backward ran
+        self.sink = GradientSink(self.grads)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -120,10 +164,10 @@ class _GradientRecorder(_Recorder):
         # The hook lives in autograd's graph, which ``self.tensors`` keeps: were it to hold
         # the recorder, the cycle would pass through autograd's C++ nodes, which Python's
         # garbage collector cannot see, and every recording would live forever.
-        grads = self.grads
+        sink = self.sink
 
         def keep(grad: torch.Tensor) -> None:
-            grads[name] = grad.detach().clone()
+            sink.take(name, grad)
 
         self.handles.append(tensor.register_hook(keep))
 
@@ -158,15 +202,21 @@ class GradientRun:
     named: dict[str, torch.nn.Parameter]  # parameter path -> parameter (first name of each)
 
     def backward(self, loss_fn: LossFn, *, keep_graph: bool = True,
-                 detached_ok: bool = False) -> GradientRecording:
+                 detached_ok: bool = False,
+                 consumer: GradientConsumer | None = None) -> GradientRecording:
         """``loss_fn(outputs, inputs).backward()``; every node's and parameter's gradient.
 
         See ``record_backward``. Without ``keep_graph`` autograd frees each function's
-        saved values as it runs; the run cannot be used again either way.
+        saved values as it runs; the run cannot be used again either way. With
+        ``consumer``, each node's gradient is handed to it as autograd makes it and not
+        kept (the recording's ``grads`` stay empty).
         """
         recorder, named, outputs, inputs = self.recorder, self.named, self.outputs, self.inputs
         self.outputs = None  # the graph goes with the recording (keep_graph) or now
         saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
+        sink = recorder.sink
+        # Kept uncopied only where a changed one can be made again (the graph kept).
+        sink.copy, sink.consumer = not keep_graph, consumer
         try:
             for p in named.values():
                 p.requires_grad_(True)  # AccumulateGrad writes .grad only where it is set
@@ -182,6 +232,12 @@ class GradientRun:
                                          f"the model's outputs, got {_describe(loss)}")
                     if not detached:
                         loss.reshape(()).backward(retain_graph=keep_graph)
+                        if sink.changed():  # a backward that edits its grad_output in place
+                            sink.clear()
+                            sink.copy = True
+                            for p in named.values():
+                                p.grad = None
+                            loss.reshape(()).backward(retain_graph=True)
             except InputError:
                 raise
             except Exception as e:
@@ -193,6 +249,7 @@ class GradientRun:
                 name: None if p.grad is None else p.grad.detach() for name, p in named.items()}
         finally:
             recorder.unhook()
+            sink.consumer = None  # the hooks are gone; nothing of the diff stays with the run
             for name, p in named.items():
                 p.requires_grad_(saved[name][0])
                 p.grad = saved[name][1]
@@ -306,5 +363,5 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-__all__ = ["GradientRecorded", "GradientRecording", "GradientRun", "LossFn", "record_backward",
-           "record_with_gradients", "run_forward"]
+__all__ = ["GradientConsumer", "GradientRecorded", "GradientRecording", "GradientRun",
+           "GradientSink", "LossFn", "record_backward", "record_with_gradients", "run_forward"]

@@ -1,0 +1,120 @@
+"""Gradients kept uncopied, and a candidate's compared as autograd makes them.
+
+``GradientSink`` keeps each node's gradient without a copy, and proves afterwards that
+nothing changed it in place (a custom backward that edits its ``grad_output``): where
+something did, the backward runs again, copying. The diff hands the candidate's gradients
+to the comparison as they come and keeps none of them; its rows are those the stored
+gradients give.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import introspect
+from introspect.diff.backward.record import record_backward, run_forward
+from introspect.models.load import tokenize
+from tests.backward import ports
+from tests.backward.test_backward import perturbed
+
+parity = importlib.import_module("introspect.diff.backward.parity")
+
+
+class _EditsItsGradOutput(torch.autograd.Function):
+    """y = 2x, whose backward doubles its grad_output in place and returns it."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        _EditsItsGradOutput.calls += 1
+        grad.mul_(2)  # in place: the gradient autograd gave the output's hook
+        return grad
+
+
+class _Edits(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.first(x)
+        doubled = _EditsItsGradOutput.apply(h.tanh())
+        return self.second(doubled * 3)
+
+
+def _loss(outputs, inputs):
+    return (outputs * torch.arange(3.0)).sum()
+
+
+def test_a_gradient_changed_in_place_after_its_hook_is_taken_as_made():
+    torch.manual_seed(0)
+    model = _Edits()
+    inputs = {"x": torch.randn(2, 4)}
+    copied = record_backward(model, inputs, _loss, keep_graph=False)  # copies at each hook
+    _EditsItsGradOutput.calls = 0
+    kept = record_backward(model, inputs, _loss)  # uncopied, then proven unchanged
+    assert _EditsItsGradOutput.calls == 2  # changed: the backward ran again, copying
+    assert copied.grads.keys() == kept.grads.keys()
+    for name, grad in copied.grads.items():
+        assert torch.equal(grad, kept.grads[name]), name
+    for name, grad in copied.parameter_grads.items():
+        assert torch.equal(grad, kept.parameter_grads[name]), name
+
+
+def test_gradients_no_backward_edits_are_kept_uncopied_and_run_once():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    inputs = {"input": torch.randn(2, 4)}
+    copied = record_backward(model, inputs, _loss, keep_graph=False)
+    kept = record_backward(model, inputs, _loss)
+    for name, grad in copied.grads.items():
+        assert torch.equal(grad, kept.grads[name]), name
+
+
+def test_a_consumer_gets_every_gradient_once_and_none_is_kept():
+    torch.manual_seed(0)
+    model = _Edits()
+    inputs = {"x": torch.randn(2, 4)}
+    stored = record_backward(model, inputs, _loss, keep_graph=False)
+    seen: dict[str, torch.Tensor] = {}
+
+    def consume(name, grad):
+        assert name not in seen
+        seen[name] = grad.clone()
+
+    recording = run_forward(model, inputs).backward(_loss, consumer=consume)
+    assert recording.grads == {}
+    assert seen.keys() == stored.grads.keys()
+    for name, grad in stored.grads.items():  # as made: before the backward edits it
+        assert torch.equal(grad, seen[name]), name
+
+
+@pytest.fixture(scope="module")
+def mlm():
+    return perturbed("masked-lm")
+
+
+def test_rows_compared_as_they_come_are_the_stored_gradients_rows(mlm):
+    """The diff's streamed rows against the rows of both sides' stored gradients, for a
+    port whose GELU backward is wrong (rows that drift and fail, hints and all)."""
+    hf, tokenizer = mlm
+    port = ports.build(hf, bug="custom_gelu", layer=1)
+    inputs = dict(tokenize(tokenizer).tensors)
+    result = introspect.diff(hf, port, inputs, backward=True)
+    assert not result.backward.passed
+    stored = parity.backward_diff(hf, port, inputs, inputs, result.alignment, result.reference,
+                                  result.candidate, result.tolerance,
+                                  attention_mask=inputs["attention_mask"])
+    assert [r for r in result.backward.rows if r.status != "ok"]
+    assert result.backward.rows == stored.rows
+    assert result.backward.parameter_rows == stored.parameter_rows
+    assert result.backward.first_divergence == stored.first_divergence
