@@ -118,3 +118,17 @@ def test_rows_compared_as_they_come_are_the_stored_gradients_rows(mlm):
     assert result.backward.rows == stored.rows
     assert result.backward.parameter_rows == stored.parameter_rows
     assert result.backward.first_divergence == stored.first_divergence
+
+
+def test_the_sgd_step_measured_a_slice_at_a_time_is_the_whole_steps_error():
+    generator = torch.Generator().manual_seed(0)
+    shape = (3, parity._STEP_CHUNK // 2 + 7)  # three slices, the last one short
+    w_ref, g_ref, g_cand = (torch.randn(shape, generator=generator) for _ in range(3))
+    w_cand = w_ref.t().contiguous().t()  # the same values, another layout
+    w_cand[2, 5] += 1e-3
+    whole = ((w_cand.double() - parity.SGD_LR * g_cand.double())
+             - (w_ref.double() - parity.SGD_LR * g_ref.double())).abs().max()
+    assert parity._sgd_step_error(w_ref, g_ref, w_cand, g_cand) == float(whole)
+    g_cand[1, 3] = float("nan")
+    assert parity._sgd_step_error(w_ref, g_ref, w_cand, g_cand) != \
+        parity._sgd_step_error(w_ref, g_ref, w_cand, g_cand)  # NaN, as one max says

@@ -926,19 +926,37 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])
                     names = " + ".join(m[0] for m in copies)
-        w_cand = _to_reference(cand.parameters[c_name].double(), cand.parameters[c_name], relation,
+        w_cand = _to_reference(cand.parameters[c_name], cand.parameters[c_name], relation,
                                weight) if err else None
         step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
             and torch.equal(cand.parameters[c_name], weight) else None
         if w_cand is not None:
-            w_ref = weight.double() - SGD_LR * g_ref.double()
-            w_cand = w_cand.double() - SGD_LR * g_c.double()
-            step = float((w_cand - w_ref).abs().max()) if w_ref.numel() else 0.0
+            step = _sgd_step_error(weight, g_ref, w_cand, g_c)
             sgd = max(sgd, step)
         rows.append(ParameterGradient(r_name, names, relation.kind, str(tuple(g_ref.shape)),
                                       err, rel, scale, step, STATUS_FAIL if over else STATUS_OK,
                                       hint))
     return rows, sgd
+
+
+_STEP_CHUNK = 1 << 20  # values per float64 slice of the SGD step (an embedding: 23M)
+
+
+def _sgd_step_error(w_ref: torch.Tensor, g_ref: torch.Tensor, w_cand: torch.Tensor,
+                    g_cand: torch.Tensor) -> float:
+    """max |(w_cand - lr g_cand) - (w_ref - lr g_ref)|, in float64, a slice at a time:
+    four float64 copies of a word embedding at once were the diff's peak of memory."""
+    if not w_ref.numel():
+        return 0.0
+    flat = [t.reshape(-1) for t in (w_ref, g_ref, w_cand, g_cand)]
+    worst = 0.0
+    for start in range(0, flat[0].numel(), _STEP_CHUNK):
+        w_r, g_r, w_c, g_c = (t[start:start + _STEP_CHUNK].double() for t in flat)
+        part = float(((w_c - SGD_LR * g_c) - (w_r - SGD_LR * g_r)).abs().max())
+        if part != part:  # NaN: the whole step's error is NaN, as one max would say
+            return part
+        worst = max(worst, part)
+    return worst
 
 
 def carried_in(params: Sequence[ParameterGradient], rows: Sequence[GradientDiff],
