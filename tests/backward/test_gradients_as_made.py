@@ -132,3 +132,14 @@ def test_the_sgd_step_measured_a_slice_at_a_time_is_the_whole_steps_error():
     g_cand[1, 3] = float("nan")
     assert parity._sgd_step_error(w_ref, g_ref, w_cand, g_cand) != \
         parity._sgd_step_error(w_ref, g_ref, w_cand, g_cand)  # NaN, as one max says
+
+
+def test_a_consumers_own_error_is_raised_as_it_is_not_blamed_on_the_model():
+    torch.manual_seed(0)
+    model = _Edits()
+
+    def broken(name, grad):
+        raise KeyError("the comparison's own bug")
+
+    with pytest.raises(KeyError, match="comparison's own bug"):
+        run_forward(model, {"x": torch.randn(2, 4)}).backward(_loss, consumer=broken)

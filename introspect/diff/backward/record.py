@@ -79,11 +79,16 @@ class GradientSink:
         self.versions: dict[str, int] = {}
         self.copy = False
         self.consumer: GradientConsumer | None = None
+        self.failure: Exception | None = None  # the consumer's own error, raised as it is
 
     def take(self, name: str, grad: torch.Tensor) -> None:
         grad = grad.detach()
         if self.consumer is not None:
-            self.consumer(name, grad)
+            if self.failure is None:
+                try:
+                    self.consumer(name, grad)
+                except Exception as e:  # not the model's: kept from the model's error message
+                    self.failure = e
         elif self.copy:
             self.grads[name] = grad.clone()
         else:
@@ -244,6 +249,8 @@ class GradientRun:
                 cause = " ".join(str(e).split())
                 raise InputError(f"{type(self.model).__name__} could not run forward and "
                                  f"backward: {type(e).__name__}: {cause}") from e
+            if sink.failure is not None:
+                raise sink.failure
             # Taken, not copied: each .grad is put back to what it was below.
             grads: dict[str, torch.Tensor | None] = {
                 name: None if p.grad is None else p.grad.detach() for name, p in named.items()}
