@@ -17,7 +17,7 @@ import torch
 import introspect
 from introspect.diff.backward.record import record_backward, run_forward
 from introspect.models.load import tokenize
-from tests.backward import ports
+from tests.backward import grad_output_ports, ports
 from tests.backward.test_backward import perturbed
 
 parity = importlib.import_module("introspect.diff.backward.parity")
@@ -143,3 +143,21 @@ def test_a_consumers_own_error_is_raised_as_it_is_not_blamed_on_the_model():
 
     with pytest.raises(KeyError, match="comparison's own bug"):
         run_forward(model, {"x": torch.randn(2, 4)}).backward(_loss, consumer=broken)
+
+
+@pytest.mark.parametrize("edits", [False, True], ids=["plain-reference", "editing-reference"])
+@pytest.mark.parametrize("fault", [None, "term", "hook"])
+def test_ports_whose_backward_edits_grad_output_in_place(edits, fault):
+    """A port in another hand whose GELU backward scales its grad_output in place passes;
+    one that forgets a term, or whose hook edits a handed-out gradient, fails; the same
+    against a reference whose own backward edits in place."""
+    reference = grad_output_ports.Reference(edits=edits)
+    port = grad_output_ports.build(reference, fault)
+    inputs = {"x": torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(1))}
+    result = introspect.diff(reference, port, inputs, backward=True,
+                             loss=grad_output_ports.loss)
+    assert result.backward is not None
+    assert result.backward.passed is (fault is None), result.summary()
+    assert result.passed is (fault is None), result.summary()
+    if fault is None:  # every node's gradient as autograd made it, on both sides
+        assert [r.status for r in result.backward.rows] == ["ok"] * len(result.backward.rows)
