@@ -380,14 +380,16 @@ def _one_forward_for_both(backward: bool, loss: Any, noise_budget: bool,
 
 def _gradients_now(reference: torch.nn.Module, ref_side: Any, loss: Any,
                    loss_inputs: Mapping[str, torch.Tensor]) -> Any:
-    """The reference's backward, on the forward its recording ran (autograd's graph kept
-    for the local backwards); the recording lets go of it."""
+    """The reference's backward, on the forward its recording ran; the recording lets go
+    of it, and the backward of its values and autograd graph (memory: they would be held
+    beside the candidate's whole run; the local backwards of a failing gradient run the
+    reference's forward again, checked the same: ``backward.parity.reference_again``)."""
     from introspect.diff.backward.parity import backward_loss
 
     graph, accepted, recording = ref_side
     run, recording.run = recording.run, None
     _, loss_fn = backward_loss(reference, accepted, loss, loss_inputs)
-    return run.backward(loss_fn)
+    return run.backward(loss_fn, keep_values=False)
 
 
 def _int8_outputs_note(verdict: Any) -> str:

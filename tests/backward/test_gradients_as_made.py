@@ -16,6 +16,7 @@ import torch
 
 import introspect
 from introspect.diff.backward.record import record_backward, run_forward
+from introspect.diff.truth import ReferenceChanged
 from introspect.models.load import tokenize
 from tests.backward import grad_output_ports, ports
 from tests.backward.test_backward import perturbed
@@ -55,19 +56,61 @@ def _loss(outputs, inputs):
     return (outputs * torch.arange(3.0)).sum()
 
 
-def test_a_gradient_changed_in_place_after_its_hook_is_taken_as_made():
+@pytest.mark.parametrize("keep_graph", [True, False])
+def test_a_gradient_changed_in_place_after_its_hook_is_taken_as_made(keep_graph):
+    """Changed: with the graph kept the backward runs again, copying; without it, the
+    forward and the backward."""
     torch.manual_seed(0)
     model = _Edits()
     inputs = {"x": torch.randn(2, 4)}
-    copied = record_backward(model, inputs, _loss, keep_graph=False)  # copies at each hook
+    copied = run_forward(model, inputs).backward(_loss, copy=True)  # a copy at each hook
     _EditsItsGradOutput.calls = 0
-    kept = record_backward(model, inputs, _loss)  # uncopied, then proven unchanged
-    assert _EditsItsGradOutput.calls == 2  # changed: the backward ran again, copying
+    kept = record_backward(model, inputs, _loss, keep_graph=keep_graph)  # uncopied, checked
+    assert _EditsItsGradOutput.calls == 2
     assert copied.grads.keys() == kept.grads.keys()
     for name, grad in copied.grads.items():
         assert torch.equal(grad, kept.grads[name]), name
     for name, grad in copied.parameter_grads.items():
         assert torch.equal(grad, kept.parameter_grads[name]), name
+
+
+def test_a_backward_that_lets_the_values_go_keeps_their_shells():
+    torch.manual_seed(0)
+    model = _Edits()
+    inputs = {"x": torch.randn(2, 4)}
+    full = record_backward(model, inputs, _loss)
+    lean = run_forward(model, inputs).backward(_loss, keep_values=False)
+    assert lean.values == {} and lean.tensors == {} and lean.edges == {}
+    assert lean.shells == full.shells and set(lean.shells) == set(full.values)
+    assert all(lean.shells[n].shape == v.shape and lean.shells[n].dtype == v.dtype
+               for n, v in full.values.items())
+    for name, grad in full.grads.items():
+        assert torch.equal(grad, lean.grads[name]), name
+
+
+def test_the_reference_run_again_must_compute_what_it_did():
+    """The local backwards run the reference's forward again, after the candidate was
+    built: a reference that computes otherwise then is no reference (exit 2)."""
+    class Drifts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.linear(x) * (1.0 if self.calls == 1 else 1.5)
+
+    torch.manual_seed(0)
+    model = Drifts()
+    inputs = {"x": torch.randn(2, 4)}
+    first = run_forward(model, inputs).backward(_loss, keep_values=False)
+    with pytest.raises(ReferenceChanged, match="changed what the reference computes"):
+        parity.reference_again(model, inputs, first)
+    steady = _Edits()
+    first = run_forward(steady, inputs).backward(_loss, keep_values=False)
+    again = parity.reference_again(steady, inputs, first)
+    assert again.values.keys() == first.shells.keys() and again.edges and again.grads is first.grads
 
 
 def test_gradients_no_backward_edits_are_kept_uncopied_and_run_once():
@@ -161,3 +204,65 @@ def test_ports_whose_backward_edits_grad_output_in_place(edits, fault):
     assert result.passed is (fault is None), result.summary()
     if fault is None:  # every node's gradient as autograd made it, on both sides
         assert [r.status for r in result.backward.rows] == ["ok"] * len(result.backward.rows)
+
+
+@pytest.fixture(scope="module")
+def base():
+    return perturbed("base")
+
+
+@pytest.mark.parametrize("port, fault, passes, again", [
+    ("scratch", None, True, False),  # every pair of one shape, all within budget: no rerun
+    ("seq_first", None, True, True),  # (S, B, H): a layout fitted on both values
+    ("nanogpt_style", None, True, True),  # fused q, k, v: regions
+    ("nanogpt_style", "gelu_tanh", False, True),  # a local backward decides
+])
+def test_the_reference_runs_again_only_for_a_layout_or_a_local_backward(
+        base, monkeypatch, port, fault, passes, again):
+    import introspect.scratch as scratch
+    from tests.ports import nanogpt_style, seq_first
+    from tests.ports.batch import port_batch
+
+    hf, tokenizer = base
+    builders = {"scratch": lambda: scratch.BertModel.from_hf(hf),
+                "seq_first": lambda: seq_first.build(hf),
+                "nanogpt_style": lambda: nanogpt_style.build(hf, fault)}
+    runs = []
+    real = parity.reference_again
+
+    def counted(*args):
+        runs.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(parity, "reference_again", counted)
+    result = introspect.diff(hf, builders[port](), port_batch(tokenizer), backward=True)
+    assert result.backward.passed is passes, result.summary()
+    assert bool(runs) is again and len(runs) <= 1
+    assert "not compared" not in {r.status for r in result.backward.rows}
+    if not passes:
+        assert result.backward.first_divergence.reference_node == \
+            "encoder_layer_0_intermediate_intermediate_act_fn"
+
+
+@pytest.mark.parametrize("case", ["close", "over", "inf", "nan", "same"])
+@pytest.mark.parametrize("allow_nonfinite", [False, True])
+def test_a_large_gradient_measured_a_slice_at_a_time_as_whole(case, allow_nonfinite):
+    """What ``_errors`` says of a gradient past one slice is what it says of it whole."""
+    from introspect.diff.tolerance import Budget
+
+    generator = torch.Generator().manual_seed(0)
+    ref = torch.randn(parity._SLICE + 1000, generator=generator)
+    cand = ref.clone() if case == "same" else \
+        ref + torch.randn(ref.shape, generator=generator) * 1e-7
+    if case == "over":
+        cand[parity._SLICE + 10] += 1.0
+    if case in ("inf", "nan"):
+        ref[5] = cand[parity._SLICE + 3] = float(case)
+    budget = Budget(1e-5, 1e-5)
+    sliced = parity._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
+    parity_slice, parity._SLICE = parity._SLICE, 1 << 40  # the whole tensor in one pass
+    try:
+        whole = parity._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
+    finally:
+        parity._SLICE = parity_slice
+    assert str(sliced) == str(whole)  # NaN equal to NaN

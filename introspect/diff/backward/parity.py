@@ -27,7 +27,7 @@ noise per node and per parameter, as in the forward.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +41,13 @@ from introspect.diff.backward.record import (
     GradientRecording,
     GradientRun,
     LossFn,
+    detached_outputs,
     record_backward,
+    run_forward,
 )
 from introspect.diff.compare.layouts import fit_layout
 from introspect.diff.copies import cast_copy
+from introspect.diff.eager import outputs_as_dict
 from introspect.diff.records import Pair, WeightRelation
 from introspect.diff.status import status_word
 from introspect.diff.tolerance import Budget, Tolerance
@@ -236,18 +239,23 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         noise = _gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss, ref)
     records = {r.name: r for r in ref_graph.records}
     cand_records = {r.name: r for r in cand_graph.records}
+    again = None
+    if not ref.values and ref.shells:  # its backward let the values go (the diff's memory)
+        def again() -> GradientRecording:
+            return reference_again(reference, ref_inputs, ref)
     if candidate_run is not None:
         # Compared as they come: each candidate gradient is measured against the
         # reference's inside autograd's hook and let go, never kept (memory: every node's
         # gradient of one side, the size of a forward's values and more).
         comparer = _Comparer(ref, _Forming(candidate_run.recorder), alignment, records,
-                             cand_records, tolerance, noise, attention_mask, allow_nonfinite)
+                             cand_records, tolerance, noise, attention_mask, allow_nonfinite,
+                             again)
         cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=comparer.stream())
         comparer.cand = cand
     else:
         cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
         comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,
-                             attention_mask, allow_nonfinite)
+                             attention_mask, allow_nonfinite, again)
     notes = _loss_notes(kind, ref, cand, allow_nonfinite)
     if noise_budget:
         notes.append("the reference also ran forward and backward in float64; each gradient's "
@@ -260,8 +268,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                                                           for p in params):
         # Only a failing backward has a divergence to find: every gradient within budget,
         # no node's own backward can be the first over it, and none is run.
-        local = _LocalBackward(ref_graph.gm, cand_graph.gm, ref, cand, alignment, comparer,
-                               forward_status or {})
+        local = _LocalBackward(ref_graph.gm, cand_graph.gm, comparer.reference(), cand,
+                               alignment, comparer, forward_status or {})
         rows = local.apply(rows)
     alias = _aliases(reference)
     read = {node: {alias.get(w, w) for w in weights}
@@ -281,6 +289,38 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                      f"{cand.loss:.6g}")
     return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
                           notes)
+
+
+def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                    first: GradientRecording) -> GradientRecording:
+    """The reference's forward once more, recorded with autograd on, its graph kept: the
+    values and autograd functions its first backward let go, beside that backward's
+    gradients. It runs after the candidate was built, so it must be the same run: the same
+    nodes and ops, and outputs equal to the bit.
+
+    Raises:
+        ReferenceChanged: it is not (the candidate changed what the reference computes).
+    """
+    from introspect.diff.truth import ReferenceChanged
+    from introspect.run.truth import identical
+
+    run = run_forward(reference, inputs)
+    run.recorder.unhook()  # no backward runs on it: a local backward calls each function
+    outputs = outputs_as_dict(detached_outputs(run.outputs))
+    moved = [name for name, value in first.outputs.items() if isinstance(value, torch.Tensor)
+             and not identical(value, outputs.get(name))]
+    if run.recorder.targets != first.node_targets or moved:
+        what = f"its {', '.join(moved)} moved" if moved else "it ran other ops"
+        raise ReferenceChanged(
+            "the candidate changed what the reference computes: run again after the "
+            f"candidate ran (for the local backwards of its gradients), {what} (a patched "
+            "torch function or Tensor method, a registered kernel, a module global both "
+            "import); no verdict")
+    recorder = run.recorder
+    return GradientRecording(recorder.values, first.grads, recorder.requires_grad,
+                             first.parameter_grads, first.parameters, first.loss,
+                             first.outputs, first.node_targets, recorder.tensors,
+                             recorder.edges, first.detached, first.shells)
 
 
 def backward_loss(reference: torch.nn.Module, ref_inputs: Mapping[str, torch.Tensor],
@@ -371,6 +411,15 @@ def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float
     return Budget(atol, base.rtol)
 
 
+_SLICE = 1 << 22  # values of a gradient measured at once (pad-free gradients)
+
+
+def _largest_of(values: Iterable[float]) -> float:
+    """The largest, NaN where any is (as ``torch.max`` over the whole tensor says)."""
+    found = list(values)
+    return math.nan if any(math.isnan(v) for v in found) else max(found)
+
+
 def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
             pad: torch.Tensor | None = None, allow_nonfinite: bool = False,
             ref_magnitude: float | None = None) -> tuple[float, float, bool, float | None]:
@@ -381,6 +430,14 @@ def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
     ``ref_magnitude``: ``ref.abs().max()``, where the caller has it (finite exactly when
     every value of ``ref`` is).
     """
+    if pad is None and ref.numel() > _SLICE and cand.shape == ref.shape:
+        # A slice at a time: a word embedding's gradient is 23M values, and its error, its
+        # magnitude and its test are as many again each (the diff's peak of memory)
+        flat_cand, flat_ref = cand.reshape(-1), ref.reshape(-1)
+        parts = [_errors(flat_cand[i:i + _SLICE], flat_ref[i:i + _SLICE], budget, None,
+                         allow_nonfinite) for i in range(0, flat_ref.numel(), _SLICE)]
+        return _largest_of(p[0] for p in parts), _largest_of(p[1] for p in parts), \
+            any(p[2] for p in parts), None
     same = cand.dtype == ref.dtype and torch.equal(cand, ref)  # the common case
     if same and (allow_nonfinite or (ref_magnitude is not None
                                      and math.isfinite(ref_magnitude))):
@@ -412,6 +469,14 @@ def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
     return float(d.max()), float(rel.max()), bool(over.any()), pad_err
 
 
+def _narrowed(shape: Sequence[int], region: Any) -> tuple[int, ...]:
+    """``shape`` narrowed to ``region`` (a ``Region`` or None)."""
+    found = list(shape)
+    if region is not None:
+        found[region.dim] = region.stop - region.start
+    return tuple(found)
+
+
 class _Forming:
     """A candidate's recording while its backward runs: the values, no gradient kept."""
 
@@ -428,8 +493,13 @@ class _Comparer:
                  alignment: Any,
                  records: Mapping[str, Any], cand_records: Mapping[str, Any],
                  tolerance: Tolerance, noise: Mapping[str, float],
-                 attention_mask: torch.Tensor | None, allow_nonfinite: bool = False) -> None:
+                 attention_mask: torch.Tensor | None, allow_nonfinite: bool = False,
+                 again: Callable[[], GradientRecording] | None = None) -> None:
         self.ref, self.cand, self.alignment = ref, cand, alignment
+        # Where the reference's backward let its values go: its forward again, with its
+        # graph, for the values a layout is fitted on and for the local backwards.
+        self._again = again
+        self._ran_again: GradientRecording | None = None
         self.allow_nonfinite = allow_nonfinite
         self.records, self.cand_records = records, cand_records
         self.tolerance, self.noise = tolerance, noise
@@ -444,11 +514,35 @@ class _Comparer:
         return pair.reference_region is None and pair.candidate_region is None \
             and pair.feature_order is None
 
+    def reference(self) -> GradientRecording:
+        """The reference's recording with its values and autograd graph: the one given,
+        or, where its backward let them go, its forward run again (``again``)."""
+        if self.ref.values or self._again is None or not self.ref.shells:
+            return self.ref
+        if self._ran_again is None:
+            self._ran_again = self._again()
+        return self._ran_again
+
+    def reference_value(self, name: str) -> torch.Tensor:
+        return self.reference().values[name]
+
+    def needs_values(self, pair: Pair) -> bool:
+        """Whether bringing the pair's candidate gradient to the reference's layout fits a
+        layout on both values (their shapes differ once regions and orders are taken)."""
+        shell, own = self.ref.shells.get(pair.reference), self.cand.values.get(pair.candidate)
+        if shell is None or own is None:
+            return False
+        shape = list(own.shape)
+        if pair.candidate_region is not None:
+            shape[pair.candidate_region.dim] = pair.candidate_region.stop - \
+                pair.candidate_region.start
+        return tuple(shape) != _narrowed(shell.shape, pair.reference_region)
+
     def to_reference(self, pair: Pair, cand_value: torch.Tensor) -> torch.Tensor | None:
         """A candidate tensor of ``pair.candidate``'s shape in the reference's layout."""
-        ref_value = self.ref.values.get(pair.reference)
+        shell = self.ref.shells.get(pair.reference)
         own = self.cand.values.get(pair.candidate)
-        if ref_value is None or own is None:
+        if shell is None or own is None:
             return None
         if pair.candidate_region is not None:
             r = pair.candidate_region
@@ -459,12 +553,12 @@ class _Comparer:
             inverse = torch.empty_like(order)
             inverse[order] = torch.arange(order.numel())
             cand_value, own = cand_value[..., inverse], own[..., inverse]
-        target_shape = self._ref_view(pair, ref_value).shape
-        if cand_value.shape == target_shape:
+        if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):
             return cand_value
         key = (pair.reference, pair.candidate)
         if key not in self.layouts:
-            self.layouts[key] = fit_layout(own, self._ref_view(pair, ref_value))
+            self.layouts[key] = fit_layout(
+                own, self._ref_view(pair, self.reference_value(pair.reference)))
         layout = self.layouts[key]
         return None if layout is None else layout.to_reference(cand_value)
 
@@ -477,7 +571,7 @@ class _Comparer:
             return ref_value.to(own.dtype)
         key = (pair.reference, pair.candidate)
         if key not in self.layouts:
-            self.layouts[key] = fit_layout(own, self.ref.values[pair.reference])
+            self.layouts[key] = fit_layout(own, self.reference_value(pair.reference))
         layout = self.layouts[key]
         return None if layout is None else layout.to_candidate(ref_value).to(own.dtype)
 
@@ -501,7 +595,10 @@ class _Comparer:
         if g is not None:
             return g
         value = side.values.get(name)
-        if value is None or not value.is_floating_point():
+        if value is None:
+            shell = getattr(side, "shells", {}).get(name)
+            return shell.zeros() if shell is not None and shell.is_floating_point() else None
+        if not value.is_floating_point():
             return None
         return torch.zeros_like(value)
 
@@ -528,11 +625,16 @@ class _Comparer:
                 self.streamed[index] = row
 
     def stream(self) -> GradientConsumer:
-        """The consumer for the candidate's backward: rows made as its gradients come."""
+        """The consumer for the candidate's backward: rows made as its gradients come.
+        The reference's values a layout needs are made ready first: its forward does not
+        run inside the candidate's backward."""
         self._by_candidate = {}
         for index, pair in enumerate(self.alignment.pairs):
             if pair.reference in self.records:
                 self._by_candidate.setdefault(pair.candidate, []).append(index)
+        if any(self.needs_values(self.alignment.pairs[i]) for indices in
+               self._by_candidate.values() for i in indices):
+            self.reference()
         self.largest()
         return self.consume
 

@@ -38,11 +38,34 @@ from introspect.errors import InputError
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class Shell:
+    """A value's shape, dtype and device, without its data."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> Shell:
+        return cls(tensor.shape, tensor.dtype, tensor.device)
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def zeros(self) -> torch.Tensor:
+        return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+
+
 @dataclass
 class GradientRecording:
-    """One side's forward and backward: values and gradients by node name."""
+    """One side's forward and backward: values and gradients by node name.
 
-    values: dict[str, torch.Tensor]  # node name -> its value (a copy, taken when made)
+    ``values`` is empty where the backward let them go (``keep_values=False``); ``shells``
+    always says each value's shape, dtype and device.
+    """
+
+    values: dict[str, torch.Tensor]  # node name -> its value (as made; see ``shells``)
     grads: dict[str, torch.Tensor]  # node name -> d loss / d value (absent: none flowed)
     requires_grad: set[str]  # nodes whose value was part of autograd's graph
     parameter_grads: dict[str, torch.Tensor | None]  # parameter path -> its .grad
@@ -55,6 +78,7 @@ class GradientRecording:
     # node name -> (autograd function, output number) of the value as the node made it
     edges: dict[str, tuple[Any, int]] = field(default_factory=dict)
     detached: bool = False  # the loss did not reach autograd: no gradient flowed at all
+    shells: dict[str, Shell] = field(default_factory=dict)  # node name -> its value's shell
 
 
 GradientConsumer = Callable[[str, torch.Tensor], None]
@@ -205,23 +229,27 @@ class GradientRun:
     recorder: _GradientRecorder
     outputs: Any  # the model's own outputs, autograd's graph attached
     named: dict[str, torch.nn.Parameter]  # parameter path -> parameter (first name of each)
+    keywords: Mapping[str, Any] | None = None  # other arguments of the call
 
     def backward(self, loss_fn: LossFn, *, keep_graph: bool = True,
-                 detached_ok: bool = False,
-                 consumer: GradientConsumer | None = None) -> GradientRecording:
+                 detached_ok: bool = False, consumer: GradientConsumer | None = None,
+                 keep_values: bool = True, copy: bool = False) -> GradientRecording:
         """``loss_fn(outputs, inputs).backward()``; every node's and parameter's gradient.
 
         See ``record_backward``. Without ``keep_graph`` autograd frees each function's
         saved values as it runs; the run cannot be used again either way. With
         ``consumer``, each node's gradient is handed to it as autograd makes it and not
-        kept (the recording's ``grads`` stay empty).
+        kept (the recording's ``grads`` stay empty). Without ``keep_values`` the values
+        go too (the recording keeps their ``shells``; no graph is kept). ``copy``: each
+        gradient copied at its hook (``GradientSink``).
         """
+        keep_graph = keep_graph and keep_values  # the graph holds the values anyway
         recorder, named, outputs, inputs = self.recorder, self.named, self.outputs, self.inputs
         self.outputs = None  # the graph goes with the recording (keep_graph) or now
         saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
         sink = recorder.sink
-        # Kept uncopied only where a changed one can be made again (the graph kept).
-        sink.copy, sink.consumer = not keep_graph, consumer
+        sink.copy, sink.consumer = copy, consumer
+        again = False  # a kept gradient changed, and no graph to run the backward again on
         try:
             for p in named.values():
                 p.requires_grad_(True)  # AccumulateGrad writes .grad only where it is set
@@ -237,12 +265,13 @@ class GradientRun:
                                          f"the model's outputs, got {_describe(loss)}")
                     if not detached:
                         loss.reshape(()).backward(retain_graph=keep_graph)
-                        if sink.changed():  # a backward that edits its grad_output in place
-                            sink.clear()
+                        if sink.changed() and keep_graph:  # a backward that edits its
+                            sink.clear()                       # grad_output in place
                             sink.copy = True
                             for p in named.values():
                                 p.grad = None
                             loss.reshape(()).backward(retain_graph=True)
+                        again = bool(sink.changed())
             except InputError:
                 raise
             except Exception as e:
@@ -260,11 +289,18 @@ class GradientRun:
             for name, p in named.items():
                 p.requires_grad_(saved[name][0])
                 p.grad = saved[name][1]
-        return GradientRecording(recorder.values, recorder.grads, recorder.requires_grad, grads,
+        if again:  # the forward once more, then its backward copying each gradient
+            return run_forward(self.model, inputs, self.keywords).backward(
+                loss_fn, keep_graph=keep_graph, detached_ok=detached_ok, consumer=consumer,
+                keep_values=keep_values, copy=True)
+        shells = {name: Shell.of(value) for name, value in recorder.values.items()}
+        return GradientRecording(recorder.values if keep_values else {}, recorder.grads,
+                                 recorder.requires_grad, grads,
                                  {n: p.detach() for n, p in named.items()},
-                                 float(loss.detach()), outputs_as_dict(_detached(outputs)),
+                                 float(loss.detach()),
+                                 outputs_as_dict(detached_outputs(outputs)),
                                  recorder.targets, recorder.tensors if keep_graph else {},
-                                 recorder.edges if keep_graph else {}, detached)
+                                 recorder.edges if keep_graph else {}, detached, shells)
 
 
 @dataclass
@@ -306,7 +342,7 @@ def run_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     finally:
         for name, p in named.items():
             p.requires_grad_(saved[name])
-    return GradientRun(model, inputs, recorder, outputs, named)
+    return GradientRun(model, inputs, recorder, outputs, named, keywords)
 
 
 def record_with_gradients(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
@@ -317,7 +353,7 @@ def record_with_gradients(model: torch.nn.Module, inputs: Mapping[str, torch.Ten
     run = run_forward(model, inputs, keywords)
     recording = finish_recording(run.recorder, model, tuple(inputs), run.outputs, title)
     return GradientRecorded(recording.gm, recording.input_names, recording.output_names,
-                            recorded_outputs=outputs_as_dict(_detached(run.outputs)),
+                            recorded_outputs=outputs_as_dict(detached_outputs(run.outputs)),
                             notes=recording.notes, run=run)
 
 
@@ -352,14 +388,15 @@ def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) 
                          + (f": {cause[:200]}" if cause else "")) from e
 
 
-def _detached(outputs: Any) -> Any:
+def detached_outputs(outputs: Any) -> Any:
+    """``outputs`` with every tensor in it detached (the structure kept)."""
     if isinstance(outputs, torch.Tensor):
         return outputs.detach()
     if isinstance(outputs, Mapping):
-        return {k: _detached(v) for k, v in outputs.items()}
+        return {k: detached_outputs(v) for k, v in outputs.items()}
     if isinstance(outputs, (tuple, list)):
-        return type(outputs)(_detached(v) for v in outputs) if type(outputs) in (tuple, list) \
-            else tuple(_detached(v) for v in outputs)
+        parts = (detached_outputs(v) for v in outputs)
+        return type(outputs)(parts) if type(outputs) in (tuple, list) else tuple(parts)
     return outputs
 
 
@@ -371,4 +408,5 @@ def _describe(value: Any) -> str:
 
 
 __all__ = ["GradientConsumer", "GradientRecorded", "GradientRecording", "GradientRun",
-           "GradientSink", "LossFn", "record_backward", "record_with_gradients", "run_forward"]
+           "GradientSink", "LossFn", "Shell", "detached_outputs", "record_backward",
+           "record_with_gradients", "run_forward"]
