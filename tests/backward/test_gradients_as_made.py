@@ -266,3 +266,15 @@ def test_a_large_gradient_measured_a_slice_at_a_time_as_whole(case, allow_nonfin
     finally:
         parity._SLICE = parity_slice
     assert str(sliced) == str(whole)  # NaN equal to NaN
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_a_gradients_magnitude_without_a_copy_is_abs_max(dtype):
+    generator = torch.Generator().manual_seed(0)
+    cases = [torch.randn(7, 5, generator=generator).to(dtype), -torch.ones(3, dtype=dtype),
+             torch.tensor([0.0, -0.0], dtype=dtype),
+             torch.tensor([1.0, float("-inf")], dtype=dtype),
+             torch.tensor([float("nan"), 2.0], dtype=dtype), torch.zeros(0, 4, dtype=dtype)]
+    for tensor in cases:
+        expected = float(tensor.abs().max()) if tensor.numel() else 0.0
+        assert str(parity.magnitude_of(tensor)) == str(expected), tensor

@@ -411,6 +411,15 @@ def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float
     return Budget(atol, base.rtol)
 
 
+def magnitude_of(tensor: torch.Tensor) -> float:
+    """``tensor.abs().max()`` (0 when empty, NaN where it holds NaN) without a copy the
+    size of the tensor: its smallest and largest values."""
+    if not tensor.numel():
+        return 0.0
+    low, high = (float(v) for v in torch.aminmax(tensor))
+    return math.nan if math.isnan(low) or math.isnan(high) else max(-low, high)
+
+
 _SLICE = 1 << 22  # values of a gradient measured at once (pad-free gradients)
 
 
@@ -613,7 +622,7 @@ class _Comparer:
         found = self._magnitudes.get(name)
         if found is None:
             g = self.ref.grads[name]
-            found = self._magnitudes[name] = float(g.abs().max()) if g.numel() else 0.0
+            found = self._magnitudes[name] = magnitude_of(g)
         return found
 
     def consume(self, name: str, grad: torch.Tensor) -> None:
@@ -670,7 +679,7 @@ class _Comparer:
                                 hint="no layout maps the candidate's gradient")
         pad = self.pad_for(g_ref.shape)
         scale = self.magnitude(pair.reference) if whole else \
-            float(g_ref.abs().max()) if g_ref.numel() else 0.0
+            magnitude_of(g_ref)
         budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
                          else mapped.dtype, max(scale, FLOOR * self.largest()),
                          self.noise.get(pair.reference))
@@ -987,7 +996,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         if all(c != c_name for c, _ in found):
             found.append((c_name, relation))
     rows, sgd = [], 0.0
-    largest = max((float(g.abs().max()) for g in ref.parameter_grads.values()
+    largest = max((magnitude_of(g) for g in ref.parameter_grads.values()
                    if g is not None and g.numel()), default=0.0)
     for r_name in ref.parameters:
         related = by_ref.get(r_name)
@@ -997,7 +1006,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
             continue
         if g_ref is None:
             g_ref = torch.zeros_like(weight)
-        scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
+        scale = magnitude_of(g_ref)
         budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest),
                          noise.get(f"param:{r_name}"))
         mapped: list[tuple[str, WeightRelation, torch.Tensor]] = []
