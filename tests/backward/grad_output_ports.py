@@ -8,6 +8,8 @@ scales ``grad_output`` in place and returns it):
 - ``"term"``: the backward's derivative forgets the ``x * pdf(x)`` term;
 - ``"hook"``: a tensor hook that scales the hidden's gradient by 1.01 in place, after
   the gradient was handed out;
+- ``"term_then_drifts"``: the forgotten term, and from its sixth call on an output
+  scaled by 1.001 (a forward run again for the local backwards is not the same run);
 - ``"reference_edits"`` is not a port: ``Reference(edits=True)`` is the reference whose own
   GELU backward edits in place (its node gradients must be the ones autograd made).
 """
@@ -65,6 +67,7 @@ class Port(nn.Module):
     def __init__(self, reference: Reference, fault: str | None) -> None:
         super().__init__()
         self.fault = fault
+        self.calls = 0
         state = {k: v.detach().clone() for k, v in reference.state_dict().items()}
         self.w1, self.b1 = nn.Parameter(state["up.weight"]), nn.Parameter(state["up.bias"])
         self.g, self.beta = nn.Parameter(state["norm.weight"]), nn.Parameter(state["norm.bias"])
@@ -75,8 +78,10 @@ class Port(nn.Module):
         h = nn.functional.layer_norm(h, (h.shape[-1],), self.g, self.beta, 1e-5)
         if self.fault == "hook" and h.requires_grad:
             h.register_hook(lambda grad: grad.mul_(1.01))
-        h = _InPlaceGelu.apply(h, self.fault == "term")
-        return h @ self.w2.t() + self.b2
+        h = _InPlaceGelu.apply(h, self.fault in ("term", "term_then_drifts"))
+        self.calls += 1
+        scale = 1.001 if self.fault == "term_then_drifts" and self.calls > 5 else 1.0
+        return (h @ self.w2.t() + self.b2) * scale
 
 
 def build(reference: Reference, fault: str | None = None) -> Port:

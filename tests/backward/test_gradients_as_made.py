@@ -141,6 +141,18 @@ def test_a_consumer_gets_every_gradient_once_and_none_is_kept():
         assert torch.equal(grad, seen[name]), name
 
 
+def test_a_port_not_the_same_when_run_again_has_no_local_backward_and_fails():
+    reference = grad_output_ports.Reference()
+    port = grad_output_ports.build(reference, "term_then_drifts")
+    inputs = {"x": torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(1))}
+    result = introspect.diff(reference, port, inputs, backward=True,
+                             loss=grad_output_ports.loss)
+    assert not result.backward.passed and not result.passed
+    assert any("run again for the local backwards of its gradients, computed otherwise" in n
+               for n in result.backward.notes), result.summary()
+    assert port.calls == 6  # four plain calls, the recorded one, the one run again
+
+
 @pytest.fixture(scope="module")
 def mlm():
     return perturbed("masked-lm")
@@ -212,12 +224,12 @@ def base():
 
 
 @pytest.mark.parametrize("port, fault, passes, again", [
-    ("scratch", None, True, False),  # every pair of one shape, all within budget: no rerun
-    ("seq_first", None, True, True),  # (S, B, H): a layout fitted on both values
-    ("nanogpt_style", None, True, True),  # fused q, k, v: regions
-    ("nanogpt_style", "gelu_tanh", False, True),  # a local backward decides
+    ("scratch", None, True, []),  # every pair of one shape, all within budget: none
+    ("seq_first", None, True, ["reference"]),  # (S, B, H): a layout fitted on both values
+    ("nanogpt_style", None, True, ["reference"]),  # fused q, k, v: regions
+    ("nanogpt_style", "gelu_tanh", False, ["reference", "candidate"]),  # local backwards
 ])
-def test_the_reference_runs_again_only_for_a_layout_or_a_local_backward(
+def test_a_forward_runs_again_only_for_a_layout_or_a_local_backward(
         base, monkeypatch, port, fault, passes, again):
     import introspect.scratch as scratch
     from tests.ports import nanogpt_style, seq_first
@@ -228,16 +240,16 @@ def test_the_reference_runs_again_only_for_a_layout_or_a_local_backward(
                 "seq_first": lambda: seq_first.build(hf),
                 "nanogpt_style": lambda: nanogpt_style.build(hf, fault)}
     runs = []
-    real = parity.reference_again
+    real = parity.run_again
 
-    def counted(*args):
-        runs.append(1)
-        return real(*args)
+    def counted(model, *args):
+        runs.append("reference" if model is hf else "candidate")
+        return real(model, *args)
 
-    monkeypatch.setattr(parity, "reference_again", counted)
+    monkeypatch.setattr(parity, "run_again", counted)
     result = introspect.diff(hf, builders[port](), port_batch(tokenizer), backward=True)
     assert result.backward.passed is passes, result.summary()
-    assert bool(runs) is again and len(runs) <= 1
+    assert runs == again
     assert "not compared" not in {r.status for r in result.backward.rows}
     if not passes:
         assert result.backward.first_divergence.reference_node == \
@@ -278,3 +290,28 @@ def test_a_gradients_magnitude_without_a_copy_is_abs_max(dtype):
     for tensor in cases:
         expected = float(tensor.abs().max()) if tensor.numel() else 0.0
         assert str(parity.magnitude_of(tensor)) == str(expected), tensor
+
+
+def test_a_forward_run_again_from_its_random_state_draws_the_same_numbers():
+    """Dropout left on: the run again for the local backwards makes the same masks, and
+    the caller's generators are as they were."""
+    import random
+
+    from introspect.run.random_state import RandomState, random_state_of
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.dropout(x, 0.5, training=True) + random.random()
+
+    model, x = Noisy(), torch.ones(64)
+    state = RandomState.now()
+    first = model(x)
+    torch.manual_seed(123)
+    random.seed(5)
+    caller = (torch.rand(4), random.random())
+    torch.manual_seed(123)
+    random.seed(5)
+    with random_state_of(state):
+        again = model(x)
+    assert torch.equal(first, again)
+    assert torch.equal(torch.rand(4), caller[0]) and random.random() == caller[1]

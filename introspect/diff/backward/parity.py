@@ -41,6 +41,7 @@ from introspect.diff.backward.record import (
     GradientRecording,
     GradientRun,
     LossFn,
+    Shell,
     detached_outputs,
     record_backward,
     run_forward,
@@ -52,6 +53,7 @@ from introspect.diff.records import Pair, WeightRelation
 from introspect.diff.status import status_word
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.errors import InputError
+from introspect.run.random_state import random_state_of
 
 if TYPE_CHECKING:
     import pandas
@@ -246,12 +248,24 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     if candidate_run is not None:
         # Compared as they come: each candidate gradient is measured against the
         # reference's inside autograd's hook and let go, never kept (memory: every node's
-        # gradient of one side, the size of a forward's values and more).
-        comparer = _Comparer(ref, _Forming(candidate_run.recorder), alignment, records,
-                             cand_records, tolerance, noise, attention_mask, allow_nonfinite,
-                             again)
-        cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=comparer.stream())
+        # gradient of one side, the size of a forward's values and more). Its values go
+        # too, but those a layout is fitted on: its backward frees each saved value as a
+        # plain backward does, and a failing gradient's local backwards run its forward
+        # again (``run_again``).
+        forming = _Forming(candidate_run.recorder)
+        comparer = _Comparer(ref, forming, alignment, records, cand_records, tolerance, noise,
+                             attention_mask, allow_nonfinite, again)
+        consumer = comparer.stream()
+        candidate_run.let_values_go(comparer.candidate_values_needed())
+        forming.shells = candidate_run.shells or {}
+        cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=consumer,
+                                      keep_graph=False)
         comparer.cand = cand
+        first_cand = cand
+
+        def candidate_again() -> GradientRecording | None:
+            return run_again(candidate, cand_inputs, first_cand)
+        comparer.candidate_again = candidate_again
     else:
         cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
         comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,
@@ -261,6 +275,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         notes.append("the reference also ran forward and backward in float64; each gradient's "
                      f"budget is at least {tolerance.noise_factor:g}x its own noise")
     rows = comparer.node_rows()
+    unexplained = False  # a failing gradient whose local backwards could not run
     params, sgd = _parameter_rows(ref, cand, reference, candidate, alignment, tolerance, noise,
                                   _weights_read_together(alignment, ref_graph.gm, cand_graph.gm),
                                   allow_nonfinite)
@@ -268,9 +283,17 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                                                           for p in params):
         # Only a failing backward has a divergence to find: every gradient within budget,
         # no node's own backward can be the first over it, and none is run.
-        local = _LocalBackward(ref_graph.gm, cand_graph.gm, comparer.reference(), cand,
-                               alignment, comparer, forward_status or {})
-        rows = local.apply(rows)
+        cand_full = comparer.candidate()
+        if cand_full is None:
+            notes.append("the candidate's forward, run again for the local backwards of its "
+                         "gradients, computed otherwise (other ops, or outputs not equal to "
+                         "the bit): no local backward, and the backward diff fails")
+            unexplained = True
+        else:
+            comparer.cand = cand_full
+            local = _LocalBackward(ref_graph.gm, cand_graph.gm, comparer.reference(),
+                                   cand_full, alignment, comparer, forward_status or {})
+            rows = local.apply(rows)
     alias = _aliases(reference)
     read = {node: {alias.get(w, w) for w in weights}
             for node, weights in _weights_read(ref_graph.gm).items()}
@@ -283,7 +306,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     divergence = _first_divergence(rows, params, records, tolerance)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
         and not any(r.status in (STATUS_FAIL, STATUS_DRIFT) for r in params) \
-        and (allow_nonfinite or math.isfinite(cand.loss)) and not cand.detached
+        and (allow_nonfinite or math.isfinite(cand.loss)) and not cand.detached \
+        and not unexplained
     if not math.isclose(ref.loss, cand.loss, rel_tol=1e-4, abs_tol=1e-6):
         notes.append(f"the two losses differ: reference {ref.loss:.6g}, candidate "
                      f"{cand.loss:.6g}")
@@ -291,36 +315,48 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                           notes)
 
 
-def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                    first: GradientRecording) -> GradientRecording:
-    """The reference's forward once more, recorded with autograd on, its graph kept: the
-    values and autograd functions its first backward let go, beside that backward's
-    gradients. It runs after the candidate was built, so it must be the same run: the same
-    nodes and ops, and outputs equal to the bit.
-
-    Raises:
-        ReferenceChanged: it is not (the candidate changed what the reference computes).
+def run_again(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+              first: GradientRecording) -> GradientRecording | None:
+    """``model``'s forward once more, recorded with autograd on, its graph kept: the values
+    and autograd functions its first backward let go, beside that backward's gradients.
+    None where it is not the same run: other nodes or ops, or outputs not equal to the bit.
     """
-    from introspect.diff.truth import ReferenceChanged
     from introspect.run.truth import identical
 
-    run = run_forward(reference, inputs)
+    with random_state_of(first.random_state):  # dropout draws what it drew
+        run = run_forward(model, inputs)
     run.recorder.unhook()  # no backward runs on it: a local backward calls each function
     outputs = outputs_as_dict(detached_outputs(run.outputs))
     moved = [name for name, value in first.outputs.items() if isinstance(value, torch.Tensor)
              and not identical(value, outputs.get(name))]
     if run.recorder.targets != first.node_targets or moved:
-        what = f"its {', '.join(moved)} moved" if moved else "it ran other ops"
-        raise ReferenceChanged(
-            "the candidate changed what the reference computes: run again after the "
-            f"candidate ran (for the local backwards of its gradients), {what} (a patched "
-            "torch function or Tensor method, a registered kernel, a module global both "
-            "import); no verdict")
+        return None
     recorder = run.recorder
     return GradientRecording(recorder.values, first.grads, recorder.requires_grad,
                              first.parameter_grads, first.parameters, first.loss,
                              first.outputs, first.node_targets, recorder.tensors,
                              recorder.edges, first.detached, first.shells)
+
+
+def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                    first: GradientRecording) -> GradientRecording:
+    """``run_again`` for the reference. It runs after the candidate was built, so a
+    reference that computes otherwise then is no reference.
+
+    Raises:
+        ReferenceChanged: it is not the same run (the candidate changed what the
+            reference computes).
+    """
+    from introspect.diff.truth import ReferenceChanged
+
+    found = run_again(reference, inputs, first)
+    if found is None:
+        raise ReferenceChanged(
+            "the candidate changed what the reference computes: run again after the "
+            "candidate ran (for the local backwards of its gradients), it ran other ops or "
+            "its outputs moved (a patched torch function or Tensor method, a registered "
+            "kernel, a module global both import); no verdict")
+    return found
 
 
 def backward_loss(reference: torch.nn.Module, ref_inputs: Mapping[str, torch.Tensor],
@@ -487,12 +523,14 @@ def _narrowed(shape: Sequence[int], region: Any) -> tuple[int, ...]:
 
 
 class _Forming:
-    """A candidate's recording while its backward runs: the values, no gradient kept."""
+    """A candidate's recording while its backward runs: the values (those it keeps, and
+    every value's shell), no gradient kept."""
 
     def __init__(self, recorder: Any) -> None:
         self.values: Mapping[str, torch.Tensor] = recorder.values
         self.requires_grad: set[str] = recorder.requires_grad
         self.grads: Mapping[str, torch.Tensor] = {}
+        self.shells: Mapping[str, Shell] = {}
 
 
 class _Comparer:
@@ -509,6 +547,10 @@ class _Comparer:
         # graph, for the values a layout is fitted on and for the local backwards.
         self._again = again
         self._ran_again: GradientRecording | None = None
+        # Where the candidate's backward let its graph go: its forward again (None: it
+        # computed otherwise), for the local backwards.
+        self.candidate_again: Callable[[], GradientRecording | None] | None = None
+        self._cand_again: list[GradientRecording | None] = []
         self.allow_nonfinite = allow_nonfinite
         self.records, self.cand_records = records, cand_records
         self.tolerance, self.noise = tolerance, noise
@@ -535,13 +577,35 @@ class _Comparer:
     def reference_value(self, name: str) -> torch.Tensor:
         return self.reference().values[name]
 
+    def candidate(self) -> GradientRecording | None:
+        """The candidate's recording with its values and autograd graph: the one given,
+        or its forward run again where its backward let them go (None: that run was not
+        the same)."""
+        if self.candidate_again is None:
+            return self.cand if isinstance(self.cand, GradientRecording) else None
+        if not self._cand_again:
+            self._cand_again.append(self.candidate_again())
+        return self._cand_again[0]
+
+    def _cand_shape(self, name: str) -> torch.Size | None:
+        value = self.cand.values.get(name)
+        if value is not None:
+            return value.shape
+        shell = self.cand.shells.get(name)
+        return None if shell is None else shell.shape
+
+    def candidate_values_needed(self) -> set[str]:
+        """The candidate nodes whose values a layout is fitted on (``needs_values``)."""
+        return {pair.candidate for indices in self._by_candidate.values() for pair in
+                (self.alignment.pairs[i] for i in indices) if self.needs_values(pair)}
+
     def needs_values(self, pair: Pair) -> bool:
         """Whether bringing the pair's candidate gradient to the reference's layout fits a
         layout on both values (their shapes differ once regions and orders are taken)."""
-        shell, own = self.ref.shells.get(pair.reference), self.cand.values.get(pair.candidate)
+        shell, own = self.ref.shells.get(pair.reference), self._cand_shape(pair.candidate)
         if shell is None or own is None:
             return False
-        shape = list(own.shape)
+        shape = list(own)
         if pair.candidate_region is not None:
             shape[pair.candidate_region.dim] = pair.candidate_region.stop - \
                 pair.candidate_region.start
@@ -551,19 +615,22 @@ class _Comparer:
         """A candidate tensor of ``pair.candidate``'s shape in the reference's layout."""
         shell = self.ref.shells.get(pair.reference)
         own = self.cand.values.get(pair.candidate)
-        if shell is None or own is None:
+        if shell is None or self._cand_shape(pair.candidate) is None:
             return None
         if pair.candidate_region is not None:
             r = pair.candidate_region
             cand_value = cand_value.narrow(r.dim, r.start, r.stop - r.start)
-            own = own.narrow(r.dim, r.start, r.stop - r.start)
+            own = None if own is None else own.narrow(r.dim, r.start, r.stop - r.start)
         if pair.feature_order is not None:
             order = torch.tensor(pair.feature_order)
             inverse = torch.empty_like(order)
             inverse[order] = torch.arange(order.numel())
-            cand_value, own = cand_value[..., inverse], own[..., inverse]
+            cand_value = cand_value[..., inverse]
+            own = None if own is None else own[..., inverse]
         if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):
             return cand_value
+        if own is None:  # never: ``candidate_values_needed`` kept it
+            return None
         key = (pair.reference, pair.candidate)
         if key not in self.layouts:
             self.layouts[key] = fit_layout(
@@ -605,7 +672,7 @@ class _Comparer:
             return g
         value = side.values.get(name)
         if value is None:
-            shell = getattr(side, "shells", {}).get(name)
+            shell = side.shells.get(name)
             return shell.zeros() if shell is not None and shell.is_floating_point() else None
         if not value.is_floating_point():
             return None

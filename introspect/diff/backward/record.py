@@ -17,7 +17,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from introspect.diff.eager import (
     outputs_as_dict,
 )
 from introspect.errors import InputError
+from introspect.run.random_state import RandomState
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
 
@@ -79,6 +80,7 @@ class GradientRecording:
     edges: dict[str, tuple[Any, int]] = field(default_factory=dict)
     detached: bool = False  # the loss did not reach autograd: no gradient flowed at all
     shells: dict[str, Shell] = field(default_factory=dict)  # node name -> its value's shell
+    random_state: RandomState | None = None  # the generators' state as its forward began
 
 
 GradientConsumer = Callable[[str, torch.Tensor], None]
@@ -230,6 +232,18 @@ class GradientRun:
     outputs: Any  # the model's own outputs, autograd's graph attached
     named: dict[str, torch.nn.Parameter]  # parameter path -> parameter (first name of each)
     keywords: Mapping[str, Any] | None = None  # other arguments of the call
+    shells: dict[str, Shell] | None = None  # set once the values were let go
+    random_state: RandomState | None = None  # the generators' state as the forward began
+
+    def let_values_go(self, keep: Collection[str] = ()) -> None:
+        """Hold no value but those named in ``keep`` (their shells stay): a backward without
+        its graph then frees each saved value as it goes, as a plain backward does."""
+        recorder = self.recorder
+        self.shells = {name: Shell.of(value) for name, value in recorder.values.items()}
+        for name in [n for n in recorder.values if n not in keep]:
+            del recorder.values[name]
+        recorder.tensors.clear()
+        recorder.shared.clear()
 
     def backward(self, loss_fn: LossFn, *, keep_graph: bool = True,
                  detached_ok: bool = False, consumer: GradientConsumer | None = None,
@@ -293,14 +307,16 @@ class GradientRun:
             return run_forward(self.model, inputs, self.keywords).backward(
                 loss_fn, keep_graph=keep_graph, detached_ok=detached_ok, consumer=consumer,
                 keep_values=keep_values, copy=True)
-        shells = {name: Shell.of(value) for name, value in recorder.values.items()}
+        shells = self.shells if self.shells is not None else \
+            {name: Shell.of(value) for name, value in recorder.values.items()}
         return GradientRecording(recorder.values if keep_values else {}, recorder.grads,
                                  recorder.requires_grad, grads,
                                  {n: p.detach() for n, p in named.items()},
                                  float(loss.detach()),
                                  outputs_as_dict(detached_outputs(outputs)),
                                  recorder.targets, recorder.tensors if keep_graph else {},
-                                 recorder.edges if keep_graph else {}, detached, shells)
+                                 recorder.edges if keep_graph else {}, detached, shells,
+                                 self.random_state)
 
 
 @dataclass
@@ -327,6 +343,7 @@ def run_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     for name, p in model.named_parameters():
         named.setdefault(name, p)
     saved = {name: p.requires_grad for name, p in named.items()}
+    random_state = RandomState.now()
     try:
         for p in named.values():
             p.requires_grad_(True)
@@ -342,7 +359,8 @@ def run_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     finally:
         for name, p in named.items():
             p.requires_grad_(saved[name])
-    return GradientRun(model, inputs, recorder, outputs, named, keywords)
+    return GradientRun(model, inputs, recorder, outputs, named, keywords,
+                       random_state=random_state)
 
 
 def record_with_gradients(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
