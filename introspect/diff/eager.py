@@ -263,13 +263,28 @@ def _mutates(func: Any) -> bool:
         or (name.startswith("__i") and name.strip("_") in _INPLACE)
 
 
+_TENSOR_METHODS: dict[Any, bool] = {}  # func -> is_tensor_method_or_property(func)
+
+
+def _is_tensor_method(func: Any) -> bool:
+    """torch's ``is_tensor_method_or_property``, remembered per function (torch's own
+    silences warnings at every call: a tenth of a one-token step's recording)."""
+    try:
+        return _TENSOR_METHODS[func]
+    except KeyError:
+        found = _TENSOR_METHODS[func] = is_tensor_method_or_property(func)
+        return found
+    except TypeError:  # an unhashable callable
+        return is_tensor_method_or_property(func)
+
+
 def _describe(func: Any, args: tuple[Any, ...]) -> tuple[str, Any, tuple[Any, ...]]:
     """The fx opcode, target and arguments a call is recorded as (fx's own choices)."""
     name = getattr(func, "__name__", "")
     if name == "__get__":  # a tensor property: x.T, x.data
         owner = getattr(func, "__self__", None)
         return "call_function", builtins.getattr, (args[0], getattr(owner, "__name__", "?"))
-    if is_tensor_method_or_property(func):
+    if _is_tensor_method(func):
         if name.startswith("__") and name.endswith("__"):
             bare = name[2:-2]
             if bare == "getitem":
@@ -378,18 +393,28 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         InputError: the model failed on the inputs (the cause is kept).
     """
     recorder = _Recorder(model, metadata=metadata, keep_values=keep_values)
-    placeholders = {}
+    outputs = run_recorded(recorder, model, inputs, keywords)
+    return finish_recording(recorder, model, tuple(inputs), outputs, title)
+
+
+def run_recorded(recorder: _Recorder, model: torch.nn.Module,
+                 inputs: Mapping[str, torch.Tensor],
+                 keywords: Mapping[str, Any] | None = None) -> Any:
+    """Run ``model(**inputs, **keywords)`` once under ``recorder`` (placeholders first,
+    then every call; ``record_forward``'s run, shared with ``generation.call_log``).
+
+    Raises:
+        InputError: the model failed on the inputs (the cause is kept).
+    """
     for name, tensor in inputs.items():
-        placeholders[name] = recorder._create("placeholder", name, (), {}, tensor)
-        recorder.nodes[tensor] = placeholders[name]
+        recorder.nodes[tensor] = recorder._create("placeholder", name, (), {}, tensor)
     try:
         with torch.no_grad(), _module_hooks(recorder, model), recorder:
-            outputs = model(**inputs, **(keywords or {}))
+            return model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
         raise InputError(f"{type(model).__name__} could not run on the inputs: "
                          f"{type(e).__name__}: {cause}") from e
-    return finish_recording(recorder, model, tuple(inputs), outputs, title)
 
 
 def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: tuple[str, ...],
@@ -398,18 +423,24 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     named = outputs_as_dict(outputs)
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
-    graph = recorder.graph
+    gm = graph_module(recorder.graph, model, recorder.constants, title)
+    return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
+                     values=recorder.kept or {}, versions=recorder.kept_versions)
+
+
+def graph_module(graph: torch.fx.Graph, model: torch.nn.Module,
+                 constants: Mapping[str, torch.Tensor], title: str = "") -> torch.fx.GraphModule:
+    """A recorded graph (its output node written) as a GraphModule on ``model``, dead
+    code dropped; ``constants``: the tensors its ``_tensor_constant`` nodes read."""
     graph.owning_module = model  # type: ignore[assignment]  # DCE checks every target
-    for name, tensor in recorder.constants.items():  # GraphModule copies them from the root
+    for name, tensor in constants.items():  # GraphModule copies them from the root
         setattr(model, name, tensor)
     try:
         graph.eliminate_dead_code(is_impure_node=_is_impure)
-        gm = build_graph_module(model, graph, title or type(model).__name__)
+        return build_graph_module(model, graph, title or type(model).__name__)
     finally:
-        for name in recorder.constants:
+        for name in constants:
             delattr(model, name)
-    return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
-                     values=recorder.kept or {}, versions=recorder.kept_versions)
 
 
 def write_metadata(recording: Recording) -> None:
