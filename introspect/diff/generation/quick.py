@@ -1,11 +1,15 @@
 """One-token steps measured on the values both models computed, with no replay.
 
 Every step after the prefill is recorded on both sides as the diff records (``eager``),
-keeping each node's value as the model made it. The alignment of a step is reused for
-the next one under a proof taken at every step:
+keeping each node's value as the model made it, into a flat log of calls
+(``call_log``): its fx graph is built only for a step that is aligned anew or goes to
+the full diff. The alignment of a step is reused for the next one under a proof taken
+at every step:
 
-- the two graphs are those the alignment was made for: the same nodes, ops, targets,
-  inputs, dtypes and ranks (only the cache's length changes from step to step);
+- the two logs are those the alignment was made for: the same calls, ops, targets,
+  inputs, dtypes and ranks (only the cache's length changes from step to step; the
+  same targets in the same order give the same node names, so the alignment's pairs
+  hold, by index, for the new step);
 - neither model changed: the same parameter and buffer objects, with the same
   ``data_ptr()``, version counter (``tensor._version``), shape, stride and dtype, and
   the same fingerprint otherwise (hooks, attributes, classes, torch's global state:
@@ -36,7 +40,8 @@ import torch
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare.layouts import Layout, fit_layouts, narrow
 from introspect.diff.drift import drift_limit
-from introspect.diff.eager import Recording, record_forward, write_metadata
+from introspect.diff.eager import write_metadata
+from introspect.diff.generation.call_log import CallLog, log_forward
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.models.ports import fingerprint
 
@@ -54,16 +59,10 @@ def model_state(model: torch.nn.Module) -> tuple[Any, ...]:
     return tensors, fingerprint(model, tensors=False)
 
 
-def graph_signature(recording: Recording) -> tuple[Any, ...]:
-    """A recorded graph's structure: what an alignment made on it depends on, but the
-    sizes that grow with the cache."""
-    signature = []
-    for node in recording.gm.graph.nodes:
-        value = recording.values.get(node.name)
-        kind = (value.dtype, value.ndim) if isinstance(value, torch.Tensor) else type(value)
-        signature.append((node.name, node.op, node.target,
-                          tuple(n.name for n in node._input_nodes), kind))
-    return tuple(signature)
+def graph_signature(log: CallLog) -> tuple[Any, ...]:
+    """A recorded step's structure: what an alignment made on it depends on, but the
+    sizes that grow with the cache (``CallLog.signature``)."""
+    return log.signature()
 
 
 @dataclass
@@ -78,6 +77,9 @@ class _Aligned:
     candidate_order: dict[str, int]
     pair_dtypes: list[tuple[str, str]]
     model_dtypes: list[str]
+    # each pair's calls in the two logs (None: not a call's value), in the order the
+    # pairs are measured (the candidate's order)
+    measured: list[tuple[int, int | None, int | None]]
     layouts: dict[int, Layout] = field(default_factory=dict)
 
 
@@ -102,12 +104,12 @@ class QuickSteps:
         self.quick_steps = 0  # steps that passed here, with no full diff
 
     def record(self, tensors: Mapping[str, torch.Tensor], ref_keywords: Mapping[str, Any],
-               cand_keywords: Mapping[str, Any]) -> tuple[Recording, Recording]:
-        """Both sides' step, recorded with every value kept (the reference first)."""
+               cand_keywords: Mapping[str, Any]) -> tuple[CallLog, CallLog]:
+        """Both sides' step, logged with every value kept (the reference first);
+        ``CallLog.recording()`` is the step's ``Recording``, built when asked."""
         from introspect.diff.explain import accepted_inputs as _accepted_inputs
 
-        return tuple(record_forward(model, _accepted_inputs(model, tensors), "",  # type: ignore[return-value]
-                                    keywords, metadata=False, keep_values=True)
+        return tuple(log_forward(model, _accepted_inputs(model, tensors), keywords)  # type: ignore[return-value]
                      for model, keywords in ((self.reference, ref_keywords),
                                              (self.candidate, cand_keywords)))
 
@@ -115,7 +117,7 @@ class QuickSteps:
         """Both models' state (``model_state``), taken as a step starts."""
         return model_state(self.reference), model_state(self.candidate)
 
-    def passes(self, reference: Recording, candidate: Recording,
+    def passes(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], states: tuple[Any, Any]) -> bool:
         """Whether every aligned pair of the step is within budget, finite and drift-free.
 
@@ -125,22 +127,23 @@ class QuickSteps:
         Raises:
             InputError: the step's graphs cannot be aligned (as the diff raises it).
         """
-        signatures = (graph_signature(reference), graph_signature(candidate))
+        signatures = (reference.signature(), candidate.signature())
         aligned = self.aligned
         if aligned is None or aligned.signatures != signatures or aligned.states != states:
             aligned = self.aligned = self._align(reference, candidate, tensors, signatures,
                                                  states)
         return self._within_budget(aligned, reference, candidate)
 
-    def _align(self, reference: Recording, candidate: Recording,
+    def _align(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], signatures: tuple[Any, Any],
                states: tuple[Any, Any]) -> _Aligned:
         from introspect.diff.explain import _budgets, _pair_dtypes, record_for_diff
         from introspect.diff.explain import model_dtypes as _model_dtypes
 
         graphs = []
-        for model, recording, title in ((self.reference, reference, "reference"),
-                                        (self.candidate, candidate, "candidate")):
+        for model, log, title in ((self.reference, reference, "reference"),
+                                  (self.candidate, candidate, "candidate")):
+            recording = log.recording()
             write_metadata(recording)
             graphs.append(record_for_diff(model, tensors, title, {}, recording)[0])
         ref_graph, cand_graph = graphs
@@ -149,14 +152,20 @@ class QuickSteps:
         budgets = _budgets(alignment, ref_graph, cand_graph, self.tolerance, None,
                            candidate_dtypes)
         self.aligned_steps += 1
+        candidate_order = {r.name: r.index for r in cand_graph.records}
+        pairs = alignment.pairs
+        ref_calls = {name: i for i, name in enumerate(reference.names)}
+        cand_calls = {name: i for i, name in enumerate(candidate.names)}
+        measured = [(i, ref_calls.get(pairs[i].reference), cand_calls.get(pairs[i].candidate))
+                    for i in sorted(range(len(pairs)), key=lambda i: (
+                        candidate_order.get(pairs[i].candidate, -1), i))]
         return _Aligned(alignment, budgets, signatures, states,
-                        {r.name: r.index for r in ref_graph.records},
-                        {r.name: r.index for r in cand_graph.records},
+                        {r.name: r.index for r in ref_graph.records}, candidate_order,
                         _pair_dtypes(alignment, ref_graph, cand_graph),
-                        [*_model_dtypes(self.reference), *candidate_dtypes])
+                        [*_model_dtypes(self.reference), *candidate_dtypes], measured)
 
-    def _within_budget(self, aligned: _Aligned, reference: Recording,
-                       candidate: Recording) -> bool:
+    def _within_budget(self, aligned: _Aligned, reference: CallLog,
+                       candidate: CallLog) -> bool:
         """Every pair within its budget, finite, and free of drift, measured as the replay
         measures (``compare.measure``: the values in their promoted dtype, the budget
         ``atol + rtol * |reference|``; ``drift``: the largest error against what rounding
@@ -164,18 +173,19 @@ class QuickSteps:
         pair the full diff must see (a value changed in place after it was made, a
         feature order or a layout to find)."""
         pairs = aligned.alignment.pairs
-        order = sorted(range(len(pairs)), key=lambda i: (
-            aligned.candidate_order.get(pairs[i].candidate, -1), i))
         proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
         groups: dict[tuple[Any, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
         with torch.no_grad():
-            for i in order:
+            for i, ref_call, cand_call in aligned.measured:
+                if ref_call is None or cand_call is None:
+                    continue
                 pair = pairs[i]
-                ref, cand = reference.values.get(pair.reference), \
-                    candidate.values.get(pair.candidate)
+                ref, cand = reference.values[ref_call], candidate.values[cand_call]
                 if not isinstance(ref, torch.Tensor) or not isinstance(cand, torch.Tensor):
                     continue  # the replay compares tensors only (a split's tuple: its items)
-                if _changed(reference, pair.reference) or _changed(candidate, pair.candidate) \
+                # a value changed in place after it was made: the replay measures it as
+                # it was, so the kept value cannot stand for it
+                if reference.changed(ref_call) or candidate.changed(cand_call) \
                         or pair.feature_order is not None:
                     return False
                 if pair.reference_region is not None:
@@ -256,12 +266,6 @@ def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
     scales = torch.segment_reduce(magnitude, "max", lengths=lengths).tolist()
     return {i: (error, scale) for (i, _, _), error, scale in
             zip(members, errors, scales, strict=True)}
-
-
-def _changed(recording: Recording, name: str) -> bool:
-    """A node's value changed in place after it was made: the replay measures it as it
-    was, so the kept value cannot stand for it."""
-    return recording.versions.get(name) != recording.values[name]._version
 
 
 __all__ = ["QuickSteps", "graph_signature", "model_state"]
