@@ -31,6 +31,7 @@ No tensor metadata is written for a step that passes.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ from introspect.diff.tolerance import Budget, Tolerance
 from introspect.models.ports import fingerprint
 
 _FIT_RATIO = 0.01  # as compare's: a layout other than the proven one must fit this much better
+_MEASURED_ALONE = 1 << 12  # elements: a value this large is not copied into its group's
 
 
 def model_state(model: torch.nn.Module) -> tuple[Any, ...]:
@@ -203,7 +205,7 @@ class QuickSteps:
                 if not dtype.is_floating_point:
                     dtype = torch.float64
                 groups.setdefault((dtype, budget.atol, budget.rtol), []).append((i, cand, ref))
-            largest: dict[int, tuple[float, float]] = {}  # pair -> (max error, max |reference|)
+            largest: dict[int, tuple[float, float]] = {}  # pair -> (max error, max |ref| or 0.0)
             for (dtype, atol, rtol), members in groups.items():
                 found = _group_errors(dtype, atol, rtol, members)
                 if found is None:
@@ -213,6 +215,8 @@ class QuickSteps:
             budget = aligned.budgets[i]
             if budget.atol == 0.0 and budget.rtol == 0.0:
                 continue  # integers are compared exactly (find_drift skips them too)
+            if error <= budget.atol:
+                continue  # within what rounding explains at any magnitude (no scale read)
             limit = drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
                                 budget.atol)
             if error > limit:
@@ -252,20 +256,46 @@ def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
                   ) -> dict[int, tuple[float, float]] | None:
     """Each pair's largest error and largest reference magnitude, for pairs of one
     promoted dtype and budget measured together; None where an element is over budget
-    or any value is NaN or Inf (``measure``'s test, element for element)."""
-    a = torch.cat([cand.reshape(-1).to(dtype) for _, cand, _ in members])
-    b = torch.cat([ref.reshape(-1).to(dtype) for _, _, ref in members])
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
-        return None
-    d = (a - b).abs()
-    magnitude = b.abs()
-    if bool((d > (atol + rtol * magnitude)).any()):
-        return None
-    lengths = torch.tensor([ref.numel() for _, _, ref in members])
-    errors = torch.segment_reduce(d, "max", lengths=lengths).tolist()
-    scales = torch.segment_reduce(magnitude, "max", lengths=lengths).tolist()
-    return {i: (error, scale) for (i, _, _), error, scale in
-            zip(members, errors, scales, strict=True)}
+    or any value is NaN or Inf (``measure``'s test, element for element).
+
+    Read in as few passes as the test allows: a NaN or Inf in either value makes the
+    error there NaN or Inf (so does an overflow of the difference, which is over any
+    budget), and a pair whose largest error is within ``atol`` has every element within
+    ``atol + rtol * |reference|`` and is within what rounding explains at any magnitude
+    (``drift_limit`` >= ``atol``): its magnitude is read only where its error is over
+    ``atol`` (its scale is then reported as 0.0). A large value is measured alone, not
+    copied into the group's concatenation.
+    """
+    found: dict[int, tuple[float, float]] = {}
+    together = [m for m in members if m[2].numel() < _MEASURED_ALONE]
+    parts = [([i], cand.to(dtype), ref.to(dtype)) for i, cand, ref in members
+             if ref.numel() >= _MEASURED_ALONE]
+    if together:
+        parts.append(([i for i, _, _ in together],
+                      torch.cat([cand.reshape(-1).to(dtype) for _, cand, _ in together]),
+                      torch.cat([ref.reshape(-1).to(dtype) for _, _, ref in together])))
+    for indices, a, b in parts:
+        d = (a - b).abs_()
+        if len(indices) == 1:
+            errors = [float(d.max())]
+            lengths = [d.numel()]
+        else:
+            lengths = [ref.numel() for _, _, ref in together]
+            errors = torch.segment_reduce(d, "max", lengths=torch.tensor(lengths)).tolist()
+        if not all(math.isfinite(error) for error in errors):
+            return None
+        d, b = d.reshape(-1), b.reshape(-1)
+        start = 0
+        for i, error, length in zip(indices, errors, lengths, strict=True):
+            scale = 0.0
+            if error > atol:
+                magnitude = b[start:start + length].abs()
+                if bool((d[start:start + length] > (atol + rtol * magnitude)).any()):
+                    return None
+                scale = float(magnitude.max())
+            found[i] = (error, scale)
+            start += length
+    return found
 
 
 __all__ = ["QuickSteps", "graph_signature", "model_state"]
