@@ -40,6 +40,7 @@ from introspect.diff.eager import write_metadata
 from introspect.diff.generation import caches as cache_values
 from introspect.diff.generation import hints as step_hints
 from introspect.diff.generation.call_log import CallLog
+from introspect.diff.generation.collector import older_objects_set_aside
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
 from introspect.diff.result import DiffResult
@@ -94,8 +95,9 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     candidate.eval()
     try:
         # the prefill and the first one-token step relate the same weights: once, while
-        # every weight is proven the same (``align.weights.relations_remembered``)
-        with relations_remembered():
+        # every weight is proven the same (``align.weights.relations_remembered``); the
+        # collector's full passes read only what the generation allocates (``collector``)
+        with relations_remembered(), older_objects_set_aside():
             return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
                                        tolerance, atol, rtol, options)
     finally:
