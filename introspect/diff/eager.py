@@ -123,6 +123,10 @@ class _NodesByTensor:
         self._by_id[id(tensor)] = (weakref.ref(tensor), node)
 
 
+# Arguments that neither are nor hold a tensor: returned as they are, before any other test.
+_PLAIN_ARGUMENTS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})
+
+
 class _Recorder(TorchFunctionMode):
     """Writes every torch call on tensors into an fx graph, as it runs."""
 
@@ -175,12 +179,14 @@ class _Recorder(TorchFunctionMode):
 
     def as_arguments(self, value: Any) -> Any:
         """``value`` with every tensor in it replaced by its node."""
+        if type(value) in _PLAIN_ARGUMENTS:
+            return value
         if isinstance(value, torch.Tensor):
             return self.node_for(value)
         if isinstance(value, (tuple, list)):
-            mapped = [self.as_arguments(v) for v in value]
-            if isinstance(value, torch.Size):
+            if isinstance(value, torch.Size):  # sizes hold no tensor
                 return value
+            mapped = [self.as_arguments(v) for v in value]
             return type(value)(mapped) if type(value) in (tuple, list) else tuple(mapped)
         if isinstance(value, dict):
             return {k: self.as_arguments(v) for k, v in value.items()}
