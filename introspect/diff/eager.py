@@ -269,19 +269,22 @@ def _mutates(func: Any) -> bool:
         or (name.startswith("__i") and name.strip("_") in _INPLACE)
 
 
-_TENSOR_METHODS: dict[Any, bool] = {}  # func -> is_tensor_method_or_property(func)
+# id(func) -> (func, is_tensor_method_or_property(func)); by identity, with the function
+# held: distinct builtins can compare equal (the same C function bound to the same object)
+_TENSOR_METHODS: dict[int, tuple[Any, bool]] = {}
 
 
 def _is_tensor_method(func: Any) -> bool:
     """torch's ``is_tensor_method_or_property``, remembered per function (torch's own
     silences warnings at every call: a tenth of a one-token step's recording)."""
-    try:
-        return _TENSOR_METHODS[func]
-    except KeyError:
-        found = _TENSOR_METHODS[func] = is_tensor_method_or_property(func)
-        return found
-    except TypeError:  # an unhashable callable
-        return is_tensor_method_or_property(func)
+    known = _TENSOR_METHODS.get(id(func))
+    if known is not None and known[0] is func:
+        return known[1]
+    found = is_tensor_method_or_property(func)
+    if len(_TENSOR_METHODS) >= 4096:  # torch's functions are far fewer: made on the fly
+        _TENSOR_METHODS.clear()
+    _TENSOR_METHODS[id(func)] = (func, found)
+    return found
 
 
 def _describe(func: Any, args: tuple[Any, ...]) -> tuple[str, Any, tuple[Any, ...]]:
