@@ -260,7 +260,7 @@ def _full_step(reference: torch.nn.Module, candidate: torch.nn.Module, fed: torc
     the recordings built from the step's logs."""
     from introspect.diff.api import diff
 
-    recordings = tuple(log.recording() for log in logs)
+    recordings = (logs[0].recording(), logs[1].recording())
     for recording in recordings:
         write_metadata(recording)
     return diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
