@@ -129,7 +129,7 @@ class QuickSteps:
         Raises:
             InputError: the step's graphs cannot be aligned (as the diff raises it).
         """
-        signatures = (reference.signature(), candidate.signature())
+        signatures = (graph_signature(reference), graph_signature(candidate))
         aligned = self.aligned
         if aligned is None or aligned.signatures != signatures or aligned.states != states:
             aligned = self.aligned = self._align(reference, candidate, tensors, signatures,
