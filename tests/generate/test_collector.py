@@ -8,15 +8,18 @@ import gc
 
 import pytest
 
-from introspect.diff.generation.collector import older_objects_set_aside
+from introspect.diff.generation.collector import YOUNG_THRESHOLD, older_objects_set_aside
 
 
 def test_older_objects_are_set_aside_and_given_back():
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     with pytest.raises(RuntimeError), older_objects_set_aside():
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] >= YOUNG_THRESHOLD
         raise RuntimeError("a step failed")
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
 
 
 def test_a_process_of_its_own_mind_is_left_as_it_is():
@@ -30,7 +33,7 @@ def test_a_process_of_its_own_mind_is_left_as_it_is():
     try:
         frozen = gc.get_freeze_count()
         with older_objects_set_aside():
-            assert gc.get_freeze_count() == frozen
+            assert gc.get_freeze_count() == frozen and gc.get_threshold()[0] < YOUNG_THRESHOLD
         assert gc.get_freeze_count() == frozen  # not given back: not ours
     finally:
         gc.unfreeze()
