@@ -25,7 +25,7 @@ full diff could not fail it, since a row fails only where the candidate's own va
 over budget (``divergence.confirm_failures``) and drift reads those same values
 (``drift``). Any other step gets the full diff (local errors, hints, tables), made from
 the same two recordings: a step never runs twice, so a cache is never updated twice.
-No tensor metadata is written for a step that passes.
+No fx node and no tensor metadata is written for a step that passes.
 """
 
 from __future__ import annotations
