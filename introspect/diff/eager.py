@@ -123,6 +123,10 @@ class _NodesByTensor:
         self._by_id[id(tensor)] = (weakref.ref(tensor), node)
 
 
+# Arguments that neither are nor hold a tensor: returned as they are, before any other test.
+_PLAIN_ARGUMENTS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})
+
+
 class _Recorder(TorchFunctionMode):
     """Writes every torch call on tensors into an fx graph, as it runs."""
 
@@ -175,12 +179,14 @@ class _Recorder(TorchFunctionMode):
 
     def as_arguments(self, value: Any) -> Any:
         """``value`` with every tensor in it replaced by its node."""
+        if type(value) in _PLAIN_ARGUMENTS:
+            return value
         if isinstance(value, torch.Tensor):
             return self.node_for(value)
         if isinstance(value, (tuple, list)):
-            mapped = [self.as_arguments(v) for v in value]
-            if isinstance(value, torch.Size):
+            if isinstance(value, torch.Size):  # sizes hold no tensor
                 return value
+            mapped = [self.as_arguments(v) for v in value]
             return type(value)(mapped) if type(value) in (tuple, list) else tuple(mapped)
         if isinstance(value, dict):
             return {k: self.as_arguments(v) for k, v in value.items()}
@@ -263,13 +269,31 @@ def _mutates(func: Any) -> bool:
         or (name.startswith("__i") and name.strip("_") in _INPLACE)
 
 
+# id(func) -> (func, is_tensor_method_or_property(func)); by identity, with the function
+# held: distinct builtins can compare equal (the same C function bound to the same object)
+_TENSOR_METHODS: dict[int, tuple[Any, bool]] = {}
+
+
+def _is_tensor_method(func: Any) -> bool:
+    """torch's ``is_tensor_method_or_property``, remembered per function (torch's own
+    silences warnings at every call: a tenth of a one-token step's recording)."""
+    known = _TENSOR_METHODS.get(id(func))
+    if known is not None and known[0] is func:
+        return known[1]
+    found = is_tensor_method_or_property(func)
+    if len(_TENSOR_METHODS) >= 4096:  # torch's functions are far fewer: made on the fly
+        _TENSOR_METHODS.clear()
+    _TENSOR_METHODS[id(func)] = (func, found)
+    return found
+
+
 def _describe(func: Any, args: tuple[Any, ...]) -> tuple[str, Any, tuple[Any, ...]]:
     """The fx opcode, target and arguments a call is recorded as (fx's own choices)."""
     name = getattr(func, "__name__", "")
     if name == "__get__":  # a tensor property: x.T, x.data
         owner = getattr(func, "__self__", None)
         return "call_function", builtins.getattr, (args[0], getattr(owner, "__name__", "?"))
-    if is_tensor_method_or_property(func):
+    if _is_tensor_method(func):
         if name.startswith("__") and name.endswith("__"):
             bare = name[2:-2]
             if bare == "getitem":
@@ -378,18 +402,28 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         InputError: the model failed on the inputs (the cause is kept).
     """
     recorder = _Recorder(model, metadata=metadata, keep_values=keep_values)
-    placeholders = {}
+    outputs = run_recorded(recorder, model, inputs, keywords)
+    return finish_recording(recorder, model, tuple(inputs), outputs, title)
+
+
+def run_recorded(recorder: _Recorder, model: torch.nn.Module,
+                 inputs: Mapping[str, torch.Tensor],
+                 keywords: Mapping[str, Any] | None = None) -> Any:
+    """Run ``model(**inputs, **keywords)`` once under ``recorder`` (placeholders first,
+    then every call; ``record_forward``'s run, shared with ``generation.call_log``).
+
+    Raises:
+        InputError: the model failed on the inputs (the cause is kept).
+    """
     for name, tensor in inputs.items():
-        placeholders[name] = recorder._create("placeholder", name, (), {}, tensor)
-        recorder.nodes[tensor] = placeholders[name]
+        recorder.nodes[tensor] = recorder._create("placeholder", name, (), {}, tensor)
     try:
         with torch.no_grad(), _module_hooks(recorder, model), recorder:
-            outputs = model(**inputs, **(keywords or {}))
+            return model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
         raise InputError(f"{type(model).__name__} could not run on the inputs: "
                          f"{type(e).__name__}: {cause}") from e
-    return finish_recording(recorder, model, tuple(inputs), outputs, title)
 
 
 def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: tuple[str, ...],
@@ -398,18 +432,24 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     named = outputs_as_dict(outputs)
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
-    graph = recorder.graph
+    gm = graph_module(recorder.graph, model, recorder.constants, title)
+    return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
+                     values=recorder.kept or {}, versions=recorder.kept_versions)
+
+
+def graph_module(graph: torch.fx.Graph, model: torch.nn.Module,
+                 constants: Mapping[str, torch.Tensor], title: str = "") -> torch.fx.GraphModule:
+    """A recorded graph (its output node written) as a GraphModule on ``model``, dead
+    code dropped; ``constants``: the tensors its ``_tensor_constant`` nodes read."""
     graph.owning_module = model  # type: ignore[assignment]  # DCE checks every target
-    for name, tensor in recorder.constants.items():  # GraphModule copies them from the root
+    for name, tensor in constants.items():  # GraphModule copies them from the root
         setattr(model, name, tensor)
     try:
         graph.eliminate_dead_code(is_impure_node=_is_impure)
-        gm = build_graph_module(model, graph, title or type(model).__name__)
+        return build_graph_module(model, graph, title or type(model).__name__)
     finally:
-        for name in recorder.constants:
+        for name in constants:
             delattr(model, name)
-    return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
-                     values=recorder.kept or {}, versions=recorder.kept_versions)
 
 
 def write_metadata(recording: Recording) -> None:

@@ -10,6 +10,7 @@ import pytest
 import introspect
 from introspect.diff.generation import quick
 from tests.generate import gpt2_concat
+from tests.generate.gpt2_restructured import RestructuredGPT2
 from tests.generate.gpt2_weight_edits import EditingGPT2
 
 from .conftest import PROMPT
@@ -59,3 +60,28 @@ def test_steps_after_the_first_reuse_its_alignment(gpt2, monkeypatch):
     # step 1; step 2, whose graph holds the edit (made inside its forward); step 3, which
     # finds the weight's version counter and the port's own flag changed
     assert len(made) == 3
+
+
+# The structure proof is read from the step's log of calls (``call_log``): a step whose
+# calls differ by one op, one target or one input is aligned anew, never measured by the
+# pairs of the structure before it.
+@pytest.mark.parametrize("variant", ["extra-op", "other-target", "other-wiring"])
+def test_a_structure_changed_at_a_step_is_aligned_anew(gpt2, variant, monkeypatch):
+    made = []
+    align = quick.QuickSteps._align
+    monkeypatch.setattr(quick.QuickSteps, "_align",
+                        lambda self, *a: made.append(1) or align(self, *a))
+    result = introspect.diff(gpt2, RestructuredGPT2(gpt2, variant), {"input_ids": PROMPT},
+                             generate=5)
+    assert result.passed, result.summary()
+    assert len(made) == 2  # step 1; step 2, the new structure (steps 3 and 4 reuse it)
+
+
+def test_an_input_rewired_at_a_step_fails_at_that_step(gpt2):
+    result = introspect.diff(gpt2, RestructuredGPT2(gpt2, "wrong-wiring"),
+                             {"input_ids": PROMPT}, generate=4)
+    assert not result.passed
+    d = result.first_divergence
+    assert d is not None and d.step == 2, result.summary()
+    assert d.module.startswith("transformer.h.1"), result.summary()
+    assert list(result.steps["passed"])[:2] == [True, True]

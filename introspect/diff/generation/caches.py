@@ -144,7 +144,9 @@ def compare_cached(reference: torch.Tensor, candidate: torch.Tensor, budget: Bud
     if best is None:
         return CachedComparison("", None, False, 0, None, None)
     error, layout, part, view, tail, allocated = best
-    within = bool(((part - view).abs() <= budget.atol + budget.rtol * view.abs()).all())
+    # an error within atol is within budget everywhere (a NaN makes the error NaN: read)
+    within = error <= budget.atol or bool(
+        ((part - view).abs() <= budget.atol + budget.rtol * view.abs()).all())
     return CachedComparison(layout, error, within, allocated, part, tail)
 
 

@@ -36,9 +36,11 @@ from typing import Any
 import torch
 
 from introspect.diff.align.weights import relations_remembered
-from introspect.diff.eager import Recording, write_metadata
+from introspect.diff.eager import write_metadata
 from introspect.diff.generation import caches as cache_values
 from introspect.diff.generation import hints as step_hints
+from introspect.diff.generation.call_log import CallLog
+from introspect.diff.generation.collector import older_objects_set_aside
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
 from introspect.diff.result import DiffResult
@@ -93,8 +95,9 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     candidate.eval()
     try:
         # the prefill and the first one-token step relate the same weights: once, while
-        # every weight is proven the same (``align.weights.relations_remembered``)
-        with relations_remembered():
+        # every weight is proven the same (``align.weights.relations_remembered``); the
+        # collector's full passes read only what the generation allocates (``collector``)
+        with relations_remembered(), older_objects_set_aside():
             return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
                                        tolerance, atol, rtol, options)
     finally:
@@ -131,7 +134,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         before = _snapshot(ref_cache)  # for the hints that re-run the reference's step
         ref_kw = _keywords(reference, ref_cache)
         cand_kw = _keywords(candidate, cand_cache)
-        recordings: tuple[Recording, Recording] | None = None
+        recordings: tuple[CallLog, CallLog] | None = None
         result: DiffResult | None = None
         states = quick.states() if step else ((), ())  # before the step's own hooks are added
         with _captured(reference, candidate) as sides:
@@ -250,12 +253,14 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
 
 
 def _full_step(reference: torch.nn.Module, candidate: torch.nn.Module, fed: torch.Tensor,
-               recordings: tuple[Recording, Recording], atol: float | None,
+               logs: tuple[CallLog, CallLog], atol: float | None,
                rtol: float | None, keywords: tuple[dict[str, Any], dict[str, Any]],
                options: Mapping[str, Any]) -> DiffResult:
-    """The full diff of a step already run and recorded (the models do not run again)."""
+    """The full diff of a step already run and recorded (the models do not run again):
+    the recordings built from the step's logs."""
     from introspect.diff.api import diff
 
+    recordings = (logs[0].recording(), logs[1].recording())
     for recording in recordings:
         write_metadata(recording)
     return diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,

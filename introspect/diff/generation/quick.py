@@ -1,11 +1,15 @@
 """One-token steps measured on the values both models computed, with no replay.
 
 Every step after the prefill is recorded on both sides as the diff records (``eager``),
-keeping each node's value as the model made it. The alignment of a step is reused for
-the next one under a proof taken at every step:
+keeping each node's value as the model made it, into a flat log of calls
+(``call_log``): its fx graph is built only for a step that is aligned anew or goes to
+the full diff. The alignment of a step is reused for the next one under a proof taken
+at every step:
 
-- the two graphs are those the alignment was made for: the same nodes, ops, targets,
-  inputs, dtypes and ranks (only the cache's length changes from step to step);
+- the two logs are those the alignment was made for: the same calls, ops, targets,
+  inputs, dtypes and ranks (only the cache's length changes from step to step; the
+  same targets in the same order give the same node names, so the alignment's pairs
+  hold, by index, for the new step);
 - neither model changed: the same parameter and buffer objects, with the same
   ``data_ptr()``, version counter (``tensor._version``), shape, stride and dtype, and
   the same fingerprint otherwise (hooks, attributes, classes, torch's global state:
@@ -21,12 +25,13 @@ full diff could not fail it, since a row fails only where the candidate's own va
 over budget (``divergence.confirm_failures``) and drift reads those same values
 (``drift``). Any other step gets the full diff (local errors, hints, tables), made from
 the same two recordings: a step never runs twice, so a cache is never updated twice.
-No tensor metadata is written for a step that passes.
+No fx node and no tensor metadata is written for a step that passes.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,11 +41,13 @@ import torch
 from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare.layouts import Layout, fit_layouts, narrow
 from introspect.diff.drift import drift_limit
-from introspect.diff.eager import Recording, record_forward, write_metadata
+from introspect.diff.eager import write_metadata
+from introspect.diff.generation.call_log import CallLog, log_forward
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.models.ports import fingerprint
 
 _FIT_RATIO = 0.01  # as compare's: a layout other than the proven one must fit this much better
+_MEASURED_ALONE = 1 << 12  # elements: a value this large is not copied into its group's
 
 
 def model_state(model: torch.nn.Module) -> tuple[Any, ...]:
@@ -54,16 +61,10 @@ def model_state(model: torch.nn.Module) -> tuple[Any, ...]:
     return tensors, fingerprint(model, tensors=False)
 
 
-def graph_signature(recording: Recording) -> tuple[Any, ...]:
-    """A recorded graph's structure: what an alignment made on it depends on, but the
-    sizes that grow with the cache."""
-    signature = []
-    for node in recording.gm.graph.nodes:
-        value = recording.values.get(node.name)
-        kind = (value.dtype, value.ndim) if isinstance(value, torch.Tensor) else type(value)
-        signature.append((node.name, node.op, node.target,
-                          tuple(n.name for n in node._input_nodes), kind))
-    return tuple(signature)
+def graph_signature(log: CallLog) -> tuple[Any, ...]:
+    """A recorded step's structure: what an alignment made on it depends on, but the
+    sizes that grow with the cache (``CallLog.signature``)."""
+    return log.signature()
 
 
 @dataclass
@@ -78,6 +79,9 @@ class _Aligned:
     candidate_order: dict[str, int]
     pair_dtypes: list[tuple[str, str]]
     model_dtypes: list[str]
+    # each pair's calls in the two logs (None: not a call's value), in the order the
+    # pairs are measured (the candidate's order)
+    measured: list[tuple[int, int | None, int | None]]
     layouts: dict[int, Layout] = field(default_factory=dict)
 
 
@@ -102,12 +106,12 @@ class QuickSteps:
         self.quick_steps = 0  # steps that passed here, with no full diff
 
     def record(self, tensors: Mapping[str, torch.Tensor], ref_keywords: Mapping[str, Any],
-               cand_keywords: Mapping[str, Any]) -> tuple[Recording, Recording]:
-        """Both sides' step, recorded with every value kept (the reference first)."""
+               cand_keywords: Mapping[str, Any]) -> tuple[CallLog, CallLog]:
+        """Both sides' step, logged with every value kept (the reference first);
+        ``CallLog.recording()`` is the step's ``Recording``, built when asked."""
         from introspect.diff.explain import accepted_inputs as _accepted_inputs
 
-        return tuple(record_forward(model, _accepted_inputs(model, tensors), "",  # type: ignore[return-value]
-                                    keywords, metadata=False, keep_values=True)
+        return tuple(log_forward(model, _accepted_inputs(model, tensors), keywords)  # type: ignore[return-value]
                      for model, keywords in ((self.reference, ref_keywords),
                                              (self.candidate, cand_keywords)))
 
@@ -115,7 +119,7 @@ class QuickSteps:
         """Both models' state (``model_state``), taken as a step starts."""
         return model_state(self.reference), model_state(self.candidate)
 
-    def passes(self, reference: Recording, candidate: Recording,
+    def passes(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], states: tuple[Any, Any]) -> bool:
         """Whether every aligned pair of the step is within budget, finite and drift-free.
 
@@ -132,15 +136,16 @@ class QuickSteps:
                                                  states)
         return self._within_budget(aligned, reference, candidate)
 
-    def _align(self, reference: Recording, candidate: Recording,
+    def _align(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], signatures: tuple[Any, Any],
                states: tuple[Any, Any]) -> _Aligned:
         from introspect.diff.explain import _budgets, _pair_dtypes, record_for_diff
         from introspect.diff.explain import model_dtypes as _model_dtypes
 
         graphs = []
-        for model, recording, title in ((self.reference, reference, "reference"),
-                                        (self.candidate, candidate, "candidate")):
+        for model, log, title in ((self.reference, reference, "reference"),
+                                  (self.candidate, candidate, "candidate")):
+            recording = log.recording()
             write_metadata(recording)
             graphs.append(record_for_diff(model, tensors, title, {}, recording)[0])
         ref_graph, cand_graph = graphs
@@ -149,14 +154,20 @@ class QuickSteps:
         budgets = _budgets(alignment, ref_graph, cand_graph, self.tolerance, None,
                            candidate_dtypes)
         self.aligned_steps += 1
+        candidate_order = {r.name: r.index for r in cand_graph.records}
+        pairs = alignment.pairs
+        ref_calls = {name: i for i, name in enumerate(reference.names)}
+        cand_calls = {name: i for i, name in enumerate(candidate.names)}
+        measured = [(i, ref_calls.get(pairs[i].reference), cand_calls.get(pairs[i].candidate))
+                    for i in sorted(range(len(pairs)), key=lambda i: (
+                        candidate_order.get(pairs[i].candidate, -1), i))]
         return _Aligned(alignment, budgets, signatures, states,
-                        {r.name: r.index for r in ref_graph.records},
-                        {r.name: r.index for r in cand_graph.records},
+                        {r.name: r.index for r in ref_graph.records}, candidate_order,
                         _pair_dtypes(alignment, ref_graph, cand_graph),
-                        [*_model_dtypes(self.reference), *candidate_dtypes])
+                        [*_model_dtypes(self.reference), *candidate_dtypes], measured)
 
-    def _within_budget(self, aligned: _Aligned, reference: Recording,
-                       candidate: Recording) -> bool:
+    def _within_budget(self, aligned: _Aligned, reference: CallLog,
+                       candidate: CallLog) -> bool:
         """Every pair within its budget, finite, and free of drift, measured as the replay
         measures (``compare.measure``: the values in their promoted dtype, the budget
         ``atol + rtol * |reference|``; ``drift``: the largest error against what rounding
@@ -164,18 +175,19 @@ class QuickSteps:
         pair the full diff must see (a value changed in place after it was made, a
         feature order or a layout to find)."""
         pairs = aligned.alignment.pairs
-        order = sorted(range(len(pairs)), key=lambda i: (
-            aligned.candidate_order.get(pairs[i].candidate, -1), i))
         proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
         groups: dict[tuple[Any, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
         with torch.no_grad():
-            for i in order:
+            for i, ref_call, cand_call in aligned.measured:
+                if ref_call is None or cand_call is None:
+                    continue
                 pair = pairs[i]
-                ref, cand = reference.values.get(pair.reference), \
-                    candidate.values.get(pair.candidate)
+                ref, cand = reference.values[ref_call], candidate.values[cand_call]
                 if not isinstance(ref, torch.Tensor) or not isinstance(cand, torch.Tensor):
                     continue  # the replay compares tensors only (a split's tuple: its items)
-                if _changed(reference, pair.reference) or _changed(candidate, pair.candidate) \
+                # a value changed in place after it was made: the replay measures it as
+                # it was, so the kept value cannot stand for it
+                if reference.changed(ref_call) or candidate.changed(cand_call) \
                         or pair.feature_order is not None:
                     return False
                 if pair.reference_region is not None:
@@ -193,7 +205,7 @@ class QuickSteps:
                 if not dtype.is_floating_point:
                     dtype = torch.float64
                 groups.setdefault((dtype, budget.atol, budget.rtol), []).append((i, cand, ref))
-            largest: dict[int, tuple[float, float]] = {}  # pair -> (max error, max |reference|)
+            largest: dict[int, tuple[float, float]] = {}  # pair -> (max error, max |ref| or 0.0)
             for (dtype, atol, rtol), members in groups.items():
                 found = _group_errors(dtype, atol, rtol, members)
                 if found is None:
@@ -203,6 +215,8 @@ class QuickSteps:
             budget = aligned.budgets[i]
             if budget.atol == 0.0 and budget.rtol == 0.0:
                 continue  # integers are compared exactly (find_drift skips them too)
+            if error <= budget.atol:
+                continue  # within what rounding explains at any magnitude (no scale read)
             limit = drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
                                 budget.atol)
             if error > limit:
@@ -242,26 +256,46 @@ def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
                   ) -> dict[int, tuple[float, float]] | None:
     """Each pair's largest error and largest reference magnitude, for pairs of one
     promoted dtype and budget measured together; None where an element is over budget
-    or any value is NaN or Inf (``measure``'s test, element for element)."""
-    a = torch.cat([cand.reshape(-1).to(dtype) for _, cand, _ in members])
-    b = torch.cat([ref.reshape(-1).to(dtype) for _, _, ref in members])
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
-        return None
-    d = (a - b).abs()
-    magnitude = b.abs()
-    if bool((d > (atol + rtol * magnitude)).any()):
-        return None
-    lengths = torch.tensor([ref.numel() for _, _, ref in members])
-    errors = torch.segment_reduce(d, "max", lengths=lengths).tolist()
-    scales = torch.segment_reduce(magnitude, "max", lengths=lengths).tolist()
-    return {i: (error, scale) for (i, _, _), error, scale in
-            zip(members, errors, scales, strict=True)}
+    or any value is NaN or Inf (``measure``'s test, element for element).
 
-
-def _changed(recording: Recording, name: str) -> bool:
-    """A node's value changed in place after it was made: the replay measures it as it
-    was, so the kept value cannot stand for it."""
-    return recording.versions.get(name) != recording.values[name]._version
+    Read in as few passes as the test allows: a NaN or Inf in either value makes the
+    error there NaN or Inf (so does an overflow of the difference, which is over any
+    budget), and a pair whose largest error is within ``atol`` has every element within
+    ``atol + rtol * |reference|`` and is within what rounding explains at any magnitude
+    (``drift_limit`` >= ``atol``): its magnitude is read only where its error is over
+    ``atol`` (its scale is then reported as 0.0). A large value is measured alone, not
+    copied into the group's concatenation.
+    """
+    found: dict[int, tuple[float, float]] = {}
+    together = [m for m in members if m[2].numel() < _MEASURED_ALONE]
+    parts = [([i], cand.to(dtype), ref.to(dtype)) for i, cand, ref in members
+             if ref.numel() >= _MEASURED_ALONE]
+    if together:
+        parts.append(([i for i, _, _ in together],
+                      torch.cat([cand.reshape(-1).to(dtype) for _, cand, _ in together]),
+                      torch.cat([ref.reshape(-1).to(dtype) for _, _, ref in together])))
+    for indices, a, b in parts:
+        d = (a - b).abs_()
+        if len(indices) == 1:
+            errors = [float(d.max())]
+            lengths = [d.numel()]
+        else:
+            lengths = [ref.numel() for _, _, ref in together]
+            errors = torch.segment_reduce(d, "max", lengths=torch.tensor(lengths)).tolist()
+        if not all(math.isfinite(error) for error in errors):
+            return None
+        d, b = d.reshape(-1), b.reshape(-1)
+        start = 0
+        for i, error, length in zip(indices, errors, lengths, strict=True):
+            scale = 0.0
+            if error > atol:
+                magnitude = b[start:start + length].abs()
+                if bool((d[start:start + length] > (atol + rtol * magnitude)).any()):
+                    return None
+                scale = float(magnitude.max())
+            found[i] = (error, scale)
+            start += length
+    return found
 
 
 __all__ = ["QuickSteps", "graph_signature", "model_state"]
