@@ -171,6 +171,11 @@ class _Equalities:
         return bool(self.remembered(("by name", dtype), (a, b), lambda: bool(
             torch.equal(_as_rows(a, dtype), _as_rows(b, dtype)))))
 
+    def transposed(self, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+        """``a`` holds the values of ``b`` transposed (after the cast to ``dtype``)."""
+        return bool(self.remembered(("transposed", dtype), (a, b), lambda: bool(
+            torch.equal(_as_rows(a, dtype), _as_rows(b.t(), dtype)))))
+
     def hashes(self, tensor: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype,
                ) -> torch.Tensor:
         """``_row_hashes`` of a weight's rows (cast to ``dtype``)."""
@@ -211,14 +216,16 @@ def _relate_weights(reference: GraphView, candidate: GraphView,
     dtype = _lowest_float([*ref_weights.values(), *cand_weights.values()])
     relations: dict[str, list[WeightRelation]] = {label: [] for label in cand_weights}
 
-    # Most ports keep the reference's names: one comparison settles those weights.
+    # Most ports keep the reference's names: one comparison settles those weights, kept as
+    # they are or transposed (GPT-2's Conv1D weights in a port's Linear). Where all are
+    # settled so, no row of the reference is read for the search below.
     ref_by_name = {reference.normalized(label): label for label in ref_weights}
     unsettled: dict[str, torch.Tensor] = {}
     for label, tensor in cand_weights.items():
         ref = ref_by_name.get(candidate.normalized(label))
-        if ref is not None and ref_weights[ref].shape == tensor.shape \
-                and equalities.by_name(tensor, ref_weights[ref], dtype):
-            relations[label].append(WeightRelation(label, ref, "same", None, 0.0))
+        kind = None if ref is None else _by_name(tensor, ref_weights[ref], dtype, equalities)
+        if ref is not None and kind is not None:
+            relations[label].append(WeightRelation(label, ref, kind, None, 0.0))
         else:
             unsettled[label] = tensor
 
@@ -256,6 +263,19 @@ def _relate_weights(reference: GraphView, candidate: GraphView,
     _relate_quantized(reference, candidate, ref_weights, cand_weights, relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
     return relations
+
+
+def _by_name(candidate: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype,
+             equalities: _Equalities) -> str | None:
+    """"same" or "transposed" where the weight of the same name holds the candidate's
+    values as they are or transposed; None otherwise (the search decides). A symmetric
+    matrix is "same": "transposed" would say nothing of it."""
+    if reference.shape == candidate.shape and equalities.by_name(candidate, reference, dtype):
+        return "same"
+    if candidate.ndim == 2 and reference.shape == candidate.shape[::-1] \
+            and equalities.transposed(candidate, reference, dtype):
+        return "transposed"
+    return None
 
 
 def unique_weights(graph: GraphView) -> dict[str, torch.Tensor]:
@@ -354,6 +374,10 @@ def _relate_permuted(reference: GraphView, candidate: GraphView,
     so the export permutes the rows of ``wq`` and ``wk`` within each head. The order is
     recorded on the relation, so the pair is compared with the rows put back in place.
     """
+    unrelated = [label for label, tensor in cand_weights.items()
+                 if tensor.ndim == 2 and not relations[label]]
+    if not unrelated:  # every matrix related already: no reference row read for signatures
+        return
     by_signature: dict[tuple[Any, ...], list[str]] = {}
     for label, tensor in ref_weights.items():
         if tensor.ndim == 2:
@@ -362,9 +386,8 @@ def _relate_permuted(reference: GraphView, candidate: GraphView,
     if not by_signature:
         return
     ref_by_name = {reference.normalized(label): label for label in ref_weights}
-    for label, tensor in cand_weights.items():
-        if tensor.ndim != 2 or relations[label]:
-            continue
+    for label in unrelated:
+        tensor = cand_weights[label]
         rows = _as_rows(tensor, dtype)
         found = by_signature.get(_rows_signature(rows), [])
         named = ref_by_name.get(candidate.normalized(label))
