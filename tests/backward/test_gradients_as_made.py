@@ -22,6 +22,8 @@ from tests.backward import grad_output_ports, ports
 from tests.backward.test_backward import perturbed
 
 parity = importlib.import_module("introspect.diff.backward.parity")
+measure = importlib.import_module("introspect.diff.backward.measure")
+again = importlib.import_module("introspect.diff.backward.again")
 
 
 class _EditsItsGradOutput(torch.autograd.Function):
@@ -106,11 +108,11 @@ def test_the_reference_run_again_must_compute_what_it_did():
     inputs = {"x": torch.randn(2, 4)}
     first = run_forward(model, inputs).backward(_loss, keep_values=False)
     with pytest.raises(ReferenceChanged, match="changed what the reference computes"):
-        parity.reference_again(model, inputs, first)
+        again.reference_again(model, inputs, first)
     steady = _Edits()
     first = run_forward(steady, inputs).backward(_loss, keep_values=False)
-    again = parity.reference_again(steady, inputs, first)
-    assert again.values.keys() == first.shells.keys() and again.edges and again.grads is first.grads
+    made = again.reference_again(steady, inputs, first)
+    assert made.values.keys() == first.shells.keys() and made.edges and made.grads is first.grads
 
 
 def test_gradients_no_backward_edits_are_kept_uncopied_and_run_once():
@@ -223,14 +225,14 @@ def base():
     return perturbed("base")
 
 
-@pytest.mark.parametrize("port, fault, passes, again", [
+@pytest.mark.parametrize("port, fault, passes, expected", [
     ("scratch", None, True, []),  # every pair of one shape, all within budget: none
     ("seq_first", None, True, ["reference"]),  # (S, B, H): a layout fitted on both values
     ("nanogpt_style", None, True, ["reference"]),  # fused q, k, v: regions
     ("nanogpt_style", "gelu_tanh", False, ["reference", "candidate"]),  # local backwards
 ])
 def test_a_forward_runs_again_only_for_a_layout_or_a_local_backward(
-        base, monkeypatch, port, fault, passes, again):
+        base, monkeypatch, port, fault, passes, expected):
     import introspect.scratch as scratch
     from tests.ports import nanogpt_style, seq_first
     from tests.ports.batch import port_batch
@@ -240,16 +242,16 @@ def test_a_forward_runs_again_only_for_a_layout_or_a_local_backward(
                 "seq_first": lambda: seq_first.build(hf),
                 "nanogpt_style": lambda: nanogpt_style.build(hf, fault)}
     runs = []
-    real = parity.run_again
+    real = again.run_again
 
     def counted(model, *args):
         runs.append("reference" if model is hf else "candidate")
         return real(model, *args)
 
-    monkeypatch.setattr(parity, "run_again", counted)
+    monkeypatch.setattr(again, "run_again", counted)
     result = introspect.diff(hf, builders[port](), port_batch(tokenizer), backward=True)
     assert result.backward.passed is passes, result.summary()
-    assert runs == again
+    assert runs == expected
     assert "not compared" not in {r.status for r in result.backward.rows}
     if not passes:
         assert result.backward.first_divergence.reference_node == \
@@ -263,20 +265,20 @@ def test_a_large_gradient_measured_a_slice_at_a_time_as_whole(case, allow_nonfin
     from introspect.diff.tolerance import Budget
 
     generator = torch.Generator().manual_seed(0)
-    ref = torch.randn(parity._SLICE + 1000, generator=generator)
+    ref = torch.randn(measure._SLICE + 1000, generator=generator)
     cand = ref.clone() if case == "same" else \
         ref + torch.randn(ref.shape, generator=generator) * 1e-7
     if case == "over":
-        cand[parity._SLICE + 10] += 1.0
+        cand[measure._SLICE + 10] += 1.0
     if case in ("inf", "nan"):
-        ref[5] = cand[parity._SLICE + 3] = float(case)
+        ref[5] = cand[measure._SLICE + 3] = float(case)
     budget = Budget(1e-5, 1e-5)
-    sliced = parity._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
-    parity_slice, parity._SLICE = parity._SLICE, 1 << 40  # the whole tensor in one pass
+    sliced = measure._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
+    saved_slice, measure._SLICE = measure._SLICE, 1 << 40  # the whole tensor in one pass
     try:
-        whole = parity._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
+        whole = measure._errors(cand, ref, budget, allow_nonfinite=allow_nonfinite)
     finally:
-        parity._SLICE = parity_slice
+        measure._SLICE = saved_slice
     assert str(sliced) == str(whole)  # NaN equal to NaN
 
 
@@ -289,7 +291,7 @@ def test_a_gradients_magnitude_without_a_copy_is_abs_max(dtype):
              torch.tensor([float("nan"), 2.0], dtype=dtype), torch.zeros(0, 4, dtype=dtype)]
     for tensor in cases:
         expected = float(tensor.abs().max()) if tensor.numel() else 0.0
-        assert str(parity.magnitude_of(tensor)) == str(expected), tensor
+        assert str(measure.magnitude_of(tensor)) == str(expected), tensor
 
 
 def test_a_forward_run_again_from_its_random_state_draws_the_same_numbers():

@@ -4,8 +4,13 @@ Files of one job each, as ``introspect/diff/generation/``:
 
 - ``record``: one forward and backward on a loss, every node's gradient recorded;
 - ``losses``: the head's own loss with seeded labels, or a user's ``loss(outputs, inputs)``;
-- ``parity``: both sides' gradients compared node by node and per weight, each node's own
-  backward, one SGD step (``backward_diff``, ``BackwardResult``);
+- ``parity``: both sides' gradients compared node by node and per weight, one SGD step
+  (``backward_diff``);
+- ``measure``: a candidate gradient brought to the reference's layout and measured, from
+  stored gradients or as they come;
+- ``local``: each aligned pair's own backward, for a failing gradient;
+- ``again``: a forward run again, checked the same run, for what a backward let go;
+- ``results``: what it returns (``BackwardResult``, its rows);
 - ``hints``: known causes of a gradient divergence.
 """
 

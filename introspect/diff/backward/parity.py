@@ -27,169 +27,46 @@ noise per node and per parameter, as in the forward.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
 
+from introspect.diff.backward import again as runs_again
 from introspect.diff.backward.hints import gradient_hints, untied_hint
+from introspect.diff.backward.local import _LocalBackward
 from introspect.diff.backward.losses import default_loss, loss_kind
+from introspect.diff.backward.measure import (
+    FLOOR,
+    _budget,
+    _Comparer,
+    _errors,
+    _Forming,
+    magnitude_of,
+)
 from introspect.diff.backward.record import (
-    GradientConsumer,
     GradientRecording,
     GradientRun,
     LossFn,
-    Shell,
-    detached_outputs,
     record_backward,
-    run_forward,
 )
-from introspect.diff.compare.layouts import fit_layout
+from introspect.diff.backward.results import (
+    STATUS_DRIFT,
+    STATUS_FAIL,
+    STATUS_NOT_COMPARED,
+    STATUS_OK,
+    BackwardDivergence,
+    BackwardResult,
+    GradientDiff,
+    ParameterGradient,
+)
 from introspect.diff.copies import cast_copy
-from introspect.diff.eager import outputs_as_dict
-from introspect.diff.records import Pair, WeightRelation
-from introspect.diff.status import status_word
-from introspect.diff.tolerance import Budget, Tolerance
+from introspect.diff.records import WeightRelation
+from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
-from introspect.run.random_state import random_state_of
 
-if TYPE_CHECKING:
-    import pandas
-
-STATUS_OK, STATUS_DRIFT, STATUS_FAIL = "ok", "drift", "fail"
-STATUS_NOT_COMPARED = "not compared"
-_MAX_REGION = 64  # nodes walked back from a pair to the aligned nodes it reads
 SGD_LR = 1e-3
-# A gradient's rounding comes from the terms summed into it, not from the sum: one that
-# cancels to nearly zero (a key bias: softmax ignores a shift) is measured against at least
-# this share of the largest gradient of its kind.
-FLOOR = 1e-2
-
-
-@dataclass(frozen=True)
-class GradientDiff:
-    """One row of ``BackwardResult.nodes``: an aligned pair's gradients."""
-
-    reference_node: str
-    candidate_node: str
-    module: str
-    layer: str
-    op: str
-    shape: str
-    max_abs_err: float | None  # propagated: each side's own backward
-    max_rel_err: float | None
-    reference_max_abs: float | None  # the reference gradient's largest magnitude
-    local_max_abs_err: float | None  # this node's backward on the reference's values
-    pad_max_abs_err: float | None  # at padded positions (tokens axis known only)
-    atol: float | None  # |cand - ref| <= atol + rtol * |ref|, atol already scaled
-    rtol: float | None
-    status: str
-    hint: str
-    reference_index: int
-
-
-@dataclass(frozen=True)
-class ParameterGradient:
-    """One row of ``BackwardResult.parameters``: a weight's gradient on both sides."""
-
-    reference: str  # parameter path in the reference
-    candidate: str  # parameter path(s) in the candidate ("a + b" when several)
-    relation: str  # same, transposed, slice, fused, ...
-    shape: str
-    max_abs_err: float | None
-    max_rel_err: float | None
-    reference_max_abs: float
-    sgd_max_abs_err: float | None  # the weights after one SGD step (lr SGD_LR)
-    status: str
-    hint: str
-
-
-@dataclass(frozen=True)
-class BackwardDivergence:
-    """The first node (from the outputs) whose local backward is over budget, or a weight."""
-
-    reference_node: str
-    candidate_node: str
-    module: str
-    layer: str
-    op: str
-    local_max_abs_err: float
-    budget: str
-    hints: tuple[str, ...]
-    parameter: str = ""  # set when the divergence is a weight's gradient, not a node's
-
-
-@dataclass
-class BackwardResult:
-    """Gradient parity of a candidate against a reference (``DiffResult.backward``)."""
-
-    passed: bool
-    loss: str  # which loss ("masked-lm", "user", ...)
-    reference_loss: float
-    candidate_loss: float
-    rows: list[GradientDiff]
-    parameter_rows: list[ParameterGradient]
-    first_divergence: BackwardDivergence | None
-    sgd_max_abs_err: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def nodes(self) -> pandas.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame([asdict(r) for r in self.rows],
-                            columns=list(GradientDiff.__dataclass_fields__))
-
-    @property
-    def parameters(self) -> pandas.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame([asdict(r) for r in self.parameter_rows],
-                            columns=list(ParameterGradient.__dataclass_fields__))
-
-    def summary(self) -> str:
-        verdict = "gradient parity holds" if self.passed else "gradient parity FAILS"
-        failing = sum(r.status == STATUS_FAIL for r in self.parameter_rows)
-        drifting = sum(r.status == STATUS_DRIFT for r in self.parameter_rows)
-        drift = f", {drifting} drift" if drifting else ""
-        lines = [f"backward ({self.loss} loss: reference {self.reference_loss:.6g}, candidate "
-                 f"{self.candidate_loss:.6g}): {verdict}; {len(self.rows)} node gradients, "
-                 f"{len(self.parameter_rows)} parameters ({failing} failing{drift}), one SGD "
-                 f"step max abs error {self.sgd_max_abs_err:.3g}"]
-        d = self.first_divergence
-        if d is not None:
-            where = f"parameter {d.parameter}" if d.parameter else \
-                f"{d.reference_node} -> {d.candidate_node} ({d.op} in {d.module or d.layer})"
-            lines.append(f"first backward divergence: {where}, max abs error "
-                         f"{d.local_max_abs_err:.3g} over budget {d.budget}")
-            lines += [f"  hint: {h}" for h in d.hints]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def parameter_table(self, limit: int = 0) -> str:
-        """The parameter rows as fixed-width text (failing first when ``limit`` cuts)."""
-        rows = sorted(self.parameter_rows, key=lambda r: r.status != STATUS_FAIL) if limit \
-            else self.parameter_rows
-        lines = [f"{'parameter':<48} {'max_abs_err':>11} {'max_rel':>9} {'status':<12} "
-                 "candidate"]
-        for r in rows[:limit or None]:
-            lines.append(f"{r.reference:<48} {_num(r.max_abs_err):>11} {_num(r.max_rel_err):>9} "
-                         f"{status_word(r.status):<12} {r.candidate}")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        d = self.first_divergence
-        return {"passed": self.passed, "loss": self.loss, "reference_loss": self.reference_loss,
-                "candidate_loss": self.candidate_loss, "sgd_max_abs_err": self.sgd_max_abs_err,
-                "first_divergence": asdict(d) if d is not None else None,
-                "nodes": [asdict(r) for r in self.rows],
-                "parameters": [asdict(r) for r in self.parameter_rows], "notes": self.notes}
-
-
-def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:.3g}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -244,14 +121,14 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     again = None
     if not ref.values and ref.shells:  # its backward let the values go (the diff's memory)
         def again() -> GradientRecording:
-            return reference_again(reference, ref_inputs, ref)
+            return runs_again.reference_again(reference, ref_inputs, ref)
     if candidate_run is not None:
         # Compared as they come: each candidate gradient is measured against the
         # reference's inside autograd's hook and let go, never kept (memory: every node's
         # gradient of one side, the size of a forward's values and more). Its values go
         # too, but those a layout is fitted on: its backward frees each saved value as a
         # plain backward does, and a failing gradient's local backwards run its forward
-        # again (``run_again``).
+        # again (``again.run_again``).
         forming = _Forming(candidate_run.recorder)
         comparer = _Comparer(ref, forming, alignment, records, cand_records, tolerance, noise,
                              attention_mask, allow_nonfinite, again)
@@ -264,7 +141,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         first_cand = cand
 
         def candidate_again() -> GradientRecording | None:
-            return run_again(candidate, cand_inputs, first_cand)
+            return runs_again.run_again(candidate, cand_inputs, first_cand)
         comparer.candidate_again = candidate_again
     else:
         cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
@@ -313,50 +190,6 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                      f"{cand.loss:.6g}")
     return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
                           notes)
-
-
-def run_again(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-              first: GradientRecording) -> GradientRecording | None:
-    """``model``'s forward once more, recorded with autograd on, its graph kept: the values
-    and autograd functions its first backward let go, beside that backward's gradients.
-    None where it is not the same run: other nodes or ops, or outputs not equal to the bit.
-    """
-    from introspect.run.truth import identical
-
-    with random_state_of(first.random_state):  # dropout draws what it drew
-        run = run_forward(model, inputs)
-    run.recorder.unhook()  # no backward runs on it: a local backward calls each function
-    outputs = outputs_as_dict(detached_outputs(run.outputs))
-    moved = [name for name, value in first.outputs.items() if isinstance(value, torch.Tensor)
-             and not identical(value, outputs.get(name))]
-    if run.recorder.targets != first.node_targets or moved:
-        return None
-    recorder = run.recorder
-    return GradientRecording(recorder.values, first.grads, recorder.requires_grad,
-                             first.parameter_grads, first.parameters, first.loss,
-                             first.outputs, first.node_targets, recorder.tensors,
-                             recorder.edges, first.detached, first.shells)
-
-
-def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                    first: GradientRecording) -> GradientRecording:
-    """``run_again`` for the reference. It runs after the candidate was built, so a
-    reference that computes otherwise then is no reference.
-
-    Raises:
-        ReferenceChanged: it is not the same run (the candidate changed what the
-            reference computes).
-    """
-    from introspect.diff.truth import ReferenceChanged
-
-    found = run_again(reference, inputs, first)
-    if found is None:
-        raise ReferenceChanged(
-            "the candidate changed what the reference computes: run again after the "
-            "candidate ran (for the local backwards of its gradients), it ran other ops or "
-            "its outputs moved (a patched torch function or Tensor method, a registered "
-            "kernel, a module global both import); no verdict")
-    return found
 
 
 def backward_loss(reference: torch.nn.Module, ref_inputs: Mapping[str, torch.Tensor],
@@ -434,583 +267,6 @@ def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
         if g is not None and e is not None and e.shape == g.shape:
             noise[f"param:{name}"] = float((g.double() - e).abs().max())
     return noise
-
-
-def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float | None) -> Budget:
-    """The forward's budget for ``dtype``, its atol relative to the gradient's magnitude."""
-    base = tolerance.budget(str(dtype).removeprefix("torch."))
-    # A NaN or Inf scale or noise (a non-finite gradient) would make every comparison false
-    # or true: the budget stays the dtype's own, and the values themselves fail (_errors).
-    atol = base.atol * (scale if scale > 0 and math.isfinite(scale) else 1.0)
-    if noise is not None and math.isfinite(noise):
-        atol = max(atol, tolerance.noise_factor * noise)
-    return Budget(atol, base.rtol)
-
-
-def magnitude_of(tensor: torch.Tensor) -> float:
-    """``tensor.abs().max()`` (0 when empty, NaN where it holds NaN) without a copy the
-    size of the tensor: its smallest and largest values."""
-    if not tensor.numel():
-        return 0.0
-    low, high = (float(v) for v in torch.aminmax(tensor))
-    return math.nan if math.isnan(low) or math.isnan(high) else max(-low, high)
-
-
-_SLICE = 1 << 22  # values of a gradient measured at once (pad-free gradients)
-
-
-def _largest_of(values: Iterable[float]) -> float:
-    """The largest, NaN where any is (as ``torch.max`` over the whole tensor says)."""
-    found = list(values)
-    return math.nan if any(math.isnan(v) for v in found) else max(found)
-
-
-def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
-            pad: torch.Tensor | None = None, allow_nonfinite: bool = False,
-            ref_magnitude: float | None = None) -> tuple[float, float, bool, float | None]:
-    """(max abs, max rel, over budget, max abs at padding) of two same-shaped gradients.
-
-    NaN or Inf in either is over budget (an error of inf) unless ``allow_nonfinite``:
-    the same Inf on both sides is no agreement, only a shared failure.
-    ``ref_magnitude``: ``ref.abs().max()``, where the caller has it (finite exactly when
-    every value of ``ref`` is).
-    """
-    if pad is None and ref.numel() > _SLICE and cand.shape == ref.shape:
-        # A slice at a time: a word embedding's gradient is 23M values, and its error, its
-        # magnitude and its test are as many again each (the diff's peak of memory)
-        flat_cand, flat_ref = cand.reshape(-1), ref.reshape(-1)
-        parts = [_errors(flat_cand[i:i + _SLICE], flat_ref[i:i + _SLICE], budget, None,
-                         allow_nonfinite) for i in range(0, flat_ref.numel(), _SLICE)]
-        return _largest_of(p[0] for p in parts), _largest_of(p[1] for p in parts), \
-            any(p[2] for p in parts), None
-    same = cand.dtype == ref.dtype and torch.equal(cand, ref)  # the common case
-    if same and (allow_nonfinite or (ref_magnitude is not None
-                                     and math.isfinite(ref_magnitude))):
-        # equal and finite (``torch.equal`` is False wherever NaN is): no arithmetic
-        return 0.0, 0.0, False, (0.0 if pad is not None else None)
-    dtype = torch.promote_types(cand.dtype, ref.dtype)  # float32 keeps a difference's size
-    a, b = cand.to(dtype), ref.to(dtype)
-    d = None if same else (a - b).abs()
-    # A finite largest difference means both sides are finite (NaN or Inf on either side
-    # leaves NaN or Inf in it); only otherwise are the two read again, value by value.
-    if d is None or (d.numel() and not math.isfinite(float(d.max()))):
-        if not allow_nonfinite and cand.is_floating_point() and ref.is_floating_point() \
-                and not (bool(torch.isfinite(cand).all()) and bool(torch.isfinite(ref).all())):
-            return math.inf, math.inf, True, (math.inf if pad is not None else None)
-        if d is None:
-            return 0.0, 0.0, False, (0.0 if pad is not None else None)
-        if bool(d.isnan().any()):
-            d = d.nan_to_num(nan=math.inf)
-    magnitude = b.abs()
-    over = d > budget.atol + budget.rtol * magnitude
-    pad_err = None
-    if pad is not None:
-        pad_err = float(d.masked_fill(~pad, 0.0).max()) if d.numel() else 0.0
-        d = d.masked_fill(pad, 0.0)
-        over = over & ~pad
-    if d.numel() == 0:
-        return 0.0, 0.0, False, pad_err
-    rel = d / magnitude.masked_fill(magnitude == 0, math.inf)
-    return float(d.max()), float(rel.max()), bool(over.any()), pad_err
-
-
-def _narrowed(shape: Sequence[int], region: Any) -> tuple[int, ...]:
-    """``shape`` narrowed to ``region`` (a ``Region`` or None)."""
-    found = list(shape)
-    if region is not None:
-        found[region.dim] = region.stop - region.start
-    return tuple(found)
-
-
-class _Forming:
-    """A candidate's recording while its backward runs: the values (those it keeps, and
-    every value's shell), no gradient kept."""
-
-    def __init__(self, recorder: Any) -> None:
-        self.values: Mapping[str, torch.Tensor] = recorder.values
-        self.requires_grad: set[str] = recorder.requires_grad
-        self.grads: Mapping[str, torch.Tensor] = {}
-        self.shells: Mapping[str, Shell] = {}
-
-
-class _Comparer:
-    """Brings a candidate gradient to the reference's layout and measures it."""
-
-    def __init__(self, ref: GradientRecording, cand: GradientRecording | _Forming,
-                 alignment: Any,
-                 records: Mapping[str, Any], cand_records: Mapping[str, Any],
-                 tolerance: Tolerance, noise: Mapping[str, float],
-                 attention_mask: torch.Tensor | None, allow_nonfinite: bool = False,
-                 again: Callable[[], GradientRecording] | None = None) -> None:
-        self.ref, self.cand, self.alignment = ref, cand, alignment
-        # Where the reference's backward let its values go: its forward again, with its
-        # graph, for the values a layout is fitted on and for the local backwards.
-        self._again = again
-        self._ran_again: GradientRecording | None = None
-        # Where the candidate's backward let its graph go: its forward again (None: it
-        # computed otherwise), for the local backwards.
-        self.candidate_again: Callable[[], GradientRecording | None] | None = None
-        self._cand_again: list[GradientRecording | None] = []
-        self.allow_nonfinite = allow_nonfinite
-        self.records, self.cand_records = records, cand_records
-        self.tolerance, self.noise = tolerance, noise
-        self.mask = attention_mask
-        self.layouts: dict[tuple[str, str], Any] = {}
-        self.streamed: dict[int, GradientDiff] = {}  # pair index -> row, made as it came
-        self._by_candidate: dict[str, list[int]] = {}  # candidate node -> pair indices
-        self._magnitudes: dict[str, float] = {}
-        self._largest: float | None = None
-
-    def plain(self, pair: Pair) -> bool:
-        return pair.reference_region is None and pair.candidate_region is None \
-            and pair.feature_order is None
-
-    def reference(self) -> GradientRecording:
-        """The reference's recording with its values and autograd graph: the one given,
-        or, where its backward let them go, its forward run again (``again``)."""
-        if self.ref.values or self._again is None or not self.ref.shells:
-            return self.ref
-        if self._ran_again is None:
-            self._ran_again = self._again()
-        return self._ran_again
-
-    def reference_value(self, name: str) -> torch.Tensor:
-        return self.reference().values[name]
-
-    def candidate(self) -> GradientRecording | None:
-        """The candidate's recording with its values and autograd graph: the one given,
-        or its forward run again where its backward let them go (None: that run was not
-        the same)."""
-        if self.candidate_again is None:
-            return self.cand if isinstance(self.cand, GradientRecording) else None
-        if not self._cand_again:
-            self._cand_again.append(self.candidate_again())
-        return self._cand_again[0]
-
-    def _cand_shape(self, name: str) -> torch.Size | None:
-        value = self.cand.values.get(name)
-        if value is not None:
-            return value.shape
-        shell = self.cand.shells.get(name)
-        return None if shell is None else shell.shape
-
-    def candidate_values_needed(self) -> set[str]:
-        """The candidate nodes whose values a layout is fitted on (``needs_values``)."""
-        return {pair.candidate for indices in self._by_candidate.values() for pair in
-                (self.alignment.pairs[i] for i in indices) if self.needs_values(pair)}
-
-    def needs_values(self, pair: Pair) -> bool:
-        """Whether bringing the pair's candidate gradient to the reference's layout fits a
-        layout on both values (their shapes differ once regions and orders are taken)."""
-        shell, own = self.ref.shells.get(pair.reference), self._cand_shape(pair.candidate)
-        if shell is None or own is None:
-            return False
-        shape = list(own)
-        if pair.candidate_region is not None:
-            shape[pair.candidate_region.dim] = pair.candidate_region.stop - \
-                pair.candidate_region.start
-        return tuple(shape) != _narrowed(shell.shape, pair.reference_region)
-
-    def to_reference(self, pair: Pair, cand_value: torch.Tensor) -> torch.Tensor | None:
-        """A candidate tensor of ``pair.candidate``'s shape in the reference's layout."""
-        shell = self.ref.shells.get(pair.reference)
-        own = self.cand.values.get(pair.candidate)
-        if shell is None or self._cand_shape(pair.candidate) is None:
-            return None
-        if pair.candidate_region is not None:
-            r = pair.candidate_region
-            cand_value = cand_value.narrow(r.dim, r.start, r.stop - r.start)
-            own = None if own is None else own.narrow(r.dim, r.start, r.stop - r.start)
-        if pair.feature_order is not None:
-            order = torch.tensor(pair.feature_order)
-            inverse = torch.empty_like(order)
-            inverse[order] = torch.arange(order.numel())
-            cand_value = cand_value[..., inverse]
-            own = None if own is None else own[..., inverse]
-        if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):
-            return cand_value
-        if own is None:  # never: ``candidate_values_needed`` kept it
-            return None
-        key = (pair.reference, pair.candidate)
-        if key not in self.layouts:
-            self.layouts[key] = fit_layout(
-                own, self._ref_view(pair, self.reference_value(pair.reference)))
-        layout = self.layouts[key]
-        return None if layout is None else layout.to_reference(cand_value)
-
-    def to_candidate(self, pair: Pair, ref_value: torch.Tensor) -> torch.Tensor | None:
-        """A reference tensor in ``pair.candidate``'s layout (plain pairs only)."""
-        own = self.cand.values.get(pair.candidate)
-        if own is None or not self.plain(pair):
-            return None
-        if own.shape == ref_value.shape:
-            return ref_value.to(own.dtype)
-        key = (pair.reference, pair.candidate)
-        if key not in self.layouts:
-            self.layouts[key] = fit_layout(own, self.reference_value(pair.reference))
-        layout = self.layouts[key]
-        return None if layout is None else layout.to_candidate(ref_value).to(own.dtype)
-
-    @staticmethod
-    def _ref_view(pair: Pair, value: torch.Tensor) -> torch.Tensor:
-        r = pair.reference_region
-        return value if r is None else value.narrow(r.dim, r.start, r.stop - r.start)
-
-    def pad_for(self, shape: Sequence[int]) -> torch.Tensor | None:
-        """Padded positions of a (B, S, ...) value, where the mask says so."""
-        mask = self.mask
-        if mask is None or mask.ndim != 2 or bool(mask.all()) or len(shape) < 2 \
-                or tuple(shape[:2]) != tuple(mask.shape):
-            return None
-        pad = (mask == 0).reshape(*mask.shape, *([1] * (len(shape) - 2)))
-        return pad.expand(*shape)
-
-    def grad(self, side: GradientRecording | _Forming, name: str) -> torch.Tensor | None:
-        """The node's gradient; zeros where none flowed into a float value."""
-        g = side.grads.get(name)
-        if g is not None:
-            return g
-        value = side.values.get(name)
-        if value is None:
-            shell = side.shells.get(name)
-            return shell.zeros() if shell is not None and shell.is_floating_point() else None
-        if not value.is_floating_point():
-            return None
-        return torch.zeros_like(value)
-
-    def largest(self) -> float:
-        """The largest magnitude of any reference gradient (the floor of each budget)."""
-        if self._largest is None:
-            self._largest = max((self.magnitude(name) for name in self.ref.grads), default=0.0)
-        return self._largest
-
-    def magnitude(self, name: str) -> float:
-        """The reference gradient's largest magnitude (NaN or Inf where it holds them)."""
-        found = self._magnitudes.get(name)
-        if found is None:
-            g = self.ref.grads[name]
-            found = self._magnitudes[name] = magnitude_of(g)
-        return found
-
-    def consume(self, name: str, grad: torch.Tensor) -> None:
-        """A candidate node's gradient as autograd makes it: its pairs are measured now and
-        the gradient let go (``GradientSink``'s consumer)."""
-        for index in self._by_candidate.get(name, ()):
-            row = self.row(self.alignment.pairs[index], grad, cut=False)
-            if row is not None:
-                self.streamed[index] = row
-
-    def stream(self) -> GradientConsumer:
-        """The consumer for the candidate's backward: rows made as its gradients come.
-        The reference's values a layout needs are made ready first: its forward does not
-        run inside the candidate's backward."""
-        self._by_candidate = {}
-        for index, pair in enumerate(self.alignment.pairs):
-            if pair.reference in self.records:
-                self._by_candidate.setdefault(pair.candidate, []).append(index)
-        if any(self.needs_values(self.alignment.pairs[i]) for indices in
-               self._by_candidate.values() for i in indices):
-            self.reference()
-        self.largest()
-        return self.consume
-
-    def node_rows(self) -> list[GradientDiff]:
-        rows = []
-        for index, pair in enumerate(self.alignment.pairs):
-            row = self.streamed.get(index)
-            if row is None and pair.reference in self.records:
-                g_cand = self.grad(self.cand, pair.candidate)
-                row = None if g_cand is None else self.row(
-                    pair, g_cand, cut=pair.candidate not in self.cand.requires_grad)
-            if row is not None:
-                rows.append(row)
-        return rows
-
-    def row(self, pair: Pair, g_cand: torch.Tensor, cut: bool) -> GradientDiff | None:
-        """One aligned pair's gradients measured (None: the reference has no gradient)."""
-        record = self.records[pair.reference]
-        g_ref = self.grad(self.ref, pair.reference)
-        if g_ref is None:
-            return None
-        whole = pair.reference_region is None and pair.reference in self.ref.grads
-        g_ref = self._ref_view(pair, g_ref)
-        mapped = self.to_reference(pair, g_cand)
-        base = dict(reference_node=pair.reference, candidate_node=pair.candidate,
-                    module=record.module, layer=record.layer, op=record.op_type,
-                    shape=str(tuple(g_ref.shape)), reference_index=record.index)
-        if mapped is None or mapped.shape != g_ref.shape:
-            return GradientDiff(**base, max_abs_err=None, max_rel_err=None,
-                                reference_max_abs=None, local_max_abs_err=None,
-                                pad_max_abs_err=None, atol=None, rtol=None,
-                                status=STATUS_NOT_COMPARED,
-                                hint="no layout maps the candidate's gradient")
-        pad = self.pad_for(g_ref.shape)
-        scale = self.magnitude(pair.reference) if whole else \
-            magnitude_of(g_ref)
-        budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
-                         else mapped.dtype, max(scale, FLOOR * self.largest()),
-                         self.noise.get(pair.reference))
-        err, rel, over, pad_err = _errors(mapped, g_ref, budget, pad, self.allow_nonfinite,
-                                          ref_magnitude=scale)
-        hint = ""
-        if over or (pad_err is not None and pad_err > budget.atol):
-            hint = "; ".join(gradient_hints(mapped, g_ref, pad, cut=cut))
-        status = STATUS_DRIFT if over else STATUS_OK
-        return GradientDiff(**base, max_abs_err=err, max_rel_err=rel,
-                            reference_max_abs=scale, local_max_abs_err=None,
-                            pad_max_abs_err=pad_err, atol=budget.atol,
-                            rtol=budget.rtol, status=status, hint=hint)
-
-
-# ---------------------------------------------------------------------------------------
-# Local backward
-
-
-class _LocalBackward:
-    """Each pair's backward on the reference's values and output gradient."""
-
-    def __init__(self, ref_gm: torch.fx.GraphModule, cand_gm: torch.fx.GraphModule,
-                 ref: GradientRecording, cand: GradientRecording, alignment: Any,
-                 comparer: _Comparer, forward_status: Mapping[str, str]) -> None:
-        self.forward_status = forward_status
-        self.ref, self.cand = ref, cand
-        self.comparer = comparer
-        plain = [p for p in alignment.pairs if comparer.plain(p)]
-        counts: dict[str, int] = {}
-        for p in alignment.pairs:
-            counts[p.candidate] = counts.get(p.candidate, 0) + 1
-            counts["\x00" + p.reference] = counts.get("\x00" + p.reference, 0) + 1
-        # Pairs one to one: the frontier of a local backward.
-        self.by_cand = {p.candidate: p for p in plain if counts[p.candidate] == 1}
-        self.by_ref = {p.reference: p for p in plain if counts["\x00" + p.reference] == 1
-                       and p.candidate in self.by_cand}
-        self.ref_nodes = {n.name: n for n in ref_gm.graph.nodes}
-        self.cand_nodes = {n.name: n for n in cand_gm.graph.nodes}
-
-    def apply(self, rows: list[GradientDiff]) -> list[GradientDiff]:
-        """Each pair's local backward, walking from the outputs toward the inputs, up to
-        the first one over budget: that pair is the divergence (``_first_divergence``
-        takes the failing pair nearest the outputs), the pairs behind it keep their
-        propagated status. A pair whose forward inputs already differ cannot decide
-        (its backward runs on its own saved values) and is passed by."""
-        out = list(rows)
-        for i in sorted(range(len(rows)), key=lambda i: rows[i].reference_index, reverse=True):
-            row = rows[i]
-            pair = self.by_ref.get(row.reference_node)
-            if pair is None or row.status == STATUS_NOT_COMPARED \
-                    or pair.candidate != row.candidate_node or not self.decisive(pair):
-                continue
-            try:
-                found = self.local(pair)
-            except Exception as e:  # an op that cannot run again in isolation
-                out[i] = _replace(row, hint=(row.hint + "; " if row.hint else "")
-                                  + f"local backward not run ({type(e).__name__}: {e})")
-                continue
-            if found is None:
-                continue
-            err, over, hints, _ = found
-            out[i] = _replace(row, local_max_abs_err=err,
-                              status=STATUS_FAIL if over else row.status,
-                              hint="; ".join(hints) if over else row.hint)
-            if over:
-                break
-        return out
-
-    def decisive(self, pair: Pair) -> bool:
-        """The forward diff found every aligned value the pair's backward reads equal: the
-        candidate's backward runs on its own saved values, so only then does it decide."""
-        node = self.ref_nodes.get(pair.reference)
-        if node is None:
-            return False
-        frontier = self._frontier(node, lambda n: n in self.by_ref)
-        return frontier is not None and all(
-            self.forward_status.get(name, STATUS_OK) == STATUS_OK
-            for name in frontier if name in self.ref.tensors)
-
-    def local(self, pair: Pair) -> tuple[float, bool, list[str], list[str]] | None:
-        g_out = self.ref.grads.get(pair.reference)
-        if g_out is None:
-            return None
-        ref_node, cand_node = self.ref_nodes.get(pair.reference), \
-            self.cand_nodes.get(pair.candidate)
-        if ref_node is None or cand_node is None or ref_node.op in ("placeholder", "output") \
-                or cand_node.op in ("placeholder", "output"):
-            return None
-        ref_grads = self._vjp(ref_node, self.ref, g_out,
-                              lambda n: n in self.by_ref)
-        g_cand = self.comparer.to_candidate(pair, g_out)
-        if g_cand is None or ref_grads is None:
-            return None
-        cand_grads = self._vjp(cand_node, self.cand, g_cand,
-                               lambda n: n in self.by_cand)
-        if cand_grads is None:
-            return None
-        worst, over, hints = 0.0, False, []
-        frontier = {**{self.by_cand[c].reference: g for c, g in cand_grads.items()}}
-        for name in dict.fromkeys([*ref_grads, *frontier]):
-            front_pair = self.by_ref.get(name)
-            if front_pair is None:
-                continue
-            g_ref = ref_grads.get(name)
-            g_c = frontier.get(name)
-            value = self.ref.values[name]
-            g_ref = torch.zeros_like(value) if g_ref is None else g_ref
-            if g_c is None:
-                g_c_ref = torch.zeros_like(value)
-            else:
-                mapped = self.comparer.to_reference(front_pair, g_c)
-                if mapped is None or mapped.shape != g_ref.shape:
-                    continue
-                g_c_ref = mapped
-            scale = max(float(g_ref.abs().max()) if g_ref.numel() else 0.0,
-                        FLOOR * float(g_out.abs().max()))
-            budget = _budget(self.comparer.tolerance, g_ref.dtype, scale, None)
-            err, _, bad, _ = _errors(g_c_ref, g_ref, budget,
-                                     allow_nonfinite=self.comparer.allow_nonfinite)
-            worst = max(worst, err)
-            if bad:
-                over = True
-                pad = self.comparer.pad_for(g_ref.shape)
-                hints += gradient_hints(g_c_ref, g_ref, pad, cut=g_c is None,
-                                        where=f"the gradient into {name}")
-        return worst, over, list(dict.fromkeys(hints)), list(ref_grads)
-
-    @staticmethod
-    def _frontier(node: torch.fx.Node, is_frontier: Any) -> list[str] | None:
-        """The aligned nodes ``node`` reads, through the nodes with no counterpart."""
-        frontier: list[str] = []
-        seen: set[str] = set()
-        stack = list(node.all_input_nodes)
-        while stack:
-            n = stack.pop()
-            if n.name in seen:
-                continue
-            seen.add(n.name)
-            if is_frontier(n.name):
-                frontier.append(n.name)
-            elif n.op not in ("placeholder", "get_attr"):
-                if len(seen) > _MAX_REGION:
-                    return None
-                stack.extend(n.all_input_nodes)
-        return frontier
-
-    def _vjp(self, node: torch.fx.Node, side: GradientRecording, g_out: torch.Tensor,
-             is_frontier: Any) -> dict[str, torch.Tensor | None] | None:
-        """``node``'s own backward, run by autograd's recorded functions, back to the
-        aligned nodes it reads (``_run_backward``)."""
-        frontier = self._frontier(node, is_frontier)
-        out = side.tensors.get(node.name)
-        root = side.edges.get(node.name)
-        if frontier is None or out is None or root is None:
-            return None
-        stops = {side.edges[name]: name for name in frontier if name in side.edges}
-        found = _run_backward(root, g_out.to(out.dtype), stops)
-        if found is None:
-            return None
-        return {name: found.get(name) for name in frontier if name in side.tensors}
-
-
-_MAX_FUNCTIONS = 400  # autograd functions one local backward may run
-
-
-def _run_backward(start: tuple[Any, int], g_out: torch.Tensor,
-                  stops: Mapping[tuple[Any, int], str]) -> dict[str, torch.Tensor] | None:
-    """Run autograd's functions from ``start`` (a value's edge) back to ``stops``, no further.
-
-    ``torch.autograd.grad`` would give total derivatives: a gradient reaching an aligned
-    node through another aligned node (a residual add reads x and f(x)) would carry f's
-    backward too, and a bug in f would show at the add. Here each function of the graph
-    kept by the recording is called directly (with the saved tensors of the real forward,
-    custom ``Function.backward``s and all), stopping at the aligned nodes' edges, so the
-    gradient into each of them is the local one. Returns None where the region between
-    is too large (the stops do not cut ``out`` from the rest of the graph).
-    """
-    if start in stops:
-        # The node's value is the very value of an aligned node it reads (dropout in eval,
-        # ``contiguous`` of a contiguous tensor return their input): its backward is the
-        # identity. Walking on from here would run the input's own backward instead, and
-        # everything behind it, and collect nothing.
-        return {stops[start]: g_out}
-    root, root_nr = start
-    stop_nodes = {node for node, _ in stops}
-    region: dict[Any, int] = {}  # autograd node -> inputs from within the region
-    order = [root]
-    region[root] = 0
-    i = 0
-    while i < len(order):
-        fn = order[i]
-        i += 1
-        for next_fn, _ in fn.next_functions:
-            if next_fn is None or next_fn in stop_nodes or _is_sink(next_fn):
-                continue
-            if next_fn not in region:
-                if len(region) >= _MAX_FUNCTIONS:
-                    return None
-                region[next_fn] = 0
-                order.append(next_fn)
-            region[next_fn] += 1
-    pending: dict[Any, list[torch.Tensor | None]] = {root: [None] * root_nr + [g_out]}
-    ready = [root]
-    collected: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        while ready:
-            fn = ready.pop()
-            grads = pending.pop(fn, [])
-            n_edges = len(fn.next_functions)
-            results = _call(fn, grads) if any(g is not None for g in grads) \
-                else (None,) * n_edges
-            for (next_fn, nr), g in zip(fn.next_functions, results, strict=False):
-                if next_fn is None:
-                    continue
-                if g is not None:
-                    g = _as_input(next_fn, nr, g)
-                if (next_fn, nr) in stops:
-                    if g is not None:
-                        name = stops[(next_fn, nr)]
-                        collected[name] = g if name not in collected else collected[name] + g
-                    continue
-                if next_fn in stop_nodes or _is_sink(next_fn) or next_fn not in region:
-                    continue
-                if g is not None:
-                    slots = pending.setdefault(next_fn, [])
-                    while len(slots) <= nr:
-                        slots.append(None)
-                    slots[nr] = g if slots[nr] is None else slots[nr] + g
-                region[next_fn] -= 1
-                if region[next_fn] == 0:
-                    ready.append(next_fn)
-    return collected
-
-
-def _as_input(fn: Any, nr: int, g: torch.Tensor) -> torch.Tensor:
-    """What autograd's engine does between two functions: sum a broadcast gradient back
-    to the input's shape, cast it to the input's dtype."""
-    metadata = getattr(fn, "_input_metadata", None)
-    if not metadata or nr >= len(metadata):
-        return g
-    shape, dtype = tuple(metadata[nr].shape), metadata[nr].dtype
-    if tuple(g.shape) != shape:
-        g = g.sum_to_size(shape)
-    return g if g.dtype == dtype else g.to(dtype)
-
-
-def _is_sink(fn: Any) -> bool:
-    """A parameter's or input's gradient accumulator: never called (it writes .grad)."""
-    return type(fn).__name__ == "AccumulateGrad"
-
-
-def _call(fn: Any, grads: list[torch.Tensor | None]) -> Sequence[torch.Tensor | None]:
-    """One autograd function's backward on ``grads`` (missing ones as zeros of no shape)."""
-    outputs = fn.apply(*grads) if hasattr(fn, "_forward_cls") else fn(*grads)
-    if isinstance(outputs, torch.Tensor) or outputs is None:
-        return (outputs,)
-    return tuple(outputs)
-
-
-def _replace(row: GradientDiff, **changes: Any) -> GradientDiff:
-    from dataclasses import replace
-
-    return replace(row, **changes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1237,5 +493,6 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
     return None
 
 
-__all__ = ["BackwardDivergence", "BackwardResult", "GradientDiff", "ParameterGradient",
-           "backward_diff", "backward_loss"]
+__all__ = ["FLOOR", "SGD_LR", "STATUS_DRIFT", "STATUS_FAIL", "STATUS_NOT_COMPARED",
+           "STATUS_OK", "BackwardDivergence", "BackwardResult", "GradientDiff",
+           "ParameterGradient", "backward_diff", "backward_loss", "magnitude_of"]
