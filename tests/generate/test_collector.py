@@ -22,18 +22,20 @@ def test_older_objects_are_set_aside_and_given_back():
     assert gc.get_threshold() == thresholds
 
 
-def test_a_process_of_its_own_mind_is_left_as_it_is():
+def test_a_process_of_its_own_mind_is_left_as_it_is(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    thresholds = gc.get_threshold()
     gc.disable()
     try:
         with older_objects_set_aside():
-            assert gc.get_freeze_count() == 0 and not gc.isenabled()
+            assert not gc.isenabled() and gc.get_threshold() == thresholds
     finally:
         gc.enable()
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        with older_objects_set_aside():
-            assert gc.get_freeze_count() == frozen and gc.get_threshold()[0] < YOUNG_THRESHOLD
-        assert gc.get_freeze_count() == frozen  # not given back: not ours
-    finally:
-        gc.unfreeze()
+    # A process that froze objects itself (counted as frozen here: the count itself moves
+    # as frozen objects die by their reference counts, so it is no proof)
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: 12345)
+    with older_objects_set_aside():
+        assert gc.get_threshold() == thresholds
+    assert calls == []  # neither frozen nor given back: not ours
