@@ -64,3 +64,19 @@ def test_the_group_measures_as_every_element(error, spoil, where):
         assert error_found == expected[i][0]
         if error_found > ATOL:
             assert scale == expected[i][1]
+
+
+@pytest.mark.parametrize("others", [0, 2])
+def test_an_empty_value_has_no_error_alone_or_in_a_group(others):
+    """A pair of empty values (a slice of nothing) is within budget with no error; it
+    neither raises nor sends the step to the full diff."""
+    empty = torch.zeros(0)
+    members = [(9, empty, empty.clone())] + _members(3, [(5,), (4, 3)][:others], 1e-6)
+    found = _group_errors(torch.float32, ATOL, RTOL, members)
+    assert found is not None and found[9] == (0.0, 0.0)
+    expected = _every_element(members[1:])
+    assert found.keys() == {9, *expected}
+    for i, (error, scale) in expected.items():
+        assert found[i][0] == error
+        if error > ATOL:
+            assert found[i][1] == scale

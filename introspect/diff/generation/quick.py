@@ -277,11 +277,14 @@ def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
     for indices, a, b in parts:
         d = (a - b).abs_()
         if len(indices) == 1:
-            errors = [float(d.max())]
             lengths = [d.numel()]
+            errors = [float(d.max()) if d.numel() else 0.0]
         else:
             lengths = [ref.numel() for _, _, ref in together]
             errors = torch.segment_reduce(d, "max", lengths=torch.tensor(lengths)).tolist()
+            # an empty value has no error (its segment's max is -inf)
+            errors = [error if length else 0.0 for error, length in zip(errors, lengths,
+                                                                          strict=True)]
         if not all(math.isfinite(error) for error in errors):
             return None
         d, b = d.reshape(-1), b.reshape(-1)
