@@ -12,9 +12,10 @@ from collections.abc import Mapping
 
 import torch
 
-from introspect.diff.backward.record import GradientRecording, detached_outputs, run_forward
-from introspect.diff.eager import outputs_as_dict
+from introspect.diff.backward.record import GradientRecording, outputs_by_name, run_forward
+from introspect.diff.truth import ReferenceChanged
 from introspect.run.random_state import random_state_of
+from introspect.run.truth import identical
 
 
 def run_again(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
@@ -23,12 +24,10 @@ def run_again(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     and autograd functions its first backward let go, beside that backward's gradients.
     None where it is not the same run: other nodes or ops, or outputs not equal to the bit.
     """
-    from introspect.run.truth import identical
-
     with random_state_of(first.random_state):  # dropout draws what it drew
         run = run_forward(model, inputs)
     run.recorder.unhook()  # no backward runs on it: a local backward calls each function
-    outputs = outputs_as_dict(detached_outputs(run.outputs))
+    outputs = outputs_by_name(run.outputs)
     moved = [name for name, value in first.outputs.items() if isinstance(value, torch.Tensor)
              and not identical(value, outputs.get(name))]
     if run.recorder.targets != first.node_targets or moved:
@@ -49,8 +48,6 @@ def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tenso
         ReferenceChanged: it is not the same run (the candidate changed what the
             reference computes).
     """
-    from introspect.diff.truth import ReferenceChanged
-
     found = run_again(reference, inputs, first)
     if found is None:
         raise ReferenceChanged(

@@ -13,6 +13,7 @@ pairs whose shapes differ.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -145,13 +146,12 @@ class _Comparer:
                  again: Callable[[], GradientRecording] | None = None) -> None:
         self.ref, self.cand, self.alignment = ref, cand, alignment
         # Where the reference's backward let its values go: its forward again, with its
-        # graph, for the values a layout is fitted on and for the local backwards.
-        self._again = again
-        self._ran_again: GradientRecording | None = None
+        # graph, for the values a layout is fitted on and for the local backwards (once).
+        self._again = None if again is None else functools.cache(again)
         # Where the candidate's backward let its graph go: its forward again (None: it
-        # computed otherwise), for the local backwards.
-        self.candidate_again: Callable[[], GradientRecording | None] | None = None
-        self._cand_again: list[GradientRecording | None] = []
+        # computed otherwise), for the local backwards (``again_for_candidate``).
+        self._candidate_again: Callable[[], GradientRecording | None] | None = None
+        self.values_needed: set[str] = set()  # candidate nodes a layout is fitted on
         self.allow_nonfinite = allow_nonfinite
         self.records, self.cand_records = records, cand_records
         self.tolerance, self.noise = tolerance, noise
@@ -169,11 +169,7 @@ class _Comparer:
     def reference(self) -> GradientRecording:
         """The reference's recording with its values and autograd graph: the one given,
         or, where its backward let them go, its forward run again (``again``)."""
-        if self.ref.values or self._again is None or not self.ref.shells:
-            return self.ref
-        if self._ran_again is None:
-            self._ran_again = self._again()
-        return self._ran_again
+        return self.ref if self._again is None else self._again()
 
     def reference_value(self, name: str) -> torch.Tensor:
         return self.reference().values[name]
@@ -182,11 +178,13 @@ class _Comparer:
         """The candidate's recording with its values and autograd graph: the one given,
         or its forward run again where its backward let them go (None: that run was not
         the same)."""
-        if self.candidate_again is None:
+        if self._candidate_again is None:
             return self.cand if isinstance(self.cand, GradientRecording) else None
-        if not self._cand_again:
-            self._cand_again.append(self.candidate_again())
-        return self._cand_again[0]
+        return self._candidate_again()
+
+    def again_for_candidate(self, again: Callable[[], GradientRecording | None]) -> None:
+        """How to run the candidate's forward again (``candidate``), once at most."""
+        self._candidate_again = functools.cache(again)
 
     def _cand_shape(self, name: str) -> torch.Size | None:
         value = self.cand.values.get(name)
@@ -195,22 +193,14 @@ class _Comparer:
         shell = self.cand.shells.get(name)
         return None if shell is None else shell.shape
 
-    def candidate_values_needed(self) -> set[str]:
-        """The candidate nodes whose values a layout is fitted on (``needs_values``)."""
-        return {pair.candidate for indices in self._by_candidate.values() for pair in
-                (self.alignment.pairs[i] for i in indices) if self.needs_values(pair)}
-
     def needs_values(self, pair: Pair) -> bool:
         """Whether bringing the pair's candidate gradient to the reference's layout fits a
         layout on both values (their shapes differ once regions and orders are taken)."""
         shell, own = self.ref.shells.get(pair.reference), self._cand_shape(pair.candidate)
         if shell is None or own is None:
             return False
-        shape = list(own)
-        if pair.candidate_region is not None:
-            shape[pair.candidate_region.dim] = pair.candidate_region.stop - \
-                pair.candidate_region.start
-        return tuple(shape) != _narrowed(shell.shape, pair.reference_region)
+        return _narrowed(own, pair.candidate_region) != \
+            _narrowed(shell.shape, pair.reference_region)
 
     def to_reference(self, pair: Pair, cand_value: torch.Tensor) -> torch.Tensor | None:
         """A candidate tensor of ``pair.candidate``'s shape in the reference's layout."""
@@ -230,7 +220,7 @@ class _Comparer:
             own = None if own is None else own[..., inverse]
         if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):
             return cand_value
-        if own is None:  # never: ``candidate_values_needed`` kept it
+        if own is None:  # never: ``values_needed`` kept it
             return None
         key = (pair.reference, pair.candidate)
         if key not in self.layouts:
@@ -304,13 +294,16 @@ class _Comparer:
     def stream(self) -> GradientConsumer:
         """The consumer for the candidate's backward: rows made as its gradients come.
         The reference's values a layout needs are made ready first: its forward does not
-        run inside the candidate's backward."""
+        run inside the candidate's backward. ``values_needed``: the candidate's values
+        the layouts read, which must outlive its backward."""
         self._by_candidate = {}
         for index, pair in enumerate(self.alignment.pairs):
             if pair.reference in self.records:
                 self._by_candidate.setdefault(pair.candidate, []).append(index)
-        if any(self.needs_values(self.alignment.pairs[i]) for indices in
-               self._by_candidate.values() for i in indices):
+        self.values_needed = {pair.candidate for indices in self._by_candidate.values()
+                              for pair in (self.alignment.pairs[i] for i in indices)
+                              if self.needs_values(pair)}
+        if self.values_needed:
             self.reference()
         self.largest()
         return self.consume
@@ -346,8 +339,7 @@ class _Comparer:
                                 status=STATUS_NOT_COMPARED,
                                 hint="no layout maps the candidate's gradient")
         pad = self.pad_for(g_ref.shape)
-        scale = self.magnitude(pair.reference) if whole else \
-            magnitude_of(g_ref)
+        scale = self.magnitude(pair.reference) if whole else magnitude_of(g_ref)
         budget = _budget(self.tolerance, g_ref.dtype if g_ref.dtype != torch.float64
                          else mapped.dtype, max(scale, FLOOR * self.largest()),
                          self.noise.get(pair.reference))

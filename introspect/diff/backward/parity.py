@@ -133,16 +133,14 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         comparer = _Comparer(ref, forming, alignment, records, cand_records, tolerance, noise,
                              attention_mask, allow_nonfinite, again)
         consumer = comparer.stream()
-        candidate_run.let_values_go(comparer.candidate_values_needed())
+        candidate_run.let_values_go(comparer.values_needed)
         forming.shells = candidate_run.shells or {}
         cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=consumer,
                                       keep_graph=False)
         comparer.cand = cand
         first_cand = cand
-
-        def candidate_again() -> GradientRecording | None:
-            return runs_again.run_again(candidate, cand_inputs, first_cand)
-        comparer.candidate_again = candidate_again
+        comparer.again_for_candidate(
+            lambda: runs_again.run_again(candidate, cand_inputs, first_cand))
     else:
         cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
         comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,

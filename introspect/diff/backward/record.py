@@ -279,13 +279,15 @@ class GradientRun:
                                          f"the model's outputs, got {_describe(loss)}")
                     if not detached:
                         loss.reshape(()).backward(retain_graph=keep_graph)
-                        if sink.changed() and keep_graph:  # a backward that edits its
-                            sink.clear()                       # grad_output in place
-                            sink.copy = True
+                        # a backward that edited its grad_output in place: run again,
+                        # copying each gradient (the graph kept), else the forward too
+                        again = bool(sink.changed())
+                        if again and keep_graph:
+                            sink.clear()
+                            sink.copy, again = True, False
                             for p in named.values():
                                 p.grad = None
                             loss.reshape(()).backward(retain_graph=True)
-                        again = bool(sink.changed())
             except InputError:
                 raise
             except Exception as e:
@@ -313,7 +315,7 @@ class GradientRun:
                                  recorder.requires_grad, grads,
                                  {n: p.detach() for n, p in named.items()},
                                  float(loss.detach()),
-                                 outputs_as_dict(detached_outputs(outputs)),
+                                 outputs_by_name(outputs),
                                  recorder.targets, recorder.tensors if keep_graph else {},
                                  recorder.edges if keep_graph else {}, detached, shells,
                                  self.random_state)
@@ -371,7 +373,7 @@ def record_with_gradients(model: torch.nn.Module, inputs: Mapping[str, torch.Ten
     run = run_forward(model, inputs, keywords)
     recording = finish_recording(run.recorder, model, tuple(inputs), run.outputs, title)
     return GradientRecorded(recording.gm, recording.input_names, recording.output_names,
-                            recorded_outputs=outputs_as_dict(detached_outputs(run.outputs)),
+                            recorded_outputs=outputs_by_name(run.outputs),
                             notes=recording.notes, run=run)
 
 
@@ -406,6 +408,11 @@ def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) 
                          + (f": {cause[:200]}" if cause else "")) from e
 
 
+def outputs_by_name(outputs: Any) -> dict[str, Any]:
+    """A run's outputs by name (``eager.outputs_as_dict``), detached from its graph."""
+    return outputs_as_dict(detached_outputs(outputs))
+
+
 def detached_outputs(outputs: Any) -> Any:
     """``outputs`` with every tensor in it detached (the structure kept)."""
     if isinstance(outputs, torch.Tensor):
@@ -426,5 +433,5 @@ def _describe(value: Any) -> str:
 
 
 __all__ = ["GradientConsumer", "GradientRecorded", "GradientRecording", "GradientRun",
-           "GradientSink", "LossFn", "Shell", "detached_outputs", "record_backward",
-           "record_with_gradients", "run_forward"]
+           "GradientSink", "LossFn", "Shell", "detached_outputs", "outputs_by_name",
+           "record_backward", "record_with_gradients", "run_forward"]
