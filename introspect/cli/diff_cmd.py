@@ -126,8 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the hf or scratch candidate's attention implementation "
                              "(default: --attn)")
     add_device_options(parser)
-    parser.add_argument("--atol", metavar="X", help="absolute tolerance (default: per dtype)")
-    parser.add_argument("--rtol", metavar="X", help="relative tolerance (default: per dtype)")
+    parser.add_argument("--atol", metavar="X",
+                        help="absolute tolerance of the outputs (default: per dtype); nodes "
+                             "inside the models keep their own")
+    parser.add_argument("--rtol", metavar="X",
+                        help="relative tolerance of the outputs (default: per dtype)")
     parser.add_argument("--noise-budget", action="store_true",
                         help="run the reference in float64 too and set each node's budget "
                              "from its own numerical noise")

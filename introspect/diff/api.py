@@ -34,6 +34,7 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
+from introspect.diff.int8_outputs import explained_by_int8
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
@@ -106,7 +107,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             checkpoint of the same architecture.
         inputs: ``introspect.tokenize(...)`` output or a mapping of tensors by input name;
             each model gets the inputs its ``forward`` takes.
-        atol, rtol: override the per-dtype budgets (``introspect.diff.tolerance.DEFAULTS``).
+        atol, rtol: widen the outputs' budget (``introspect.diff.tolerance.DEFAULTS`` per
+            dtype); every node inside the models keeps its noise-model budget.
         noise_budget: also run the reference in float64; each node's budget becomes
             ``noise_factor`` times its own noise in the candidate's dtype (its local error
             when the reference runs in that dtype, against float64), at least ``atol``.
@@ -247,8 +249,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             judge_dtypes = [*model_dtypes(original_reference), *candidate_dtypes,
                             *devices.rounding_dtypes(placement, reference, candidate)]
 
-            def judge(truth: Any) -> Any:
-                return compare_truths(ref_truth, truth, tolerance, judge_dtypes,
+            def judge(truth: Any, against: Any = None) -> Any:
+                return compare_truths(against or ref_truth, truth, tolerance, judge_dtypes,
                                       allow_nonfinite, (reference_label, candidate_label),
                                       tensors.get("attention_mask"))
             try:
@@ -286,23 +288,31 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes.append(late)
         rows = explanation.rows
         divergence = explanation.divergence
+        explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
+            and not explanation.unfaithful
+        if verdict is not None and not verdict.passed and explained_passed \
+                and explanation.graph is not None and INT8 in candidate_dtypes:
+            explained = explained_by_int8(
+                verdict, original_reference, candidate, cand_truth,
+                explanation.alignment.relations, ref_accepted,
+                lambda ref, cand: judge(cand, ref), (reference_label, candidate_label))
+            if explained is not None:  # the hybrid reference computes the candidate's outputs
+                verdict = explained
+                notes.append(explained.notes[-1])
+            else:
+                notes.append(_int8_outputs_note(verdict))
         gradients = _backward(backward, loss, original_reference, candidate,
                               _copies(ref_side[1]),
                               _copies(explanation.cand_inputs or {}), explanation.alignment,
                               ref_side[0], explanation.graph, tolerance, noise_budget,
                               tensors, rows, allow_nonfinite, ref_gradients,
                               getattr(explanation.recording, "run", None), loss_inputs)
-        explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-            and not explanation.unfaithful
         if verdict is None:
             passed = explained_passed
         elif explanation.graph is not None and faithful:
             passed = verdict.passed and explained_passed
         else:
             passed = verdict.passed
-        if verdict is not None and not verdict.passed and explained_passed \
-                and explanation.graph is not None and INT8 in candidate_dtypes:
-            notes.append(_int8_outputs_note(verdict))
         random = random or bool(truths and cand_truth.changed_between_calls())
         if verdict is not None and not verdict.passed \
                 and (divergence is None or (not faithful and not random)):
@@ -393,11 +403,12 @@ def _gradients_now(reference: torch.nn.Module, ref_side: Any, loss: Any,
 
 
 def _int8_outputs_note(verdict: Any) -> str:
-    """Int8 Linears within their budget everywhere, the outputs beyond float rounding."""
+    """Int8 Linears within their budget everywhere, the outputs beyond what they explain."""
     worst = max((r.max_abs_err or 0.0 for r in verdict.rows), default=0.0)
     return (f"every pair is within its budget (the int8 Linears within what int8 rounding "
-            f"explains), yet int8 moves the outputs by up to {worst:.3g}: pass --atol (atol=) "
-            "above that to accept it at the outputs")
+            f"explains), yet the outputs move by up to {worst:.3g}, more than the reference "
+            "run with the candidate's int8 Linears in place of its float ones reproduces: "
+            "something outside the Linears differs (--atol widens the outputs' budget only)")
 
 
 def _holds_script(model: torch.nn.Module) -> bool:

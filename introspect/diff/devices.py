@@ -268,10 +268,10 @@ def device_budgets(budgets: list[Any], pairs: Any, reference: Any, candidate: An
     """
     if TF32 not in rounding or noise:
         return budgets
-    float32 = tolerance.budget("float32")
+    float32 = tolerance.node_budget("float32")
     ref_ops = {r.name: r.op_type for r in reference.records}
     cand_ops = {r.name: r.op_type for r in candidate.records}
-    return [tolerance.budget(TF32) if budget == float32 and (
+    return [tolerance.node_budget(TF32) if budget == float32 and (
         ref_ops.get(pair.reference) in MATMUL_OPS or cand_ops.get(pair.candidate) in MATMUL_OPS)
         else budget for pair, budget in zip(pairs, budgets, strict=True)]
 
@@ -294,7 +294,7 @@ def sdpa_note(placement: Placement) -> str | None:
 
 def device_notes(placement: Placement, rounding: list[str], tolerance: Any) -> list[str]:
     """What the diff's notes say about devices: where each side ran, which budget applied."""
-    budget = budget_note(placement, rounding, tolerance.budget(TF32))
+    budget = budget_note(placement, rounding, tolerance.node_budget(TF32))
     return [*placement.notes, *(n for n in (budget, sdpa_note(placement)) if n)]
 
 

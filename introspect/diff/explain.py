@@ -201,7 +201,7 @@ def _budgets(alignment: Alignment, reference: IntrospectGraph, candidate: Intros
                 dtype = compare_dtype(dtype, weights)
         if noise is not None and dtype == "float64":  # the candidate's dtype sets the noise
             dtype = cand_records[pair.candidate].dtype or dtype
-        budgets.append(tolerance.budget(dtype, noise.get(pair.reference, 0.0)
+        budgets.append(tolerance.node_budget(dtype, noise.get(pair.reference, 0.0)
                                         if noise is not None else None))
     return budgets
 

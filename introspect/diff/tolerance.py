@@ -13,6 +13,13 @@ Example::
     Budget(atol=1e-05, rtol=0.016)
     >>> Tolerance(atol=1e-4).budget("float32")
     Budget(atol=0.0001, rtol=1.3e-06)
+    >>> Tolerance(atol=1e-4).node_budget("float32")
+    Budget(atol=1e-05, rtol=1.3e-06)
+
+A user's ``atol``/``rtol`` widen the *outputs'* budget only (``budget``): every node's
+budget inside the model follows the noise model (``node_budget``: the dtype's own, raised
+to a measured noise). Widening the nodes too would let a fault beside an expected error
+pass: an int8 port's advised ``--atol`` once let a tanh GELU outside its Linears through.
 """
 
 from __future__ import annotations
@@ -71,7 +78,8 @@ class Tolerance:
             check_tolerance(name, getattr(self, name))
 
     def budget(self, dtype: str, noise: float | None = None) -> Budget:
-        """The budget of a node compared in ``dtype`` ("float32", "int64", ...)."""
+        """The budget of an output compared in ``dtype`` ("float32", "int64", ...): the
+        user's ``atol``/``rtol`` where given, else the dtype's own."""
         if dtype not in DEFAULTS:  # integers, booleans: exact
             return Budget(0.0, 0.0)
         rtol, atol = DEFAULTS[dtype]
@@ -80,6 +88,11 @@ class Tolerance:
         if noise is not None:
             atol = max(atol, self.noise_factor * noise)
         return Budget(atol, rtol)
+
+    def node_budget(self, dtype: str, noise: float | None = None) -> Budget:
+        """The budget of a node inside a model compared in ``dtype``: the dtype's own,
+        at least ``noise_factor`` times a measured ``noise``; never the user's overrides."""
+        return Tolerance(noise_factor=self.noise_factor).budget(dtype, noise)
 
 
 # An int8 quantized Linear's error, in units of ``quantized.int8_noise`` (the standard

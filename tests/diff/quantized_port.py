@@ -6,7 +6,9 @@ A builder takes what ``introspect diff --candidate FILE.py:NAME`` passes (``.mod
 
 - ``correct``: every Linear int8, one scale per tensor;
 - ``correct_per_channel``: one scale per output channel;
-- ``faulty``: as ``correct``, with no residual around layer 1's feed-forward block.
+- ``faulty``: as ``correct``, with no residual around layer 1's feed-forward block;
+- ``faulty_tanh``: as ``correct``, with the tanh GELU in layer 1: a fault outside the
+  Linears, smaller than int8's error at the outputs (a widened --atol once passed it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adversarial" / "ports"))
@@ -35,3 +38,18 @@ def correct_per_channel(reference):
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference),
                                                    {nn.Linear: qconfig}, dtype=torch.qint8)
+
+
+class _TanhBlock(adv_bert.Block):
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
+        if self.index == adv_bert.fault_layer(self.config_like):
+            return F.gelu(h, approximate="tanh")
+        return F.gelu(h)
+
+
+def faulty_tanh(reference):
+    class Block(_TanhBlock):
+        config_like = reference
+
+    return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference, Block),
+                                                   {nn.Linear}, dtype=torch.qint8)

@@ -35,10 +35,12 @@ def diffs(tiny, inputs):
     results = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's quantized-tensor deprecation
-        for name in ("correct", "correct_per_channel", "faulty"):
+        for name in ("correct", "correct_per_channel", "faulty", "faulty_tanh"):
             results[name] = introspect.diff(tiny, getattr(ports, name)(reference), inputs)
         results["correct at atol 0.1"] = introspect.diff(tiny, ports.correct(reference), inputs,
                                                           atol=0.1)
+        results["faulty_tanh at atol 0.1"] = introspect.diff(
+            tiny, ports.faulty_tanh(reference), inputs, atol=0.1)
     return results
 
 
@@ -84,6 +86,39 @@ def test_a_correct_int8_port_passes_node_by_node_at_the_default_budgets(diffs, n
 
 def test_a_correct_int8_port_passes_where_its_outputs_are_given_room(diffs):
     assert diffs["correct at atol 0.1"].passed
+
+
+@pytest.mark.parametrize("name", ["correct", "correct_per_channel"])
+def test_a_correct_int8_port_passes_with_the_budget_its_int8_linears_explain(diffs, name):
+    """No hand-picked --atol: the reference run with the port's own int8 Linears computes
+    the port's outputs, so int8 explains the whole difference at the outputs."""
+    result = diffs[name]
+    assert result.passed
+    explained = [n for n in result.notes if n.startswith("int8 explains the outputs' error")]
+    assert len(explained) == 1 and "13 int8 Linear(s)" in explained[0]
+    outputs = result.outputs
+    assert (outputs.status == "ok").all()
+    assert (outputs.max_abs_err > 1e-4).any()  # beyond float rounding, yet explained
+
+
+@pytest.mark.parametrize("name", ["faulty_tanh", "faulty_tanh at atol 0.1"])
+def test_a_fault_outside_the_int8_linears_fails_even_with_a_wide_atol(diffs, name):
+    """--atol widens the outputs' budget only: the tanh GELU's node keeps its float budget
+    (issue 42's audit: the advised --atol once passed this port)."""
+    result = diffs[name]
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert not any(n.startswith("int8 explains") for n in result.notes)
+    gelu = result.nodes[(result.nodes.layer == "encoder.layer.1") & (result.nodes.status == STATUS_FAIL)]
+    assert len(gelu) and set(gelu.atol) == {1e-5}
+
+
+def test_atol_widens_the_outputs_budget_and_no_node_budget(diffs):
+    result = diffs["correct at atol 0.1"]
+    floats = result.nodes[(result.nodes.op != "Linear") & result.nodes.atol.notna()
+                          & (result.nodes.dtype == "float32")]
+    assert set(floats.atol) == {1e-5}
+    assert result.tolerance.atol == 0.1
 
 
 def test_a_faulty_int8_port_fails_in_its_layer(diffs):

@@ -40,7 +40,7 @@ FLOOR = 1e-2
 
 def _budget(tolerance: Tolerance, dtype: torch.dtype, scale: float, noise: float | None) -> Budget:
     """The forward's budget for ``dtype``, its atol relative to the gradient's magnitude."""
-    base = tolerance.budget(str(dtype).removeprefix("torch."))
+    base = tolerance.node_budget(str(dtype).removeprefix("torch."))
     # A NaN or Inf scale or noise (a non-finite gradient) would make every comparison false
     # or true: the budget stays the dtype's own, and the values themselves fail (_errors).
     atol = base.atol * (scale if scale > 0 and math.isfinite(scale) else 1.0)

@@ -167,7 +167,7 @@ def _cache_updates(context: StepContext) -> list[str]:
     cand_pair = context.candidate_layers[row.layer]
     ref, cand = (ref_pair[0], cand_pair[0]) if row.kind == "keys" else (ref_pair[1], cand_pair[1])
     filled, new = row.filled, context.fed.shape[1]
-    budget = context.tolerance.budget(str(ref.dtype).removeprefix("torch."))
+    budget = context.tolerance.node_budget(str(ref.dtype).removeprefix("torch."))
     axis = sequence_axis(ref, filled)
     if axis is None:
         return []
@@ -214,7 +214,7 @@ def _key_rotation(context: StepContext) -> list[str]:
     row = failing[0]
     ref = context.reference_layers[row.layer][0]
     cand = context.candidate_layers[row.layer][0]
-    budget = context.tolerance.budget(str(ref.dtype).removeprefix("torch."))
+    budget = context.tolerance.node_budget(str(ref.dtype).removeprefix("torch."))
     found = compare_cached(ref, cand, Budget(math.inf, 0.0), row.filled)  # the layout only
     axis = sequence_axis(ref, row.filled)
     if found.candidate_filled is None or axis is None:

@@ -422,8 +422,8 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
     for layer, (ref_pair, cand_pair) in enumerate(pairs):
         for kind, ref, cand in (("keys", ref_pair[0], cand_pair[0]),
                                 ("values", ref_pair[1], cand_pair[1])):
-            budget = tolerance.budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
-                                                    str(cand.dtype).removeprefix("torch.")))
+            budget = tolerance.node_budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
+                                                         str(cand.dtype).removeprefix("torch.")))
             found = cache_values.compare_cached(ref.detach(), cand.detach(), budget, filled)
             note = "" if found.layout else ("no layout of the candidate's tensor holds the "
                                             f"reference's {filled} position(s)")
