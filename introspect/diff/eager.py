@@ -43,6 +43,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.errors import InputError
+from introspect.run.outputs import output_items
 from introspect.tracing.fx_module import build_graph_module
 from introspect.tracing.tracer import COMPOSITE_TORCH_MODULES, EXTRA_LEAF_MODULE_PREFIXES
 
@@ -367,14 +368,9 @@ def _module_hooks(recorder: _Recorder, model: torch.nn.Module) -> Iterator[None]
 
 
 def outputs_as_dict(outputs: Any) -> dict[str, Any]:
-    """HF returns a ModelOutput, ports a tuple or a tensor: outputs by name, tensors only."""
-    if isinstance(outputs, Mapping):
-        items = list(outputs.items())
-    elif isinstance(outputs, (tuple, list)):
-        items = [(f"output_{i}", v) for i, v in enumerate(outputs)]
-    else:
-        items = [("output", outputs)]
-    return {name: value for name, value in items if _holds_tensor(value)}
+    """HF returns a ModelOutput, ports a tuple, a dataclass or a tensor: outputs by name
+    (``introspect.run.outputs.output_items``), tensors only."""
+    return {name: value for name, value in output_items(outputs) if _holds_tensor(value)}
 
 
 def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],

@@ -1,7 +1,7 @@
 """Every output a model returns, by name, whatever produced it.
 
 A port's output is whatever its forward returns: a HF ``ModelOutput``, a tuple, a dict, a
-bare tensor, a NumPy array (a pooler whose ``tanh`` ran in NumPy), a list of them. Each
+``@dataclass`` (its fields by name, as a dict's keys), a bare tensor, a NumPy array (a pooler whose ``tanh`` ran in NumPy), a list of them. Each
 leaf becomes a CPU-independent, detached copy under a dotted name
 (``last_hidden_state``, ``output_1``, ``past_key_values.0.1``), so that outputs made
 outside torch are compared like any other and a later call cannot change them in place.
@@ -11,6 +11,7 @@ compare.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,15 +32,30 @@ def flatten_outputs(outputs: Any) -> dict[str, torch.Tensor]:
         ['output_0', 'output_1.p']
     """
     leaves: dict[str, torch.Tensor] = {}
-    if isinstance(outputs, Mapping):
-        items = [(str(k), v) for k, v in outputs.items()]
-    elif isinstance(outputs, (tuple, list)):
-        items = [(f"output_{i}", v) for i, v in enumerate(outputs)]
-    else:
-        items = [("output", outputs)]
-    for name, value in items:
+    for name, value in output_items(outputs):
         _walk(value, name, leaves, 1)
     return leaves
+
+
+def output_items(outputs: Any) -> list[tuple[str, Any]]:
+    """A forward's top-level outputs by name: a mapping's keys, a dataclass's fields, a
+    tuple's ``output_<i>``, ``output`` for a single value."""
+    fields = _fields(outputs)
+    if fields is not None:
+        return fields
+    if isinstance(outputs, (tuple, list)):
+        return [(f"output_{i}", v) for i, v in enumerate(outputs)]
+    return [("output", outputs)]
+
+
+def _fields(value: Any) -> list[tuple[str, Any]] | None:
+    """A mapping's items or a dataclass instance's fields (a HF ``ModelOutput`` is both: its
+    items, which leave out the fields set to None); None for anything else."""
+    if isinstance(value, Mapping):
+        return [(str(k), v) for k, v in value.items()]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)]
+    return None
 
 
 def _walk(value: Any, name: str, leaves: dict[str, torch.Tensor], depth: int) -> None:
@@ -49,8 +65,9 @@ def _walk(value: Any, name: str, leaves: dict[str, torch.Tensor], depth: int) ->
         return
     if depth >= _MAX_DEPTH:
         return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
+    fields = _fields(value)
+    if fields is not None:
+        for key, item in fields:
             _walk(item, f"{name}.{key}", leaves, depth + 1)
     elif isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
@@ -84,4 +101,4 @@ def _numpy_array(value: Any) -> torch.Tensor | None:
     return torch.from_numpy(np.array(value, copy=True))
 
 
-__all__ = ["as_tensor", "flatten_outputs"]
+__all__ = ["as_tensor", "flatten_outputs", "output_items"]
