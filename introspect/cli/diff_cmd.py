@@ -392,7 +392,7 @@ def _check_reference(before: Any, model: Any, what: str) -> None:
         return
     from introspect.models.ports import describe_changes, what_changed
 
-    changes = what_changed(before, _fingerprint(model))
+    changes = what_changed(before, _fingerprint(model), switches_too=False)  # diff() judges those
     if changes:
         raise InputError(f"{what}: {describe_changes(changes)}")
 

@@ -23,8 +23,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,6 +45,7 @@ from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.diff.truth import (
+    ReferenceChanged,
     check_reference_again,
     faithful_recordings,
     recorded_call_verdict,
@@ -52,6 +55,7 @@ from introspect.errors import InputError
 from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.models.ports import describe_changes
+from introspect.run import switches
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
@@ -213,8 +217,11 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             assert ref_side is not None
             loss_inputs = _copies(ref_tensors)
             ref_gradients = _gradients_now(reference, ref_side, loss, loss_inputs)
+        switched: dict[str, Any] = {}
         if deferred is not None:
+            before_build = switches.snapshot()
             candidate = deferred.build()
+            switched = switches.flipped(before_build, switches.snapshot())
             placement = devices.place(reference, candidate)  # nothing moves
         assert placement is not None
         cand_tensors = _copies(devices.to_device(tensors, placement.candidate_device))
@@ -236,9 +243,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         unpaired: NoOutputPairs | None = None
         if truths:
             sums = weight_sums(candidate)
-            cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
-                                   grad_calls=2, inference=not _holds_script(candidate),
-                                   lean=not _compiled(candidate))
+            with _switches_named(switched, candidate_label):
+                cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
+                                       grad_calls=2, inference=not _holds_script(candidate),
+                                       lean=not _compiled(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
                 shown = describe_changes(edited, most=3)
@@ -258,6 +266,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes += verdict.notes
             except NoOutputPairs as e:  # the alignment's words first (other sizes, ...)
                 unpaired, truths = e, False
+            if switched and verdict is not None:
+                notes.append(_judged_with_switches_back(
+                    verdict, judge, candidate, accepted_inputs(candidate, cand_tensors),
+                    before_build, switched, candidate_label))
         explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
                               tolerance, noise, candidate_dtypes, name_map=name_map,
                               allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
@@ -322,7 +334,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
             divergence = truth_divergence(verdict, parted)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
-            check_reference_again(original_reference, ref_accepted, ref_truth)
+            _reference_again(original_reference, ref_accepted, ref_truth, switched,
+                             candidate_label)
     finally:  # every module back in its own mode and on its own device
         if placement is not None:
             placement.restore()
@@ -342,6 +355,58 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       noise_budget, backward=gradients,
                       output_rows=verdict.rows if verdict is not None else [],
                       replay=explanation.replay, histograms=explanation.histograms)
+
+
+def _judged_with_switches_back(verdict: Any, judge: Any, candidate: torch.nn.Module,
+                               inputs: Mapping[str, torch.Tensor], before: Mapping[str, Any],
+                               switched: Mapping[str, Any], label: str) -> str:
+    """The candidate called once more with every switch its build flipped put back, judged
+    like its other calls (``run.switches``): the note that says so."""
+    shown = switches.describe(switched)
+    with switches.put_back(before):
+        again = run_truth(candidate, inputs, lean=not _compiled(candidate))
+    judged = judge(again)
+    if judged.passed:
+        return (f"the {label}'s build switched {shown} for the whole process: the reference "
+                "computes the same under it (checked again), and the candidate, called once "
+                "more with it put back, agrees too")
+    verdict.passed = False
+    verdict.reasons.append("rests on a switch its build flipped")
+    verdict.rows += [dataclasses.replace(r, call=f"{r.call}, {', '.join(switched)} put back")
+                     for r in judged.rows if r.status == STATUS_FAIL]  # what decided
+    worst = judged.worst_failing()
+    where = f" ({worst.reference_output} off by {worst.max_abs_err:.3g})" if worst else ""
+    return (f"the {label}'s build switched {shown} for the whole process, and with it put "
+            f"back the candidate's outputs part from the reference's{where}: its parity "
+            "rests on the switch")
+
+
+@contextlib.contextmanager
+def _switches_named(switched: Mapping[str, Any], label: str) -> Iterator[None]:
+    """A candidate that cannot run under the switches its build flipped: said so, naming
+    them (its class may share the reference's name: the error would read as the
+    reference's)."""
+    try:
+        yield
+    except InputError as e:
+        if not switched:
+            raise
+        cause = str(e).split(". ")[0].rstrip(".")
+        raise InputError(f"the {label}'s build switched {switches.describe(switched)} for "
+                         f"the whole process, and it cannot run so: {cause}") from e
+
+
+def _reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                     truth: Any, switched: Mapping[str, Any], label: str) -> None:
+    """``check_reference_again``, its message naming the switches the build flipped."""
+    try:
+        check_reference_again(reference, inputs, truth)
+    except InputError as e:
+        if not switched:
+            raise
+        raise ReferenceChanged(
+            f"the {label}'s build switched {switches.describe(switched)} for the whole "
+            "process, and the reference's own outputs move under it; no verdict") from e
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,

@@ -124,7 +124,7 @@ def build_port(spec: str, builder: Callable[[LoadedReference], Any],
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
         raise InputError(f"port {spec!r} raised {_one_line(e)}") from e
-    changes = what_changed(before, fingerprint(reference.model))
+    changes = what_changed(before, fingerprint(reference.model), switches_too=False)
     if changes:
         raise InputError(f"the port's build changed the reference: {describe_changes(changes)} "
                          f"({spec}; a port leaves the reference as it found it: copy what "
@@ -245,9 +245,10 @@ def fingerprint(model: Any, *, tensors: bool = True) -> Fingerprint:
                for cls in (owner,) if cls.__module__ in sys.modules
                and not cls.__module__.startswith(("torch", "builtins"))]
     classes = {owner: {key: _global_snapshot(value) for key, value in vars(owner).items()
-                       if callable(value) or isinstance(value, (staticmethod, classmethod,
-                                                                property))
-                       or (not isinstance(owner, type) and type(value) in _SIMPLE)}
+                       if (callable(value) or isinstance(value, (staticmethod, classmethod,
+                                                                 property))
+                           or (not isinstance(owner, type) and type(value) in _SIMPLE))
+                       and not (owner is torch and key in _FOLLOW_SWITCHES)}
                for owner in dict.fromkeys(owners)}
     config = getattr(model, "config", None)
     config_state = {key: _snapshot(value) for key, value in vars(config).items()} \
@@ -267,6 +268,9 @@ def fingerprint(model: Any, *, tensors: bool = True) -> Fingerprint:
     torch_state["inference mode"] = "on" if torch.is_inference_mode_enabled() else "off"
     torch_state["deterministic algorithms"] = torch.are_deterministic_algorithms_enabled()
     torch_state["attention fast path"] = _fastpath_state()
+    from introspect.run import switches
+
+    torch_state["sdpa backends"] = _snapshot(switches.snapshot().get("sdpa backends"))
     attention = _attention_registry()
     if attention is not None:
         torch_state["attention functions"] = attention
@@ -274,6 +278,9 @@ def fingerprint(model: Any, *, tensors: bool = True) -> Fingerprint:
 
 
 _SIMPLE = (bool, int, float, str)
+# torch's own aliases that a switch rebinds (``set_default_dtype`` points ``torch.Storage``
+# at another storage class): the switch itself is fingerprinted, and judged by values.
+_FOLLOW_SWITCHES = frozenset({"Storage"})
 
 
 def _global_snapshot(value: Any) -> Any:
@@ -339,10 +346,19 @@ def _attention_registry() -> Any:
     return _snapshot({str(k): v for k, v in mapping.items()})
 
 
-def what_changed(before: Fingerprint, after: Fingerprint) -> list[str]:
-    """What differs between two fingerprints of one model, one phrase each, names first."""
+def what_changed(before: Fingerprint, after: Fingerprint, *,
+                 switches_too: bool = True) -> list[str]:
+    """What differs between two fingerprints of one model, one phrase each, names first.
+
+    ``switches_too=False`` leaves out process-wide switches (``introspect.run.switches``):
+    the diff judges those by values, the reference's and the candidate's.
+    """
+    from introspect.run.switches import SWITCHES
+
     changes = []
     for name in before.torch_state:
+        if not switches_too and name in SWITCHES:
+            continue
         old, new = before.torch_state[name], after.torch_state.get(name)
         if old != new:
             what = name.removeprefix("_global_").replace("_", " ")

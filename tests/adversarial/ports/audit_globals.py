@@ -1,8 +1,11 @@
 """Builders that change process-wide state, other ways than ``truth_globals`` (imports only
 torch, transformers, ``adv_bert`` and the sibling ``audit_fastpath``). Each ``faulty_*``
 changes something, then builds a port; a diff must end in exit 2 (naming the change where
-it can) or FAIL, never PASS. ``correct`` changes nothing. Each runs in a fresh process:
-what it changes outlives the run.
+it can) or FAIL, never PASS, except where the change is a process-wide switch (default
+dtype, grad mode, deterministic algorithms: ``introspect.run.switches``) that changes no
+value of either model: a verdict then, with a note naming the switch (issue 41).
+``correct`` changes nothing. Each runs in a fresh process: what it changes outlives the
+run.
 """
 
 from __future__ import annotations
