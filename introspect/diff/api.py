@@ -222,6 +222,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             before_build = switches.snapshot()
             candidate = deferred.build()
             switched = switches.flipped(before_build, switches.snapshot())
+            if switched and ref_truth is not None:  # before anything replays the reference
+                _reference_again(original_reference, ref_accepted, ref_truth, switched,
+                                 candidate_label)
             placement = devices.place(reference, candidate)  # nothing moves
         assert placement is not None
         cand_tensors = _copies(devices.to_device(tensors, placement.candidate_device))
@@ -404,9 +407,12 @@ def _reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tens
     except InputError as e:
         if not switched:
             raise
+        what = "the reference's own outputs move under it" if isinstance(e, ReferenceChanged) \
+            else "the reference cannot run under it (" + \
+            str(e).split(": ", 1)[-1].split(". ")[0].rstrip(".") + ")"
         raise ReferenceChanged(
             f"the {label}'s build switched {switches.describe(switched)} for the whole "
-            "process, and the reference's own outputs move under it; no verdict") from e
+            f"process, and {what}; no verdict") from e
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,

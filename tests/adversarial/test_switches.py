@@ -73,3 +73,15 @@ def test_no_sdpa_backend_through_the_cli_is_one_line_and_exit_2(tiny_folder):
     assert len(errors) == 1 and "Traceback" not in done.stderr
     assert "build switched sdpa backends" in errors[0]
     assert "No viable backend for scaled_dot_product_attention" in errors[0]
+
+
+def test_no_sdpa_backend_for_the_reference_alone_names_the_build_before_any_replay(tiny):
+    """The port never calls sdpa; the reference cannot run under the switch: exit 2 naming
+    the build, before an fx replay of the reference prints its own traceback."""
+    reference, inputs = tiny
+    build = port("switch_builds.py").no_sdpa_own_attention
+    candidate = Deferred(lambda: build(reference), label="own_attention")
+    with pytest.raises(InputError, match=r"^the own_attention's build switched sdpa backends "
+                                         r".*and the reference cannot run under it \("
+                                         r"RuntimeError: No viable backend"):
+        introspect.diff(reference.model, candidate, inputs)

@@ -3,7 +3,8 @@
 
 - ``fastpath_off``: PyTorch's MHA fast path off (HF BERT never reads it);
 - ``no_sdpa``: every scaled-dot-product-attention backend off (HF's sdpa cannot run);
-- ``grad_off``: autograd left off.
+- ``grad_off``: autograd left off;
+- ``no_sdpa_own_attention``: no sdpa backend, a port that never calls sdpa.
 """
 
 from __future__ import annotations
@@ -29,3 +30,11 @@ def no_sdpa(reference):
 def grad_off(reference):
     torch.set_grad_enabled(False)
     return copy.deepcopy(reference.model)
+
+
+def no_sdpa_own_attention(reference):
+    """No sdpa backend, and a port that never calls sdpa: only the reference needs one."""
+    import adv_bert
+
+    no_sdpa(reference)
+    return adv_bert.build(reference)
