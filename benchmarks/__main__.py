@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir()
 
     from benchmarks.alternatives import installed
-    from benchmarks.harness import Settings, run_benchmarks
+    from benchmarks.harness import Settings
     from benchmarks.machine import describe_machine
     from benchmarks.report import PLOT_NAME, read_csv, render_csv, write_reports
+    from benchmarks.run import run_benchmarks
     from introspect.files import write_atomic
 
     quick = dict(models=("bert-tiny",), sizes=((2, 9),)) if args.quick else {}

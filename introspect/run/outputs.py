@@ -1,7 +1,8 @@
 """Every output a model returns, by name, whatever produced it.
 
 A port's output is whatever its forward returns: a HF ``ModelOutput``, a tuple, a dict, a
-``@dataclass`` (its fields by name, as a dict's keys), a bare tensor, a NumPy array (a pooler whose ``tanh`` ran in NumPy), a list of them. Each
+``@dataclass`` (its fields by name, as a dict's keys), a bare tensor, a NumPy array (a
+pooler whose ``tanh`` ran in NumPy), a list of them. Each
 leaf becomes a CPU-independent, detached copy under a dotted name
 (``last_hidden_state``, ``output_1``, ``past_key_values.0.1``), so that outputs made
 outside torch are compared like any other and a later call cannot change them in place.

@@ -109,7 +109,8 @@ def test_a_fault_outside_the_int8_linears_fails_even_with_a_wide_atol(diffs, nam
     assert not result.passed
     assert result.first_divergence.layer == "encoder.layer.1"
     assert not any(n.startswith("int8 explains") for n in result.notes)
-    gelu = result.nodes[(result.nodes.layer == "encoder.layer.1") & (result.nodes.status == STATUS_FAIL)]
+    nodes = result.nodes
+    gelu = nodes[(nodes.layer == "encoder.layer.1") & (nodes.status == STATUS_FAIL)]
     assert len(gelu) and set(gelu.atol) == {1e-5}
 
 

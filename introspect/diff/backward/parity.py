@@ -462,13 +462,14 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
                       records: Mapping[str, Any], tolerance: Tolerance,
                       ) -> BackwardDivergence | None:
     """Walking from the outputs toward the inputs: the first failing node, else weight."""
+    float32 = tolerance.node_budget("float32")
     failing = [r for r in rows if r.status == STATUS_FAIL]
     if failing:
         r = max(failing, key=lambda row: row.reference_index)
         return BackwardDivergence(r.reference_node, r.candidate_node, r.module, r.layer, r.op,
                                   r.local_max_abs_err or 0.0,
-                                  f"atol {tolerance.node_budget('float32').atol:.3g} x the gradient's "
-                                  f"magnitude + rtol {tolerance.node_budget('float32').rtol:.3g} "
+                                  f"atol {float32.atol:.3g} x the gradient's "
+                                  f"magnitude + rtol {float32.rtol:.3g} "
                                   "* |ref|", tuple(h for h in r.hint.split("; ") if h))
     bad = [p for p in params if p.status in (STATUS_FAIL, STATUS_DRIFT)]
     drifting = [r for r in rows if r.status == STATUS_DRIFT]
@@ -485,7 +486,7 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
         p = bad[-1]  # parameters in the reference's order: the last is nearest the outputs
         module = p.reference.rsplit(".", 1)[0]
         return BackwardDivergence("", p.candidate, module, "", "parameter", p.max_abs_err or 0.0,
-                                  f"atol {tolerance.node_budget('float32').atol:.3g} x the gradient's "
+                                  f"atol {float32.atol:.3g} x the gradient's "
                                   "magnitude", tuple(h for h in p.hint.split("; ") if h),
                                   parameter=p.reference)
     return None
