@@ -28,6 +28,7 @@ from introspect.diff.repro.script import (
     SCRIPT,
     TENSORS,
     Header,
+    about,
     bundle_tensors,
     encode_tensors,
     render_script,
@@ -93,9 +94,10 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
                     str(cand_chain[0].target) if cand_chain[0].op == "call_module" else "",
                     __version__)
     devices = (_device(capture.reference.output), _device(capture.candidate.output))
-    script = render_script(capture, programs[0], programs[1], header, devices)
-    tensors = encode_tensors(bundle_tensors(capture, programs[0], programs[1]))
-    return {SCRIPT: script, TENSORS: tensors}
+    script = render_script(capture, programs[0], programs[1])
+    stored, aliases = bundle_tensors(capture, programs[0], programs[1])
+    data = about(capture, programs[0], programs[1], header, devices, aliases)
+    return {SCRIPT: script, TENSORS: encode_tensors(stored, data)}
 
 
 def write_repro(result: DiffResult, folder: str | os.PathLike[str]) -> list[Path]:
@@ -148,7 +150,7 @@ def _chain_to(graph: Any, compared: str, computing: str) -> list[torch.fx.Node] 
 
 def _what(node: torch.fx.Node, gm: torch.fx.GraphModule) -> str:
     """What ran at ``node``: a module's class, or a torch function's name."""
-    if node.op == "call_module":
+    if node.op == "call_module":  # data for the script, never its source
         cls = type(gm.get_submodule(str(node.target)))
         return f"{cls.__module__}.{cls.__qualname__}"
     if node.op == "call_method":
