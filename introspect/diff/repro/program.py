@@ -74,8 +74,9 @@ class _Writer(TorchFunctionMode):
                            kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
         function = function_name(func)
-        written = [self.source(a) for a in args] + \
-            [f"{_keyword(k)}={self.source(v)}" for k, v in kwargs.items()]
+        shown_args, shown_kwargs = self._rows_read(func, args, kwargs) or (args, kwargs)
+        written = [self.source(a) for a in shown_args] + \
+            [f"{_keyword(k)}={self.source(v)}" for k, v in shown_kwargs.items()]
         result = func(*args, **kwargs)
         if _holds_tensor(result):
             self.count += 1
@@ -83,6 +84,49 @@ class _Writer(TorchFunctionMode):
             self.program.calls.append(Call(target, function, tuple(written)))
             self.name(result, target)
         return result
+
+    def _rows_read(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """An embedding lookup in a table the program does not make, written on the rows
+        it reads (indices renumbered into them): a lookup gives the same rows bit for bit,
+        and the bundle holds 12 rows of a 30,522-row table, not the table. None: as it is.
+        """
+        if func is not torch.nn.functional.embedding or len(args) < 2 or \
+                set(kwargs) - {"padding_idx", "max_norm", "norm_type", "scale_grad_by_freq",
+                               "sparse"}:
+            return None
+        indices, weight = args[0], args[1]
+        if not isinstance(indices, torch.Tensor) or not isinstance(weight, torch.Tensor) \
+                or id(indices) in self.names or id(weight) in self.names \
+                or weight.dim() != 2 or indices.numel() == 0 \
+                or indices.dtype not in (torch.int64, torch.int32):
+            return None
+        count = weight.shape[0]
+        if int(indices.min()) < 0 or int(indices.max()) >= count:
+            return None  # the lookup itself fails: written as it is
+        rows = indices.flatten().unique()
+        padding = args[2] if len(args) > 2 else kwargs.get("padding_idx")
+        if padding is not None:
+            if not isinstance(padding, int) or not -count <= padding < count:
+                return None
+            padding = padding % count
+            rows = torch.cat([rows, rows.new_tensor([padding])]).unique()
+        if rows.numel() >= count:
+            return None
+        renumbered = torch.searchsorted(rows, indices).to(indices.dtype)
+        table = weight.index_select(0, rows)
+        what = self.known.get(id(weight), "a weight")
+        self.known[id(table)] = f"{what}, rows {rows.tolist()} (the rows the lookup reads)"
+        self.known[id(renumbered)] = f"{self.known.get(id(indices), 'the indices')}, " \
+            "renumbered into those rows"
+        args = (renumbered, table, *args[2:])
+        if padding is not None:
+            new_padding = int(torch.searchsorted(rows, rows.new_tensor(padding)))
+            if len(args) > 2:
+                args = (*args[:2], new_padding, *args[3:])
+            else:
+                kwargs = {**kwargs, "padding_idx": new_padding}
+        return args, kwargs
 
     def name(self, value: Any, source: str) -> None:
         if isinstance(value, torch.Tensor):
