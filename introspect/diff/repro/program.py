@@ -295,9 +295,9 @@ def function_name(func: Any) -> str:
         if name and getattr(owner, name, None) is func:
             return f"{owner_name}.{name}"
     if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-        namespace, _, qualified = str.__str__(str(func)).partition("::")
-        parts = qualified.split(".")
-        if namespace in ("aten", "prims") and all(_identifier(p) for p in parts):
+        namespace, *parts = str.__str__(str(func)).replace("::", ".").split(".")
+        if namespace in ("aten", "prims") and parts and len(parts) <= 2 \
+                and all(_identifier(p) for p in parts):
             op = getattr(getattr(torch.ops, namespace), parts[0], None)
             if op is func or (len(parts) == 2 and getattr(op, parts[1], None) is func):
                 return f"torch.ops.{namespace}.{'.'.join(parts)}"
