@@ -7,7 +7,14 @@ far each re-run is from its recorded output (0 where the repro is faithful) and 
 difference between the two against the diff's budget, and exits 1 when they part. It
 needs torch and safetensors only: each side's op is written out as the torch calls it
 made (``program``), so neither introspect, transformers nor the port's file is imported,
-and the bundle is small enough to attach to a bug report.
+and the bundle is small enough to attach to a bug report (an op's tensors as it read
+them, each value once).
+
+Whoever receives the script runs it, so running it must be as safe as reading it: its
+text depends only on the ops it replays. Every name (labels, a port's path, node and
+module names, classes), every figure and every device is data in the safetensors
+metadata (``script.about``), and the program's literals are Python's own quoting of
+plain values (``program.literal``).
 
 The values come from a replay of the two recordings, exactly as the diff replayed them
 (``capture``); the script is rendered by ``script``.
