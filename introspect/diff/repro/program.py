@@ -73,7 +73,6 @@ class _Writer(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
-        function = function_name(func)
         shown_args, shown_kwargs = self._rows_read(func, args, kwargs) or (args, kwargs)
         written = [self.source(a) for a in shown_args] + \
             [f"{_keyword(k)}={self.source(v)}" for k, v in shown_kwargs.items()]
@@ -81,7 +80,7 @@ class _Writer(TorchFunctionMode):
         if _holds_tensor(result):
             self.count += 1
             target = f"v{self.count}"
-            self.program.calls.append(Call(target, function, tuple(written)))
+            self.program.calls.append(Call(target, function_name(func), tuple(written)))
             self.name(result, target)
         return result
 
