@@ -69,22 +69,27 @@ Act.__qualname__ = PAYLOAD
 
 
 class Wrap(nn.Module):
-    def __init__(self):
+    def __init__(self, name, inner):
         super().__init__()
-        if KIND == "tanh":
-            act = Act()
-            act.approximate = Evil("tanh")  # F.gelu(x, approximate=Evil("tanh"))
-        else:
-            act = Act(0.0, float("inf"))  # inf where the GELU is not: an inf figure
-        self.add_module(PAYLOAD, act)
+        self.name = name
+        self.add_module(name, inner)
 
     def forward(self, x):
-        return getattr(self, PAYLOAD)(x)
+        return getattr(self, self.name)(x)
+
+
+def act():
+    if KIND == "tanh":
+        module = Act()
+        module.approximate = Evil("tanh")  # F.gelu(x, approximate=Evil("tanh"))
+    else:
+        module = Act(0.0, float("inf"))  # inf where the GELU is not: an inf figure
+    return Wrap("act\\\\N", module)  # a backslash and an N, as a module's name
 
 
 def build(reference):
     model = my_port.build(reference)
-    model.blocks[1].act = Wrap()
+    model.blocks[1].act = Wrap(PAYLOAD, act())
     return model
 
 
@@ -252,7 +257,7 @@ def test_no_string_of_the_program_holds_a_name(hostile, surface, kind):
     assert PAYLOAD in about["candidate"]["label"]
     assert (MODEL_FOLDER if surface == "cli" else PAYLOAD) in about["reference"]["label"]
     assert about["candidate"]["what"] == f"torch.nn.modules.activation.{PAYLOAD}"
-    assert about["candidate"]["module"] == f"blocks.1.act.{PAYLOAD}"
+    assert about["candidate"]["module"] == f"blocks.1.act.{PAYLOAD}.act\\N"
     if kind == "tanh":
         assert "approximate='tanh')" in text  # the str subclass, as the plain str it holds
     else:
