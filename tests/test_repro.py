@@ -56,7 +56,7 @@ def test_the_script_imports_torch_and_safetensors_only(failing_run):
                 if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported == {"sys", "pathlib", "torch", "safetensors"}
+    assert imported == {"json", "sys", "pathlib", "torch", "safetensors"}
 
 
 def test_the_script_reproduces_the_divergence_alone(failing_run, tmp_path):
@@ -69,6 +69,13 @@ def test_the_script_reproduces_the_divergence_alone(failing_run, tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     measured = report["first_divergence"]["local_max_abs_err"]
+    assert lines[:2] == [
+        "reference: hf BertModel (bert-tiny, sdpa), node encoder_layer_1_intermediate_"
+        "intermediate_act_fn (transformers.activations.GELUActivation, in "
+        "encoder.layer.1.intermediate.intermediate_act_fn)",
+        f"candidate: {FAULTY_PORT}:build, node blocks_1_act (torch.nn.modules.activation.GELU"
+        ", module blocks.1.act)"]
+    lines = lines[2:]
     assert lines == [
         "reference op, max abs error against its recorded output: 0 (bit-identical)",
         "candidate op, max abs error against its recorded output: 0 (bit-identical)",
@@ -80,15 +87,22 @@ def test_the_script_reproduces_the_divergence_alone(failing_run, tmp_path):
     assert done.stderr == ""
 
 
-def test_the_script_names_both_ops(failing_run):
+def test_the_script_writes_both_ops_and_names_them_as_data(failing_run):
+    from safetensors import safe_open
+
     _, repro, report = failing_run
     text = (repro / "repro.py").read_text()
     d = report["first_divergence"]
     assert d["reference_node"] == "encoder_layer_1_intermediate_intermediate_act_fn"
-    assert "torch.nn.functional.gelu(T['reference.encoder_layer_1_intermediate_dense'])" in text
-    assert "approximate='tanh')" in text  # the bug, in the candidate's function
-    assert "transformers.activations.GELUActivation" in text  # what ran, named in the text
-    assert "torch.nn.modules.activation.GELU, module blocks.1.act" in text
+    assert "torch.nn.functional.gelu(T['reference.0'])" in text
+    assert "torch.nn.functional.gelu(T['candidate.0'], approximate='tanh')" in text  # the bug
+    for name in ("GELUActivation", "blocks", "encoder", "faulty_port", "bert-tiny"):
+        assert name not in text  # names are data, never the program's text
+    with safe_open(str(repro / "inputs.safetensors"), framework="pt") as stored:
+        about = json.loads(stored.metadata()["introspect.repro"])
+    assert about["reference"]["what"] == "transformers.activations.GELUActivation"
+    assert about["candidate"]["module"] == "blocks.1.act"
+    assert about["inputs"]["reference.0"] == "reference.encoder_layer_1_intermediate_dense"
 
 
 def test_the_same_result_gives_the_same_bytes(tiny_models):

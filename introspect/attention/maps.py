@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import keyword
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -277,10 +278,70 @@ def returning(gm: torch.fx.GraphModule, graph: torch.fx.Graph, nodes: list[torch
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     graph.erase_node(output)
     graph.output(tuple(nodes))
-    rewritten = torch.fx.GraphModule(gm, graph, class_name=class_name)
+    rewritten = torch.fx.GraphModule(_plainly_named(gm, graph), graph, class_name=class_name)
     rewritten.graph.eliminate_dead_code()
     rewritten.recompile()
     return rewritten
+
+
+def _plainly_named(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.nn.Module:
+    """A root holding what ``graph`` reads of ``gm`` under names of our own (``module_0``,
+    ``attribute_0``), with ``graph`` rewritten to use them: the code torch.fx generates
+    for the module is then made of our names only.
+
+    fx writes a ``call_module``/``get_attr`` target into the ``forward`` it compiles, as
+    ``getattr(self, "...")`` where a part is no identifier, unescaped: a model's module
+    named with a quote or a backslash (``add_module('act\\N', ...)``) made that code a
+    SyntaxError, or code of the name's choosing. A constant argument is written with its
+    own ``repr``, so a ``str`` subclass becomes the plain ``str`` it holds; a method name
+    that is no identifier is called through ``getattr`` on a plain string.
+    """
+    root = torch.nn.Module()
+    renamed: dict[tuple[str, str], str] = {}
+    for node in graph.nodes:
+        if node.op in ("call_module", "get_attr"):
+            key = (node.op, str(node.target))
+            if key not in renamed:
+                name = f"{'module' if node.op == 'call_module' else 'attribute'}_{len(renamed)}"
+                value = _attribute(gm, key[1])
+                if isinstance(value, torch.nn.Module):
+                    root.add_module(name, value)
+                elif isinstance(value, torch.nn.Parameter):
+                    root.register_parameter(name, value)
+                elif isinstance(value, torch.Tensor):
+                    root.register_buffer(name, value)
+                else:
+                    setattr(root, name, value)
+                renamed[key] = name
+            node.target = renamed[key]
+        elif node.op == "call_method" and not _plain_identifier(node.target):
+            method = _plain(node.target)
+            node.op, node.target = "call_function", _call_method
+            node.args = (method, *node.args)
+        node.args = torch.fx.node.map_aggregate(node.args, _plain)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _plain)
+    return root
+
+
+def _attribute(gm: torch.nn.Module, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _plain_identifier(name: Any) -> bool:
+    return type(name) is str and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _plain(value: Any) -> Any:
+    """A ``str`` subclass as the plain ``str`` it holds (fx writes constants by ``repr``)."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def _call_method(name: str, obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``obj.<name>(*args, **kwargs)`` for a method name fx cannot write as source."""
+    return getattr(obj, name)(*args, **kwargs)
 
 
 def _module_of(node: torch.fx.Node) -> str:

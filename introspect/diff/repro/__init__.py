@@ -7,7 +7,14 @@ far each re-run is from its recorded output (0 where the repro is faithful) and 
 difference between the two against the diff's budget, and exits 1 when they part. It
 needs torch and safetensors only: each side's op is written out as the torch calls it
 made (``program``), so neither introspect, transformers nor the port's file is imported,
-and the bundle is small enough to attach to a bug report.
+and the bundle is small enough to attach to a bug report (an op's tensors as it read
+them, each value once).
+
+Whoever receives the script runs it, so running it must be as safe as reading it: its
+text depends only on the ops it replays. Every name (labels, a port's path, node and
+module names, classes), every figure and every device is data in the safetensors
+metadata (``script.about``), and the program's literals are Python's own quoting of
+plain values (``program.literal``).
 
 The values come from a replay of the two recordings, exactly as the diff replayed them
 (``capture``); the script is rendered by ``script``.
@@ -28,6 +35,7 @@ from introspect.diff.repro.script import (
     SCRIPT,
     TENSORS,
     Header,
+    about,
     bundle_tensors,
     encode_tensors,
     render_script,
@@ -93,9 +101,10 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
                     str(cand_chain[0].target) if cand_chain[0].op == "call_module" else "",
                     __version__)
     devices = (_device(capture.reference.output), _device(capture.candidate.output))
-    script = render_script(capture, programs[0], programs[1], header, devices)
-    tensors = encode_tensors(bundle_tensors(capture, programs[0], programs[1]))
-    return {SCRIPT: script, TENSORS: tensors}
+    script = render_script(capture, programs[0], programs[1])
+    stored, aliases = bundle_tensors(capture, programs[0], programs[1])
+    data = about(capture, programs[0], programs[1], header, devices, aliases)
+    return {SCRIPT: script, TENSORS: encode_tensors(stored, data)}
 
 
 def write_repro(result: DiffResult, folder: str | os.PathLike[str]) -> list[Path]:
@@ -148,7 +157,7 @@ def _chain_to(graph: Any, compared: str, computing: str) -> list[torch.fx.Node] 
 
 def _what(node: torch.fx.Node, gm: torch.fx.GraphModule) -> str:
     """What ran at ``node``: a module's class, or a torch function's name."""
-    if node.op == "call_module":
+    if node.op == "call_module":  # data for the script, never its source
         cls = type(gm.get_submodule(str(node.target)))
         return f"{cls.__module__}.{cls.__qualname__}"
     if node.op == "call_method":

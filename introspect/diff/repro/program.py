@@ -6,12 +6,17 @@ method), what computed the values were torch functions on tensors: ``F.linear``,
 ``F.gelu``, ``Tensor.softmax``. Written down with their arguments, they make a program
 that needs torch alone, not the model's code, transformers or the port's file, and that
 runs the same kernels in the same order. Tensors the calls read that they did not make
-(the op's inputs, a module's weights) become the program's named inputs; everything
-else is written as a Python literal.
+(the op's inputs, a module's weights) become the program's inputs, under keys that say
+only which side and which one (``reference.0``); what each stood for in the model (a node
+or a module's weight, names chosen by whoever wrote the model) is kept beside them as
+data, never in the program's text. Everything else is written as a Python literal, made
+only by Python's own quoting of plain values (``str.__repr__``, ``int.__repr__``): a
+value's own ``__repr__`` never writes source, and a name never becomes code.
 """
 
 from __future__ import annotations
 
+import keyword
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -48,8 +53,9 @@ class Program:
     """A side's op as torch calls, its named inputs, and the expression of its output."""
 
     calls: list[Call] = field(default_factory=list)
-    inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> saved value
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # key -> saved value
     output: str = ""  # source of the result: "v3", "v2[0]"
+    described: dict[str, str] = field(default_factory=dict)  # key -> what it was (data)
 
 
 class _Writer(TorchFunctionMode):
@@ -67,8 +73,9 @@ class _Writer(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
-        written = [self.source(a) for a in args] + \
-            [f"{k}={self.source(v)}" for k, v in kwargs.items()]
+        shown_args, shown_kwargs = self._rows_read(func, args, kwargs) or (args, kwargs)
+        written = [self.source(a) for a in shown_args] + \
+            [f"{_keyword(k)}={self.source(v)}" for k, v in shown_kwargs.items()]
         result = func(*args, **kwargs)
         if _holds_tensor(result):
             self.count += 1
@@ -76,6 +83,49 @@ class _Writer(TorchFunctionMode):
             self.program.calls.append(Call(target, function_name(func), tuple(written)))
             self.name(result, target)
         return result
+
+    def _rows_read(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """An embedding lookup in a table the program does not make, written on the rows
+        it reads (indices renumbered into them): a lookup gives the same rows bit for bit,
+        and the bundle holds 12 rows of a 30,522-row table, not the table. None: as it is.
+        """
+        if func is not torch.nn.functional.embedding or len(args) < 2 or \
+                set(kwargs) - {"padding_idx", "max_norm", "norm_type", "scale_grad_by_freq",
+                               "sparse"}:
+            return None
+        indices, weight = args[0], args[1]
+        if not isinstance(indices, torch.Tensor) or not isinstance(weight, torch.Tensor) \
+                or id(indices) in self.names or id(weight) in self.names \
+                or weight.dim() != 2 or indices.numel() == 0 \
+                or indices.dtype not in (torch.int64, torch.int32):
+            return None
+        count = weight.shape[0]
+        if int(indices.min()) < 0 or int(indices.max()) >= count:
+            return None  # the lookup itself fails: written as it is
+        rows = indices.flatten().unique()
+        padding = args[2] if len(args) > 2 else kwargs.get("padding_idx")
+        if padding is not None:
+            if not isinstance(padding, int) or not -count <= padding < count:
+                return None
+            padding = padding % count
+            rows = torch.cat([rows, rows.new_tensor([padding])]).unique()
+        if rows.numel() >= count:
+            return None
+        renumbered = torch.searchsorted(rows, indices).to(indices.dtype)
+        table = weight.index_select(0, rows)
+        what = self.known.get(id(weight), "a weight")
+        self.known[id(table)] = f"{what}, rows {rows.tolist()} (the rows the lookup reads)"
+        self.known[id(renumbered)] = f"{self.known.get(id(indices), 'the indices')}, " \
+            "renumbered into those rows"
+        args = (renumbered, table, *args[2:])
+        if padding is not None:
+            new_padding = int(torch.searchsorted(rows, rows.new_tensor(padding)))
+            if len(args) > 2:
+                args = (*args[:2], new_padding, *args[3:])
+            else:
+                kwargs = {**kwargs, "padding_idx": new_padding}
+        return args, kwargs
 
     def name(self, value: Any, source: str) -> None:
         if isinstance(value, torch.Tensor):
@@ -89,9 +139,10 @@ class _Writer(TorchFunctionMode):
         """Python source that stands for ``value`` in the program."""
         if isinstance(value, torch.Tensor):
             if id(value) not in self.names:  # an input, a weight or a constant it reads
-                name = self.known.get(id(value)) or f"{self.prefix}.constant.{len(self.names)}"
-                self.program.inputs[name] = value.detach().clone()
-                self.name(value, f"T[{name!r}]")
+                key = f"{self.prefix}.{len(self.program.inputs)}"  # no name of the model's
+                self.program.inputs[key] = value.detach().clone()
+                self.program.described[key] = self.known.get(id(value), "a constant")
+                self.name(value, f"T[{key!r}]")
             return self.names[id(value)]
         return literal(value, self.source)
 
@@ -207,6 +258,23 @@ def _holds_tensor(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and any(_holds_tensor(v) for v in value)
 
 
+def _keyword(name: Any) -> str:
+    """A keyword argument's name as source: an identifier, or no repro."""
+    name = str.__str__(name) if isinstance(name, str) else name
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ReproError(f"the op at the divergence takes a keyword argument that is not a "
+                         f"name ({_short(name)}), which the repro cannot write")
+    return name
+
+
+def _identifier(name: Any) -> str:
+    """``name`` as a plain ``str`` if it is a Python identifier, else ""."""
+    if not isinstance(name, str):
+        return ""
+    name = str.__str__(name)
+    return name if name.isidentifier() and not keyword.iskeyword(name) else ""
+
+
 def function_name(func: Any) -> str:
     """The Python source that names ``func`` with torch alone.
 
@@ -218,20 +286,23 @@ def function_name(func: Any) -> str:
             of the model's own package).
     """
     if getattr(func, "__name__", "") == "__get__" and hasattr(func, "__self__"):
-        attribute = getattr(func.__self__, "__name__", "")
-        if attribute.isidentifier():
+        attribute = _identifier(getattr(func.__self__, "__name__", ""))
+        if attribute:
             return "{0}." + attribute
-    name = getattr(func, "__name__", "")
+    name = _identifier(getattr(func, "__name__", ""))
     for owner_name, owner in _OWNERS:
         if name and getattr(owner, name, None) is func:
             return f"{owner_name}.{name}"
     if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-        qualified = str(func).removeprefix("aten::").replace("::", ".")
-        namespace = str(func).split("::", 1)[0]
-        if namespace in ("aten", "prims"):
-            return f"torch.ops.{namespace}.{qualified}"
-    raise ReproError(f"the op at the divergence calls {getattr(func, '__qualname__', func)!r}, "
-                     "which torch alone cannot name; the repro would need the model's code")
+        namespace, *parts = str.__str__(str(func)).replace("::", ".").split(".")
+        if namespace in ("aten", "prims") and parts and len(parts) <= 2 \
+                and all(_identifier(p) for p in parts):
+            op = getattr(getattr(torch.ops, namespace), parts[0], None)
+            if op is func or (len(parts) == 2 and getattr(op, parts[1], None) is func):
+                return f"torch.ops.{namespace}.{'.'.join(parts)}"
+    what = getattr(func, "__qualname__", None) or type(func).__name__
+    raise ReproError(f"the op at the divergence calls {_short(what)}, which torch alone "
+                     "cannot name; the repro would need the model's code")
 
 
 def literal(value: Any, tensor_source: Callable[[Any], str]) -> str:
@@ -240,24 +311,28 @@ def literal(value: Any, tensor_source: Callable[[Any], str]) -> str:
     Raises:
         ReproError: a value no literal writes (an object of the model's own classes).
     """
-    if value is None or isinstance(value, (bool, str)) or value is Ellipsis:
+    # Python's own quoting of the plain value: a subclass's __repr__ is never called
+    if value is None or value is Ellipsis or value is True or value is False:
         return repr(value)
-    if isinstance(value, int):
-        return repr(int(value))
+    if isinstance(value, str):
+        return str.__repr__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__repr__(value)
     if isinstance(value, float):
         if math.isnan(value):
             return "float('nan')"
         if math.isinf(value):
             return "float('inf')" if value > 0 else "-float('inf')"
-        return repr(float(value))
+        return float.__repr__(value)
     if isinstance(value, torch.Tensor):
         return tensor_source(value)
     if isinstance(value, torch.Size):
         return f"torch.Size([{', '.join(literal(v, tensor_source) for v in value)}])"
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-        return str(value)
+        return _torch_constant(value)
     if isinstance(value, torch.device):
-        return f"torch.device({str(value)!r})"
+        return f"torch.device({literal(value.type, tensor_source)}, " \
+            f"{literal(value.index, tensor_source)})"
     if isinstance(value, slice):
         parts = (value.start, value.stop, value.step)
         return f"slice({', '.join(literal(v, tensor_source) for v in parts)})"
@@ -267,14 +342,29 @@ def literal(value: Any, tensor_source: Callable[[Any], str]) -> str:
         items = [literal(v, tensor_source) for v in value]
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return "{" + ", ".join(f"{k!r}: {literal(v, tensor_source)}"
+        return "{" + ", ".join(f"{str.__repr__(k)}: {literal(v, tensor_source)}"
                                for k, v in value.items()) + "}"
-    raise ReproError(f"the op at the divergence takes a {type(value).__name__} "
-                     f"({_short(value)}), which the repro cannot write as a literal")
+    raise ReproError(f"the op at the divergence takes a {_short(type(value).__name__)}, "
+                     "which the repro cannot write as a literal")
+
+
+def _torch_constant(value: Any) -> str:
+    """``torch.float32``, ``torch.strided``, ``torch.contiguous_format``: checked to be the
+    very object torch names so, not the text an object says of itself."""
+    name = _identifier(str(value).removeprefix("torch."))
+    if not name or getattr(torch, name, None) is not value:
+        raise ReproError(f"the op at the divergence takes a {type(value).__name__} that "
+                         "torch does not name")
+    return f"torch.{name}"
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A short description for a message: a plain ``str``'s quoting, never an object's own
+    ``__repr__`` (a port's class decides what that runs)."""
+    if isinstance(value, str):
+        text = str.__repr__(value)
+    else:
+        text = type(value).__name__
     return text if len(text) <= 60 else text[:59] + "…"
 
 
