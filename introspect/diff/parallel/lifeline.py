@@ -131,8 +131,8 @@ def parent_stops() -> Iterator[None]:
     except Stopped as e:
         stopped = e
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     if stopped is not None:  # everything is cleaned up: end as the sender meant
         signal.raise_signal(stopped.signum)
         raise SystemExit(128 + stopped.signum)  # the handler before ours returned
