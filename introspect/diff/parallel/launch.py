@@ -154,9 +154,13 @@ def _exit_words(code: int) -> str:
 
 
 def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """One line of at most ``limit`` characters (the rank's log holds the whole)."""
+    """One line of at most ``limit`` characters (the rank's log holds the whole): the
+    middle gives way, so the rank's name and the error's own end both stay."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-(limit - 5 - half):]}"
 
 
 def _stage(folder: Path, rank: int, prefix: str = "") -> str:

@@ -163,12 +163,16 @@ def parent_gone(line: Lifeline) -> bool:
 
 def leave(line: Lifeline, code: int = GONE_EXIT) -> None:
     """End this rank now; remove the job's folder first when the parent is gone (no one
-    else will). Two passes: a peer may write its error file during the first."""
+    else will). Two passes: a peer may write its error file during the first. The exit is
+    the interpreter's own: while the port's build runs, ``os._exit`` is guarded (it raises
+    instead, ``introspect.models.guards``), which would leave this rank running."""
+    from introspect.models.guards import real_exit
+
     if parent_gone(line):
         shutil.rmtree(line.folder, ignore_errors=True)
         time.sleep(0.1)
         shutil.rmtree(line.folder, ignore_errors=True)
-    os._exit(code)
+    real_exit(code)
 
 
 def _watch(line: Lifeline, fd: int) -> None:

@@ -36,10 +36,13 @@ def rank_output_rows(ranks: Sequence[Any], reference: Mapping[str, torch.Tensor]
         ranks: the ``RankResult`` of every rank, in rank order.
         reference: the reference's outputs by name (one plain call).
     """
-    faults = _shape_faults(ranks)
-    shared = _consistent(ranks)
+    shapes = {tuple(v.shape) for v in reference.values()}
+    sharded = {name: dim for name in ranks[0].outputs
+               if (dim := _shard_dim(name, ranks, shapes)) is not None}
+    faults = _shape_faults(ranks, sharded)
+    shared = [*_consistent(ranks), *sharded]
     joined = {name: value for name in shared
-              if (value := _joined(name, ranks, reference)) is not None}
+              if (value := _joined(name, ranks, shapes, sharded.get(name))) is not None}
     rows: list[OutputDiff] = []
     for result in ranks:
         # a joined output is compared once, with rank 0's; a whole one on every rank
@@ -63,8 +66,9 @@ def rank_output_rows(ranks: Sequence[Any], reference: Mapping[str, torch.Tensor]
     return rows, faults
 
 
-def _shape_faults(ranks: Sequence[Any]) -> list[str]:
-    """Outputs one rank returns and rank 0 does not (or the reverse), or in another shape."""
+def _shape_faults(ranks: Sequence[Any], sharded: Mapping[str, int]) -> list[str]:
+    """Outputs one rank returns and rank 0 does not (or the reverse), or in another shape
+    (but for plain shards of uneven sizes, ``sharded``)."""
     first = ranks[0]
     faults = []
     for result in ranks[1:]:
@@ -75,7 +79,7 @@ def _shape_faults(ranks: Sequence[Any]) -> list[str]:
         for name in result.outputs:
             if name not in first.outputs:
                 faults.append(f"rank {r} returns an output {name}, which rank 0 does not")
-            elif _shape(result, name) != _shape(first, name):
+            elif _shape(result, name) != _shape(first, name) and name not in sharded:
                 faults.append(f"rank {r}'s output {name} is {_shape(result, name)}, "
                               f"rank 0's {_shape(first, name)}")
     return faults
@@ -96,24 +100,44 @@ def _shape(result: Any, name: str) -> tuple[int, ...]:
     return tuple(result.outputs[name].shape)
 
 
-def _joined(name: str, ranks: Sequence[Any], reference: Mapping[str, torch.Tensor]
-            ) -> torch.Tensor | None:
+def _shard_dim(name: str, ranks: Sequence[Any], shapes: set[tuple[int, ...]]) -> int | None:
+    """The dim along which plain tensors of uneven sizes (a vocabulary that does not divide
+    by the ranks) concatenate into a reference output's shape; None for anything else."""
+    if any(name not in r.outputs or (r.output_layouts.get(name) or {}).get("placements")
+           for r in ranks):
+        return None
+    held = [tuple(r.outputs[name].shape) for r in ranks]
+    if len(set(held)) == 1 or len({len(h) for h in held}) != 1:
+        return None
+    differing = [d for d in range(len(held[0])) if len({h[d] for h in held}) > 1]
+    if len(differing) != 1:
+        return None
+    dim = differing[0]
+    whole = list(held[0])
+    whole[dim] = sum(h[dim] for h in held)
+    return dim if tuple(whole) in shapes else None
+
+
+def _joined(name: str, ranks: Sequence[Any], shapes: set[tuple[int, ...]],
+            dim: int | None = None) -> torch.Tensor | None:
     """The ranks' parts of an output joined into the whole, where each rank holds a part:
-    by its DTensor placement, or a plain shard whose concatenation has the shape of a
-    reference output that no rank's own value has. None where each rank holds the whole."""
+    by its DTensor placement, or plain shards (along ``dim`` when uneven) whose
+    concatenation has the shape of a reference output that no rank's own value has. None
+    where each rank holds the whole."""
     first = ranks[0].outputs[name]
     placement = ((ranks[0].output_layouts.get(name) or {}).get("placements") or [""])[0]
     parts = [r.outputs[name] for r in ranks]
+    if dim is not None:
+        return torch.cat(parts, dim=dim)
     if placement.startswith("Shard("):
         return torch.cat(parts, dim=int(placement[len("Shard("):-1]) % max(first.dim(), 1))
     if placement == "Partial":
         return torch.stack(parts).sum(0)
-    shapes = {tuple(v.shape) for v in reference.values()}
     if placement or tuple(first.shape) in shapes:
         return None
-    for dim in range(first.dim()):
+    for d in range(first.dim()):
         shape = list(first.shape)
-        shape[dim] *= len(ranks)
+        shape[d] *= len(ranks)
         if tuple(shape) in shapes:
-            return torch.cat(parts, dim=dim)
+            return torch.cat(parts, dim=d)
     return None
