@@ -103,6 +103,9 @@ def test_ranks_and_their_folder_end_with_the_parent(tmp_path, ending):
                          180), parent.stderr.read().decode()[-2000:] if parent.poll() else ""
         pids = [int((marks / f"rank{r}").read_text()) for r in range(2)]
         assert all(_alive(pid) for pid in pids)
+        # named for ps: introspect-r0, introspect-r1
+        assert [Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids] == \
+            ["introspect-r0", "introspect-r1"]
         assert list(temp.glob("introspect-ranks-*"))
         time.sleep(1.0)  # rank 0 is in its collective by now
         if ending != "crash":
@@ -111,7 +114,8 @@ def test_ranks_and_their_folder_end_with_the_parent(tmp_path, ending):
         assert _wait_for(lambda: not any(_alive(pid) for pid in pids), 10), \
             f"ranks still running after the parent's {ending}: {pids}"
         assert _wait_for(lambda: not list(temp.glob("introspect-ranks-*")), 10), \
-            f"the ranks' folder is left after the parent's {ending}"
+            f"the ranks' folder is left after the parent's {ending}: " \
+            f"{[p.name for p in temp.glob('introspect-ranks-*/*')]}"
         if ending in ("SIGTERM", "SIGHUP"):  # the signal delivered again once cleaned up
             assert parent.returncode == -getattr(signal, ending)
     finally:

@@ -83,13 +83,13 @@ def run_ranks(folder: Path, nproc: int, spec: str, label: str, *, backend: str =
             process.start()
             adopt(process.pid)
         _wait(processes, folder, timeout)
+        return [_read(folder, rank) for rank in range(nproc)]
     finally:
         for process in processes:
             kill_rank(process)
         for process in processes:
             process.join(5)
-        close_lifeline(line)  # the ranks are gone: nobody reads it now
-    return [_read(folder, rank) for rank in range(nproc)]
+        close_lifeline(line)  # the ranks are gone: their end of file means nothing now
 
 
 def _wait(processes: list[Any], folder: Path, timeout: float) -> None:

@@ -161,14 +161,18 @@ def parent_gone(line: Lifeline) -> bool:
     return os.getppid() != line.parent_pid
 
 
-def leave(line: Lifeline, code: int = GONE_EXIT) -> None:
+def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False) -> None:
     """End this rank now; remove the job's folder first when the parent is gone (no one
     else will). Two passes: a peer may write its error file during the first. The exit is
     the interpreter's own: while the port's build runs, ``os._exit`` is guarded (it raises
-    instead, ``introspect.models.guards``), which would leave this rank running."""
+    instead, ``introspect.models.guards``), which would leave this rank running.
+
+    ``gone``: the caller knows (the pipe's end of file comes as the parent closes its
+    files, before the kernel gives the rank a new parent, so ``getppid`` may not say yet).
+    """
     from introspect.models.guards import real_exit
 
-    if parent_gone(line):
+    if gone or parent_gone(line):
         shutil.rmtree(line.folder, ignore_errors=True)
         time.sleep(0.1)
         shutil.rmtree(line.folder, ignore_errors=True)
@@ -187,7 +191,7 @@ def _watch(line: Lifeline, fd: int) -> None:
                 break
         except OSError:
             break
-    leave(line)
+    leave(line, gone=True)
 
 
 def _parent_sentinel() -> int:

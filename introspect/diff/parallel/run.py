@@ -143,7 +143,15 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
         ``parallel`` (a ``ParallelRun``) and the TP hints on the first divergence.
 
     Raises:
-        InputError: bad nproc or build, or a rank that raised, exited or hung (named).
+        InputError: bad nproc (more ranks than cores, or CUDA devices with NCCL, included:
+            refused before anything runs) or build, or a rank that raised, exited, ended its
+            own process or hung (named).
+
+    The ranks end with this process, however it ends, and their folder goes with them
+    (``lifeline``); SIGTERM and SIGHUP stop the run as Ctrl-C does, then end the process.
+    A rank's outputs that differ from rank 0's in names or shapes, or from the
+    reference's, fail the diff with a note naming the rank (``result.outputs`` has a row
+    per rank).
     """
     from introspect.dump import capture
     from introspect.models.ports import LoadedReference
