@@ -139,3 +139,86 @@ def test_a_model_is_not_a_port(tiny3_loaded):
         introspect.diff(reference.model, reference.model, inputs, nproc=2)
     with pytest.raises(InputError, match="top level of a file"):
         introspect.diff(reference, lambda ref: ref.model, inputs, nproc=2)
+
+
+OUTPUTS = PORTS / "rank_outputs.py"
+
+
+def test_every_rank_s_outputs_are_compared_with_the_reference(runs):
+    result = runs(f"{MEGATRON}:build")
+    rows = {r.candidate_output: r for r in result.output_rows}
+    # the port returns a tuple: its outputs pair with HF's by shape
+    assert set(rows) == {"output_0@rank0", "output_0@rank1", "output_1@rank0", "output_1@rank1"}
+    assert {r.reference_output for r in rows.values()} == {"last_hidden_state", "pooler_output"}
+    assert all(r.status == "ok" for r in rows.values())
+
+
+def test_a_rank_whose_output_is_cut_short_fails_naming_it(runs):
+    """Rank 1 returns last_hidden_state[:, :-1]: no node of rank 0's graph holds it."""
+    result = runs(f"{OUTPUTS}:build_shorter")
+    assert not result.passed
+    assert result.verdict == "parity FAILS in the forward"
+    assert "rank 1's output last_hidden_state is (2, 7, 128), rank 0's (2, 8, 128)" in result.notes
+
+
+def test_an_output_one_rank_leaves_out_fails_naming_it(runs):
+    result = runs(f"{OUTPUTS}:build_missing")
+    assert not result.passed
+    assert "rank 1 returns no output pooler_output, which rank 0 returns" in result.notes
+
+
+def test_nan_on_one_rank_fails_naming_it(runs):
+    result = runs(f"{OUTPUTS}:build_nan")
+    assert not result.passed
+    assert any(n.startswith("rank 1's output last_hidden_state differs from the reference's")
+               and "NaN" in n for n in result.notes), result.notes
+    assert not any("rank 0's" in n for n in result.notes)
+    assert runs(f"{OUTPUTS}:build_same").passed  # the same wrapper, every rank right
+
+
+def test_a_vocab_parallel_dtensor_embedding_passes(runs):
+    """RowwiseParallel on the nn.Embedding: _MaskPartial's lookups summed into the whole."""
+    result = runs(f"{PORTS / 'dtensor_vocab_bert.py'}:build")
+    assert result.passed, result.first_divergence
+    words = next(r for r in result.rows
+                 if r.reference_node == "embeddings_word_embeddings")
+    assert words.candidate_node == "words"
+    assert result.parallel.joins["words"] == \
+        "the sum of the 2 ranks' partial values (DTensor Partial)"
+
+
+def test_a_vocab_parallel_embedding_with_its_rows_swapped_fails_there(runs):
+    result = runs(f"{PORTS / 'dtensor_vocab_bert.py'}:build_rows_swapped")
+    assert not result.passed
+    assert result.first_divergence.layer == "embeddings"
+
+
+def test_a_rank_that_ends_its_process_with_0_is_named(tiny3_loaded):
+    import introspect
+    from introspect.errors import InputError
+
+    reference, inputs = tiny3_loaded
+    with pytest.raises(InputError) as raised:
+        introspect.diff(reference, f"{PORTS / 'broken_ranks.py'}:build_exits_zero", inputs,
+                        nproc=2)
+    message = str(raised.value)
+    assert message.startswith("rank 1 of 2 ended its own process with exit code 0 while in "
+                              "its forward"), message
+    assert len(message) < 200
+
+
+def test_nproc_over_the_cores_is_refused_before_anything_runs(tiny3_loaded, monkeypatch):
+    import introspect
+    import introspect.dump
+    from introspect.diff.parallel.run import rank_limit
+    from introspect.errors import InputError
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("the reference was run")
+
+    monkeypatch.setattr(introspect.dump, "capture", no_capture)
+    reference, inputs = tiny3_loaded
+    limit, unit = rank_limit()
+    with pytest.raises(InputError, match=rf"^--nproc 100000 is more ranks than this machine "
+                                         rf"has {unit} \({limit}\): give at most {limit}$"):
+        introspect.diff(reference, f"{MEGATRON}:build", inputs, nproc=100000)

@@ -6,7 +6,10 @@ parent's with it. It writes its results as
 data into the job's folder: ``rank<r>.safetensors`` (the local value of every node that
 computes, as this rank holds it) and ``rank<r>.json`` (what each node is: module, op,
 inputs, DTensor placements; the forward's time; notes), or ``rank<r>.error`` (one line)
-when anything fails. The parent (``launch``) reads them; it never trusts a rank's exit.
+when anything fails. The outputs its forward returned travel in the same files (under
+``output:NAME``), so that the parent compares every rank's every output. The parent
+(``launch``) reads them; it never trusts a rank's exit. Before anything else, a rank ties
+itself to the parent (``lifeline``): it ends, and removes the folder, when the parent ends.
 
 The port's contract: ``build(reference)`` runs after the process group is initialised
 (it may read ``get_rank()``/``get_world_size()``) and its forward calls the collectives
@@ -35,6 +38,8 @@ TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_R
 
 # DTensor's conversions: the same values as their input, in another wrapping.
 CONVERSIONS = frozenset({"from_local", "to_local"})
+# The port's outputs in a rank's values file, beside the nodes (fx names hold no colon).
+OUTPUT_PREFIX = "output:"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class RankJob:
     backend: str  # gloo or nccl
     timeout: float  # seconds any collective may wait for the other ranks
     master_port: int  # for ports and libraries that read MASTER_ADDR/MASTER_PORT
+    lifeline: Any = None  # a lifeline.Lifeline: how this rank follows its parent
 
 
 def result_path(folder: str | Path, rank: int, suffix: str) -> Path:
@@ -56,6 +62,10 @@ def result_path(folder: str | Path, rank: int, suffix: str) -> Path:
 
 def run_rank(rank: int, job: RankJob, reference: Any = None) -> None:
     """A rank's whole life; never raises: a failure is written as ``rank<r>.error``."""
+    from introspect.diff.parallel.lifeline import follow_parent, leave
+
+    if job.lifeline is not None:
+        follow_parent(job.lifeline, rank)
     log = open(result_path(job.folder, rank, "log"), "w")  # noqa: SIM115  # the port's prints
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
@@ -67,6 +77,8 @@ def run_rank(rank: int, job: RankJob, reference: Any = None) -> None:
         traceback.print_exc(file=log)
         log.flush()
         _write_text(result_path(job.folder, rank, "error"), message)
+        if job.lifeline is not None:  # the parent gone: the folder is this rank's to remove
+            leave(job.lifeline, 3)
         os._exit(3)  # no atexit handlers, no process-group teardown that could hang
     log.flush()
 
@@ -102,7 +114,7 @@ def _run(rank: int, job: RankJob, reference: Any) -> None:
         _stage(job, rank, "recording its forward")
         values, nodes, notes = _record(model, inputs, job.label, truth)
         _stage(job, rank, "writing its values")
-        _write(job.folder, rank, values, nodes, notes, seconds)
+        _write(job.folder, rank, values, nodes, notes, seconds, truth)
         dist.barrier()
         dist.destroy_process_group()
 
@@ -149,11 +161,24 @@ def _truth_runs(model: Any, inputs: dict[str, Any]) -> tuple[float, Any]:
     for name, value in first.items():
         again = second.get(name)
         if isinstance(value, torch.Tensor) and not (
-                isinstance(again, torch.Tensor) and _local(again).shape == _local(value).shape
-                and torch.equal(_local(again), _local(value))):
+                isinstance(again, torch.Tensor) and same(_local(again), _local(value))):
             raise RuntimeError(f"the port's output {name} differs between two calls on the same "
                                "inputs (dropout or random numbers left on?)")
     return seconds, first
+
+
+def same(a: Any, b: Any) -> bool:
+    """Bit for bit the same, NaN where NaN (``torch.equal`` calls NaN unequal to itself)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    if not a.is_floating_point():
+        return False
+    nan = a.isnan()
+    return bool(torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan]))
 
 
 def _synchronize() -> None:
@@ -169,18 +194,18 @@ def _record(model: Any, inputs: dict[str, Any], label: str, truth: dict[str, Any
     import torch
 
     from introspect.diff.api import record_for_diff
-    from introspect.dump.capture import record_values, select_records
+    from introspect.diff.parallel.local_values import record_local_values
+    from introspect.dump.capture import select_records
 
     graph, accepted, _ = record_for_diff(model, inputs, label)
     chosen = select_records(graph.records)
     output = next(n for n in graph.gm.graph.nodes if n.op == "output")
     returned = {k: v.name for k, v in output.args[0].items() if isinstance(v, torch.fx.Node)}
     keep = {r.name for r in chosen} | set(returned.values())
-    values = record_values(graph.gm, graph.input_names, accepted, keep)
+    values, placements = record_local_values(graph.gm, graph.input_names, accepted, keep)
     notes = []
     differing = [name for name, node in returned.items() if name in truth
-                 and not (node in values and torch.equal(_local(values[node]),
-                                                         _local(truth[name])))]
+                 and not (node in values and same(values[node], _local(truth[name])))]
     if differing:
         notes.append(f"its recording did not replay its truth run ({', '.join(differing)} "
                      "differ): a collective the recorder cannot see?")
@@ -190,8 +215,8 @@ def _record(model: Any, inputs: dict[str, Any], label: str, truth: dict[str, Any
     nodes: list[dict[str, Any]] = [
         {"name": r.name, "module": r.module, "layer": r.layer, "op": r.op_type,
          "sources": _sources(r.name, by_name, kept_names),
-         "placements": _placements(values[r.name])} for r in kept_records]
-    kept = {r.name: _local(values[r.name]) for r in kept_records}
+         "placements": placements[r.name]} for r in kept_records]
+    kept = {r.name: values[r.name] for r in kept_records}
     return kept, nodes, notes
 
 
@@ -218,33 +243,25 @@ def _local(value: Any) -> Any:
     return to_local() if callable(to_local) else value
 
 
-def _placements(value: Any) -> list[str] | None:
-    """A DTensor's placements on its (1-D) mesh: ``Shard(d)``, ``Partial``, ``Replicate``."""
-    placements = getattr(value, "placements", None)
-    if placements is None:
-        return None
-    found = []
-    for p in placements:
-        if p.is_shard():
-            found.append(f"Shard({p.dim})")
-        elif p.is_partial():
-            found.append("Partial")
-        else:
-            found.append("Replicate")
-    return found
-
-
 def _write(folder: str, rank: int, values: dict[str, Any], nodes: list[dict[str, Any]],
-           notes: list[str], seconds: float) -> None:
+           notes: list[str], seconds: float, outputs: dict[str, Any]) -> None:
+    import torch
     from safetensors.torch import save_file
 
+    from introspect.diff.parallel.local_values import local_copy, placements
+
     tensors = {k: v.detach().cpu().contiguous() for k, v in values.items()}
+    returned = {k: v for k, v in outputs.items() if isinstance(v, torch.Tensor)}
+    tensors.update({OUTPUT_PREFIX + k: local_copy(v).cpu().contiguous()
+                    for k, v in returned.items()})
+    layouts = {k: {"placements": placements(v), "shape": list(v.shape)}
+               for k, v in returned.items()}
     save_file(tensors, str(result_path(folder, rank, "safetensors.tmp")))
     os.replace(result_path(folder, rank, "safetensors.tmp"),
                result_path(folder, rank, "safetensors"))
     _write_text(result_path(folder, rank, "json"),
                 json.dumps({"nodes": nodes, "notes": notes, "forward_seconds": seconds,
-                            "stages": _STAGES, "done": time.time()}))
+                            "outputs": layouts, "stages": _STAGES, "done": time.time()}))
 
 
 def _write_text(path: Path, text: str) -> None:

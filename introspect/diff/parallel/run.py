@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ import torch
 from introspect.diff.parallel.hints import parallel_hints, reference_bias
 from introspect.diff.parallel.join import PER_RANK, JoinedRanks, join_ranks
 from introspect.diff.parallel.launch import run_ranks
+from introspect.diff.parallel.lifeline import parent_stops
+from introspect.diff.parallel.outputs import rank_output_rows
 from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
 
@@ -48,22 +51,40 @@ class ParallelRun:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def check_nproc(nproc: Any) -> int:
-    """A number of ranks >= 1.
+def check_nproc(nproc: Any, backend: str | None = None) -> int:
+    """A number of ranks >= 1 that this machine can run at once: at most one rank per
+    core on the CPU (gloo), one per device with NCCL. Checked before anything loads.
 
     Raises:
-        InputError: anything else.
+        InputError: anything else, in one line.
     """
     count = None
-    if isinstance(nproc, str) and nproc.strip().lstrip("-").isdigit():
-        count = int(nproc)
+    if isinstance(nproc, str) and re.fullmatch(r"\s*-?[0-9]+\s*", nproc):
+        count = int(nproc)  # ASCII digits only: int() reads "²" and "٣" too, or fails
     elif isinstance(nproc, int) and not isinstance(nproc, bool):
         count = nproc
     if count is None:
-        raise InputError(f"--nproc takes a number of processes, got {nproc!r}")
+        shown = repr(nproc) if len(repr(nproc)) <= 40 else repr(nproc)[:37] + "..."
+        raise InputError(f"--nproc takes a number of processes, got {shown}")
     if count < 1:
         raise InputError(f"--nproc takes a number of processes >= 1, got {count}")
+    limit, unit = rank_limit(backend)
+    if count > limit:
+        raise InputError(f"--nproc {count} is more ranks than this machine has {unit} "
+                         f"({limit}): give at most {limit}")
     return count
+
+
+def rank_limit(backend: str | None = None) -> tuple[int, str]:
+    """How many ranks can run at once, and of what: CUDA devices for NCCL (the default
+    where CUDA is present), else the cores this process may run on."""
+    if backend == "nccl" or (backend is None and torch.cuda.is_available()):
+        return torch.cuda.device_count(), "CUDA devices"
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(cores, 1), "cores"
 
 
 def port_spec(build: Any) -> str:
@@ -122,24 +143,34 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
         ``parallel`` (a ``ParallelRun``) and the TP hints on the first divergence.
 
     Raises:
-        InputError: bad nproc or build, or a rank that raised, exited or hung (named).
+        InputError: bad nproc (more ranks than cores, or CUDA devices with NCCL, included:
+            refused before anything runs) or build, or a rank that raised, exited, ended its
+            own process or hung (named).
+
+    The ranks end with this process, however it ends, and their folder goes with them
+    (``lifeline``); SIGTERM and SIGHUP stop the run as Ctrl-C does, then end the process.
+    A rank's outputs that differ from rank 0's in names or shapes, or from the
+    reference's, fail the diff with a note naming the rank (``result.outputs`` has a row
+    per rank).
     """
     from introspect.dump import capture
     from introspect.models.ports import LoadedReference
 
-    nproc = check_nproc(nproc)
-    spec = port_spec(build)
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend not in BACKENDS:
         raise InputError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    nproc = check_nproc(nproc, backend)
+    spec = port_spec(build)
     loaded = reference if isinstance(reference, LoadedReference) else LoadedReference(
         reference, getattr(reference, "config", None), None, None, "", "", "")
     tensors = {k: v for k, v in dict(getattr(inputs, "tensors", inputs)).items()}
     reference_label = reference_label or type(loaded.model).__name__
     clock = {"begin": time.time()}
     taken = capture(loaded.model, tensors, label=reference_label)
+    expected = _reference_outputs(loaded.model, tensors)
     clock["captured"] = time.time()
-    with tempfile.TemporaryDirectory(prefix="introspect-ranks-") as folder:
+    # SIGTERM or SIGHUP here stops the ranks and removes their folder, as Ctrl-C does
+    with parent_stops(), tempfile.TemporaryDirectory(prefix="introspect-ranks-") as folder:
         method = start_method or ("spawn" if backend == "nccl" else "fork")
         _write_job(Path(folder), loaded if method == "spawn" else None, tensors)
         clock["written"] = time.time()
@@ -163,11 +194,27 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
                          candidate_label=candidate_label or f"{spec} on {nproc} ranks",
                          allow_nonfinite=allow_nonfinite, notes=notes,
                          unfaithful=any(r.notes for r in ranks))
+    result.output_rows, faults = rank_output_rows(
+        ranks, expected, tolerance, allow_nonfinite=allow_nonfinite,
+        attention_mask=tensors.get("attention_mask"))
+    if faults:  # a rank's own outputs: each fault names its rank
+        result.notes[:0] = faults
+        result.passed = False
     clock["diffed"] = time.time()
     result.parallel = ParallelRun(nproc, backend, seconds,
                                   {k: str(j) for k, j in joined.joins.items()},
                                   _phases(clock, ranks))
     return result
+
+
+def _reference_outputs(model: Any, tensors: Mapping[str, torch.Tensor]
+                       ) -> dict[str, torch.Tensor]:
+    """The reference's outputs by name, from one plain call, for each rank's to meet."""
+    from introspect.diff.eager import outputs_as_dict
+
+    with torch.no_grad():
+        returned = outputs_as_dict(model(**{k: v.clone() for k, v in tensors.items()}))
+    return {k: v.detach() for k, v in returned.items() if isinstance(v, torch.Tensor)}
 
 
 def _phases(clock: Mapping[str, float], ranks: list[Any]) -> dict[str, float]:
