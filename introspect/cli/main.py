@@ -104,7 +104,7 @@ def _run(argv: Sequence[str] | None) -> int:
                          "see 'introspect --help'\n")
         return EXIT_BAD_INPUT
     from introspect import files
-    from introspect.cli.options import check_numbers
+    from introspect.cli.options import check_numbers, quiet_libraries
     from introspect.models import guards, ports
 
     written_before = files.written_count()
@@ -112,7 +112,8 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         files.check_lock_wait()  # before the slow part, not when the first file is written
         check_numbers(args)
-        with guards.exits_refused():  # os._exit in code it runs: an exception, not an exit
+        # os._exit in code it runs: an exception, not an exit; -q: transformers quiet too
+        with guards.exits_refused(), quiet_libraries(args):
             code = int(args.run(args))
         files.flush_stdout()  # `> /dev/full` fails here, not in Python's exit
         return code

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 # Kept here (not imported from introspect.models.load) so that --help never imports torch.
@@ -79,6 +82,29 @@ def add_text_pair_option(parser: argparse.ArgumentParser) -> None:
                              "pineapple pizza.' and 'Time flies like an arrow.' / 'Fruit "
                              "flies like a banana.': padded, both segments)")
     parser.set_defaults(default_pairs=DEFAULT_PAIRS)
+
+
+@contextlib.contextmanager
+def quiet_libraries(args: argparse.Namespace) -> Iterator[None]:
+    """Under -q, transformers says nothing but errors (its logging and its warnings).
+
+    Its long-input advice, deprecation notes and load reports are noise to a run that
+    prints its verdict only; the settings are put back after, so ``main()`` called twice
+    in one process (a notebook, the tests) leaves them as they were.
+    """
+    if not getattr(args, "quiet", False):
+        yield
+        return
+    from transformers.utils import logging as hf_logging  # not torch: cheap enough for -q
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def add_verbosity_options(parser: argparse.ArgumentParser, *,
