@@ -117,3 +117,16 @@ def test_a_long_pair_costs_little_memory():
     grown = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, "125000"], env=env, check=True,
                            capture_output=True, text=True).stdout
     assert int(grown) < 100, f"the peak grew by {grown} MiB"
+
+
+def test_a_slow_tokenizer_gets_the_same_ids(tokenizer):
+    from transformers import BertTokenizer
+
+    slow = BertTokenizer.from_pretrained(minilm_folder(), local_files_only=True)
+    texts = ["the cat sat " * 20, "on the mat " * 30]
+    got = tokenize(slow, texts, head="next-sentence", max_length=16)
+    expected = whole(slow, texts, True, 16)
+    assert torch.equal(got.tensors["input_ids"], expected["input_ids"])
+    assert torch.equal(got.tensors["input_ids"],
+                       tokenize(tokenizer, texts, head="next-sentence",
+                                max_length=16).tensors["input_ids"])

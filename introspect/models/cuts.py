@@ -37,9 +37,12 @@ def word_tokens(tokenizer: Any, text: str) -> tuple[int, list[int]]:
     """(tokens the text gives, without special ones; the character where each word starts).
 
     The starts are those of each token that begins a new word (a pre-token: BERT splits
-    on whitespace and punctuation), in order; cutting a text at one of them leaves the
-    tokens before it unchanged.
+    on whitespace and punctuation), in order, -1 inside a word; cutting a text at one of
+    them leaves the tokens before it unchanged. A slow (Python) tokenizer gives no
+    offsets, and no starts: its texts are cut to the bound of characters only.
     """
+    if not getattr(tokenizer, "is_fast", False):  # no offsets; its truncation is linear
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]), []
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     words = encoding.word_ids()
     offsets = encoding["offset_mapping"]
