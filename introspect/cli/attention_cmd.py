@@ -32,7 +32,7 @@ import argparse
 import sys
 from typing import Any
 
-from introspect.cli.options import add_model_options, add_verbosity_options, say
+from introspect.cli.options import add_model_options, add_verbosity_options, say, whole_number
 
 VIEWS = ("head", "matrix", "model")
 FORMATS = ("svg", "png", "html", "json", "csv")
@@ -46,7 +46,7 @@ def index_list(text: str) -> tuple[int, ...]:
     if text.strip() == "all":
         return ()
     try:
-        values = tuple(int(part) for part in text.split(","))
+        values = tuple(whole_number(part.strip()) for part in text.split(","))
     except ValueError as e:
         raise argparse.ArgumentTypeError(
             f"expected an index, a list such as 0,3,8, or 'all'; not {text!r}") from e
@@ -57,7 +57,7 @@ def token_window(text: str) -> tuple[int, int]:
     """--tokens START:END, as Python slices (END excluded)."""
     start, _, end = text.partition(":")
     try:
-        window = int(start or 0), int(end) if end else 1 << 30
+        window = whole_number(start or "0"), whole_number(end) if end else 1 << 30
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"--tokens takes START:END, such as 0:64; not {text!r}") \
             from e
@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layer(s): 0, 0,3,8 or all (default: 0; model view: all)")
     parser.add_argument("--heads", type=index_list, default=None, metavar="N",
                         help="attention head(s): 8, 0,3,8 or all (default: 0; model view: all)")
-    parser.add_argument("--row", type=int, default=0, metavar="B",
+    parser.add_argument("--row", type=whole_number, default=0, metavar="B",
                         help="the batch row (text) to draw (default: 0)")
     parser.add_argument("--tokens", type=token_window, metavar="START:END",
                         help="the window of tokens the head and matrix views show")

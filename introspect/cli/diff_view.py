@@ -4,7 +4,8 @@
 ``pytest -q`` keeps the failures); the tables are for a person at a terminal.
 
 A failing diff ends, as pytest does, on where to look: its last line is the first
-divergence (also under ``--quiet``); the hints at its cause come under the verdict, each
+divergence (also under ``--quiet``), and where that sentence wraps, a last line of its own
+names the layer and the node; the hints at its cause come under the verdict, each
 once. The tables share one set of status words (pass, FAIL, drift, n/a) and a legend.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, TextIO
 
-from introspect.cli.tables import Column, console_for, emit, prose, table
+from introspect.cli.tables import Column, console_for, emit, prose, table, wraps
 
 MAX_FAILING_ROWS = 20  # without --nodes; the rest is "… and N more"
 
@@ -43,20 +44,38 @@ def _notes(result: Any) -> list[str]:
     return [*result.notes, *(backward.notes if backward is not None else ())]
 
 
-def divergence_line(result: Any) -> str | None:
-    """The first divergence in one line (the last line of a failing diff), or None."""
+def _first_divergence(result: Any) -> tuple[Any, str | None]:
+    """The divergence the last line names (the backward's when it decided) and its sentence."""
     d = result.first_divergence
     backward = getattr(result, "backward", None)
     if backward is not None and backward.first_divergence is not None and (
             d is None or getattr(d, "phase", "forward") == "backward"):
         first = [line for line in backward.summary().splitlines()
                  if line.startswith("first backward divergence")]
-        return first[0] if first else None
+        return backward.first_divergence, (first[0] if first else None)
+    if d is None:
+        return None, None
+    return d, (f"first divergence: {d.reference_node} -> {d.candidate_node} "
+               f"({d.op} in {d.module or d.layer}), local max abs error "
+               f"{d.local_max_abs_err:.3g} over budget {d.budget}")
+
+
+def divergence_line(result: Any) -> str | None:
+    """The first divergence in one line (the last line of a failing diff), or None."""
+    return _first_divergence(result)[1]
+
+
+def divergence_place(result: Any) -> str | None:
+    """Where the first divergence is, as one unit: ``at encoder.layer.3, node NODE``, or None.
+
+    A sentence wrapped at the terminal's width ends on its budget; this unit, printed
+    whole under it, keeps the layer and the node on the last line a CI log's tail shows.
+    """
+    d, _ = _first_divergence(result)
     if d is None:
         return None
-    return (f"first divergence: {d.reference_node} -> {d.candidate_node} "
-            f"({d.op} in {d.module or d.layer}), local max abs error "
-            f"{d.local_max_abs_err:.3g} over budget {d.budget}")
+    node = f"parameter {d.parameter}" if getattr(d, "parameter", None) else d.reference_node
+    return f"at {d.layer or d.module}, node {node}"
 
 
 def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
@@ -104,6 +123,9 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
     last = divergence_line(result)
     if last:
         prose(console, last, _verdict_style(last))
+        place = divergence_place(result)
+        if place and wraps(console, last):  # the last line names the layer and the node
+            prose(console, "    " + place.replace(" ", "\xa0"), _verdict_style(last))
     elif backward is not None and not quiet:  # the verdict again, under the tables
         prose(console, f"{result.verdict}: forward and backward "
                        f"({len(backward.parameter_rows)} parameters)",

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import argparse
 
-from introspect.cli.options import add_model_options, add_verbosity_options, check_texts, say
+from introspect.cli.options import (
+    add_model_options,
+    add_verbosity_options,
+    check_texts,
+    say,
+    whole_number,
+)
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -30,7 +36,7 @@ def depth_value(text: str) -> int | str:
     if text == "full":
         return text
     try:
-        value = int(text)
+        value = whole_number(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(
             f"depth must be a number >= 0 or 'full', not {text!r}"
@@ -43,7 +49,7 @@ def depth_value(text: str) -> int | str:
 def layer_list(text: str) -> tuple[int, ...]:
     """--expand: comma-separated layer numbers, such as '0,-1'."""
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        return tuple(whole_number(part.strip()) for part in text.split(",") if part.strip())
     except ValueError as e:
         raise argparse.ArgumentTypeError(
             f"--expand takes layer numbers separated by commas, such as 0,-1; not {text!r}"

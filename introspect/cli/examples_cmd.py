@@ -13,7 +13,7 @@ GPT-2 with its own cache), numpy_port/bert_numpy.py (a port in NumPy), onnx_runt
 keras_jax/ (two runtimes), the CI recipes, small scripts and the notebooks.
 
 DIR must not exist or be empty: nothing is overwritten. The folder appears complete or
-not at all.
+not at all; an empty folder keeps its mode (a private 0700 folder stays private).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -71,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"cannot write into {str(parent)!r}: {e.strerror or e}") from e
     try:
         shutil.copytree(source, temp, ignore=LEFT_OUT, dirs_exist_ok=True)
-        os.chmod(temp, 0o777 & ~_umask())
+        # an empty folder of the user's keeps its mode (0700 stays private); a new one
+        # gets what mkdir would give it
+        os.chmod(temp, stat.S_IMODE(target.stat().st_mode) if target.is_dir()
+                 else 0o777 & ~_umask())
         if target.is_dir():
             target.rmdir()  # empty, checked above; a rename cannot replace it everywhere
         os.rename(temp, target)

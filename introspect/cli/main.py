@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import threading
 from collections.abc import Sequence
@@ -36,8 +37,29 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; a user error here is one line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(one_line(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+                         + "\n")
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+LINE_LIMIT = 199  # characters of a refusal: a terminal's line or two, a CI log's last line
+_LONG_QUOTED = re.compile(r"'([^'\n]{61,})'")
+
+
+def one_line(text: str) -> str:
+    """A refusal as one line of at most ``LINE_LIMIT`` characters.
+
+    Long values the user gave (a path of 500 characters) keep their ends, and the line
+    its start (what failed) and its end (what to do next).
+    """
+    line = " ".join(text.split())
+    if len(line) <= LINE_LIMIT:
+        return line
+    line = _LONG_QUOTED.sub(lambda m: f"'{m[1][:28]}…{m[1][-28:]}'", line)
+    if len(line) <= LINE_LIMIT:
+        return line
+    half = (LINE_LIMIT - 1) // 2
+    return line[:half] + "…" + line[-(LINE_LIMIT - 1 - half):]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,13 +104,16 @@ def _run(argv: Sequence[str] | None) -> int:
                          "see 'introspect --help'\n")
         return EXIT_BAD_INPUT
     from introspect import files
+    from introspect.cli.options import check_numbers, quiet_libraries
     from introspect.models import guards, ports
 
     written_before = files.written_count()
     ran_before = set(ports.RAN)
     try:
         files.check_lock_wait()  # before the slow part, not when the first file is written
-        with guards.exits_refused():  # os._exit in code it runs: an exception, not an exit
+        check_numbers(args)
+        # os._exit in code it runs: an exception, not an exit; -q: transformers quiet too
+        with guards.exits_refused(), quiet_libraries(args):
             code = int(args.run(args))
         files.flush_stdout()  # `> /dev/full` fails here, not in Python's exit
         return code
@@ -99,7 +124,7 @@ def _run(argv: Sequence[str] | None) -> int:
         message = files.describe_failure(e) if isinstance(e, OSError) else str(e)
         if files.written_since(written_before):  # a later output failed: say what is done
             message += f" ({files.describe_written(written_before)})"
-        sys.stderr.write(f"introspect {args.command}: error: {message}\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: error: {message}") + "\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         done = files.describe_written(written_before)
@@ -108,8 +133,9 @@ def _run(argv: Sequence[str] | None) -> int:
     except BaseException as e:  # user code's exit that slipped past ports.port_code, or a bug
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
-        sys.stderr.write(f"introspect {args.command}: error: "
-                         f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: error: "
+                                  f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}")
+                         + "\n")
         return EXIT_BAD_INPUT
 
 

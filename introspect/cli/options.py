@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 # Kept here (not imported from introspect.models.load) so that --help never imports torch.
@@ -18,6 +21,44 @@ DEFAULT_TEXTS = ("I love cats!", "He hates pineapple pizza.")
 # padded (the attention mask is exercised) and token_type_ids holds both segments.
 DEFAULT_PAIRS = (("I love cats!", "He hates pineapple pizza."),
                  ("Time flies like an arrow.", "Fruit flies like a banana."))
+# Options that take a number as text, parsed later by the code they feed: checked up front
+# by check_numbers, so that a digit other than 0-9 is a usage error wherever it goes.
+NUMBER_OPTIONS = {"atol": "--atol", "rtol": "--rtol", "generate": "--generate",
+                  "nproc": "--nproc", "nproc_timeout": "--nproc-timeout"}
+
+
+class NotANumber(argparse.ArgumentTypeError, ValueError):
+    """A ValueError for callers that say their own message, argparse's message otherwise."""
+
+
+def whole_number(text: str) -> int:
+    """``int(text)`` for ASCII digits only; ``NotANumber`` (a ValueError) otherwise.
+
+    ``int`` reads any Unicode decimal digit (``int('١')`` is 1) and refuses others that
+    ``str.isdigit`` accepts (``'²'``), so a check on ``isdigit`` lets ``'²'`` through to an
+    internal error; a number on a command line is written in 0-9.
+    """
+    try:
+        if text.isascii():
+            return int(text)
+    except ValueError:
+        pass
+    raise NotANumber(f"expected a whole number in ASCII digits (0-9), not {text[:40]!r}")
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse a number option (``NUMBER_OPTIONS``) written with characters other than ASCII.
+
+    Raises:
+        InputError: ``--nproc ²``, ``--atol ١`` and the like, naming the option.
+    """
+    from introspect.errors import InputError
+
+    for dest, option in NUMBER_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.isascii():
+            raise InputError(f"{option} takes a number written in ASCII (0-9, '.', 'e'), "
+                             f"got {value[:40]!r}")
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, head_default: str = "base") -> None:
@@ -41,6 +82,29 @@ def add_text_pair_option(parser: argparse.ArgumentParser) -> None:
                              "pineapple pizza.' and 'Time flies like an arrow.' / 'Fruit "
                              "flies like a banana.': padded, both segments)")
     parser.set_defaults(default_pairs=DEFAULT_PAIRS)
+
+
+@contextlib.contextmanager
+def quiet_libraries(args: argparse.Namespace) -> Iterator[None]:
+    """Under -q, transformers says nothing but errors (its logging and its warnings).
+
+    Its long-input advice, deprecation notes and load reports are noise to a run that
+    prints its verdict only; the settings are put back after, so ``main()`` called twice
+    in one process (a notebook, the tests) leaves them as they were.
+    """
+    if not getattr(args, "quiet", False):
+        yield
+        return
+    from transformers.utils import logging as hf_logging  # not torch: cheap enough for -q
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def add_verbosity_options(parser: argparse.ArgumentParser, *,

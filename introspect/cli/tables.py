@@ -165,6 +165,11 @@ def prose(console: Any, text: str, style: str = "", indent: int = 4) -> None:
                       soft_wrap=True)
 
 
+def wraps(console: Any, text: str) -> bool:
+    """Whether ``prose`` prints ``text`` on more than one line."""
+    return bool(getattr(console, "introspect_wrap_prose", True)) and len(text) > console.width
+
+
 # Phrases prose never breaks: the verdicts and the words that open the last line.
 KEEP_TOGETHER = ("gradient parity holds", "gradient parity FAILS", "parity holds",
                  "parity FAILS in the forward", "parity FAILS in the backward",

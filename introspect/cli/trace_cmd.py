@@ -23,7 +23,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from introspect.cli.options import add_model_options, add_verbosity_options, check_texts, say
+from introspect.cli.options import (
+    add_model_options,
+    add_verbosity_options,
+    check_texts,
+    say,
+    whole_number,
+)
 
 FORMATS = ("table", "csv", "json", "graphml")
 
@@ -48,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _depth(text: str) -> int:
     try:
-        depth = int(text)
+        depth = whole_number(text)
     except ValueError:
         depth = -1
     if depth < 1:

@@ -49,7 +49,7 @@ def parse_device(value: str | torch.device | None, option: str) -> torch.device 
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError, ValueError) as e:
-        raise InputError(f"{option} {str(value)!r}: not a device torch knows (cpu, cuda, "
+        raise InputError(f"{option} {_shown(value)}: not a device torch knows (cpu, cuda, "
                          "cuda:1, mps)") from e
     if device.type == "cpu":
         return torch.device("cpu")
@@ -69,9 +69,26 @@ def parse_device(value: str | torch.device | None, option: str) -> torch.device 
     try:  # mps, xpu, a backend of its own: usable if it holds a tensor
         torch.empty(1, device=device)
     except Exception as e:  # noqa: BLE001 - each backend fails its own way
-        raise InputError(f"{option} {value}: this machine cannot use it ({e})".splitlines()[0]
-                         ) from e
+        raise InputError(f"{option} {value}: this machine cannot use it (torch "
+                         f"{torch.__version__}: {_cause(e)}); use cpu") from e
     return device
+
+
+def _cause(error: BaseException) -> str:
+    """A backend's error in a few words: torch's run to 1,250 characters on one line.
+
+    (``Could not run 'aten::empty.memory_format' with arguments from the 'MPS' backend.
+    This could be because ...``: the first sentence, at most 80 characters.)
+    """
+    text = " ".join(str(error).split()) or type(error).__name__
+    sentence = text.split(". ")[0].rstrip(".")
+    return sentence if len(sentence) <= 80 else sentence[:79] + "…"
+
+
+def _shown(value: object) -> str:
+    """A user's value quoted, at most 40 characters of it, so the refusal stays one line."""
+    text = str(value)
+    return repr(text) if len(text) <= 40 else repr(text[:39]) + "…"
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

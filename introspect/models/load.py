@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from introspect.errors import ModelSourceError
-from introspect.models import validate
+from introspect.models import cuts, validate
 from introspect.models.families import (
     EMBEDDED_VOCAB,
     FAMILIES,
@@ -460,7 +460,11 @@ def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
              head: str = "base", max_length: int = 512) -> TokenizedInputs:
     """Tokenize texts into the three tensors BERT takes, padded to the longest text.
 
-    Texts longer than ``max_length`` tokens are truncated, and ``notes`` says so.
+    Texts longer than ``max_length`` tokens are truncated, and ``notes`` says so. Each
+    text is cut first (``introspect.models.cuts``): to ``max_length * 64`` characters, the
+    most the tokenizer reads, then after ``max_length + 1`` tokens; below that bound of
+    characters the token ids are those of the whole text, and memory stays linear in
+    the length (a sentence pair's own truncation grows with its square).
     The ``next-sentence`` head takes texts in pairs (sentence A, sentence B); the
     ``multiple-choice`` head takes all texts as the choices of one example (1, C, S).
 
@@ -469,18 +473,35 @@ def tokenize(tokenizer: Any, texts: list[str] | tuple[str, ...] = DEFAULT_TEXTS,
             number of texts for next-sentence (``validate.check_texts``).
     """
     texts = validate.check_texts(texts, head=head)
-    notes = []
+    bound, keep = cuts.character_bound(max_length), max_length + 1
+    with _quiet_transformers():  # its long-input warning: the notes below say it better
+        counted = [cuts.word_tokens(tokenizer, text[:bound]) for text in texts]
     if head == "next-sentence":
-        first, second = list(texts[0::2]), list(texts[1::2])
+        cut = [text for i in range(0, len(texts), 2)
+               for text in cuts.cut_pair(
+                   (texts[i][:bound], counted[i][1]), (texts[i + 1][:bound], counted[i + 1][1]),
+                   keep)]
+        first, second = cut[0::2], cut[1::2]
         encoded = tokenizer(first, second, padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")
-        lengths = [len(tokenizer(a, b)["input_ids"]) for a, b in zip(first, second, strict=True)]
+        specials = tokenizer.num_special_tokens_to_add(pair=True)
+        lengths = [counted[i][0] + counted[i + 1][0] + specials
+                   for i in range(0, len(texts), 2)]
+        characters = [max(len(texts[i]), len(texts[i + 1])) for i in range(0, len(texts), 2)]
     else:
-        encoded = tokenizer(list(texts), padding=True, truncation=True,
+        cut = [cuts.cut_after(text[:bound], starts, keep)[0]
+               for text, (_, starts) in zip(texts, counted, strict=True)]
+        encoded = tokenizer(cut, padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")
-        lengths = [len(tokenizer(t)["input_ids"]) for t in texts]
-    for i, length in enumerate(lengths, 1):
-        if length > max_length:
+        specials = tokenizer.num_special_tokens_to_add(pair=False)
+        lengths = [count + specials for count, _ in counted]
+        characters = [len(text) for text in texts]
+    notes = []
+    for i, (length, size) in enumerate(zip(lengths, characters, strict=True), 1):
+        if size > bound:
+            notes.append(f"input {i} has {size:,} characters; the first {bound:,} were read "
+                         f"({length} tokens) and truncated to {max_length}")
+        elif length > max_length:
             notes.append(f"input {i} has {length} tokens; truncated to {max_length}")
     names = [n for n in ("input_ids", "token_type_ids", "attention_mask")
              if n in getattr(tokenizer, "model_input_names", ()) and n in encoded]

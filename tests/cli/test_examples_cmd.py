@@ -61,3 +61,20 @@ def test_a_failed_copy_leaves_nothing(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nothing was written" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_folder_keeps_its_mode(tmp_path):
+    # it was left at 0755 (the umask's mode): a private folder opened to every user
+    private = tmp_path / "private"
+    private.mkdir()
+    private.chmod(0o700)
+    assert main(["examples", str(private), "-q"]) == 0
+    assert (private / "ci" / "my_port.py").is_file()
+    assert private.stat().st_mode & 0o777 == 0o700
+    new = tmp_path / "new"
+    old_mask = os.umask(0o022)
+    try:
+        assert main(["examples", str(new), "-q"]) == 0
+    finally:
+        os.umask(old_mask)
+    assert new.stat().st_mode & 0o777 == 0o755  # a new folder: what mkdir would give

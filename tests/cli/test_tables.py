@@ -220,3 +220,16 @@ def test_layer_status_words():
     assert layer_statuses(result) == ["n/a", "FAIL", "drift", "pass"]
     assert "unconfirmed" not in status_legend(["pass"])
     assert "unconfirmed: " in status_legend(["unconfirmed"])
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 200])
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_last_line_names_the_layer_and_the_node_at_any_width(failing, width, quiet):
+    # at 100 columns the sentence used to wrap so that its last line was only the budget
+    # ("1e-05 + rtol 1.3e-06 * |ref|"): a CI log's tail lost the layer
+    d = failing.first_divergence
+    stream = io.StringIO()
+    print_diff(failing, stream, quiet=quiet, all_nodes=False, width=width)
+    last = stream.getvalue().rstrip("\n").splitlines()[-1]
+    assert d.layer in last and d.reference_node in last, last
+    assert d.layer == "encoder.layer.0" and d.reference_node == "encoder_layer_0_intermediate_dense"
