@@ -16,9 +16,19 @@ import torch
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
 from introspect.diff.align.weights import describe_order
-from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
+from introspect.diff.records import (
+    BY_INPUT,
+    BY_OUTPUT,
+    BY_WEIGHTS,
+    PROVEN_STRUCTURE,
+    Pair,
+    Region,
+    WeightRelation,
+)
 from introspect.errors import InputError
 
+POSITION_NOTE = ("several of the reference's nodes read these weights alike; paired by "
+                 "graph position")
 # How far a vector's reader looks upstream for paired nodes, and downstream from them.
 _SETTLE_DEPTH = 10
 
@@ -41,6 +51,9 @@ class Matcher:
         # Pairs whose arguments hold different quantities: an offset embedding table is
         # read at other indices (position + 2 in the reference, position in the candidate).
         self.own_arguments: set[tuple[str, str]] = set()
+        # (reference, candidate) anchors on a vector several reference nodes read alike
+        # (LayerNorms at (1, 0)), settled by graph position: a guess, not a proof
+        self.by_position: set[tuple[str, str]] = set()
 
     # -- bookkeeping ---------------------------------------------------------------------
     def add(self, pair: Pair) -> None:
@@ -136,8 +149,12 @@ class Matcher:
                 if other != c:
                     self.superseded.setdefault(other, c)
             self.taken.add((c, _cand_region(relation)))
-            self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), ref_region,
-                          _cand_region(relation), relation.order))
+            guess = (r, c) in self.by_position
+            note = _relation_note(relation)
+            if guess:
+                note = "; ".join(n for n in (note, POSITION_NOTE) if n)
+            self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
+                          relation.order, PROVEN_STRUCTURE if guess else ""))
             if relation.kind == "row block":
                 self.own_arguments.add((r, c))
 
@@ -161,7 +178,12 @@ class Matcher:
             by_region.setdefault(option[0].region, []).append(option)
         settled: list[tuple[WeightRelation, str]] = []
         for group in by_region.values():
-            settled += group if len({r for _, r in group}) == 1 else self._settle_vector(c, group)
+            if len({r for _, r in group}) == 1:
+                settled += group
+                continue
+            chosen = self._settle_vector(c, group)
+            self.by_position |= {(r, c) for _, r in chosen}
+            settled += chosen
         return settled
 
     def _settle_vector(self, c: str, options: list[tuple[WeightRelation, str]],
