@@ -149,7 +149,8 @@ def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[st
                 nxt.append(user)
         frontier = nxt
     return ("unconfirmed: paired by structure only (no weight or value proves the two hold "
-            "the same quantity), and the proven pairs and outputs it feeds all agree")
+            "the same quantity), and its difference reaches no output or proven pair that "
+            "disagrees")
 
 
 def _unconfirmed_reason(row: NodeDiff, reaches: set[str], outputs: set[str]) -> str:

@@ -158,7 +158,12 @@ class NodeDiff:
     sqnr_db: float | None = None
     local_sqnr_db: float | None = None
     # what proves the pair (PROVEN_*: weights, name, value, structure); "" when unmatched
+    # ("" given: the one ``matched_by`` implies)
     provenance: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.provenance and self.reference_node and self.candidate_node:
+            object.__setattr__(self, "provenance", _PROVENANCE.get(self.matched_by, ""))
 
 
 @dataclass(frozen=True)

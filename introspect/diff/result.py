@@ -60,7 +60,7 @@ def backward_divergence(d: Any) -> Divergence:
     return Divergence(d.reference_node, d.candidate_node, d.module, d.layer, d.op,
                       d.local_max_abs_err, d.budget, tuple(d.hints),
                       f"the gradient of parameter {d.parameter}" if d.parameter else "",
-                      phase="backward")
+                      phase="backward", candidate_module=getattr(d, "candidate_module", ""))
 
 
 @dataclass

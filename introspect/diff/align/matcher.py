@@ -29,6 +29,9 @@ from introspect.errors import InputError
 
 POSITION_NOTE = ("several of the reference's nodes read these weights alike; paired by "
                  "graph position")
+OPAQUE_NOTE = ("the candidate's op is its own library's (opaque): which value it returns "
+               "is not proven by the weights it reads")
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "torchvision")
 # How far a vector's reader looks upstream for paired nodes, and downstream from them.
 _SETTLE_DEPTH = 10
 
@@ -149,14 +152,27 @@ class Matcher:
                 if other != c:
                     self.superseded.setdefault(other, c)
             self.taken.add((c, _cand_region(relation)))
-            guess = (r, c) in self.by_position
             note = _relation_note(relation)
+            guess = (r, c) in self.by_position
             if guess:
                 note = "; ".join(n for n in (note, POSITION_NOTE) if n)
+            elif self._opaque(r, c):
+                guess = True
+                note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
             self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
                           relation.order, PROVEN_STRUCTURE if guess else ""))
             if relation.kind == "row block":
                 self.own_arguments.add((r, c))
+
+    def _opaque(self, r: str, c: str) -> bool:
+        """Whether ``c`` is an op of the port's own library (``torch.library``, a C++ or
+        CUDA kernel) that reads the weights of ``r``, an op of another kind: what it does
+        with them is not seen, so its output may hold a later quantity (a Linear and its
+        activation fused in one kernel)."""
+        target = self.cand.nodes[c].target
+        namespace = getattr(target, "namespace", None)
+        return isinstance(target, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES \
+            and self.ref.kinds[r] != self.cand.kinds[c]
 
     def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
         """(relation, reference node) for the weights ``c`` reads, primary weight first."""

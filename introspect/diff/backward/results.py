@@ -69,6 +69,7 @@ class BackwardDivergence:
     budget: str
     hints: tuple[str, ...]
     parameter: str = ""  # set when the divergence is a weight's gradient, not a node's
+    candidate_module: str = ""  # the candidate's module (``module`` is the reference's)
 
 
 @dataclass
