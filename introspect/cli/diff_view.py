@@ -54,8 +54,10 @@ def divergence_line(result: Any) -> str | None:
         return first[0] if first else None
     if d is None:
         return None
+    from introspect.diff.result import divergence_where
+
     return (f"first divergence: {d.reference_node} -> {d.candidate_node} "
-            f"({d.op} in {d.module or d.layer}), local max abs error "
+            f"({divergence_where(d)}), local max abs error "
             f"{d.local_max_abs_err:.3g} over budget {d.budget}")
 
 

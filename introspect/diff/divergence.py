@@ -213,9 +213,10 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     module, layer = ref_record.module, ref_record.layer or first.layer
     if layer == "mask" and context is not None and snapshot is not None:
         module, layer = _where_positions_go(context, snapshot, reference) or (module, layer)
+    cand_record = next((r for r in candidate.records if r.name == cand_node), None)
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
-                      detail)
+                      detail, candidate_module=cand_record.module if cand_record else "")
 
 
 def distinct_hints(hints: Sequence[str]) -> tuple[str, ...]:
