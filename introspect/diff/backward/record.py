@@ -150,6 +150,7 @@ class _GradientRecorder(_Recorder):
         # a reentrant checkpoint's region (run under no_grad, run again in the backward)
         self.pending: list[str] = []
         self.watched: set[int] = set()  # autograd Functions whose backward is watched
+        self.outputs_of: dict[int, list[str]] = {}  # such a Function -> its output nodes
         self.recomputed: set[str] = set()  # nodes GradientRecording.recomputed names
         # pending node -> its value's fingerprint (the values may be let go before the
         # backward; the recomputation makes the same values again, bit for bit)
@@ -230,21 +231,25 @@ class _GradientRecorder(_Recorder):
         """While ``function``'s backward runs (a reentrant checkpoint's runs its region
         again), the recomputed values are matched to the pending nodes (``_Recomputation``).
         A mode entered around ``loss.backward()`` would not see it: a mode is off while
-        the call it intercepts (``backward``) runs."""
+        the call it intercepts (``backward``) runs. Where values were made again, the
+        function's outputs (``name``) are recomputed too: their function is the region's."""
         if function is None or not isinstance(function,
                                               torch.autograd.function.BackwardCFunction):
             return
-        self.recomputed.add(name)
+        self.outputs_of.setdefault(id(function), []).append(name)
         if id(function) in self.watched:
             return
         self.watched.add(id(function))
         mode = _Recomputation(self)
+        outputs = self.outputs_of[id(function)]
 
         def enter(_grads: Any) -> None:
             mode.__enter__()
 
         def leave(_inputs: Any, _outputs: Any) -> None:
             mode.__exit__(None, None, None)
+            if mode.found:
+                self.recomputed.update(outputs)
 
         self.handles += [function.register_prehook(enter), function.register_hook(leave)]
 
@@ -268,6 +273,7 @@ class _Recomputation(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
         self.at = 0
+        self.found = 0  # values matched to pending nodes
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -294,6 +300,7 @@ class _Recomputation(TorchFunctionMode):
                 continue
             recorder.hook(name, tensor)
             recorder.recomputed.add(name)
+            self.found += 1
             self.at = i + 1
             return
 
