@@ -4,7 +4,9 @@ A pair whose local error is over budget is only a *candidate* for the first dive
 It is confirmed when the candidate's own value differs there too and the difference
 reaches a later compared node or an output; otherwise the two nodes were not the same
 quantity (terms of a sum regrouped, a mis-pair) or the difference vanishes, and the row
-is marked ``unconfirmed`` with the reason, never blamed.
+is marked ``unconfirmed`` with the reason, never blamed. A pair that no weight, name or
+value proves (a guess: ``NodeDiff.provenance`` "structure") fails only where the nearest
+proven pairs or the outputs it feeds disagree.
 
 When the confirmed node only moves data (view, transpose, contiguous, dropout, an item
 of a split), the blame goes to the op that computed the values: the first node up the
@@ -53,11 +55,14 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
 
     Confirmed: the candidate's own value is over budget at the node (propagated error),
     and the node is an output or feeds, through any path, a compared node whose own value
-    is over budget too. A pair found by structure only (same op and shape on paired
-    inputs: no weight or output proves it holds the same quantity) needs more: the
-    difference must reach an output of the model, or a pair proven by weights, over
-    budget. Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the
-    reference's outputs (by name) that the truth runs compared and found within budget
+    is over budget too. A guess (``provenance`` "structure": paired by structure alone,
+    one of several alike weights picked by position, an opaque op) needs more: walking
+    down the data flow, the nearest proven pairs it reaches (weights, name, value) must
+    include one over budget, or it must reach an output that disagrees. A proven pair
+    within budget settles its branch: rounding carried through a deep model (drift far
+    downstream) never confirms a guess, however deep. Every row is checked (no cap).
+    Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the reference's
+    outputs (by name) that the truth runs compared and found within budget
     (``introspect.diff.outputs``): such an output cannot confirm a failure, even where no
     node-level pair holds it.
     """
@@ -79,7 +84,7 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     # A guess is confirmed by the nearest proven pairs it feeds: one over budget there
     # (or an output that disagrees, or one not compared) confirms it; where they all agree,
     # the difference it shows is its own pairing's, not the candidate's.
-    proven = {}
+    proven: dict[str, bool] = {}
     for r in rows:
         if r.candidate_node and r.max_abs_err is not None and not is_guess(r):
             proven[r.reference_node] = proven.get(r.reference_node, False) or \

@@ -27,7 +27,6 @@ noise per node and per parameter, as in the forward.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
