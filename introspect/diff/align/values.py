@@ -86,8 +86,11 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
         wanted_cand |= {c, *near_cand}
     if not options:
         return None
-    ref_values = _values(reference.gm, ref_inputs, wanted_ref)
-    cand_values = _values(candidate.gm, cand_inputs, wanted_cand)
+    try:
+        ref_values = _values(reference.gm, ref_inputs, wanted_ref)
+        cand_values = _values(candidate.gm, cand_inputs, wanted_cand)
+    except Exception:  # noqa: BLE001  a check of guesses never breaks the verdict: the
+        return None  # guesses then stay as measured (unconfirmed unless confirmed)
     proven_cand = {p.candidate for p in alignment.pairs if p.provenance != PROVEN_STRUCTURE}
     proven_ref = {p.reference for p in alignment.pairs if p.provenance != PROVEN_STRUCTURE}
     budgets = {(row.reference_node, row.candidate_node): row.atol or 0.0 for row in checks}
