@@ -335,7 +335,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             # recording: its node-level divergence, dropout's hint and all, stands)
             if parted is None:  # where a plain call leaves the recorded path, if anywhere
                 parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
-            divergence = truth_divergence(verdict, parted)
+            divergence = truth_divergence(verdict, parted, explanation.alignment.relations)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
             _reference_again(original_reference, ref_accepted, ref_truth, switched,
                              candidate_label)

@@ -4,7 +4,9 @@ A pair whose local error is over budget is only a *candidate* for the first dive
 It is confirmed when the candidate's own value differs there too and the difference
 reaches a later compared node or an output; otherwise the two nodes were not the same
 quantity (terms of a sum regrouped, a mis-pair) or the difference vanishes, and the row
-is marked ``unconfirmed`` with the reason, never blamed.
+is marked ``unconfirmed`` with the reason, never blamed. A pair that no weight, name or
+value proves (a guess: ``NodeDiff.provenance`` "structure") fails only where the nearest
+proven pairs or the outputs it feeds disagree.
 
 When the confirmed node only moves data (view, transpose, contiguous, dropout, an item
 of a split), the blame goes to the op that computed the values: the first node up the
@@ -27,8 +29,7 @@ from introspect.diff.compare.padding import Padding
 from introspect.diff.compare.records import RunResult
 from introspect.diff.hints import explain
 from introspect.diff.records import (
-    BY_CONSUMER,
-    BY_STRUCTURE,
+    PROVEN_STRUCTURE,
     STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_UNCONFIRMED,
@@ -46,10 +47,6 @@ _MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "u
           "squeeze", "unsqueeze", "t", "clone", "expand", "expand_as", "view_as", "reshape_as",
           "movedim", "swapaxes", "getitem", "split", "chunk", "unbind", "narrow", "Dropout",
           "dropout", "to", "type", "float", "type_as"}
-# Pairs that no value relation proves: same op and shape on paired inputs, or arguments
-# of a pair. Blamed only when their difference reaches an output or a proven pair.
-STRUCTURE_ONLY = (BY_STRUCTURE, BY_CONSUMER)
-_MAX_CONFIRMED = 64  # failing rows checked one by one; beyond, confirmed without a search
 
 
 def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
@@ -58,43 +55,52 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
 
     Confirmed: the candidate's own value is over budget at the node (propagated error),
     and the node is an output or feeds, through any path, a compared node whose own value
-    is over budget too. A pair found by structure only (same op and shape on paired
-    inputs: no weight or output proves it holds the same quantity) needs more: the
-    difference must reach an output of the model, or a pair proven by weights, over
-    budget. Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the
-    reference's outputs (by name) that the truth runs compared and found within budget
+    is over budget too. A guess (``provenance`` "structure": paired by structure alone,
+    one of several alike weights picked by position, an opaque op) needs more: walking
+    down the data flow, the nearest proven pairs it reaches (weights, name, value) must
+    include one over budget, or it must reach an output that disagrees. A proven pair
+    within budget settles its branch: rounding carried through a deep model (drift far
+    downstream) never confirms a guess, however deep. Every row is checked (no cap).
+    Rows that fail on NaN or Inf stay failing. ``agreeing_outputs``: the reference's
+    outputs (by name) that the truth runs compared and found within budget
     (``introspect.diff.outputs``): such an output cannot confirm a failure, even where no
     node-level pair holds it.
     """
     over = {r.reference_node for r in rows if r.status in (STATUS_FAIL, STATUS_DRIFT)
             and r.mismatched}
-    users = {n.name: [u.name for u in n.users] for n in reference.gm.graph.nodes}
     outputs = {n.name for n in reference.gm.graph.nodes
                if any(u.op == "output" for u in n.users)}
     compared = {r.reference_node for r in rows if r.candidate_node and r.max_abs_err is not None}
+    agreeing: set[str] = set()
     if agreeing_outputs:
         returned: Any = next((n.args[0] for n in reference.gm.graph.nodes
                               if n.op == "output"), {})
         if isinstance(returned, dict):
-            compared |= {getattr(node, "name", "") for name, node in returned.items()
-                         if name in agreeing_outputs} - over
-    # A pair proven by weights that is over budget downstream confirms a structure-only
-    # pair's difference as well as an output does: both hold the same quantity.
-    proven_over = {r.reference_node for r in rows if r.reference_node in over
-                   and r.matched_by not in STRUCTURE_ONLY}
-    outputs_over = (over & outputs) | proven_over
-    checked = 0
+            agreeing = {getattr(node, "name", "") for name, node in returned.items()
+                        if name in agreeing_outputs}
+            compared |= agreeing - over
+    unseen_outputs = outputs - compared  # not compared: they may differ, so the benefit
+    # of the doubt goes to the failure
+    # A guess is confirmed by the nearest proven pairs it feeds: one over budget there
+    # (or an output that disagrees, or one not compared) confirms it; where they all agree,
+    # the difference it shows is its own pairing's, not the candidate's.
+    proven: dict[str, bool] = {}
+    for r in rows:
+        if r.candidate_node and r.max_abs_err is not None and not is_guess(r):
+            proven[r.reference_node] = proven.get(r.reference_node, False) or \
+                r.reference_node in over
+    disagreeing = ((over & outputs) - agreeing) | unseen_outputs
+    users = {n.name: [u.name for u in n.users] for n in reference.gm.graph.nodes}
+    reaches = _reaching(reference, over | unseen_outputs)
     confirmed: list[NodeDiff] = []
     for row in rows:
-        if row.status != STATUS_FAIL or (row.nonfinite or 0) > 0 or checked >= _MAX_CONFIRMED:
+        if row.status != STATUS_FAIL or (row.nonfinite or 0) > 0:
             confirmed.append(row)
             continue
-        checked += 1
-        if row.matched_by in STRUCTURE_ONLY:
-            reason = _unconfirmed_reason(row, outputs_over, users, outputs, compared,
-                                         structure_only=True)
+        if is_guess(row):
+            reason = _guess_reason(row, proven, disagreeing, users)
         else:
-            reason = _unconfirmed_reason(row, over, users, outputs, compared)
+            reason = _unconfirmed_reason(row, reaches, outputs)
         if reason:
             note = f"{row.note}; {reason}" if row.note else reason
             row = dataclasses.replace(row, status=STATUS_UNCONFIRMED, note=note)
@@ -102,32 +108,63 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     return confirmed
 
 
-def _unconfirmed_reason(row: NodeDiff, over: set[str], users: Mapping[str, list[str]],
-                        outputs: set[str], compared: set[str], *,
-                        structure_only: bool = False) -> str:
+def is_guess(row: NodeDiff) -> bool:
+    """Whether no weight, name or value proves that the row's two nodes hold one quantity."""
+    return row.provenance == PROVEN_STRUCTURE
+
+
+def _reaching(reference: IntrospectGraph, targets: set[str]) -> set[str]:
+    """The nodes from which some node of ``targets`` is reached along the data flow (a
+    user of a user ...), found in one pass backwards over the graph: every failing row is
+    then checked at once, however deep the model."""
+    found: set[str] = set()
+    for node in reversed(list(reference.gm.graph.nodes)):
+        if any(u.name in targets or u.name in found for u in node.users):
+            found.add(node.name)
+    return found
+
+
+def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[str],
+                  users: Mapping[str, list[str]]) -> str:
+    """Why a guessed pair over budget is not blamed, or "" when what it feeds confirms it.
+
+    The search runs down the data flow and stops at each proven pair it meets: a proven
+    pair over budget, or an output that disagrees, confirms the guess; a proven pair
+    within budget shows the candidate's values are right there.
+    """
     if not row.mismatched:
         return ("unconfirmed: the local error is over budget but the candidate's own value "
-                "agrees here; the two nodes hold different quantities (terms regrouped), "
-                "not a bug")
-    if row.reference_node in outputs:
-        return ""
-    if structure_only and row.reference_node in over:
-        return ""
-    unseen_outputs = outputs - compared
+                "agrees here; the two nodes hold different quantities, not a bug")
     seen, frontier = {row.reference_node}, [row.reference_node]
+    if row.reference_node in disagreeing:
+        return ""
     while frontier:
         nxt = []
         for name in frontier:
             for user in users.get(name, ()):
-                if user in over or user in unseen_outputs:  # an output not compared: it may
-                    return ""  # differ, so the benefit of the doubt goes to the failure
-                if user not in seen:
-                    seen.add(user)
-                    nxt.append(user)
+                if user in seen:
+                    continue
+                seen.add(user)
+                if user in proven:
+                    if proven[user]:
+                        return ""
+                    continue  # the values agree again here: this branch is settled
+                if user in disagreeing:
+                    return ""
+                nxt.append(user)
         frontier = nxt
-    if structure_only:
-        return ("unconfirmed: paired by structure only (no weight proves the two hold the "
-                "same quantity), and the difference reaches no output of the model")
+    return ("unconfirmed: paired by structure only (no weight or value proves the two hold "
+            "the same quantity), and its difference reaches no output or proven pair that "
+            "disagrees")
+
+
+def _unconfirmed_reason(row: NodeDiff, reaches: set[str], outputs: set[str]) -> str:
+    if not row.mismatched:
+        return ("unconfirmed: the local error is over budget but the candidate's own value "
+                "agrees here; the two nodes hold different quantities (terms regrouped), "
+                "not a bug")
+    if row.reference_node in outputs or row.reference_node in reaches:
+        return ""
     return ("unconfirmed: the difference reaches no later compared node and no output "
             "(it is undone later, or only padded positions differ)")
 
@@ -181,9 +218,10 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     module, layer = ref_record.module, ref_record.layer or first.layer
     if layer == "mask" and context is not None and snapshot is not None:
         module, layer = _where_positions_go(context, snapshot, reference) or (module, layer)
+    cand_record = next((r for r in candidate.records if r.name == cand_node), None)
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
-                      detail)
+                      detail, candidate_module=cand_record.module if cand_record else "")
 
 
 def distinct_hints(hints: Sequence[str]) -> tuple[str, ...]:

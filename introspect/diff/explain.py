@@ -23,6 +23,7 @@ import torch
 
 from introspect.diff import devices
 from introspect.diff.align import Alignment, align_graphs
+from introspect.diff.align.values import pair_by_value
 from introspect.diff.compare.padding import Padding
 from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.divergence import confirm_failures, first_divergence
@@ -108,32 +109,44 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     notes += [borrowed_line] if borrowed_line else []
     notes += _input_notes(tensors, ref_inputs, cand_inputs)
     notes += unexercised_notes(tensors, ref_graph, cand_graph)
-    budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise, candidate_dtypes)
-    rounding: list[str] = []
-    if placement is not None:  # TF32 on CUDA: matmuls get their own budget
-        rounding = devices.rounding_dtypes(placement, reference, candidate)
-        budgets = devices.device_budgets(budgets, alignment.pairs, ref_graph, cand_graph,
-                                         tolerance, rounding, noise is not None)
-        notes += devices.device_notes(placement, rounding, tolerance)
     padding = Padding(tensors.get("attention_mask"))
-    run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
-                           {k: v.clone() for k, v in ref_inputs.items()},
-                           {k: v.clone() for k, v in cand_inputs.items()}, padding=padding)
-    # an int8 Linear's budget comes from the input it ran on
-    # (``compare.replay.Runner._int8_budgets``)
-    budgets = [run.budgets.get(i, budget) for i, budget in enumerate(budgets)]
-    unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
-    notes += unfaithful
-    # The run's ShapeProp rewrote every node's shapes; a record changes only where they
-    # differ from the recording's (a replay of the same inputs: never, in practice).
-    ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
-    cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
-    if any(r.layer == "mask" for r in ref_graph.records) and MASK_NOTE not in ref_graph.notes:
-        ref_graph.notes.append(MASK_NOTE)
-    notes += alignment.notes
-    rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
-                     allow_nonfinite=allow_nonfinite)
-    rows = confirm_failures(rows, ref_graph, agreeing_outputs)
+
+    def measure(alignment: Alignment) -> tuple[Any, list[Budget], list[NodeDiff], list[str],
+                                               list[str], list[str]]:
+        """Replay both recordings side by side on ``alignment``'s pairs: the rows."""
+        measured_notes: list[str] = []
+        budgets = _budgets(alignment, ref_graph, cand_graph, tolerance, noise, candidate_dtypes)
+        rounding: list[str] = []
+        if placement is not None:  # TF32 on CUDA: matmuls get their own budget
+            rounding = devices.rounding_dtypes(placement, reference, candidate)
+            budgets = devices.device_budgets(budgets, alignment.pairs, ref_graph, cand_graph,
+                                             tolerance, rounding, noise is not None)
+            measured_notes += devices.device_notes(placement, rounding, tolerance)
+        run = run_side_by_side(ref_graph.gm, cand_graph.gm, alignment.pairs, budgets,
+                               {k: v.clone() for k, v in ref_inputs.items()},
+                               {k: v.clone() for k, v in cand_inputs.items()}, padding=padding)
+        # an int8 Linear's budget comes from the input it ran on
+        # (``compare.replay.Runner._int8_budgets``)
+        budgets = [run.budgets.get(i, budget) for i, budget in enumerate(budgets)]
+        unfaithful = _unfaithful_notes(run, ref_recording, cand_recording)
+        measured_notes += unfaithful
+        # The run's ShapeProp rewrote every node's shapes; a record changes only where they
+        # differ from the recording's (a replay of the same inputs: never, in practice).
+        ref_graph.records = refresh_records(ref_graph.records, ref_graph.gm)
+        cand_graph.records = refresh_records(cand_graph.records, cand_graph.gm)
+        if any(r.layer == "mask" for r in ref_graph.records) and MASK_NOTE not in ref_graph.notes:
+            ref_graph.notes.append(MASK_NOTE)
+        rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
+                         allow_nonfinite=allow_nonfinite)
+        rows = confirm_failures(rows, ref_graph, agreeing_outputs)
+        return run, budgets, rows, measured_notes, rounding, unfaithful
+
+    run, budgets, rows, measured, rounding, unfaithful = measure(alignment)
+    better = pair_by_value(alignment, rows, ref_graph, cand_graph, ref_inputs, cand_inputs)
+    if better is not None:  # guessed pairs re-paired by value: measured again on them
+        alignment = better
+        run, budgets, rows, measured, rounding, unfaithful = measure(alignment)
+    notes += measured + alignment.notes
     if not any(r.status == STATUS_FAIL for r in rows):
         drift = find_drift(alignment, run, budgets,
                            {r.name: r.index for r in ref_graph.records},

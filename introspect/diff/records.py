@@ -28,6 +28,19 @@ BY_OUTPUT = "output"  # graph outputs with the same key
 BY_WEIGHTS = "weights"  # both nodes read the same weights (or a slice / transpose / fusion)
 BY_STRUCTURE = "structure"  # same op kind and shape, reading matched inputs
 BY_CONSUMER = "consumer"  # feeds the same argument of a matched pair
+BY_VALUE = "value"  # a guessed pair's reference value found at another candidate node
+
+# What proves that a pair's two nodes hold one quantity, in the ``provenance`` column.
+# Only a proven pair (weights, name, value) can fail a diff; a guess (structure) that
+# disagrees is ``unconfirmed`` unless an output or a proven pair confirms it.
+PROVEN_WEIGHTS = "weights"  # both read the same weights, and no other node reads them alike
+PROVEN_NAME = "name"  # the graphs' own inputs and outputs, or the user's name map
+PROVEN_VALUE = "value"  # the candidate's own value agrees with the reference's
+PROVEN_STRUCTURE = "structure"  # same op and shape on paired inputs, an argument of a
+# pair, or one of several nodes reading equal weights picked by position: a guess
+_PROVENANCE = {BY_WEIGHTS: PROVEN_WEIGHTS, BY_INPUT: PROVEN_NAME, BY_OUTPUT: PROVEN_NAME,
+               BY_VALUE: PROVEN_VALUE, BY_STRUCTURE: PROVEN_STRUCTURE,
+               BY_CONSUMER: PROVEN_STRUCTURE}
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,13 @@ class Pair:
     # The candidate's last dimension is the reference's permuted: feature j of the
     # candidate is feature feature_order[j] of the reference (wq rows permuted per head).
     feature_order: tuple[int, ...] | None = None
+    # One of the PROVEN_* words; "" takes the one ``matched_by`` implies (a name map: name)
+    provenance: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.provenance:
+            object.__setattr__(self, "provenance",
+                               _PROVENANCE.get(self.matched_by, PROVEN_NAME))
 
 
 @dataclass(frozen=True)
@@ -137,6 +157,13 @@ class NodeDiff:
     # propagated and local; inf when the two are equal
     sqnr_db: float | None = None
     local_sqnr_db: float | None = None
+    # what proves the pair (PROVEN_*: weights, name, value, structure); "" when unmatched
+    # ("" given: the one ``matched_by`` implies)
+    provenance: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.provenance and self.reference_node and self.candidate_node:
+            object.__setattr__(self, "provenance", _PROVENANCE.get(self.matched_by, ""))
 
 
 @dataclass(frozen=True)
@@ -170,6 +197,9 @@ class Divergence:
     detail: str = ""  # where the values first differ when that is a layout op, NaN, ...
     step: int | None = None  # with generate: the decoding step (0: the prefill)
     phase: str = "forward"  # "backward": only the gradients differ (backward=True)
+    # the candidate's module that holds the divergence (``layer`` and ``module`` are
+    # always the reference's): "" where it is not known
+    candidate_module: str = ""
 
 
 # Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``: the modes

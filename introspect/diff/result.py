@@ -54,13 +54,24 @@ class PairsSummary(Protocol):
     def coverage(self) -> float: ...
 
 
+def divergence_where(d: Any) -> str:
+    """Where a divergence is, in words: its op in the reference's module (its layer when no
+    module is known), with the candidate's module beside it where that is named otherwise:
+    ``Linear in encoder.layer.1.intermediate.dense; the candidate's layers.1.up``."""
+    where = f"{d.op} in {d.module or d.layer}"
+    theirs = getattr(d, "candidate_module", "")
+    if theirs and theirs != (d.module or d.layer):
+        where += f"; the candidate's {theirs}"
+    return where
+
+
 def backward_divergence(d: Any) -> Divergence:
     """A ``BackwardDivergence`` as the result's ``first_divergence`` (``phase`` "backward"),
     for a diff whose forward holds: the divergence that decided the verdict."""
     return Divergence(d.reference_node, d.candidate_node, d.module, d.layer, d.op,
                       d.local_max_abs_err, d.budget, tuple(d.hints),
                       f"the gradient of parameter {d.parameter}" if d.parameter else "",
-                      phase="backward")
+                      phase="backward", candidate_module=getattr(d, "candidate_module", ""))
 
 
 @dataclass
@@ -239,7 +250,7 @@ class DiffResult:
         d = self.first_divergence
         if d is not None and d.phase == "forward":  # the backward's says it below
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "
-                         f"({d.op} in {d.module or d.layer}), local max abs error "
+                         f"({divergence_where(d)}), local max abs error "
                          f"{d.local_max_abs_err:.3g} over budget {d.budget}")
             if d.detail:
                 lines.append(f"  detail: {d.detail}")
@@ -343,5 +354,5 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["STATUS_LEGEND", "DiffResult", "backward_divergence", "html_table",
+__all__ = ["STATUS_LEGEND", "DiffResult", "backward_divergence", "divergence_where", "html_table",
            "layer_statuses", "status_legend", "status_word"]

@@ -31,7 +31,9 @@ _WORDS = {STATUS_OK: WORD_PASS, STATUS_FAIL: WORD_FAIL, STATUS_DRIFT: WORD_DRIFT
           STATUS_SKIPPED: WORD_NA}
 STATUS_LEGEND = ("pass: compared, within budget; FAIL: local error over budget (look here); "
                  "drift: only errors carried in from before; n/a: nothing compared")
-_UNCONFIRMED_LEGEND = "; unconfirmed: over budget, but nothing it feeds differs"
+_UNCONFIRMED_LEGEND = ("; unconfirmed: over budget, but nothing it feeds differs, or the "
+                       "pair is a guess (paired by structure: no weight or value proves it) "
+                       "that no output or proven pair confirms; never a failure")
 
 
 def status_word(status: str) -> str:

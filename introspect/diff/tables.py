@@ -9,6 +9,8 @@ from typing import Any
 from introspect.diff.align import Alignment
 from introspect.diff.compare.records import RunResult
 from introspect.diff.records import (
+    PROVEN_STRUCTURE,
+    PROVEN_VALUE,
     STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_OK,
@@ -74,6 +76,7 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
             reference_index=ref.index, candidate_index=cand.index,
             sqnr_db=propagated.sqnr_db if propagated else None,
             local_sqnr_db=local.sqnr_db if local else None,
+            provenance=_provenance(pair, propagated, local),
         )
         keyed.append(((ref.index, 0, cand.index), row))
     cand_anchor = _candidate_positions(alignment, ref_records, cand_records, candidate)
@@ -96,6 +99,15 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
         keyed.append(((position, 1 if u.graph == "candidate" else 0, record.index), row))
     keyed.sort(key=lambda item: (item[1].status == STATUS_SKIPPED, item[0]))
     return [row for _, row in keyed]
+
+
+def _provenance(pair: Any, propagated: Any, local: Any) -> str:
+    """The pair's provenance, a guess upgraded to ``value`` where its values agree."""
+    if pair.provenance != PROVEN_STRUCTURE or propagated is None or local is None:
+        return str(pair.provenance)
+    if not (propagated.mismatched or propagated.nonfinite) or not local.mismatched:
+        return PROVEN_VALUE
+    return PROVEN_STRUCTURE
 
 
 def _region_note(pair: Any) -> str:

@@ -17,7 +17,7 @@ verdict to the rest of the diff:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ import torch
 from introspect.diff.outputs import TruthVerdict
 from introspect.diff.records import Divergence
 from introspect.errors import InputError
-from introspect.run.boundaries import where_paths_part
+from introspect.run.boundaries import reference_module, where_paths_part
 from introspect.run.outputs import flatten_outputs
 from introspect.run.truth import Truth, TruthCall, identical, run_truth
 
@@ -112,8 +112,14 @@ def recorded_call_verdict(judge: Callable[[Truth], TruthVerdict], truth: Truth,
 
 
 def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | None,
-                     ) -> Divergence | None:
-    """The divergence of a failing truth run that the node-level comparison cannot name."""
+                     relations: Iterable[Any] = ()) -> Divergence | None:
+    """The divergence of a failing truth run that the node-level comparison cannot name.
+
+    ``parted`` names the candidate's module where its plain call leaves the recorded path;
+    ``relations`` (the alignment's ``WeightRelation`` s) map it to the reference's module
+    and layer through the weights it owns, so the divergence names the reference's layer
+    (``encoder.layer.1``) with the candidate's module (``encoder.layers.1``) beside it.
+    """
     worst = verdict.worst_failing()
     reasons = ", ".join(verdict.reasons) or "outputs"
     if worst is None:
@@ -124,11 +130,16 @@ def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | Non
     hints: tuple[str, ...] = ()
     detail = f"{worst.reference_output} in the {worst.call} call"
     if parted is not None:
-        module, kind, _ = parted
-        return Divergence(worst.reference_output, module, module, _layer(module), kind,
-                          error, budget, hints,
+        module, kind, *_ = parted
+        theirs = reference_module(module, [(r.candidate, r.reference) for r in relations])
+        where = (f"; the candidate's {module} ({kind}) computes the reference's {theirs}"
+                 if theirs else f"; no weight of the candidate's {module} relates to the "
+                 "reference's: the layer named is the candidate's")
+        return Divergence(worst.reference_output, module, theirs or module,
+                          _layer(theirs or module), kind, error, budget, hints,
                           detail=f"{detail}; found at module boundaries: the recording "
-                                 "took another path from this module on")
+                                 f"took another path from this module on{where}",
+                          candidate_module=module)
     return Divergence(worst.reference_output, worst.candidate_output, "", "outputs", "output",
                       error, budget, hints, detail=detail)
 

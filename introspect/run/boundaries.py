@@ -14,7 +14,7 @@ differ between the two runs is the deepest that really ran where the paths part.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -96,6 +96,29 @@ def where_paths_part(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     return first
 
 
+def reference_module(module: str, relations: Iterable[tuple[str, str]]) -> str:
+    """The reference's module that owns the weights the candidate's ``module`` owns.
+
+    ``where_paths_part`` names the candidate's module (``encoder.layers.1``); a user reads
+    the reference's (``encoder.layer.1``). ``relations``: (candidate parameter, reference
+    parameter) pairs the aligner related by value. Returns the reference modules' longest
+    common path, or "" where none of the module's weights relates to the reference's.
+    """
+    prefix = f"{module}." if module else ""
+    owners = [reference.rpartition(".")[0] for candidate, reference in relations
+              if candidate.startswith(prefix)]
+    if not owners:
+        return ""
+    common = owners[0].split(".")
+    for owner in owners[1:]:
+        parts = owner.split(".")
+        length = 0
+        while length < min(len(common), len(parts)) and common[length] == parts[length]:
+            length += 1
+        common = common[:length]
+    return ".".join(common)
+
+
 # What rounding explains between a fused kernel and the code it replaces (float32): the
 # drift model's relative limit (``introspect.diff.drift.DRIFT_RTOL``) and fp32's atol.
 ROUNDING = 1e-4
@@ -111,4 +134,4 @@ def _gap(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
         float(a64.abs().nan_to_num(0).max())
 
 
-__all__ = ["module_outputs", "where_paths_part"]
+__all__ = ["module_outputs", "reference_module", "where_paths_part"]

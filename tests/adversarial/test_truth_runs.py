@@ -143,8 +143,11 @@ def test_a_fast_path_fault_is_blamed_on_its_layer(tiny):
 
     reference, inputs = tiny
     result = introspect.diff(reference.model, port("truth_encoder.py").faulty(reference), inputs)
-    assert result.first_divergence.module == "encoder.layers.1"
-    assert "module boundaries" in result.first_divergence.detail
+    d = result.first_divergence  # the reference's layer, the candidate's module beside it
+    assert d.layer == "encoder.layer.1" and d.module == "encoder.layer.1", d
+    assert d.candidate_module == "encoder.layers.1"
+    assert "module boundaries" in d.detail
+    assert "the candidate's encoder.layers.1" in result.summary()
 
 
 @pytest.mark.parametrize("builder, expected", SHARED, ids=[b for b, _ in SHARED])

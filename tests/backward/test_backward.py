@@ -213,6 +213,10 @@ def test_embedding_without_padding_idx(mlm):
     d = result.backward.first_divergence
     assert d is not None and d.parameter == "bert.embeddings.word_embeddings.weight"
     assert any("row(s) 0 " in h and "padding_idx" in h for h in d.hints), d.hints
+    # a weight's gradient names the reference's layer, the candidate's module beside it
+    assert d.layer == "embeddings" and d.candidate_module, d
+    assert result.first_divergence.layer == "embeddings"
+    assert "(in embeddings; the candidate's " in result.backward.summary()
 
 
 def test_equal_weights_pair_by_the_nodes_that_read_them_not_by_their_gradients():

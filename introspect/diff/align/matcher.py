@@ -16,9 +16,22 @@ import torch
 from introspect.diff.align.cuts import parts_cut
 from introspect.diff.align.view import GraphView, graph_outputs
 from introspect.diff.align.weights import describe_order
-from introspect.diff.records import BY_INPUT, BY_OUTPUT, BY_WEIGHTS, Pair, Region, WeightRelation
+from introspect.diff.records import (
+    BY_INPUT,
+    BY_OUTPUT,
+    BY_WEIGHTS,
+    PROVEN_STRUCTURE,
+    Pair,
+    Region,
+    WeightRelation,
+)
 from introspect.errors import InputError
 
+POSITION_NOTE = ("several of the reference's nodes read these weights alike; paired by "
+                 "graph position")
+OPAQUE_NOTE = ("the candidate's op is its own library's (opaque): which value it returns "
+               "is not proven by the weights it reads")
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "torchvision")
 # How far a vector's reader looks upstream for paired nodes, and downstream from them.
 _SETTLE_DEPTH = 10
 
@@ -41,6 +54,9 @@ class Matcher:
         # Pairs whose arguments hold different quantities: an offset embedding table is
         # read at other indices (position + 2 in the reference, position in the candidate).
         self.own_arguments: set[tuple[str, str]] = set()
+        # (reference, candidate) anchors on a vector several reference nodes read alike
+        # (LayerNorms at (1, 0)), settled by graph position: a guess, not a proof
+        self.by_position: set[tuple[str, str]] = set()
 
     # -- bookkeeping ---------------------------------------------------------------------
     def add(self, pair: Pair) -> None:
@@ -136,10 +152,27 @@ class Matcher:
                 if other != c:
                     self.superseded.setdefault(other, c)
             self.taken.add((c, _cand_region(relation)))
-            self.add(Pair(r, c, BY_WEIGHTS, _relation_note(relation), ref_region,
-                          _cand_region(relation), relation.order))
+            note = _relation_note(relation)
+            guess = (r, c) in self.by_position
+            if guess:
+                note = "; ".join(n for n in (note, POSITION_NOTE) if n)
+            elif self._opaque(r, c):
+                guess = True
+                note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
+            self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
+                          relation.order, PROVEN_STRUCTURE if guess else ""))
             if relation.kind == "row block":
                 self.own_arguments.add((r, c))
+
+    def _opaque(self, r: str, c: str) -> bool:
+        """Whether ``c`` is an op of the port's own library (``torch.library``, a C++ or
+        CUDA kernel) that reads the weights of ``r``, an op of another kind: what it does
+        with them is not seen, so its output may hold a later quantity (a Linear and its
+        activation fused in one kernel)."""
+        target = self.cand.nodes[c].target
+        namespace = getattr(target, "namespace", None)
+        return isinstance(target, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES \
+            and self.ref.kinds[r] != self.cand.kinds[c]
 
     def _anchor_options(self, c: str) -> list[tuple[WeightRelation, str]]:
         """(relation, reference node) for the weights ``c`` reads, primary weight first."""
@@ -161,7 +194,12 @@ class Matcher:
             by_region.setdefault(option[0].region, []).append(option)
         settled: list[tuple[WeightRelation, str]] = []
         for group in by_region.values():
-            settled += group if len({r for _, r in group}) == 1 else self._settle_vector(c, group)
+            if len({r for _, r in group}) == 1:
+                settled += group
+                continue
+            chosen = self._settle_vector(c, group)
+            self.by_position |= {(r, c) for _, r in chosen}
+            settled += chosen
         return settled
 
     def _settle_vector(self, c: str, options: list[tuple[WeightRelation, str]],

@@ -36,7 +36,8 @@ def run_again(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     return GradientRecording(recorder.values, first.grads, recorder.requires_grad,
                              first.parameter_grads, first.parameters, first.loss,
                              first.outputs, first.node_targets, recorder.tensors,
-                             recorder.edges, first.detached, first.shells)
+                             recorder.edges, first.detached, first.shells,
+                             recomputed=set(first.recomputed))
 
 
 def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],

@@ -26,6 +26,7 @@ noise per node and per parameter, as in the forward.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -178,7 +179,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     if mismatched:
         notes.append(f"{len(mismatched)} node(s) of the reference ran other ops with autograd "
                      "on than in the forward diff; their gradients are left out")
-    divergence = _first_divergence(rows, params, records, tolerance)
+    divergence = _first_divergence(rows, params, records, tolerance, cand_records)
     passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
         and not any(r.status in (STATUS_FAIL, STATUS_DRIFT) for r in params) \
         and (allow_nonfinite or math.isfinite(cand.loss)) and not cand.detached \
@@ -458,10 +459,44 @@ def _to_reference(g: torch.Tensor | None, param: torch.Tensor, relation: WeightR
     return g
 
 
+def _layer_of(module: str, records: Mapping[str, Any]) -> str:
+    """The reference's layer that holds ``module`` (a weight's owner): the layer of the
+    nodes it computes, or of the nodes of its nearest enclosing module."""
+    layers: dict[str, str] = {}
+    for record in records.values():
+        owner = getattr(record, "module", "")
+        if getattr(record, "layer", "") and owner:
+            layers.setdefault(owner, record.layer)
+    path = module
+    while path:
+        inside = [layer for owner, layer in layers.items()
+                  if owner == path or owner.startswith(path + ".")]
+        if inside:
+            return inside[0]
+        path = path.rpartition(".")[0]
+    return ""
+
+
 def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGradient],
                       records: Mapping[str, Any], tolerance: Tolerance,
+                      cand_records: Mapping[str, Any] | None = None,
                       ) -> BackwardDivergence | None:
-    """Walking from the outputs toward the inputs: the first failing node, else weight."""
+    """Walking from the outputs toward the inputs: the first failing node, else weight.
+    ``layer`` and ``module`` are the reference's, ``candidate_module`` the candidate's."""
+    divergence = _first_failing(rows, params, records, tolerance)
+    if divergence is None:
+        return None
+    if divergence.parameter:
+        own = divergence.candidate_node.rpartition(".")[0]
+    else:
+        record = (cand_records or {}).get(divergence.candidate_node)
+        own = getattr(record, "module", "") or ""
+    return dataclasses.replace(divergence, candidate_module=own)
+
+
+def _first_failing(rows: Sequence[GradientDiff], params: Sequence[ParameterGradient],
+                   records: Mapping[str, Any], tolerance: Tolerance,
+                   ) -> BackwardDivergence | None:
     float32 = tolerance.node_budget("float32")
     failing = [r for r in rows if r.status == STATUS_FAIL]
     if failing:
@@ -485,7 +520,8 @@ def _first_divergence(rows: Sequence[GradientDiff], params: Sequence[ParameterGr
     if bad:
         p = bad[-1]  # parameters in the reference's order: the last is nearest the outputs
         module = p.reference.rsplit(".", 1)[0]
-        return BackwardDivergence("", p.candidate, module, "", "parameter", p.max_abs_err or 0.0,
+        return BackwardDivergence("", p.candidate, module, _layer_of(module, records),
+                                  "parameter", p.max_abs_err or 0.0,
                                   f"atol {float32.atol:.3g} x the gradient's "
                                   "magnitude", tuple(h for h in p.hint.split("; ") if h),
                                   parameter=p.reference)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch.autograd.graph import get_gradient_edge
+from torch.overrides import TorchFunctionMode
 
 from introspect.diff.eager import (
     Recording,
@@ -81,6 +82,9 @@ class GradientRecording:
     detached: bool = False  # the loss did not reach autograd: no gradient flowed at all
     shells: dict[str, Shell] = field(default_factory=dict)  # node name -> its value's shell
     random_state: RandomState | None = None  # the generators' state as its forward began
+    # nodes whose autograd functions ran once and are gone: a reentrant checkpoint's
+    # region, run again in the backward, and its outputs (their function is the region's)
+    recomputed: set[str] = field(default_factory=set)
 
 
 GradientConsumer = Callable[[str, torch.Tensor], None]
@@ -142,6 +146,15 @@ class _GradientRecorder(_Recorder):
         self.targets: dict[str, str] = {}
         self.tensors: dict[str, torch.Tensor] = {}  # the live tensors (autograd's graph)
         self.later: list[tuple[str, torch.Tensor]] = []
+        # Values made without autograd that never joined its graph, in the forward's order:
+        # a reentrant checkpoint's region (run under no_grad, run again in the backward)
+        self.pending: list[str] = []
+        self.watched: set[int] = set()  # autograd Functions whose backward is watched
+        self.outputs_of: dict[int, list[str]] = {}  # such a Function -> its output nodes
+        self.recomputed: set[str] = set()  # nodes GradientRecording.recomputed names
+        # pending node -> its value's fingerprint (the values may be let go before the
+        # backward; the recomputation makes the same values again, bit for bit)
+        self.fingerprints: dict[str, tuple[Any, ...]] = {}
         self.edges: dict[str, tuple[Any, int]] = {}  # node name -> autograd (function, output)
         self.shared: dict[int, list[str]] = {}  # storage -> names of values kept uncopied
         self.handles: list[Any] = []  # the gradient hooks, removed once the backward ran
@@ -207,7 +220,38 @@ class _GradientRecorder(_Recorder):
         for name, tensor in self.later:
             if tensor.requires_grad and name not in self.requires_grad:
                 self.hook(name, tensor)
+                if self.pending:  # a Function that may run its region again in its backward
+                    self._watch_recomputation(name, tensor.grad_fn)
+            elif name not in self.requires_grad:
+                self.pending.append(name)
+                self.fingerprints[name] = _fingerprint(tensor)
         self.later.clear()
+
+    def _watch_recomputation(self, name: str, function: Any) -> None:
+        """While ``function``'s backward runs (a reentrant checkpoint's runs its region
+        again), the recomputed values are matched to the pending nodes (``_Recomputation``).
+        A mode entered around ``loss.backward()`` would not see it: a mode is off while
+        the call it intercepts (``backward``) runs. Where values were made again, the
+        function's outputs (``name``) are recomputed too: their function is the region's."""
+        if function is None or not isinstance(function,
+                                              torch.autograd.function.BackwardCFunction):
+            return
+        self.outputs_of.setdefault(id(function), []).append(name)
+        if id(function) in self.watched:
+            return
+        self.watched.add(id(function))
+        mode = _Recomputation(self)
+        outputs = self.outputs_of[id(function)]
+
+        def enter(_grads: Any) -> None:
+            mode.__enter__()
+
+        def leave(_inputs: Any, _outputs: Any) -> None:
+            mode.__exit__(None, None, None)
+            if mode.found:
+                self.recomputed.update(outputs)
+
+        self.handles += [function.register_prehook(enter), function.register_hook(leave)]
 
     def unhook(self) -> None:
         """Take the gradient hooks off autograd's graph once the backward has run: the
@@ -215,6 +259,65 @@ class _GradientRecorder(_Recorder):
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+
+
+class _Recomputation(TorchFunctionMode):
+    """During the backward: a region the forward ran without autograd (a reentrant
+    checkpoint) is run again with it; each value it makes again is the pending node's of
+    the same shape and values, in the forward's order, and its gradient is hooked there.
+    What autograd hands the recomputed value is what the model's backward used."""
+
+    _LOOKAHEAD = 64  # pending nodes searched past the last one found
+
+    def __init__(self, recorder: _GradientRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+        self.at = 0
+        self.found = 0  # values matched to pending nodes
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        result = func(*args, **(kwargs or {}))
+        if self.at < len(self.recorder.pending):
+            with torch._C.DisableTorchFunction():
+                for tensor in _tensors_in(result):
+                    if tensor.requires_grad and tensor.is_floating_point():
+                        self._match(tensor)
+        return result
+
+    def _match(self, tensor: torch.Tensor) -> None:
+        recorder = self.recorder
+        pending = recorder.pending
+        made = None
+        for i in range(self.at, min(len(pending), self.at + self._LOOKAHEAD)):
+            name = pending[i]
+            wanted = recorder.fingerprints.get(name)
+            if name in recorder.requires_grad or wanted is None \
+                    or wanted[:2] != (tensor.shape, tensor.dtype):
+                continue
+            made = _fingerprint(tensor) if made is None else made
+            if made != wanted:
+                continue
+            recorder.hook(name, tensor)
+            recorder.recomputed.add(name)
+            self.found += 1
+            self.at = i + 1
+            return
+
+
+def _fingerprint(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """Shape, dtype and two sums: what tells a value from the others its region makes."""
+    with torch.no_grad():
+        wide = tensor.detach().double()
+        return tensor.shape, tensor.dtype, float(wide.sum()), float(wide.abs().sum())
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
 
 
 @dataclass
@@ -318,7 +421,7 @@ class GradientRun:
                                  outputs_by_name(outputs),
                                  recorder.targets, recorder.tensors if keep_graph else {},
                                  recorder.edges if keep_graph else {}, detached, shells,
-                                 self.random_state)
+                                 self.random_state, set(recorder.recomputed))
 
 
 @dataclass

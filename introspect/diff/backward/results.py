@@ -69,6 +69,7 @@ class BackwardDivergence:
     budget: str
     hints: tuple[str, ...]
     parameter: str = ""  # set when the divergence is a weight's gradient, not a node's
+    candidate_module: str = ""  # the candidate's module (``module`` is the reference's)
 
 
 @dataclass
@@ -110,8 +111,11 @@ class BackwardResult:
                  f"step max abs error {self.sgd_max_abs_err:.3g}"]
         d = self.first_divergence
         if d is not None:
-            where = f"parameter {d.parameter}" if d.parameter else \
-                f"{d.reference_node} -> {d.candidate_node} ({d.op} in {d.module or d.layer})"
+            theirs = f"; the candidate's {d.candidate_module}" \
+                if d.candidate_module and d.candidate_module != d.module else ""
+            where = f"parameter {d.parameter} (in {d.layer or d.module}{theirs})" \
+                if d.parameter else (f"{d.reference_node} -> {d.candidate_node} "
+                                     f"({d.op} in {d.module or d.layer}{theirs})")
             lines.append(f"first backward divergence: {where}, max abs error "
                          f"{d.local_max_abs_err:.3g} over budget {d.budget}")
             lines += [f"  hint: {h}" for h in d.hints]

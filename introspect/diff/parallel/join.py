@@ -112,7 +112,7 @@ class _References:
                 continue
             relative = error / max(scales[name], 1e-12)
             if relative < best[1]:
-                budget = self.tolerance.budget(str(self.values[name].dtype).split(".")[-1])
+                budget = self.tolerance.node_budget(str(self.values[name].dtype).split(".")[-1])
                 best = (name, relative, error <= budget.atol + budget.rtol * scales[name])
         return best
 
@@ -125,7 +125,7 @@ class _References:
                 continue
             offset = (value.double() - theirs.double())
             spread = offset - offset.reshape(-1, offset.shape[-1]).mean(0)
-            budget = self.tolerance.budget(str(theirs.dtype).split(".")[-1])
+            budget = self.tolerance.node_budget(str(theirs.dtype).split(".")[-1])
             if float(spread.abs().max()) <= budget.atol + budget.rtol * float(theirs.abs().max()):
                 return True
         return False
@@ -221,7 +221,7 @@ def _concatenations(name: str, held: list[torch.Tensor], references: _References
         else ("", 0.0, False)
     if len(dims) > 1 and target:
         reference = references.values[target]
-        budget = references.tolerance.budget(str(reference.dtype).split(".")[-1])
+        budget = references.tolerance.node_budget(str(reference.dtype).split(".")[-1])
         allowance = budget.atol + budget.rtol * references.scale(target)
         direct = [d for d in dims if joined[d].shape == reference.shape and float(
             (joined[d].double() - reference.double()).abs().max()) <= allowance]
