@@ -34,6 +34,7 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
+from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
@@ -197,8 +198,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # The reference first, clean: its truth and its recording come before the
         # candidate's code is imported or built (``introspect.run.deferred``).
         ref_accepted = accepted_inputs(reference, ref_tensors)
-        ref_truth = run_truth(reference, ref_accepted,
-                              lean=not _compiled(reference)) if truths else None
+        with capture_calls(reference) as ref_calls:  # module evidence: what each module saw
+            ref_truth = run_truth(reference, ref_accepted,
+                                  lean=not _compiled(reference)) if truths else None
         ref_given, cand_given = recordings or (None, None)
         # With backward, one forward per side recorded with autograd on serves both
         # comparisons; the reference's backward runs now, before the candidate is built.
@@ -234,9 +236,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         unpaired: NoOutputPairs | None = None
         if truths:
             sums = weight_sums(candidate)
-            cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
-                                   grad_calls=2, inference=not _holds_script(candidate),
-                                   lean=not _compiled(candidate))
+            with capture_calls(candidate) as cand_calls:
+                cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
+                                       grad_calls=2, inference=not _holds_script(candidate),
+                                       lean=not _compiled(candidate))
             edited = edited_weights(sums, weight_sums(candidate))
             if edited:  # named as such, not as dropout or a weight left unloaded
                 shown = describe_changes(edited, most=3)
@@ -311,6 +314,12 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             if parted is None:  # where a plain call leaves the recorded path, if anywhere
                 parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
             divergence = truth_divergence(verdict, parted)
+        # Module evidence (tier 2): each module of the candidate's plain calls on the
+        # reference's inputs to it, against a budget from its own rounding noise.
+        module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
+            ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted) \
+            if truths else ModuleEvidence()
+        passed, divergence = module_evidence.join(passed, divergence, faithful)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
             check_reference_again(original_reference, ref_accepted, ref_truth)
     finally:  # every module back in its own mode and on its own device
@@ -331,7 +340,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,
                       output_rows=verdict.rows if verdict is not None else [],
-                      replay=explanation.replay, histograms=explanation.histograms)
+                      replay=explanation.replay, histograms=explanation.histograms,
+                      module_evidence=module_evidence)
 
 
 def _backward(wanted: bool, loss: Any, reference: torch.nn.Module, candidate: torch.nn.Module,
