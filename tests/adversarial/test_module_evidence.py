@@ -57,3 +57,28 @@ def test_coverage_names_what_the_recording_could_not_see(name, why, tiny):
     hit = coverage[coverage["why"].str.contains(why)]
     assert len(hit) and (hit["status"] == "ok").all()
     assert result.rests_on_modules
+
+
+def test_values_edited_in_place_are_not_compared(tiny):
+    """A Linear's output that the block then edits in place (``y += x``) no longer holds
+    what the Linear returned: its call is left out, and the port passes."""
+    result = _diff(tiny, port("modules_evidence.py").correct_inplace)
+    assert result.passed
+    rows = result.modules
+    assert not rows["candidate_module"].isin(["blocks.0.proj", "blocks.1.ffn_out"]).any()
+    assert rows["candidate_module"].isin(["blocks.1.norm2"]).any()
+
+
+def test_json_and_verdict_line_carry_module_evidence(tiny):
+    import json
+
+    from introspect.cli.diff_view import verdict_lines
+    from introspect.report.json_report import json_report
+
+    result = _diff(tiny, port("modules_evidence.py").correct_thread)
+    data = json.loads(json_report(result))
+    assert data["rests_on_modules"] is True
+    assert any(row["why"] == "a worker thread" and row["status"] == "ok"
+               for row in data["coverage"])
+    assert any(row["candidate_module"] == "blocks.1.ffn.inner" for row in data["modules"])
+    assert "module evidence covers" in verdict_lines(result)[0]

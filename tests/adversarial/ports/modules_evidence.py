@@ -211,3 +211,19 @@ def correct_custom_op(reference):
 
 def faulty_custom_op(reference):
     return _with_ffn(reference, lambda b: FFN(b, gelu_partial_tanh))
+
+
+class InPlaceBlock(adv_bert.Block):
+    """Adds its residuals in place into the Linears' outputs (correct: same values)."""
+
+    def forward(self, x, mask):
+        y = self.proj(self.attend(x, mask))
+        y += x  # the Linear's output, edited after it returned
+        x = self.norm1(y)
+        z = self.ffn_out(self.activation(self.ffn_in(x)))
+        z += x
+        return self.norm2(z)
+
+
+def correct_inplace(reference):
+    return adv_bert.build(reference, InPlaceBlock)
