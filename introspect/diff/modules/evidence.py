@@ -183,6 +183,11 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
     if holds_int8_inside(call.module):
         return dataclasses.replace(row, status=NOT_COMPARED,
                                    note="holds int8 Linears, judged each on its own budget")
+    if pair.output.distance == 0 and all(m.distance == 0 for m in pair.inputs):
+        # its own call took the reference's values and returned the reference's: run on
+        # them again, it returns the same (no run needed: most modules of a close port)
+        return dataclasses.replace(row, max_abs_err=0.0, status=STATUS_OK,
+                                   note="its own call took and returned the reference's values")
     unit = unit_of(call.module, output, pair.output.boundary.value)
     try:
         local = local_error(pair, unit, attention_mask)
