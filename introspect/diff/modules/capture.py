@@ -165,6 +165,9 @@ def capture_calls(model: torch.nn.Module) -> Iterator[Calls]:
     finally:
         pre.remove()
         post.remove()
+        # ``remove`` leaves the hook's id in the with-kwargs table (PyTorch 2.x): a port's
+        # build is checked for global changes, and that one would be ours
+        torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
 def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
