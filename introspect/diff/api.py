@@ -34,8 +34,8 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
-from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
+from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff

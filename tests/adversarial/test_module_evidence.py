@@ -43,7 +43,8 @@ def test_faulty_port_fails_in_the_reference_layer(name, tiny):
 def test_module_divergence_names_both_sides(tiny):
     result = _diff(tiny, port("modules_evidence.py").faulty_thread)
     d = result.first_divergence
-    assert d.reference_node.startswith("encoder.layer.1") and d.candidate_node == "blocks.1.ffn.inner"
+    assert d.reference_node.startswith("encoder.layer.1")
+    assert d.candidate_node == "blocks.1.ffn.inner"
     assert "module evidence" in d.detail
     row = result.modules.query("candidate_module == 'blocks.1.ffn.inner' and status == 'fail'")
     assert len(row) == 1 and row.iloc[0].max_abs_err > 3 * row.iloc[0].limit

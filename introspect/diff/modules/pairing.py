@@ -88,7 +88,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
                 if not leaf.unchanged():
                     continue
                 t = leaf.value
-                key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
                        tuple(t.stride()))
                 known = by_tensor.get(key)
                 if known is None:
