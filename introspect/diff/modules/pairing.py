@@ -36,6 +36,7 @@ CLEAR = 4.0
 # carries the module's own fault too.
 INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
 OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
+_MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
 _SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
 
 
@@ -126,17 +127,23 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     """
     ref = {name: t.detach() for name, t in reference.named_parameters()
            if t.is_floating_point()}
-    keyed: dict[tuple[tuple[int, ...], bytes], set[str]] = {}
+    keyed: dict[tuple[tuple[int, ...], bytes], list[tuple[str, torch.Tensor]]] = {}
     for name, t in ref.items():
         for variant in _variants(t):
-            keyed.setdefault(_key(variant), set()).add(name)
+            keyed.setdefault(_key(variant), []).append((name, variant))
+
+    def equal_to(value: torch.Tensor) -> set[str]:
+        return {name for name, other in keyed.get(_key(value), [])
+                if torch.equal(other.to(torch.float32), value.to(torch.float32))}
+
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
         found: set[str] = set()
         for variant in _variants(t):
-            found |= keyed.get(_key(variant), set())
+            found |= equal_to(variant)
+        for variant in _variants(t) if not found else []:  # a fused projection on ours
             for block in _row_blocks(variant, ref.values()):
-                found |= keyed.get(_key(block), set())
+                found |= equal_to(block)
         if not found:  # a block of a larger reference weight (a fused QKV on their side)
             found = {r for r, rt in ref.items() if _holds_rows(rt, t)}
         if not found and t.dtype != torch.float32:
@@ -241,23 +248,28 @@ def _variants(t: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bytes]:
-    """Shape and the values' bytes in float32 after rounding to bfloat16's precision is
-    too coarse; float32 bytes of the lower-precision value (bf16 copies are exact)."""
-    value = t.detach().to(torch.float32).contiguous().cpu()
-    return tuple(value.shape), value.numpy().tobytes()
+    """Shape and a few values on a grid (8 per axis), in float32: equal tensors share it,
+    and it reads a few elements of a large weight, not all (equality is checked on a hit)."""
+    sample = t.detach()
+    for dim in range(sample.ndim):
+        size = sample.shape[dim]
+        picks = torch.linspace(0, size - 1, min(size, 8)).long().to(sample.device)
+        sample = sample.index_select(dim, picks)
+    return tuple(t.shape), sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
 
 
 def _row_blocks(t: torch.Tensor, references: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """``t`` cut into blocks of rows the size of a reference weight (a fused projection)."""
     sizes = {int(r.shape[0]) for r in references
              if r.ndim == t.ndim and r.shape[1:] == t.shape[1:] and r.shape[0] < t.shape[0]
-             and t.shape[0] % r.shape[0] == 0}
+             and t.shape[0] % r.shape[0] == 0 and t.shape[0] // r.shape[0] <= _MAX_PARTS}
     return [block for size in sizes for block in t.split(size)]
 
 
 def _holds_rows(big: torch.Tensor, small: torch.Tensor) -> bool:
     if big.ndim != small.ndim or big.shape[1:] != small.shape[1:] \
-            or big.shape[0] <= small.shape[0] or big.shape[0] % small.shape[0]:
+            or big.shape[0] <= small.shape[0] or big.shape[0] % small.shape[0] \
+            or big.shape[0] // small.shape[0] > _MAX_PARTS:
         return False
     target = small.to(torch.float32)
     return any(torch.equal(block.to(torch.float32), target)
