@@ -319,6 +319,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
             ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted) \
             if truths else ModuleEvidence()
+        notes += module_evidence.notes
         passed, divergence = module_evidence.join(passed, divergence, faithful)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
             check_reference_again(original_reference, ref_accepted, ref_truth)

@@ -137,3 +137,25 @@ def test_parameters_relate_as_they_are_transposed_and_fused():
     related = relate_parameters(reference, candidate)
     assert related["t.weight"] == {"head.weight"}
     assert related["fused.weight"] == {"inner.lin.weight", "head.weight"}
+
+
+def test_nested_tensors_are_left_out():
+    """PyTorch's encoder fast path hands nested tensors between layers: no values to pair."""
+    class Nest(nn.Module):
+        def forward(self, x):
+            return torch.nested.nested_tensor([x[0], x[1, :2]])
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nest = Nest()
+
+        def forward(self, x):
+            return self.nest(x)
+
+    model = Outer().eval()
+    with capture_calls(model) as calls:
+        with torch.no_grad():
+            model(torch.randn(2, 3, 4))
+    nest = next(c for c in calls.calls if c.name == "nest")
+    assert nest.outputs == [] and len(nest.inputs) == 1

@@ -173,7 +173,8 @@ def capture_calls(model: torch.nn.Module) -> Iterator[Calls]:
 def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
     """The floating tensors in ``value``, detached, with their versions."""
     if isinstance(value, torch.Tensor):
-        if not value.is_floating_point() or value.is_meta:
+        if not value.is_floating_point() or value.is_meta or value.is_nested \
+                or value.layout != torch.strided:  # (a fast path's nested tensor, sparse)
             return []
         try:
             version = value._version

@@ -147,6 +147,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     evidence = ModuleEvidence()
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[tuple[str, str], int] = {}
+    failed: list[str] = []
     for call in sorted(candidate.calls, key=lambda c: (c.mode != AUTOGRAD, c.order)):
         number = counts.get((call.mode, call.name), 0)
         counts[(call.mode, call.name)] = number + 1
@@ -155,9 +156,17 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             seen[(call.name, number)] = call
         elif twin is not None and _same_call(twin, call):
             continue  # the no_grad call saw what the autograd one did: judged once
-        row = _judge(call, boundaries, relations, attention_mask)
+        try:
+            row = _judge(call, boundaries, relations, attention_mask)
+        except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
+            failed.append(f"{call.name or 'the model'} ({type(e).__name__})")
+            continue
         if row is not None:
             evidence.rows.append(row)
+    if failed:
+        evidence.notes.append(f"module evidence could not judge {len(failed)} module call(s) "
+                              f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
+                              "not compared")
     evidence.uncovered = _uncovered(candidate, evidence.rows, seen, faithful, parted)
     reference.calls.clear()  # the values are let go: memory
     candidate.calls.clear()
