@@ -23,6 +23,8 @@ def verdict_lines(result: Any) -> list[str]:
     """The verdict and the hints at the failure's cause: what opens the output."""
     summary = result.summary().splitlines()
     lines = summary[:1]
+    if getattr(result, "rests_on_modules", False):  # a PASS module evidence carried somewhere
+        lines[0] += "; module evidence covers what the recording could not see (see coverage)"
     if getattr(result, "step_rows", None):  # --generate: the first divergent step
         from introspect.diff.generation.tables import step_summary
 

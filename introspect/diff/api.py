@@ -38,6 +38,7 @@ from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.int8_outputs import explained_by_int8
+from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff
@@ -203,8 +204,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # The reference first, clean: its truth and its recording come before the
         # candidate's code is imported or built (``introspect.run.deferred``).
         ref_accepted = accepted_inputs(reference, ref_tensors)
-        ref_truth = run_truth(reference, ref_accepted,
-                              lean=not _compiled(reference)) if truths else None
+        with capture_calls(reference) as ref_calls:  # module evidence: what each module saw
+            ref_truth = run_truth(reference, ref_accepted,
+                                  lean=not _compiled(reference)) if truths else None
         ref_given, cand_given = recordings or (None, None)
         # With backward, one forward per side recorded with autograd on serves both
         # comparisons; the reference's backward runs now, before the candidate is built.
@@ -246,7 +248,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         unpaired: NoOutputPairs | None = None
         if truths:
             sums = weight_sums(candidate)
-            with _switches_named(switched, candidate_label):
+            with _switches_named(switched, candidate_label), \
+                    capture_calls(candidate) as cand_calls:
                 cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
                                        grad_calls=2, inference=not _holds_script(candidate),
                                        lean=not _compiled(candidate))
@@ -336,6 +339,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             if parted is None:  # where a plain call leaves the recorded path, if anywhere
                 parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
             divergence = truth_divergence(verdict, parted, explanation.alignment.relations)
+        # Module evidence (tier 2): each module of the candidate's plain calls on the
+        # reference's inputs to it, against a budget from its own rounding noise.
+        module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
+            ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted) \
+            if truths else ModuleEvidence()
+        notes += module_evidence.notes
+        passed, divergence = module_evidence.join(passed, divergence, faithful)
         if ref_truth is not None:  # the reference once more: what the candidate left behind
             _reference_again(original_reference, ref_accepted, ref_truth, switched,
                              candidate_label)
@@ -357,7 +367,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       explanation.graph, tolerance, notes, reference_label, candidate_label,
                       noise_budget, backward=gradients,
                       output_rows=verdict.rows if verdict is not None else [],
-                      replay=explanation.replay, histograms=explanation.histograms)
+                      replay=explanation.replay, histograms=explanation.histograms,
+                      module_evidence=module_evidence)
 
 
 def _judged_with_switches_back(verdict: Any, judge: Any, candidate: torch.nn.Module,

@@ -155,6 +155,34 @@ class DiffResult:
     # What a replay of the two recordings needs (``introspect.diff.repro.ReplaySource``):
     # the inputs, budgets and padding; None where the diff ran no recordings side by side.
     replay: Any = field(default=None, repr=False)
+    # Module evidence (tier 2, ``introspect.diff.modules.ModuleEvidence``): each candidate
+    # module of the plain calls on the reference's inputs to it; None where none was taken.
+    module_evidence: Any = field(default=None, repr=False)
+
+    @property
+    def modules(self) -> pandas.DataFrame:
+        """One row per candidate module call that module evidence paired: its reference
+        module and layer, its local error, noise and budget, its status
+        (``introspect.diff.modules.ModuleDiff``)."""
+        from introspect.diff.modules import ModuleEvidence
+
+        return (self.module_evidence or ModuleEvidence()).frame()
+
+    @property
+    def coverage(self) -> pandas.DataFrame:
+        """Each region of the candidate's plain call that op-level evidence did not cover,
+        why (compiled, TorchScript, a worker thread, vmap, a grad-mode branch, outside
+        autograd, a recording that does not reproduce the call), and the module whose
+        evidence covered it (``covered_by``, ``status``; "" where none did)."""
+        from introspect.diff.modules import ModuleEvidence
+
+        return (self.module_evidence or ModuleEvidence()).coverage_frame()
+
+    @property
+    def rests_on_modules(self) -> bool:
+        """A PASS that module evidence carried somewhere the recording could not see."""
+        evidence = self.module_evidence
+        return bool(self.passed and evidence is not None and evidence.leaned_on)
 
     def write_repro(self, folder: Any) -> list[Any]:
         """After a FAIL, write ``repro.py`` and ``inputs.safetensors`` into ``folder``: a

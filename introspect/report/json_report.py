@@ -15,6 +15,10 @@ Schema (version 1)::
      "layers": [every field of LayerDiff, and "status": pass, FAIL, drift or n/a;
                 an n/a layer (nothing compared) has null errors],
      "outputs": [every field of OutputDiff: each output of the truth runs, per call],
+     "modules": [every field of ModuleDiff: module evidence, per candidate module call],
+     "coverage": [every field of Uncovered: a region op-level evidence did not cover,
+                  why, and the module evidence that covered it],
+     "rests_on_modules": bool (a PASS that module evidence carried somewhere),
      "notes": [str]}
 
 Numbers that are not finite (an infinite relative error, a NaN) are written as the
@@ -68,10 +72,20 @@ def report_dict(result: DiffResult) -> dict[str, Any]:
         "layers": [_layer_dict(r, word)
                    for r, word in zip(result.layer_rows, layer_statuses(result), strict=True)],
         "outputs": [asdict(r) for r in getattr(result, "output_rows", [])],
+        **_module_evidence(result),
         "notes": list(result.notes),
         **generation_json(result),  # steps, caches, generated: with --generate only
         **({"backward": backward_dict(result)} if result.backward is not None else {}),
     })
+
+
+def _module_evidence(result: DiffResult) -> dict[str, Any]:
+    """Module evidence's rows and the regions it covered (empty lists where none ran)."""
+    evidence = getattr(result, "module_evidence", None)
+    rows = [asdict(r) for r in evidence.rows] if evidence is not None else []
+    uncovered = [asdict(u) for u in evidence.uncovered] if evidence is not None else []
+    return {"modules": rows, "coverage": uncovered,
+            "rests_on_modules": bool(getattr(result, "rests_on_modules", False))}
 
 
 def _layer_dict(row: Any, word: str) -> dict[str, Any]:

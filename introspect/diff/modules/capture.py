@@ -1,0 +1,219 @@
+"""What each module saw in a plain call: its tensor inputs and outputs, taken by hooks that
+do not change the path.
+
+The truth runs (``introspect.run.truth``) call each model as its user does. Around those
+calls, ``capture_calls`` registers *global* forward hooks
+(``register_module_forward_pre_hook`` / ``register_module_forward_hook``): a per-module hook
+switches PyTorch's fast paths off, a global one does not. Each hook asks
+``torch.compiler.is_compiling()`` first and does nothing inside a compiled region, so
+dynamo's code is unchanged and a ``torch.compile``d module (``OptimizedModule``) is seen at
+its own boundary only; a scripted module runs its submodules in TorchScript, where no hook
+fires. A module called under ``torch.func.vmap`` sees wrapped tensors and is left out (the
+module that called ``vmap`` is seen); one called in a worker thread is seen like any other,
+marked with the thread.
+
+The values are kept as detached references, not copies: a forward that later edits one in
+place bumps its version counter, and such a value is dropped (``ModuleCall.inputs`` /
+``outputs`` hold only values whose version did not move). Only the first call with autograd
+on and the first under ``no_grad`` are kept (``inference_mode`` tensors have no versions).
+
+Example::
+
+    >>> with capture_calls(model) as calls:
+    ...     model(**inputs)
+    >>> [c.name for c in calls.calls][:2]
+    ['embeddings.word_embeddings', 'embeddings.token_type_embeddings']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from introspect.run.truth import AUTOGRAD, NO_GRAD
+
+_MAX_DEPTH = 4  # a tuple of a dict of a list of tensors, as ``run.outputs``
+
+
+@dataclasses.dataclass
+class Leaf:
+    """One tensor of a module call: where it sits in the call, its value, its version."""
+
+    path: str  # "args.0", "kwargs.mask", "output.0.1"
+    value: torch.Tensor  # detached, not copied
+    version: int
+    tracked: bool = False  # autograd tracked it in the call (``requires_grad``)
+
+    def unchanged(self) -> bool:
+        """Not edited in place since the hook saw it (views share the counter)."""
+        try:
+            return self.value._version == self.version
+        except RuntimeError:  # an inference tensor: no counter
+            return False
+
+
+@dataclasses.dataclass
+class ModuleCall:
+    """One call of one module in a plain call of the model."""
+
+    name: str  # the module's path in the model ("" for the model itself)
+    module: torch.nn.Module
+    mode: str  # the plain call it belongs to: AUTOGRAD or NO_GRAD
+    grad: bool  # autograd on in the thread that called the module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inputs: list[Leaf]
+    outputs: list[Leaf]
+    order: int  # in the order calls finished
+    thread: bool  # called in another thread than the model's own call
+    edited_inputs: bool = False  # the module edited an input in place
+
+
+@dataclasses.dataclass
+class Calls:
+    """The module calls of one model's plain calls, and what the hooks could not see."""
+
+    model: torch.nn.Module
+    calls: list[ModuleCall] = dataclasses.field(default_factory=list)
+    vmapped: set[str] = dataclasses.field(default_factory=set)  # modules run under vmap
+
+    def of_mode(self, mode: str) -> list[ModuleCall]:
+        return [c for c in self.calls if c.mode == mode]
+
+
+class _Hooks:
+    def __init__(self, model: torch.nn.Module, found: Calls) -> None:
+        self.names = {id(m): name for name, m in model.named_modules()}
+        self.root = id(model)
+        self.found = found
+        self.lock = threading.Lock()
+        self.mode: str | None = None  # the plain call being kept, if any
+        self.kept: set[str] = set()
+        self.thread = 0
+        self.pending: dict[tuple[int, int], list[list[Leaf]]] = {}
+        self.order = 0
+
+    def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():  # first: dynamo's code stays unchanged
+            return
+        key = id(module)
+        if key == self.root:
+            self._start()
+        if self.mode is None or key not in self.names:
+            return
+        leaves = _leaves(args, "args")
+        with self.lock:
+            self.pending.setdefault((key, threading.get_ident()), []).append(leaves)
+
+    def post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        key = id(module)
+        name = self.names.get(key)
+        if self.mode is None or name is None:
+            return
+        with self.lock:
+            stack = self.pending.get((key, threading.get_ident()))
+            before = stack.pop() if stack else None
+        inputs = _leaves(args, "args") + _leaves(kwargs, "kwargs")
+        outputs = _leaves(output, "output")
+        if any(_wrapped(leaf.value) for leaf in inputs + outputs):
+            self.found.vmapped.add(name)  # under vmap: its caller is the boundary
+            if key == self.root:
+                self.mode = None
+            return
+        edited = before is not None and any(
+            a.version != b.version for a, b in zip(before, inputs, strict=False))
+        with self.lock:
+            self.order += 1
+            self.found.calls.append(ModuleCall(
+                name, module, self.mode, torch.is_grad_enabled(),
+                _detached(args), dict(_detached(dict(kwargs or {}))),
+                [] if edited else inputs, outputs, self.order,
+                threading.get_ident() != self.thread, edited))
+        if key == self.root:
+            self.mode = None
+
+    def _start(self) -> None:
+        if torch.is_inference_mode_enabled():
+            self.mode = None
+            return
+        mode = AUTOGRAD if torch.is_grad_enabled() else NO_GRAD
+        self.mode = None if mode in self.kept else mode
+        self.kept.add(mode)
+        self.thread = threading.get_ident()
+
+
+@contextlib.contextmanager
+def capture_calls(model: torch.nn.Module) -> Iterator[Calls]:
+    """Keep what each of ``model``'s modules saw in the plain calls made inside."""
+    found = Calls(model)
+    hooks = _Hooks(model, found)
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(hooks.pre)
+    post = torch.nn.modules.module.register_module_forward_hook(hooks.post, with_kwargs=True)
+    try:
+        with warnings.catch_warnings():  # "global hooks fire an extra time for the
+            # OptimizedModule": that extra call is the compiled module's own boundary
+            warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+            yield found
+    finally:
+        pre.remove()
+        post.remove()
+        # ``remove`` leaves the hook's id in the with-kwargs table (PyTorch 2.x): a port's
+        # build is checked for global changes, and that one would be ours
+        torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
+
+
+def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
+    """The floating tensors in ``value``, detached, with their versions."""
+    if isinstance(value, torch.Tensor):
+        if not value.is_floating_point() or value.is_meta or value.is_nested \
+                or value.layout != torch.strided:  # (a fast path's nested tensor, sparse)
+            return []
+        try:
+            version = value._version
+        except RuntimeError:  # an inference tensor
+            return []
+        return [Leaf(path, value.detach() if not _wrapped(value) else value, version,
+                     value.requires_grad)]
+    if depth >= _MAX_DEPTH:
+        return []
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)):
+        items = list(enumerate(value))
+    elif hasattr(value, "to_tuple") and callable(value.to_tuple):  # a ModelOutput
+        items = list(enumerate(value.to_tuple()))
+    else:
+        return []
+    found: list[Leaf] = []
+    for key, item in items:
+        found += _leaves(item, f"{path}.{key}", depth + 1)
+    return found
+
+
+def _detached(value: Any) -> Any:
+    """``value`` with its tensors detached (a rerun must not join the plain call's graph)."""
+    if isinstance(value, torch.Tensor):
+        return value if _wrapped(value) else value.detach()
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_detached(v) for v in value)
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def _wrapped(tensor: torch.Tensor) -> bool:
+    """A functorch tensor (``vmap``'s batched tensor, ``grad``'s wrapper)."""
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
+
+
+__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls"]

@@ -1,0 +1,307 @@
+"""Module evidence (tier 2, shared/DESIGN.md "Evidence that holds"): the records, the
+verdict they give, and what they covered that the recording could not see.
+
+``gather_module_evidence`` takes what the hooks saw in both models' plain calls
+(``capture``), pairs the candidate's module calls with reference values (``pairing``),
+measures each pair's local error (``local``) against its noise budget (``budget``), and
+returns a ``ModuleEvidence``: one ``ModuleDiff`` row per candidate module call, the
+``Uncovered`` regions (where the op-level recording cannot see the user's call, and which
+module evidence covered them), and the first divergence: the smallest failing module,
+named by the reference's layer with the candidate's module beside it.
+
+A failing pair fails the diff even where the outputs are within their (loose) budget: its
+relation is proven (the weights it owns, or its inputs and output confirmed by value), and
+its budget is what rounding explains for that module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from introspect.diff.modules.budget import holds_int8_inside, module_budget, unit_of
+from introspect.diff.modules.capture import Calls, ModuleCall
+from introspect.diff.modules.local import NotRerun, local_error
+from introspect.diff.modules.pairing import (
+    ModulePair,
+    pair_call,
+    reference_boundaries,
+    region_of,
+    relate_parameters,
+)
+from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
+from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
+
+if TYPE_CHECKING:
+    import pandas
+
+NOT_COMPARED = "not compared"
+_LAYER_WORDS = ("layer", "layers", "h", "blocks", "block")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleDiff:
+    """One row of ``DiffResult.modules``: a candidate module call and its local error."""
+
+    candidate_module: str  # path in the candidate ("" for the model itself)
+    candidate_class: str
+    reference_module: str  # the reference module whose output stands for its output
+    layer: str  # the reference's layer ("encoder.layer.1")
+    call: str  # the plain call it was seen in: "autograd" or "no_grad"
+    paired_by: str  # "weights" (those it owns relate) or "value" (it owns none)
+    max_abs_err: float | None  # its output, run on the reference's inputs, vs the reference's
+    noise: float | None  # how far one rounding of its inputs moves its output
+    limit: float | None  # its budget (``budget.module_budget``)
+    status: str  # "ok", "FAIL" or "not compared"
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncovered:
+    """A region of the candidate's plain call that op-level evidence did not cover."""
+
+    candidate_module: str
+    why: str  # "compiled (torch.compile)", "a worker thread", "vmap", ...
+    covered_by: str  # the candidate module whose module evidence covers it ("": none)
+    status: str  # that evidence's status ("ok", "FAIL"; "not compared" where none)
+
+
+@dataclasses.dataclass
+class ModuleEvidence:
+    """What module evidence found: its rows, the uncovered regions, notes."""
+
+    rows: list[ModuleDiff] = dataclasses.field(default_factory=list)
+    uncovered: list[Uncovered] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.status == STATUS_FAIL for r in self.rows)
+
+    @property
+    def leaned_on(self) -> bool:
+        """Some region the recording could not see was covered by module evidence."""
+        return any(u.status != NOT_COMPARED for u in self.uncovered)
+
+    def divergence(self) -> Divergence | None:
+        """The smallest failing module (none of its submodules fails too), first called."""
+        failing = [r for r in self.rows if r.status == STATUS_FAIL]
+        smallest = [r for r in failing if not any(
+            o is not r and _below(o.candidate_module, r.candidate_module) for o in failing)]
+        if not smallest:
+            return None
+        row = smallest[0]
+        shown = row.candidate_module or "the model"
+        return Divergence(
+            row.reference_module, row.candidate_module, row.reference_module, row.layer,
+            row.candidate_class, row.max_abs_err or 0.0,
+            f"{row.limit:.3g} (module evidence: its rounding noise)", (),
+            detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
+                    f"on the reference's inputs to it in its {row.call} call, is "
+                    f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
+                    f"(its budget {row.limit:.3g})"))
+
+    def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
+             ) -> tuple[bool, Divergence | None]:
+        """The verdict with this evidence: a failing module fails it; where the op-level
+        recording is not faithful to the plain call (or names no node), the module names
+        the divergence."""
+        mine = self.divergence()
+        if mine is None:
+            return passed, divergence
+        if divergence is None or not faithful or divergence.layer == "outputs" \
+                or not divergence.reference_node:
+            divergence = mine
+        return False, divergence
+
+    def frame(self) -> pandas.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([dataclasses.asdict(r) for r in self.rows],
+                            columns=list(ModuleDiff.__dataclass_fields__))
+
+    def coverage_frame(self) -> pandas.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([dataclasses.asdict(u) for u in self.uncovered],
+                            columns=list(Uncovered.__dataclass_fields__))
+
+
+def gather_module_evidence(reference: Calls, candidate: Calls,
+                           attention_mask: torch.Tensor | None = None,
+                           faithful: bool = True, parted: Any = None) -> ModuleEvidence:
+    """Pair the candidate's module calls with the reference's values and judge each.
+
+    Args:
+        reference, candidate: what ``capture.capture_calls`` saw in each model's truth runs.
+        attention_mask: (B, S); values laid out (B, S, ...) are compared at real tokens.
+        faithful: whether the candidate's recording reproduced its plain calls.
+        parted: (module, class, difference) where its recording left the plain path.
+    """
+    ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
+    boundaries = reference_boundaries(ref_calls)
+    relations = relate_parameters(reference.model, candidate.model)
+    evidence = ModuleEvidence()
+    seen: dict[tuple[str, int], ModuleCall] = {}
+    counts: dict[tuple[str, str], int] = {}
+    failed: list[str] = []
+    for call in sorted(candidate.calls, key=lambda c: (c.mode != AUTOGRAD, c.order)):
+        number = counts.get((call.mode, call.name), 0)
+        counts[(call.mode, call.name)] = number + 1
+        twin = seen.get((call.name, number))
+        if call.mode == AUTOGRAD:
+            seen[(call.name, number)] = call
+        elif twin is not None and _same_call(twin, call):
+            continue  # the no_grad call saw what the autograd one did: judged once
+        try:
+            row = _judge(call, boundaries, relations, attention_mask)
+        except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
+            failed.append(f"{call.name or 'the model'} ({type(e).__name__})")
+            continue
+        if row is not None:
+            evidence.rows.append(row)
+    if failed:
+        evidence.notes.append(f"module evidence could not judge {len(failed)} module call(s) "
+                              f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
+                              "not compared")
+    evidence.uncovered = _uncovered(candidate, evidence.rows, seen, faithful, parted)
+    reference.calls.clear()  # the values are let go: memory
+    candidate.calls.clear()
+    return evidence
+
+
+def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
+           attention_mask: torch.Tensor | None) -> ModuleDiff | None:
+    """The row of one module call; None where it has nothing to compare (no floating
+    input, or no reference value stands for it)."""
+    if not call.inputs or not call.outputs:
+        return None
+    region = region_of(call, relations)
+    if region is None:
+        return None  # weights of its own, none the reference's: nothing stands for it
+    by = "value" if region == "" and not _owns_weights(call.module) else "weights"
+    output = call.outputs[0].value
+    dtype = str(output.dtype).removeprefix("torch.")
+    pair = pair_call(call, boundaries, region, by, dtype)
+    if pair is None:
+        return None
+    row = _row(call, pair)
+    if holds_int8_inside(call.module):
+        return dataclasses.replace(row, status=NOT_COMPARED,
+                                   note="holds int8 Linears, judged each on its own budget")
+    if pair.output.distance == 0 and all(m.distance == 0 for m in pair.inputs):
+        # its own call took the reference's values and returned the reference's: run on
+        # them again, it returns the same (no run needed: most modules of a close port)
+        return dataclasses.replace(row, max_abs_err=0.0, status=STATUS_OK,
+                                   note="its own call took and returned the reference's values")
+    unit = unit_of(call.module, output, pair.output.boundary.value)
+    try:
+        local = local_error(pair, unit, attention_mask)
+    except NotRerun as e:
+        return dataclasses.replace(row, status=NOT_COMPARED, note=str(e))
+    first_input = pair.inputs[0].boundary.value
+    budget = module_budget(call.module, local, unit, first_input)
+    status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
+    return dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
+                               limit=budget.limit, status=status, note=budget.why)
+
+
+def _row(call: ModuleCall, pair: ModulePair) -> ModuleDiff:
+    module = pair.reference_module
+    return ModuleDiff(call.name, type(call.module).__name__, module, reference_layer(module),
+                      call.mode, pair.by, None, None, None, NOT_COMPARED)
+
+
+def _owns_weights(module: torch.nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def _same_call(a: ModuleCall, b: ModuleCall) -> bool:
+    return len(a.inputs) == len(b.inputs) and len(a.outputs) == len(b.outputs) and all(
+        identical(x.value, y.value) for x, y in zip(a.inputs + a.outputs, b.inputs + b.outputs,
+                                                    strict=True))
+
+
+def _uncovered(candidate: Calls, rows: Sequence[ModuleDiff],
+               autograd: Mapping[tuple[str, int], ModuleCall], faithful: bool,
+               parted: Any) -> list[Uncovered]:
+    """Each region the op-level recording cannot see as the plain call ran it, and the
+    module evidence that covered it (the region's own row, else its nearest ancestor's)."""
+    found: dict[str, str] = {}
+    for call in candidate.calls:
+        why = _blind(call)
+        if why and call.name not in found:
+            found[call.name] = why
+    for name in sorted(candidate.vmapped):
+        caller = _nearest(name, {c.name for c in candidate.calls})
+        if caller is not None and caller not in found:
+            found[caller] = "torch.func.vmap inside"
+    for call in candidate.calls:  # the same inputs, other outputs: a grad-mode branch
+        if call.mode != NO_GRAD:
+            continue
+        twin = next((c for (n, _), c in autograd.items() if n == call.name), None)
+        if twin is not None and len(twin.inputs) == len(call.inputs) \
+                and all(identical(x.value, y.value) for x, y in zip(twin.inputs, call.inputs,
+                                                                    strict=True)) \
+                and not all(identical(x.value, y.value)
+                            for x, y in zip(twin.outputs, call.outputs, strict=False)):
+            found.setdefault(call.name, "a grad-mode branch (autograd and no_grad differ)")
+    if not faithful:
+        where = parted[0] if parted is not None else ""
+        found.setdefault(where, "the recording does not reproduce the plain call")
+    compared: dict[str, ModuleDiff] = {}
+    for r in rows:  # a module's worst row stands for it (its autograd or no_grad call)
+        if r.status != NOT_COMPARED and compared.get(r.candidate_module, r).status != STATUS_FAIL:
+            compared[r.candidate_module] = r
+    uncovered = []
+    for name, why in found.items():
+        cover = name if name in compared else _nearest(name, set(compared))
+        row = compared.get(cover) if cover is not None else None
+        uncovered.append(Uncovered(name, why, cover if cover is not None else "",
+                                   row.status if row is not None else NOT_COMPARED))
+    return uncovered
+
+
+def _blind(call: ModuleCall) -> str:
+    module = call.module
+    if getattr(module, "_orig_mod", None) is not None:
+        return "compiled (torch.compile)"
+    if isinstance(module, torch.jit.ScriptModule):
+        return "TorchScript"
+    if call.thread:
+        return "a worker thread"
+    if call.mode == AUTOGRAD and call.outputs \
+            and (_tracked(module) or any(leaf.tracked for leaf in call.inputs)) \
+            and not any(leaf.tracked for leaf in call.outputs):
+        return "computed outside autograd (NumPy?)"
+    return ""
+
+
+def _tracked(module: torch.nn.Module) -> bool:
+    return any(p.requires_grad for p in module.parameters())
+
+
+def _nearest(name: str, names: set[str]) -> str | None:
+    """The deepest of ``names`` that holds module ``name`` (itself excluded)."""
+    holders = [n for n in names if n != name and _below(name, n)]
+    return max(holders, key=len) if holders else None
+
+
+def _below(inner: str, outer: str) -> bool:
+    return inner != outer and (outer == "" or inner.startswith(f"{outer}."))
+
+
+def reference_layer(module: str) -> str:
+    """The reference's layer holding ``module`` ("encoder.layer.1"), else its top module."""
+    parts = module.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in _LAYER_WORDS and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2])
+    return parts[0] if parts and parts[0] else "outputs"
+
+
+__all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "Uncovered",
+           "gather_module_evidence", "reference_layer"]

@@ -1,0 +1,160 @@
+"""A candidate module's local error: the module run on the reference's inputs to it.
+
+The candidate's own call (``capture.ModuleCall``) is run again with each input that a
+reference value stands for (``pairing.ModulePair``) replaced by that value, cast to the
+candidate's dtype and device; its other arguments (a mask, a flag) are its own call's. It
+runs under the grad mode its call ran under, so a branch on ``torch.is_grad_enabled()``
+goes the way the user's call went. Its output is held against the reference's.
+
+The same run on the reference's inputs moved by one rounding of the module's dtype
+(``noise``) shows how much rounding at the module's inputs moves its output: the noise
+model of ``budget``.
+
+A module that cannot be run again cleanly (it raises, returns no tensor where it returned
+one, or a value of another shape) is not compared; that is said, never failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from introspect.diff.modules.pairing import ModulePair
+
+# Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
+# side's own: left out of the comparison, as padding is.
+_FILLER = 1e20
+
+# The unit roundoff of each dtype: one rounding of a value moves it by this much, relative.
+UNIT = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
+        torch.bfloat16: 2.0 ** -8}
+
+
+class NotRerun(Exception):
+    """The module could not be run again on the reference's inputs (why, in words)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Local:
+    """The module's local error, its noise, and the reference output's largest magnitude."""
+
+    max_abs: float
+    noise: float
+    scale: float
+    elements: int
+
+
+def local_error(pair: ModulePair, unit: float,
+                real: torch.Tensor | None = None) -> Local:
+    """Run the candidate module on the reference's inputs (and once more on them rounded
+    once more) and measure its output against the reference's.
+
+    ``real``: the attention mask (B, S); outputs laid out (B, S, ...) are compared at real
+    tokens only. Raises ``NotRerun``.
+    """
+    reference = pair.output.boundary.value
+    path = pair.output.path
+    exact = _rerun(pair, path, lambda t: t)
+    generator = torch.Generator().manual_seed(0)
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.device) * 2 - 1
+        return t * (1 + unit * signs.to(t.dtype))
+
+    moved = _rerun(pair, path, rounded)
+    keep = _kept(reference, exact, real)
+    ref64 = reference.detach().double().cpu().reshape(-1)[keep]
+    err = (exact.double().cpu().reshape(-1)[keep] - ref64).abs()
+    noise = (moved.double().cpu().reshape(-1)[keep] - exact.double().cpu().reshape(-1)[keep])
+    return Local(_max(err), _max(noise.abs()), _max(ref64.abs()), int(keep.sum()))
+
+
+def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
+           ) -> torch.Tensor:
+    call = pair.call
+    args: Any = list(call.args)
+    kwargs = dict(call.kwargs)
+    for match in pair.inputs:
+        original = _get(args, kwargs, match.path)
+        value = match.boundary.value.detach().to(original.dtype).to(original.device)
+        _set(args, kwargs, match.path, change(value.reshape(original.shape)))
+    try:
+        with torch.set_grad_enabled(call.grad):
+            returned = call.module(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001  any failure: not compared, said why
+        raise NotRerun(f"it raised {type(e).__name__} when run again") from e
+    out = _get_output(returned, path)
+    if not isinstance(out, torch.Tensor):
+        raise NotRerun("run again, it returned no tensor where its call returned one")
+    if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
+        raise NotRerun("run again, it returned a value of another shape")
+    return out.detach()
+
+
+def _kept(reference: torch.Tensor, candidate: torch.Tensor,
+          real: torch.Tensor | None) -> torch.Tensor:
+    """Elements compared: real tokens, finite and not a mask's filler on both sides."""
+    r, c = reference.detach().double().cpu(), candidate.detach().double().cpu()
+    keep = torch.isfinite(r) & torch.isfinite(c) & (r.abs() < _FILLER) & (c.abs() < _FILLER)
+    if real is not None and r.dim() >= 2 and tuple(r.shape[:2]) == tuple(real.shape):
+        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (r.dim() - 2)))
+        keep = keep & tokens.expand(r.shape)
+    return keep.reshape(-1)
+
+
+def _max(t: torch.Tensor) -> float:
+    return float(t.max()) if t.numel() else 0.0
+
+
+def _steps(path: str) -> list[str]:
+    return path.split(".")
+
+
+def _get(args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
+    head, *rest = _steps(path)
+    value: Any = args if head == "args" else kwargs
+    for step in rest:
+        value = value[int(step)] if isinstance(value, (list, tuple)) else value[step]
+    return value
+
+
+def _set(args: list[Any], kwargs: dict[str, Any], path: str, new: Any) -> None:
+    """Put ``new`` at ``path``, copying the tuples and dicts on the way (the call's own
+    arguments stay as they were)."""
+    head, *rest = _steps(path)
+    if head == "args":
+        args[int(rest[0])] = _replaced(args[int(rest[0])], rest[1:], new)
+    else:
+        kwargs[rest[0]] = _replaced(kwargs[rest[0]], rest[1:], new)
+
+
+def _replaced(container: Any, rest: list[str], new: Any) -> Any:
+    if not rest:
+        return new
+    if isinstance(container, (list, tuple)):
+        items = list(container)
+        items[int(rest[0])] = _replaced(items[int(rest[0])], rest[1:], new)
+        return type(container)(items) if isinstance(container, list) else tuple(items)
+    copy = dict(container)
+    copy[rest[0]] = _replaced(container[rest[0]], rest[1:], new)
+    return copy
+
+
+def _get_output(returned: Any, path: str) -> Any:
+    value = returned
+    for step in _steps(path)[1:]:
+        if isinstance(value, dict) or hasattr(value, "keys"):
+            value = value[step] if step in value else list(value.values())[int(step)] \
+                if step.isdigit() else value[step]
+        elif hasattr(value, "to_tuple"):
+            value = value.to_tuple()[int(step)]
+        else:
+            value = value[int(step)]
+    return value
+
+
+__all__ = ["UNIT", "Local", "NotRerun", "local_error"]
+

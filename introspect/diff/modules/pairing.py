@@ -1,0 +1,298 @@
+"""Which reference values stand for a candidate module's inputs and output.
+
+A candidate module is paired with the reference by what it owns first: its weights, related
+to the reference's by value (the same tensor, its transpose, a block of rows of it, or a
+fused tensor holding it), place it inside the reference module that owns all the related
+weights (their common ancestor: its *region*). A module that owns no weights (an
+activation, a pooler's ``tanh``) has the whole reference as its region. Then each of its
+floating inputs, and its output, is matched by value to a tensor the reference's modules
+took or returned inside that region: of the same shape, the closest, and clearly so (the
+next other value at least ``CLEAR`` times as far) and near enough for its dtype. A module
+with no input or no output matched so is not paired: nothing is guessed by structure.
+
+Example::
+
+    >>> pair = pair_call(call, boundaries, relations)
+    >>> pair.reference_module, pair.inputs
+    ('encoder.layer.1.output.LayerNorm', {'args.0': 'encoder.layer.1.output.dense'})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+
+from introspect.diff.modules.capture import Leaf, ModuleCall
+from introspect.diff.quantized import is_quantized, quantized_weights
+
+# The next other value must be this many times as far as the chosen one.
+CLEAR = 4.0
+# How far (relative to the value's largest magnitude) an input may be from the reference's
+# value it stands for: what a correct port's rounding, carried through the layers before,
+# leaves (its dtype's drift limit, ``diff.drift.DRIFT_RTOL``, 10x); and an output, which
+# carries the module's own fault too.
+INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
+OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
+_MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
+_SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
+
+
+@dataclasses.dataclass
+class Boundary:
+    """A value some of the reference's modules took or returned.
+
+    ``module`` names it: the deepest module that returned it (else the first that took
+    it); ``holders`` are all the modules that took or returned it (the same tensor is a
+    layer's output and the next one's input)."""
+
+    module: str
+    role: str
+    value: torch.Tensor
+    holders: set[str] = dataclasses.field(default_factory=set)
+    returned_by: set[str] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """A candidate value and the reference value that stands for it."""
+
+    path: str
+    boundary: Boundary
+    distance: float  # largest |cand - ref|
+    scale: float  # largest |ref|
+
+
+@dataclasses.dataclass(frozen=True)
+class ModulePair:
+    """A candidate module call and the reference values that stand for its call."""
+
+    call: ModuleCall
+    region: str  # the reference module owning its related weights ("": the whole model)
+    by: str  # "weights" or "value"
+    inputs: tuple[Match, ...]
+    output: Match
+
+    @property
+    def reference_module(self) -> str:
+        return self.output.boundary.module
+
+
+def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
+    """Every distinct value the reference's modules took or returned, once."""
+    by_tensor: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Boundary] = {}
+    for call in calls:
+        for role, leaves in (("output", call.outputs), ("input", call.inputs)):
+            for leaf in leaves:
+                if not leaf.unchanged():
+                    continue
+                t = leaf.value
+                key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
+                       tuple(t.stride()))
+                known = by_tensor.get(key)
+                if known is None:
+                    known = by_tensor[key] = Boundary(call.name, role, t)
+                elif role == "output" and (known.role == "input"
+                                           or _depth(call.name) > _depth(known.module)):
+                    known.module, known.role = call.name, role
+                known.holders.add(call.name)
+                if role == "output":
+                    known.returned_by.add(call.name)
+    return list(by_tensor.values())
+
+
+def _named_inside(boundary: Boundary, region: str) -> Boundary:
+    """``boundary`` named by the deepest module inside ``region`` that returned it (else
+    that took it)."""
+    inside = [m for m in boundary.returned_by if _inside(m, region)] or \
+        [m for m in boundary.holders if _inside(m, region)]
+    if not inside or boundary.module in inside and boundary.role == "output":
+        return boundary
+    name = max(inside, key=_depth)
+    return dataclasses.replace(boundary, module=name,
+                               role="output" if name in boundary.returned_by else "input")
+
+
+def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
+                      ) -> dict[str, set[str]]:
+    """Candidate parameter path -> the reference parameters it holds by value.
+
+    The relations of ``introspect.diff.align.weights`` read a recorded graph; module
+    evidence needs none, so the same kinds are found here on the modules' own tensors:
+    equal, transposed, a block of rows of the other (one head, one of q/k/v in a fused
+    projection), after casting both to the lower precision; an int8 weight relates to the
+    float weight within one quantization step of it.
+    """
+    ref = {name: t.detach() for name, t in reference.named_parameters()
+           if t.is_floating_point()}
+    keyed: dict[tuple[tuple[int, ...], bytes], list[tuple[str, torch.Tensor]]] = {}
+    for name, t in ref.items():
+        for variant in _variants(t):
+            keyed.setdefault(_key(variant), []).append((name, variant))
+
+    def equal_to(value: torch.Tensor) -> set[str]:
+        return {name for name, other in keyed.get(_key(value), [])
+                if torch.equal(other.to(torch.float32), value.to(torch.float32))}
+
+    related: dict[str, set[str]] = {}
+    for name, t in _candidate_weights(candidate):
+        found: set[str] = set()
+        for variant in _variants(t):
+            found |= equal_to(variant)
+        for variant in _variants(t) if not found else []:  # a fused projection on ours
+            for block in _row_blocks(variant, ref.values()):
+                found |= equal_to(block)
+        if not found:  # a block of a larger reference weight (a fused QKV on their side)
+            found = {r for r, rt in ref.items() if _holds_rows(rt, t)}
+        if not found and t.dtype != torch.float32:
+            found = {r for r, rt in ref.items() if rt.shape == t.shape
+                     and torch.equal(rt.to(t.dtype), t)}
+        related[name] = found
+    return related
+
+
+def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | None:
+    """The reference module owning every weight related to the call's module (its
+    parameters' common ancestor); "" when it owns none; None when it owns weights of which
+    none relates (nothing to stand for it)."""
+    mine = [refs for path, refs in prefix_params.items()
+            if path.startswith(f"{call.name}.") or not call.name]
+    if not mine:
+        return ""
+    owners = [r.rpartition(".")[0] for refs in mine for r in refs]
+    if not owners:
+        return None
+    return _common(owners)
+
+
+def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
+              dtype: str) -> ModulePair | None:
+    """The reference values for ``call``'s floating inputs and its first output, or None."""
+    inside = [_named_inside(b, region) for b in boundaries
+              if any(_inside(m, region) for m in b.holders)]
+    outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
+    if not outputs or not call.inputs:
+        return None
+    inputs = []
+    for leaf in call.inputs:
+        match = closest(leaf, inside, INPUT_NEAR.get(dtype, INPUT_NEAR["float32"]))
+        if match is not None:
+            inputs.append(match)
+    if not inputs:
+        return None
+    output = closest(outputs[0], [b for b in inside
+                                  if any(_inside(m, region) for m in b.returned_by)],
+                     OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"]))
+    if output is None:
+        return None
+    return ModulePair(call, region, by, tuple(inputs), output)
+
+
+def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | None:
+    """The boundary value of ``leaf``'s shape closest to it, if clearly so and near."""
+    value = leaf.value
+    same = [b for b in boundaries if tuple(b.value.shape) == tuple(value.shape)
+            and b.value.is_floating_point()]
+    if not same or value.numel() == 0:
+        return None
+    sample = _sample_index(value.numel())
+    mine = value.reshape(-1)[sample].double().cpu()
+    rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
+    measured = [(distance(value, b.value), b) for b in rough[:4]]
+    measured.sort(key=lambda m: m[0])
+    best, chosen = measured[0]
+    scale = float(chosen.value.detach().double().abs().nan_to_num(0).max())
+    if not best <= near * scale:
+        return None
+    others = [d for d, b in measured[1:] if distance(b.value, chosen.value) > 0]
+    if others and not min(others) >= CLEAR * best:
+        return None
+    return Match(leaf.path, chosen, best, scale)
+
+
+def distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| over elements finite on both sides (inf where none is)."""
+    a64 = a.detach().double().cpu().reshape(-1)
+    b64 = b.detach().double().cpu().reshape(-1)
+    finite = torch.isfinite(a64) & torch.isfinite(b64)
+    if not bool(finite.any()):
+        return 0.0 if a64.numel() == 0 else math.inf
+    return float((a64[finite] - b64[finite]).abs().max())
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    d = (a - b).abs().nan_to_num(math.inf)
+    return float(d.max()) if d.numel() else 0.0
+
+
+def _sample_index(numel: int) -> torch.Tensor:
+    if numel <= _SAMPLE:
+        return torch.arange(numel)
+    return torch.linspace(0, numel - 1, _SAMPLE).long()
+
+
+def _candidate_weights(candidate: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    found = [(name, t.detach()) for name, t in candidate.named_parameters()
+             if t.is_floating_point()]
+    for path, module in candidate.named_modules():
+        if is_quantized(module):
+            found += [(label, value.float()) for label, value, _ in
+                      quantized_weights(path, module)]
+    return found
+
+
+def _variants(t: torch.Tensor) -> list[torch.Tensor]:
+    return [t, t.t()] if t.ndim == 2 else [t]
+
+
+def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bytes]:
+    """Shape and a few values on a grid (8 per axis), in float32: equal tensors share it,
+    and it reads a few elements of a large weight, not all (equality is checked on a hit)."""
+    sample = t.detach()
+    for dim in range(sample.ndim):
+        size = sample.shape[dim]
+        picks = torch.linspace(0, size - 1, min(size, 8)).long().to(sample.device)
+        sample = sample.index_select(dim, picks)
+    return tuple(t.shape), sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
+
+
+def _row_blocks(t: torch.Tensor, references: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """``t`` cut into blocks of rows the size of a reference weight (a fused projection)."""
+    sizes = {int(r.shape[0]) for r in references
+             if r.ndim == t.ndim and r.shape[1:] == t.shape[1:] and r.shape[0] < t.shape[0]
+             and t.shape[0] % r.shape[0] == 0 and t.shape[0] // r.shape[0] <= _MAX_PARTS}
+    return [block for size in sizes for block in t.split(size)]
+
+
+def _holds_rows(big: torch.Tensor, small: torch.Tensor) -> bool:
+    if big.ndim != small.ndim or big.shape[1:] != small.shape[1:] \
+            or big.shape[0] <= small.shape[0] or big.shape[0] % small.shape[0] \
+            or big.shape[0] // small.shape[0] > _MAX_PARTS:
+        return False
+    target = small.to(torch.float32)
+    return any(torch.equal(block.to(torch.float32), target)
+               for block in big.split(small.shape[0]))
+
+
+def _common(names: Sequence[str]) -> str:
+    parts = [n.split(".") if n else [] for n in names]
+    common: list[str] = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return ".".join(common)
+
+
+def _inside(module: str, region: str) -> bool:
+    return not region or module == region or module.startswith(f"{region}.")
+
+
+def _depth(name: str) -> int:
+    return name.count(".") + 1 if name else 0
+
+
+__all__ = ["Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
+           "reference_boundaries", "region_of", "relate_parameters"]

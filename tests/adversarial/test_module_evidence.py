@@ -1,0 +1,85 @@
+"""Module evidence (issue 41 part 1): a fault the outputs' budget lets through, where the
+op-level recording cannot see the plain call, fails in the reference's layer; its correct
+twin passes. Ports: ``tests/adversarial/ports/modules_evidence.py`` (another hand's code:
+imports nothing of ours). Reference: bert-tiny with perturbed norms and biases.
+
+Each faulty port moves the outputs by less than their budget (``outputs_within_budget``:
+on the code before module evidence, every one of them PASSED)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.adversarial.corpus import port
+
+MECHANISMS = ["compiled", "compiling", "numpy", "grad", "thread", "vmap", "custom_op"]
+
+
+def _diff(tiny, builder):
+    import introspect
+
+    reference, inputs = tiny
+    torch._dynamo.reset()  # each compiled port compiles afresh (dynamo's recompile limit)
+    return introspect.diff(reference.model, builder(reference), inputs)
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_correct_twin_passes(name, tiny):
+    result = _diff(tiny, getattr(port("modules_evidence.py"), f"correct_{name}"))
+    assert result.passed, (result.first_divergence, result.notes)
+    assert (result.modules["status"] != "fail").all()
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_faulty_port_fails_in_the_reference_layer(name, tiny):
+    result = _diff(tiny, getattr(port("modules_evidence.py"), f"faulty_{name}"))
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1"
+    outputs = result.outputs
+    assert (outputs["status"] == "ok").all(), "the fault must stay under the outputs' budget"
+
+
+def test_module_divergence_names_both_sides(tiny):
+    result = _diff(tiny, port("modules_evidence.py").faulty_thread)
+    d = result.first_divergence
+    assert d.reference_node.startswith("encoder.layer.1")
+    assert d.candidate_node == "blocks.1.ffn.inner"
+    assert "module evidence" in d.detail
+    row = result.modules.query("candidate_module == 'blocks.1.ffn.inner' and status == 'fail'")
+    assert len(row) == 1 and row.iloc[0].max_abs_err > 3 * row.iloc[0].limit
+
+
+@pytest.mark.parametrize("name, why", [("compiled", "compiled"), ("thread", "worker thread"),
+                                       ("numpy", "outside autograd")])
+def test_coverage_names_what_the_recording_could_not_see(name, why, tiny):
+    result = _diff(tiny, getattr(port("modules_evidence.py"), f"correct_{name}"))
+    coverage = result.coverage
+    hit = coverage[coverage["why"].str.contains(why)]
+    assert len(hit) and (hit["status"] == "ok").all()
+    assert result.rests_on_modules
+
+
+def test_values_edited_in_place_are_not_compared(tiny):
+    """A Linear's output that the block then edits in place (``y += x``) no longer holds
+    what the Linear returned: its call is left out, and the port passes."""
+    result = _diff(tiny, port("modules_evidence.py").correct_inplace)
+    assert result.passed
+    rows = result.modules
+    assert not rows["candidate_module"].isin(["blocks.0.proj", "blocks.1.ffn_out"]).any()
+    assert rows["candidate_module"].isin(["blocks.1.norm2"]).any()
+
+
+def test_json_and_verdict_line_carry_module_evidence(tiny):
+    import json
+
+    from introspect.cli.diff_view import verdict_lines
+    from introspect.report.json_report import json_report
+
+    result = _diff(tiny, port("modules_evidence.py").correct_thread)
+    data = json.loads(json_report(result))
+    assert data["rests_on_modules"] is True
+    assert any(row["why"] == "a worker thread" and row["status"] == "ok"
+               for row in data["coverage"])
+    assert any(row["candidate_module"] == "blocks.1.ffn.inner" for row in data["modules"])
+    assert "module evidence covers" in verdict_lines(result)[0]
