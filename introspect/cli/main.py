@@ -44,15 +44,25 @@ class OneLineParser(argparse.ArgumentParser):
 
 LINE_LIMIT = 199  # characters of a refusal: a terminal's line or two, a CI log's last line
 _LONG_QUOTED = re.compile(r"'([^'\n]{61,})'")
+# A path in a message: from a slash to the next space, quote, bracket, comma or semicolon.
+_PATH = re.compile(r"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]+")
+_PATH_TAIL = 40  # characters of a shortened path's end: its file and folder
 
 
 def one_line(text: str) -> str:
     """A refusal as one line of at most ``LINE_LIMIT`` characters.
 
-    Long values the user gave (a path of 500 characters) keep their ends, and the line
-    its start (what failed) and its end (what to do next).
+    Over the limit, long paths keep their first folder and their end (the file and its
+    folder: what a reader recognises), longest first; then long quoted values keep their
+    ends; and only then does the line lose its middle, keeping its start (what failed)
+    and its end (what to do next).
     """
     line = " ".join(text.split())
+    for tail in (_PATH_TAIL, 0):  # the end's folders too, then the file's name alone
+        for path in sorted(set(_PATH.findall(line)), key=len, reverse=True):
+            if len(line) <= LINE_LIMIT:
+                break
+            line = line.replace(path, _shortened(path, tail))
     if len(line) <= LINE_LIMIT:
         return line
     line = _LONG_QUOTED.sub(lambda m: f"'{m[1][:28]}…{m[1][-28:]}'", line)
@@ -60,6 +70,25 @@ def one_line(text: str) -> str:
         return line
     half = (LINE_LIMIT - 1) // 2
     return line[:half] + "…" + line[-(LINE_LIMIT - 1 - half):]
+
+
+def _shortened(path: str, tail_limit: int) -> str:
+    """``/tmp/…/checkpoint/model.safetensors``: the first folder, then whole names at the
+    end within ``tail_limit`` characters, and at least the last name (its last
+    ``_PATH_TAIL`` characters where it is longer)."""
+    parts = path.split("/")
+    head, names = "/".join(parts[:2]), parts[2:]
+    if not names:
+        return path
+    tail = [names.pop()]
+    if len(tail[0]) > _PATH_TAIL:
+        tail = ["…" + tail[0][-_PATH_TAIL:]]
+    while names and names[-1] != "…" and len("/".join([names[-1], *tail])) <= tail_limit:
+        tail.insert(0, names.pop())
+    if names and names != ["…"]:
+        tail.insert(0, "…")
+    shown = "/".join([head, *tail])
+    return shown if len(shown) < len(path) else path
 
 
 def build_parser() -> argparse.ArgumentParser:
