@@ -15,7 +15,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from introspect.version import __version__
 
 if TYPE_CHECKING:  # what mypy and pyright see; at run time __getattr__ imports on first use
     from collections.abc import Mapping

@@ -7,10 +7,11 @@
     >>> parity = introspect.attention.compare_heads(hf, port, inputs)
     >>> parity.first_divergence                              # (layer, head) or None
 
-Modules, one job each: ``maps`` (probabilities from the traced graph), ``stats`` (per-head
-statistics), ``views`` (static pictures: head, matrix and model views), ``svg`` (the SVG
-text: stable numbers, escaping, colours), ``raster`` (PNG),
-``page`` (self-contained HTML), ``heads`` (head-by-head parity of two models).
+Modules, one job each: ``records`` (the maps as data, what every picture reads), ``maps``
+(probabilities from the traced graph; ``AttentionMaps`` adds the pictures as methods),
+``stats`` (per-head statistics), ``views`` (static pictures: head, matrix and model views),
+``svg`` (the SVG text: stable numbers, escaping, colours), ``raster`` (PNG), ``page``
+(self-contained HTML), ``heads`` (head-by-head parity of two models).
 """
 
 from __future__ import annotations

@@ -34,11 +34,15 @@ import torch.fx
 
 from introspect.attention.maps import (
     AttentionMaps,
+    _accepted,
+    _module_of,
+    _unpack,
     attention,
     attention_nodes,
     probabilities_of,
     returning,
 )
+from introspect.attention.views import parity_svg
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
@@ -131,12 +135,11 @@ class HeadParity:
         Defaults to the first divergent head (or layer 0, head 0 when all agree), drawn
         for the batch row where it differs most.
         """
-        from introspect.attention.views import parity_svg
-
         if layer is None or head is None:
             layer, head = self.first_divergence or (0, 0)
         self.reference.check(layers=[layer], heads=[head])
-        return parity_svg(self, layer, head, self.worst_row(layer, head))
+        return parity_svg(self.reference, self.candidate, self.budget, layer, head,
+                          self.worst_row(layer, head))
 
 
 def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
@@ -207,7 +210,6 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     the candidate's is replaced by the reference's of the same shape, in order; the
     masks, the weights and anything of another shape stay the candidate's own.
     """
-    from introspect.attention.maps import _accepted, _unpack
     from introspect.tracing.tracer import trace_module
 
     if isinstance(reference, torch.fx.GraphModule) or isinstance(candidate, torch.fx.GraphModule):
@@ -258,8 +260,6 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
 def _layer_inputs(node: torch.fx.Node) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
     """The tensors entering the attention's module on the way to ``node``, and the nodes
     inside that module on that way (``node`` included)."""
-    from introspect.attention.maps import _module_of
-
     module = _module_of(node)
 
     def inside(n: torch.fx.Node) -> bool:

@@ -32,7 +32,7 @@ from introspect.attention.neuron_script import NEURON_SCRIPT
 from introspect.attention.svg import HEAD_COLOURS
 
 if TYPE_CHECKING:
-    from introspect.attention.maps import AttentionMaps
+    from introspect.attention.records import AttentionRecord
 
 MAX_EMBEDDED_WEIGHTS = 4_000_000  # layers × heads × n × n bytes, before base64
 # The neuron view's queries and keys: layers × heads × n × head size × 2 float16 values.
@@ -45,7 +45,7 @@ def page_max_tokens(layers: int, heads: int) -> int:
     return max(8, math.isqrt(MAX_EMBEDDED_WEIGHTS // max(layers * heads, 1)))
 
 
-def page_data(maps: AttentionMaps, batch: int = 0) -> dict[str, object]:
+def page_data(maps: AttentionRecord, batch: int = 0) -> dict[str, object]:
     """What the page's script draws: tokens, sizes and the quantised weights of one row."""
     import numpy as np
 
@@ -68,7 +68,7 @@ def page_data(maps: AttentionMaps, batch: int = 0) -> dict[str, object]:
     }
 
 
-def neuron_data(maps: AttentionMaps, batch: int, keep: Any) -> dict[str, object] | None:
+def neuron_data(maps: AttentionRecord, batch: int, keep: Any) -> dict[str, object] | None:
     """The neuron view's vectors of the first tokens of one row: queries and keys as
     little-endian float16 ``(layers, heads, tokens, head size)``, base64; None where the
     maps hold no vectors."""
@@ -102,7 +102,7 @@ def sentence_segments(tokens: Sequence[str]) -> list[int]:
     return segments
 
 
-def html_page(maps: AttentionMaps, batch: int = 0) -> str:
+def html_page(maps: AttentionRecord, batch: int = 0) -> str:
     """The page as text: data as JSON (``<`` escaped, so no token can close the script).
 
     Raises:

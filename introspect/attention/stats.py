@@ -24,13 +24,13 @@ import torch
 if TYPE_CHECKING:
     import pandas
 
-    from introspect.attention.maps import AttentionMaps
+    from introspect.attention.records import AttentionRecord
 
 STAT_COLUMNS = ("entropy", "to_cls", "to_sep", "to_self", "to_prev", "to_next", "max_weight")
 CLS_TOKEN, SEP_TOKEN = "[CLS]", "[SEP]"
 
 
-def _token_flags(maps: AttentionMaps, token: str, fallback_position: str) -> torch.Tensor:
+def _token_flags(maps: AttentionRecord, token: str, fallback_position: str) -> torch.Tensor:
     """``(batch, seq)`` True where the token is ``token``.
 
     Inputs given without a tokenizer carry ids, not tokens; BERT then has [CLS] first and
@@ -54,7 +54,7 @@ def _row_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum(dim=(1, 3)) / count  # (L, nh)
 
 
-def head_stat_tensors(maps: AttentionMaps) -> dict[str, torch.Tensor]:
+def head_stat_tensors(maps: AttentionRecord) -> dict[str, torch.Tensor]:
     """Each statistic as an ``(layers, heads)`` tensor (see the module docstring)."""
     P = maps.probs  # (L, B, nh, S, S)
     keep = maps.keep  # (B, S)
@@ -82,7 +82,7 @@ def head_stat_tensors(maps: AttentionMaps) -> dict[str, torch.Tensor]:
     }
 
 
-def head_stats(maps: AttentionMaps) -> pandas.DataFrame:
+def head_stats(maps: AttentionRecord) -> pandas.DataFrame:
     """One row per (layer, head): the statistics of the module docstring.
 
     Args:

@@ -45,8 +45,8 @@ from introspect.errors import InputError
 if TYPE_CHECKING:
     import numpy
 
-    from introspect.attention.heads import HeadParity
-    from introspect.attention.maps import AttentionMaps
+    from introspect.attention.records import AttentionRecord
+    from introspect.diff.tolerance import Budget
 
 VIEWS = ("head", "matrix", "model")
 HEAD_VIEW_MAX_TOKENS = 64
@@ -92,7 +92,7 @@ def window_of(n: int, window: tuple[int, int] | None, limit: int) -> tuple[int, 
     return start, end, notice
 
 
-def panels(maps: AttentionMaps, layers: Sequence[int], heads: Sequence[int], batch: int,
+def panels(maps: AttentionRecord, layers: Sequence[int], heads: Sequence[int], batch: int,
            start: int, end: int) -> list[Panel]:
     """One panel per (layer, head), over real tokens ``start:end`` of row ``batch``."""
     tokens = maps.real_tokens(batch)[start:end]
@@ -108,7 +108,7 @@ def panels(maps: AttentionMaps, layers: Sequence[int], heads: Sequence[int], bat
 MAX_CAPTION_CHARS = 80
 
 
-def _caption(maps: AttentionMaps, batch: int) -> str:
+def _caption(maps: AttentionRecord, batch: int) -> str:
     """Model and row, with the row's text shortened: a 512-token text is no title."""
     text = maps.texts[batch] if batch < len(maps.texts) else ""
     if len(text) > MAX_CAPTION_CHARS:
@@ -244,7 +244,7 @@ def _blue_levels() -> numpy.ndarray:
     return np.array([mix(HIGH, level / 255) for level in range(256)], dtype=np.uint8)
 
 
-def model_svg(maps: AttentionMaps, layers: Sequence[int], heads: Sequence[int],
+def model_svg(maps: AttentionRecord, layers: Sequence[int], heads: Sequence[int],
               batch: int) -> str:
     """The model view: one small heatmap per (layer, head), rows layers, columns heads."""
     n = maps.length(batch)
@@ -310,7 +310,7 @@ def _legend(svg: Svg, x: float, y: float) -> None:
     svg.text(x + 4 + 11 * 9 + 4, y + 9, "1", size=9, fill=MUTED)
 
 
-def render_view(maps: AttentionMaps, view: str = "head", *, layers: Sequence[int] | None = None,
+def render_view(maps: AttentionRecord, view: str = "head", *, layers: Sequence[int] | None = None,
                 heads: Sequence[int] | None = None, batch: int = 0,
                 window: tuple[int, int] | None = None) -> str:
     """An SVG picture of ``maps`` in one of ``VIEWS``.
@@ -352,9 +352,9 @@ def render_view(maps: AttentionMaps, view: str = "head", *, layers: Sequence[int
     return svg.document(max(width, 420.0), height + 8, title)
 
 
-def parity_svg(parity: HeadParity, layer: int, head: int, batch: int) -> str:
+def parity_svg(ref: AttentionRecord, cand: AttentionRecord, budget: Budget, layer: int,
+               head: int, batch: int) -> str:
     """Reference, candidate and their difference for one head, side by side."""
-    ref, cand = parity.reference, parity.candidate
     start, end, notice = window_of(ref.length(batch), None, MATRIX_MAX_TOKENS)
     a = ref.head(layer, head, batch)[start:end, start:end]
     b = cand.head(layer, head, batch)[start:end, start:end]
@@ -367,7 +367,7 @@ def parity_svg(parity: HeadParity, layer: int, head: int, batch: int) -> str:
                    HEAD_COLOURS[0])]
     svg = Svg()
     svg.text(12, 20, f"layer {layer} · head {head} · batch row {batch}: max abs error "
-                     f"{largest:.3g} (budget {parity.budget})", size=13, bold=True)
+                     f"{largest:.3g} (budget {budget})", size=13, bold=True)
     svg.text(12, 38, "rows: query, columns: key; difference: blue = candidate higher, "
                      "red = lower" + (f"; {notice}" if notice else ""), size=10, fill=MUTED)
     width, height = _grid(svg, items, "matrix", 52.0, fill="difference",

@@ -68,10 +68,15 @@ and its hints. Exit status: 0 parity holds, 1 it fails, 2 bad usage or input.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from introspect.cli.dump_diff import add_dump_arguments, compute_dump_diff, uses_dumps
+from introspect.cli.implementations import (
+    IMPLEMENTATION_HELP,
+    Implementation,
+    build_model,
+    implementation,
+)
 from introspect.cli.options import (
     add_backward_options,
     add_device_options,
@@ -81,7 +86,6 @@ from introspect.cli.options import (
     backward_loss,
     check_devices,
     input_texts,
-    say,
 )
 from introspect.cli.parallel_diff import (
     add_parallel_arguments,
@@ -97,10 +101,7 @@ from introspect.cli.repro_option import (
 )
 from introspect.errors import InputError
 
-BUILT_IN = ("hf", "scratch")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
-IMPLEMENTATION_HELP = ("hf, scratch, a checkpoint folder, path/to/port.py:NAME or "
-                       "package.module:NAME")
 # The file each single-file option's report has inside --out: the same report may go to
 # both places, another report may not share its path.
 FOLDER_FILES = {"--json": "diff.json", "--junit": "junit.xml"}
@@ -235,39 +236,6 @@ def _generate_steps(args: argparse.Namespace) -> int:
     return steps
 
 
-@dataclass(frozen=True)
-class Implementation:
-    """A parsed --reference/--candidate: ``hf``, ``scratch``, a folder, or a port."""
-
-    option: str  # --reference or --candidate
-    spec: str  # as given
-    kind: str  # hf, scratch, folder or port
-    builder: Any = None  # a port's callable, imported but not called yet
-
-
-def implementation(option: str, spec: str) -> Implementation:
-    """Parse and check a --reference/--candidate value; a port is imported (not built) here.
-
-    Raises:
-        InputError: not hf or scratch, no such folder, or a port spec that does not
-            resolve to a callable (see ``introspect.models.ports``).
-    """
-    import os
-
-    if spec in BUILT_IN:
-        return Implementation(option, spec, spec)
-    from introspect.models.ports import check_port_source, is_port_spec, resolve_builder
-
-    if is_port_spec(spec) and not os.path.isdir(spec):
-        if option == "--candidate":  # imported only once the reference's truth is taken
-            check_port_source(spec)
-            return Implementation(option, spec, "port")
-        return Implementation(option, spec, "port", resolve_builder(spec))
-    if os.path.isdir(spec):
-        return Implementation(option, spec, "folder")
-    raise InputError(f"{option} {spec!r}: expected {IMPLEMENTATION_HELP}; no such folder")
-
-
 def _check_candidate_options(args: argparse.Namespace, candidate: Implementation) -> None:
     if candidate.kind in ("port", "folder"):
         for option, value in (("--candidate-model", args.candidate_model),
@@ -312,14 +280,14 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     # a port or a --loss cannot harm the run
     before = _fingerprint(loaded.model) if ports or getattr(args, "loss", None) else None
     candidate_attn = args.candidate_attn or args.attn
-    reference, reference_label = _model(reference_spec, loaded, None, args.attn, args, before)
+    reference, reference_label = build_model(reference_spec, loaded, None, args.attn, args, before)
     candidate_label = candidate_spec.spec if candidate_spec.kind == "port" else ""
 
     def build_candidate() -> Any:
         """The candidate, built once the reference's truth runs and recording are taken."""
         nonlocal candidate_label
-        candidate, candidate_label = _model(candidate_spec, loaded, args.candidate_model,
-                                            candidate_attn, args, before)
+        candidate, candidate_label = build_model(candidate_spec, loaded, args.candidate_model,
+                                                 candidate_attn, args, before)
         if args.candidate_dtype:
             import torch
 
@@ -395,69 +363,6 @@ def _check_reference(before: Any, model: Any, what: str) -> None:
     changes = what_changed(before, _fingerprint(model), switches_too=False)  # diff() judges those
     if changes:
         raise InputError(f"{what}: {describe_changes(changes)}")
-
-
-def _model(impl: Implementation, loaded: Any, folder: str | None, attn: str,
-           args: argparse.Namespace, before: Any = None) -> tuple[Any, str]:
-    """The model a parsed implementation names, built on the loaded reference.
-
-    ``before`` is the loaded model's fingerprint, taken before any port was built.
-    """
-    if impl.kind == "port":
-        from introspect.cli.progress import step
-        from introspect.models.ports import LoadedReference, build_port
-
-        reference = LoadedReference(loaded.model, loaded.model.config, loaded.folder,
-                                    loaded.tokenizer, loaded.source, loaded.head, loaded.attn)
-        builder = impl.builder
-        if builder is None:  # a candidate's file: imported only now (``implementation``)
-            from introspect.models.ports import resolve_builder
-
-            builder = resolve_builder(impl.spec)
-        with step(args, f"building {impl.spec}"):
-            return build_port(impl.spec, builder, reference, before), impl.spec
-    if impl.kind == "folder":
-        return _implementation("hf", loaded, impl.spec, attn, args)
-    return _implementation(impl.kind, loaded, folder, attn, args)
-
-
-def _implementation(kind: str, loaded: Any, folder: str | None, attn: str,
-                    args: argparse.Namespace) -> tuple[Any, str]:
-    """The model of ``kind`` (hf or scratch) for the loaded source, or for ``folder``."""
-    from introspect.cli.progress import step
-    from introspect.models.load import HEADS, load_model
-
-    source = folder or args.model
-    label = f"{kind} {type(loaded.model).__name__} ({source}, {attn})"
-    if kind != "hf" and (args.head not in HEADS
-                         or getattr(loaded.model.config, "model_type", "bert") != "bert"):
-        from introspect.errors import InputError
-
-        raise InputError(f"the from-scratch model is a BERT; {source} is a "
-                         f"{loaded.model.config.model_type} ({type(loaded.model).__name__}): "
-                         f"use --candidate hf, or pass your own port as --candidate FILE.py:NAME")
-    if kind == "hf":
-        if folder is None and attn == loaded.attn:
-            return loaded.model, label
-        with step(args, f"loading {source} ({args.head}, {attn})"):
-            other = load_model(source, head=args.head, attn=attn)
-        for note in other.notes if folder else []:
-            say(args, note)
-        return other.model, label
-    import warnings
-
-    from introspect import scratch
-
-    model_class = scratch.MODELS[HEADS[args.head]]
-    checkpoint = folder or loaded.folder
-    with step(args, f"building the from-scratch {HEADS[args.head]}"), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore", scratch.LoadingWarning)  # load_model said so already
-        if checkpoint is not None:
-            model = model_class.from_pretrained(checkpoint, attn_implementation=attn)
-        else:
-            model = model_class.from_hf(loaded.model, attn_implementation=attn)
-    return model, label
 
 
 def _render(result: Any, args: argparse.Namespace) -> dict[str, str]:

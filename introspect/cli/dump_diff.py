@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from introspect.cli.implementations import build_model, implementation
 from introspect.cli.options import say
 
 
@@ -82,17 +83,15 @@ def compute_dump_diff(args: argparse.Namespace, atol: float | None, rtol: float 
 
 
 def _live_reference(args: argparse.Namespace) -> tuple[Any, str, Any]:
-    from introspect.cli.diff_cmd import _model, implementation
     from introspect.cli.options import load_model_and_inputs
 
     loaded, inputs = load_model_and_inputs(args)
-    model, label = _model(implementation("--reference", args.reference), loaded, None,
-                          args.attn, args)
+    model, label = build_model(implementation("--reference", args.reference), loaded, None,
+                               args.attn, args)
     return model, label, inputs
 
 
 def _live_candidate(args: argparse.Namespace) -> tuple[Any, str]:
-    from introspect.cli.diff_cmd import _model, implementation
     from introspect.cli.progress import step
     from introspect.models.load import load_model
 
@@ -100,8 +99,8 @@ def _live_candidate(args: argparse.Namespace) -> tuple[Any, str]:
         loaded = load_model(args.model, head=args.head, attn=args.attn)
     for note in loaded.notes:
         say(args, note)
-    return _model(implementation("--candidate", args.candidate), loaded, args.candidate_model,
-                  args.candidate_attn or args.attn, args)
+    return build_model(implementation("--candidate", args.candidate), loaded,
+                       args.candidate_model, args.candidate_attn or args.attn, args)
 
 
 def _name_map(path: str) -> dict[str, str]:

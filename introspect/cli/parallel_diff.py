@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from introspect.cli.implementations import implementation
 from introspect.errors import InputError
 
 # Options that name something --nproc does not do, and why.
@@ -58,7 +59,6 @@ def check_parallel(args: argparse.Namespace) -> int:
 def compute_parallel_diff(args: argparse.Namespace, atol: float | None,
                           rtol: float | None) -> Any:
     """Load the reference and the inputs, run the port on the ranks, diff the joined values."""
-    from introspect.cli.diff_cmd import implementation
     from introspect.cli.options import load_model_and_inputs
     from introspect.cli.progress import step
     from introspect.diff.parallel import diff_parallel

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-from introspect import __version__
+from introspect.version import __version__
 
 DISTRIBUTION = "introspect-bert"
 

@@ -175,7 +175,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         from introspect.diff.generation import diff_generation
 
         return diff_generation(reference, built(candidate), inputs, generate,
-                               tokenizer=tokenizer, atol=atol, rtol=rtol,
+                               diff_forward=diff, tokenizer=tokenizer, atol=atol, rtol=rtol,
                                noise_budget=noise_budget, name_map=name_map,
                                reference_label=reference_label,
                                candidate_label=candidate_label,

@@ -33,14 +33,12 @@ from introspect.diff.records import (
     STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_UNCONFIRMED,
+    WEIGHT_EDIT,
     Divergence,
     NodeDiff,
 )
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
-
-# (the words of introspect.diff.hypotheses.dropout's hint for a forward that edits weights)
-WEIGHT_EDIT = "the candidate's forward edits its own weights"
 
 # (the words of align.matcher's note on a candidate weight quantized from the reference's)
 INT8_PAIR = "quantized to int8"

@@ -42,6 +42,10 @@ _PROVENANCE = {BY_WEIGHTS: PROVEN_WEIGHTS, BY_INPUT: PROVEN_NAME, BY_OUTPUT: PRO
                BY_VALUE: PROVEN_VALUE, BY_STRUCTURE: PROVEN_STRUCTURE,
                BY_CONSUMER: PROVEN_STRUCTURE}
 
+# The words that open the dropout hypothesis's hint for a forward that edits its own
+# weights; the divergence reads them to tell moved weights from weights never loaded.
+WEIGHT_EDIT = "the candidate's forward edits its own weights"
+
 
 @dataclass(frozen=True)
 class Region:

@@ -8,7 +8,7 @@ result (the report draws on a ``ComparedGraph`` protocol, never on ``DiffResult`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from introspect.diff.records import (
     STATUS_DRIFT,
@@ -17,10 +17,9 @@ from introspect.diff.records import (
     STATUS_SKIPPED,
     STATUS_UNCONFIRMED,
     STATUS_UNMATCHED,
+    LayerDiff,
+    NodeDiff,
 )
-
-if TYPE_CHECKING:
-    from introspect.diff.result import DiffResult
 
 # One set of status words for every table (terminal, Markdown, HTML, notebook): a node's
 # or a layer's status is one of these.
@@ -41,7 +40,17 @@ def status_word(status: str) -> str:
     return _WORDS.get(status, status)
 
 
-def layer_statuses(result: DiffResult) -> list[str]:
+class _Rows(Protocol):
+    """What the layer words read of a diff (``DiffResult`` is one): a protocol, so that the
+    result can use the words without this module importing it back."""
+
+    @property
+    def rows(self) -> Sequence[NodeDiff]: ...
+    @property
+    def layer_rows(self) -> Sequence[LayerDiff]: ...
+
+
+def layer_statuses(result: _Rows) -> list[str]:
     """The status word of each of ``result.layer_rows``: FAIL where a node's local error is
     over budget, drift where none is but the layer's output error is, n/a where no node was
     compared, pass otherwise."""

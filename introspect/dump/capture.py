@@ -181,7 +181,7 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
     """
     import copy
 
-    from introspect.diff.api import record_for_diff
+    from introspect.diff.explain import record_for_diff
 
     tensors = dict(getattr(inputs, "tensors", inputs))
     graph, _, _ = record_for_diff(model, tensors, label or type(model).__name__)
@@ -214,7 +214,7 @@ def _is_identity(gm: torch.fx.GraphModule, record: NodeRecord,
 def _versions() -> dict[str, str]:
     import transformers
 
-    import introspect
+    from introspect.version import __version__
 
-    return {"introspect": introspect.__version__, "torch": torch.__version__,
+    return {"introspect": __version__, "torch": torch.__version__,
             "transformers": transformers.__version__}

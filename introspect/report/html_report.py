@@ -15,13 +15,13 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from introspect import __version__
 from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
 from introspect.diff.status import WORD_NA, layer_statuses, status_legend, status_word
 from introspect.report.generation import generation_html
 from introspect.report.html_drawing import DRAWING_CSS, DRAWING_SCRIPT, drawing_section
 from introspect.report.html_tables import Cell, na_cell, number_cell, table, text_cell
 from introspect.report.overlay import drawn_members, failing_layer_names
+from introspect.version import __version__
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult

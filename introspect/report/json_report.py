@@ -32,11 +32,11 @@ import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from introspect import __version__
 from introspect.diff.records import STATUS_SKIPPED
 from introspect.diff.status import WORD_NA, layer_statuses
 from introspect.diff.tolerance import DEFAULTS
 from introspect.report.generation import generation_json
+from introspect.version import __version__
 
 if TYPE_CHECKING:
     from introspect.diff.result import DiffResult

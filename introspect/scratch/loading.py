@@ -353,7 +353,7 @@ def save_checkpoint(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """
     from safetensors.torch import save
 
-    from introspect import files
+    from introspect.files import describe_os_error, write_file
 
     config: BertConfig = model.config  # type: ignore[assignment]
     values = config.to_dict()
@@ -363,6 +363,6 @@ def save_checkpoint(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ModelSourceError(files.describe_os_error(e, path)) from e
-    files.write_file(path / "config.json", json.dumps(values, indent=2) + "\n")
-    files.write_file(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+        raise ModelSourceError(describe_os_error(e, path)) from e
+    write_file(path / "config.json", json.dumps(values, indent=2) + "\n")
+    write_file(path / "model.safetensors", save(tensors, metadata={"format": "pt"}))

@@ -38,9 +38,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from introspect.scratch import loading
 from introspect.scratch.config import BertConfig
-from introspect.scratch.loading import INIT_SEED
+from introspect.scratch.loading import (
+    INIT_SEED,
+    LoadingReport,
+    LoadingWarning,
+    check_fits,
+    load_state,
+    read_checkpoint,
+    read_hf_module,
+    save_checkpoint,
+    tied_aliases,
+)
 from introspect.scratch.outputs import (
     BaseModelOutputWithPooling,
     BertForPreTrainingOutput,
@@ -333,7 +342,7 @@ class BertPreTrainedModel(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
-        self.loading_report: loading.LoadingReport | None = None
+        self.loading_report: LoadingReport | None = None
 
     def init_weights(self, seed: int = INIT_SEED) -> None:
         """Draw the weights as HF does (normal(0, initializer_range), LayerNorm 1/0) from ``seed``.
@@ -415,7 +424,7 @@ class BertPreTrainedModel(nn.Module):
             >>> model.loading_report.initialized
             ()
         """
-        config, state, source = loading.read_checkpoint(folder)
+        config, state, source = read_checkpoint(folder)
         if attn_implementation is not None:
             config_changes["attn_implementation"] = attn_implementation
         return cls._from_state(config.replace(**config_changes), state, source, strict, dtype)
@@ -448,7 +457,7 @@ class BertPreTrainedModel(nn.Module):
         Raises:
             ModelSourceError: as ``from_pretrained``.
         """
-        config, state = loading.read_hf_module(hf_model)
+        config, state = read_hf_module(hf_model)
         if attn_implementation is not None:
             config_changes["attn_implementation"] = attn_implementation
         dtype = next((t.dtype for t in state.values() if t.is_floating_point()), None)
@@ -464,16 +473,16 @@ class BertPreTrainedModel(nn.Module):
         strict: bool,
         dtype: torch.dtype | None,
     ) -> ModelT:
-        loading.check_fits(config, state, source)  # before allocating the model
+        check_fits(config, state, source)  # before allocating the model
         model = _materialised(cls, config)
-        model.loading_report = loading.load_state(model, state, source, strict=strict)
+        model.loading_report = load_state(model, state, source, strict=strict)
         if model.loading_report.initialized:
             # Head weights the checkpoint lacks: drawn as a model built on the CPU draws
             # them (from INIT_SEED, in module order), then the loaded values go back on top.
             model.init_weights()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", loading.LoadingWarning)  # said once already
-                loading.load_state(model, state, source, strict=strict)
+                warnings.simplefilter("ignore", LoadingWarning)  # said once already
+                load_state(model, state, source, strict=strict)
         if dtype is not None:
             model.to(dtype)
         return model.eval()
@@ -484,7 +493,7 @@ class BertPreTrainedModel(nn.Module):
         Raises:
             ModelSourceError: the folder cannot be written.
         """
-        loading.save_checkpoint(self, folder)
+        save_checkpoint(self, folder)
 
 
 def _materialised(cls: type[ModelT], config: BertConfig) -> ModelT:
@@ -497,7 +506,7 @@ def _materialised(cls: type[ModelT], config: BertConfig) -> ModelT:
     """
     with torch.device("meta"):
         model = cls(config)
-    aliases = loading.tied_aliases(model)
+    aliases = tied_aliases(model)
     model.to_empty(device="cpu")
     for alias, first in aliases.items():
         owner, _, leaf = alias.rpartition(".")

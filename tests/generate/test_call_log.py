@@ -12,7 +12,7 @@ import torch
 
 from introspect.diff.eager import record_forward
 from introspect.diff.generation.call_log import log_forward
-from introspect.diff.generation.loop import _keywords, _logits_and_cache
+from introspect.diff.generation.protocol import call_keywords, logits_and_cache
 from tests.generate import gpt2_concat, llama_static
 from tests.generate.gpt2_restructured import CHANGE_AT_LENGTH, RestructuredGPT2
 
@@ -63,10 +63,10 @@ def _each_step(model, steps=STEPS):
     the cache handed out is a copy, the generation goes on with its own."""
     cache, fed = None, PROMPT
     for _ in range(steps):
-        yield fed, lambda cache=cache: _keywords(model, copy.deepcopy(cache))
+        yield fed, lambda cache=cache: call_keywords(model, copy.deepcopy(cache))
         with torch.no_grad():
-            logits, cache = _logits_and_cache("model", model(
-                input_ids=fed, **_keywords(model, cache)))
+            logits, cache = logits_and_cache("model", model(
+                input_ids=fed, **call_keywords(model, cache)))
         fed = logits[0, -1].argmax().reshape(1, 1)
 
 
@@ -96,6 +96,6 @@ def test_the_signature_tells_one_op_one_target_one_input_apart(gpt2, variant):
     for cached in (CHANGE_AT_LENGTH - 1, CHANGE_AT_LENGTH):  # the step before, the step of
         with torch.no_grad():
             _, cache = port(torch.arange(cached).reshape(1, cached))
-        log = log_forward(port, {"input_ids": PROMPT[:, :1]}, _keywords(port, cache))
+        log = log_forward(port, {"input_ids": PROMPT[:, :1]}, call_keywords(port, cache))
         signatures.append(log.signature())
     assert signatures[0] != signatures[1]

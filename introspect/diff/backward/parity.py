@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.diff.backward import again as runs_again
+from introspect.diff.backward.again import reference_again, run_again
 from introspect.diff.backward.hints import gradient_hints, untied_hint
 from introspect.diff.backward.local import _LocalBackward
 from introspect.diff.backward.losses import default_loss, loss_kind
@@ -122,7 +122,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     again = None
     if not ref.values and ref.shells:  # its backward let the values go (the diff's memory)
         def again() -> GradientRecording:
-            return runs_again.reference_again(reference, ref_inputs, ref)
+            return reference_again(reference, ref_inputs, ref)
     if candidate_run is not None:
         # Compared as they come: each candidate gradient is measured against the
         # reference's inside autograd's hook and let go, never kept (memory: every node's
@@ -141,7 +141,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         comparer.cand = cand
         first_cand = cand
         comparer.again_for_candidate(
-            lambda: runs_again.run_again(candidate, cand_inputs, first_cand))
+            lambda: run_again(candidate, cand_inputs, first_cand))
     else:
         cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
         comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from introspect.diff.generation.caches import compare_cached, sequence_axis
+from introspect.diff.generation.protocol import cache_keyword
 from introspect.diff.generation.records import CacheDiff
 from introspect.diff.records import Divergence
 from introspect.diff.tolerance import Budget, Tolerance
@@ -105,8 +106,6 @@ def _rerun(context: StepContext, **keywords: Any) -> torch.Tensor | None:
     """The reference's logits for the step, from its cache as it was, with ``keywords``."""
     if context.reference_cache is None:
         return None
-    from introspect.diff.generation.loop import cache_keyword
-
     cache = copy.deepcopy(context.reference_cache)
     name = cache_keyword(context.reference) or "past_key_values"
     try:

@@ -26,21 +26,28 @@ part the later steps are still compared, and the notes say from which step.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from introspect.diff.align.weights import relations_remembered
 from introspect.diff.eager import write_metadata
-from introspect.diff.generation import caches as cache_values
-from introspect.diff.generation import hints as step_hints
+from introspect.diff.generation.caches import cache_layers, compare_cached, shape_text
 from introspect.diff.generation.call_log import CallLog
 from introspect.diff.generation.collector import older_objects_set_aside
+from introspect.diff.generation.hints import StepContext, crash_hints
+from introspect.diff.generation.hints import explain as step_hints
+from introspect.diff.generation.protocol import (
+    call_keywords,
+    captured_outputs,
+    check_length,
+    check_protocol,
+    logits_and_cache,
+    prompt_row,
+)
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
 from introspect.diff.result import DiffResult
@@ -53,8 +60,9 @@ from introspect.tracing.tracer import CACHE_OFF_NOTE
 
 def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
                     inputs: TokenizedInputs | Mapping[str, torch.Tensor], steps: int, *,
-                    tokenizer: Any = None, atol: float | None = None,
-                    rtol: float | None = None, noise_budget: bool = False,
+                    diff_forward: Callable[..., DiffResult], tokenizer: Any = None,
+                    atol: float | None = None, rtol: float | None = None,
+                    noise_budget: bool = False,
                     **options: Any) -> DiffResult:
     """Decode ``steps`` tokens greedily on both sides and compare every step node by node.
 
@@ -62,6 +70,9 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         reference, candidate: models that decode by the protocol of this module.
         inputs: the prompt: ``input_ids`` of one row (the first row of a batch is taken).
         steps: tokens to generate (the prefill chooses the first).
+        diff_forward: the diff of one forward, ``introspect.diff`` itself: it compares the
+            prefill and any step that fails; passed in, so this mode never imports the
+            entry point that hands over to it.
         tokenizer: decodes the chosen tokens for the reports.
         atol, rtol, options: as ``introspect.diff``.
 
@@ -80,10 +91,10 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         raise InputError("generate does not take noise_budget (--noise-budget): the float64 "
                          "copy of the reference would need a cache of its own")
     tolerance = Tolerance(atol=atol, rtol=rtol)
-    prompt, notes = _prompt(inputs)
-    _check_length(reference, prompt.shape[-1], steps)
+    prompt, notes = prompt_row(inputs)
+    check_length(reference, prompt.shape[-1], steps)
     for side, model in (("reference", reference), ("candidate", candidate)):
-        _check_protocol(side, model)
+        check_protocol(side, model)
     # eval mode for the whole run: the hints re-run the reference between the steps' diffs
     modes = [{name: m.training for name, m in model.named_modules()}
              for model in (reference, candidate)]
@@ -99,7 +110,7 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         # collector's full passes read only what the generation allocates (``collector``)
         with relations_remembered(), older_objects_set_aside():
             return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
-                                       tolerance, atol, rtol, options)
+                                       tolerance, atol, rtol, options, diff_forward)
     finally:
         for model, saved in zip((reference, candidate), modes, strict=True):
             for name, module in model.named_modules():
@@ -109,9 +120,8 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
 def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                         prompt: torch.Tensor, notes: list[str], steps: int, tokenizer: Any,
                         tolerance: Tolerance, atol: float | None, rtol: float | None,
-                        options: Mapping[str, Any]) -> DiffResult:
-    from introspect.diff.api import diff
-
+                        options: Mapping[str, Any],
+                        diff_forward: Callable[..., DiffResult]) -> DiffResult:
     notes.append(f"generation: {steps} token(s) decoded greedily from a prompt of "
                  f"{prompt.shape[1]} token(s), each side with its own key/value cache; the "
                  "prefill and every one-token step compared node by node, and every layer's "
@@ -132,21 +142,22 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
     crash = ""
     for step in range(steps):
         before = _snapshot(ref_cache)  # for the hints that re-run the reference's step
-        ref_kw = _keywords(reference, ref_cache)
-        cand_kw = _keywords(candidate, cand_cache)
+        ref_kw = call_keywords(reference, ref_cache)
+        cand_kw = call_keywords(candidate, cand_cache)
         recordings: tuple[CallLog, CallLog] | None = None
         result: DiffResult | None = None
         states = quick.states() if step else ((), ())  # before the step's own hooks are added
-        with _captured(reference, candidate) as sides:
+        with captured_outputs(reference, candidate) as sides:
             try:
                 if step == 0:
-                    result = diff(reference, candidate, {"input_ids": fed}, atol=atol,
-                                  rtol=rtol, forward_keywords=(ref_kw, cand_kw), **options)
+                    result = diff_forward(reference, candidate, {"input_ids": fed}, atol=atol,
+                                          rtol=rtol, forward_keywords=(ref_kw, cand_kw),
+                                          **options)
                 else:
                     recordings = quick.record({"input_ids": fed}, ref_kw, cand_kw)
                     if not quick.passes(*recordings, {"input_ids": fed}, states):
-                        result = _full_step(reference, candidate, fed, recordings, atol,
-                                            rtol, (ref_kw, cand_kw), options)
+                        result = _full_step(diff_forward, reference, candidate, fed,
+                                            recordings, atol, rtol, (ref_kw, cand_kw), options)
             except InputError as e:
                 ref_out, _ = sides()
                 if not ref_out or step == 0:
@@ -156,8 +167,8 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes.append(crash)
                 break
             ref_out, cand_out = sides()
-        ref_logits, ref_cache = _logits_and_cache("reference", ref_out[0])
-        cand_logits, cand_cache = _logits_and_cache("candidate", cand_out[0])
+        ref_logits, ref_cache = logits_and_cache("reference", ref_out[0])
+        cand_logits, cand_cache = logits_and_cache("candidate", cand_out[0])
         ref_token = int(ref_logits[0, -1].argmax())
         cand_token = int(cand_logits[0, -1].argmax())
         filled = position + fed.shape[1]
@@ -177,18 +188,18 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         if result is None and recordings is not None and (
                 cache_finding or ref_token != cand_token or logits_part):
             # every node agrees, but not the caches, logits or tokens: the full diff
-            result = _full_step(reference, candidate, fed, recordings, atol, rtol,
-                                (ref_kw, cand_kw), options)
+            result = _full_step(diff_forward, reference, candidate, fed, recordings, atol,
+                                rtol, (ref_kw, cand_kw), options)
         d = result.first_divergence if result is not None else None
         passed = (result is None or result.passed) and not cache_finding and not logits_part
         hints: tuple[str, ...] = ()
         if not passed and step > 0 and failure is None:  # the first divergent step's
-            hints = step_hints.explain(step_hints.StepContext(
+            hints = step_hints(StepContext(
                 step=step, position=position, fed=fed, reference=reference,
                 reference_cache=before, reference_logits=ref_logits,
                 candidate_logits=cand_logits, caches=layer_rows,
-                reference_layers=cache_values.cache_layers(ref_cache),
-                candidate_layers=cache_values.cache_layers(cand_cache),
+                reference_layers=cache_layers(ref_cache),
+                candidate_layers=cache_layers(cand_cache),
                 tolerance=tolerance, divergence=d))
         step_rows.append(StepDiff(
             step, position, int(fed.shape[1]), ref_token, cand_token, ref_token == cand_token,
@@ -252,145 +263,18 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
     return bool(found.mismatched or found.nonfinite or found.reference_nonfinite)
 
 
-def _full_step(reference: torch.nn.Module, candidate: torch.nn.Module, fed: torch.Tensor,
+def _full_step(diff_forward: Callable[..., DiffResult], reference: torch.nn.Module,
+               candidate: torch.nn.Module, fed: torch.Tensor,
                logs: tuple[CallLog, CallLog], atol: float | None,
                rtol: float | None, keywords: tuple[dict[str, Any], dict[str, Any]],
                options: Mapping[str, Any]) -> DiffResult:
     """The full diff of a step already run and recorded (the models do not run again):
     the recordings built from the step's logs."""
-    from introspect.diff.api import diff
-
     recordings = (logs[0].recording(), logs[1].recording())
     for recording in recordings:
         write_metadata(recording)
-    return diff(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
-                forward_keywords=keywords, recordings=recordings, **options)
-
-
-# ---------------------------------------------------------------------------------------
-# The protocol
-
-
-def _prompt(inputs: TokenizedInputs | Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, list[str]]:
-    tensors = inputs.tensors if isinstance(inputs, TokenizedInputs) else inputs
-    ids = tensors.get("input_ids") if isinstance(tensors, Mapping) else None
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[1] == 0 \
-            or ids.is_floating_point():
-        raise InputError("generate needs a prompt: input_ids of shape (batch, length) "
-                         "holding token ids")
-    notes = []
-    row = ids[:1]
-    mask = tensors.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
-        real = int(mask[0].sum())
-        if real < ids.shape[1]:
-            if bool(mask[0, :real].all()):  # right-padded: the real tokens first
-                row = ids[:1, :real]
-            else:
-                raise InputError("generate needs an unpadded prompt; the first row is "
-                                 "padded on the left: give one text")
-    if ids.shape[0] > 1:
-        notes.append(f"generation decodes the first prompt only ({ids.shape[0]} rows given)")
-    return row.clone(), notes
-
-
-def cache_keyword(model: torch.nn.Module) -> str | None:
-    """The keyword a model takes its cache by: ``cache`` (transformers >= 5.2),
-    ``past_key_values`` (older HF, most ports); any of them under ``**kwargs``."""
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return None
-    for name in ("cache", "past_key_values"):
-        if name in parameters:
-            return name
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return "past_key_values"
-    return None
-
-
-MAX_STEPS = 4096  # tokens one diff generates: each step keeps its tables and caches
-
-
-def _check_length(reference: torch.nn.Module, prompt: int, steps: int) -> None:
-    """Refuse, before any step, what cannot end well: a reference that does not decode (a
-    masked-LM head), more steps than ``MAX_STEPS``, or a prompt and steps past the
-    reference's positions (it would fail, or grow until killed, at the last ones)."""
-    can_generate = getattr(reference, "can_generate", None)
-    if callable(can_generate) and not can_generate():
-        raise InputError(f"generate: the reference ({type(reference).__name__}) is not a causal "
-                         "language model and cannot decode token by token; use --head "
-                         "causal-lm with a decoder model, or diff without --generate")
-    if steps > MAX_STEPS:
-        raise InputError(f"generate: {steps} tokens is more than the {MAX_STEPS} one diff "
-                         "compares; a divergence shows in far fewer steps")
-    config = getattr(reference, "config", None)
-    positions = next((value for key in ("max_position_embeddings", "n_positions", "n_ctx")
-                      if isinstance(value := getattr(config, key, None), int) and value > 0),
-                     None)
-    if positions is not None and prompt + steps > positions:
-        room = positions - prompt
-        advice = f"generate at most {room} tokens" if room > 0 else "give a shorter prompt"
-        raise InputError(f"generate: a prompt of {prompt} tokens and {steps} steps reach "
-                         f"position {prompt + steps}, past the {positions} positions of the "
-                         f"reference; {advice}")
-
-
-def _check_protocol(side: str, model: torch.nn.Module) -> None:
-    if cache_keyword(model) is None:
-        raise InputError(
-            f"generate: the {side} ({type(model).__name__}) takes no past_key_values (nor "
-            "cache); a model decodes when called as model(input_ids, past_key_values=cache, "
-            "use_cache=True) and returns (logits, cache): wrap yours in a module that does "
-            "(docs/generation.md: 'Parity through generation')")
-
-
-def _keywords(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
-    parameters = inspect.signature(model.forward).parameters
-    keywords: dict[str, Any] = {cache_keyword(model) or "past_key_values": cache}
-    if "use_cache" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD
-                                        for p in parameters.values()):
-        keywords["use_cache"] = True
-    return keywords
-
-
-@contextlib.contextmanager
-def _captured(reference: torch.nn.Module,
-              candidate: torch.nn.Module) -> Iterator[Callable[[], tuple[list[Any], list[Any]]]]:
-    """Each side's output of its recorded call, as far as the calls went (the reference
-    runs first; a model compared with itself runs twice)."""
-    outputs: dict[int, list[Any]] = {id(reference): [], id(candidate): []}
-    handles = [model.register_forward_hook(
-        lambda module, args, output: outputs[id(module)].append(output))
-        for model in {id(m): m for m in (reference, candidate)}.values()]
-
-    def sides() -> tuple[list[Any], list[Any]]:
-        if reference is candidate:
-            both = outputs[id(reference)]
-            return both[:1], both[1:2]
-        return outputs[id(reference)][:1], outputs[id(candidate)][:1]
-
-    try:
-        yield sides
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _logits_and_cache(side: str, output: Any) -> tuple[torch.Tensor, Any]:
-    if isinstance(output, Mapping) or hasattr(output, "logits"):
-        logits = output["logits"] if isinstance(output, Mapping) else output.logits
-        fields = output if isinstance(output, Mapping) else vars(output)
-        cache = fields["cache"] if "cache" in fields else fields.get("past_key_values")
-    elif isinstance(output, (tuple, list)) and output:
-        logits, cache = output[0], output[1] if len(output) > 1 else None
-    else:
-        logits, cache = output, None
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise InputError(f"generate: the {side} returned {type(output).__name__}; expected "
-                         "logits of shape (batch, length, vocab) and its cache: a ModelOutput "
-                         "with .logits and .past_key_values, or a tuple (logits, cache)")
-    return logits.detach(), cache
+    return diff_forward(reference, candidate, {"input_ids": fed}, atol=atol, rtol=rtol,
+                        forward_keywords=keywords, recordings=recordings, **options)
 
 
 def _snapshot(cache: Any) -> Any:
@@ -413,8 +297,8 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
     """Every layer's keys and values; ``allocated`` holds each candidate tensor's length
     along its sequence axis at the step before: a static cache keeps it, a concatenated one
     grows it by the step's tokens (longer than the reference's is then a finding)."""
-    ref_layers = cache_values.cache_layers(reference)
-    cand_layers = cache_values.cache_layers(candidate)
+    ref_layers = cache_layers(reference)
+    cand_layers = cache_layers(candidate)
     if not ref_layers or not cand_layers:
         return [], False
     rows = []
@@ -424,7 +308,7 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
                                 ("values", ref_pair[1], cand_pair[1])):
             budget = tolerance.node_budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
                                                          str(cand.dtype).removeprefix("torch.")))
-            found = cache_values.compare_cached(ref.detach(), cand.detach(), budget, filled)
+            found = compare_cached(ref.detach(), cand.detach(), budget, filled)
             note = "" if found.layout else ("no layout of the candidate's tensor holds the "
                                             f"reference's {filled} position(s)")
             passed = found.passed
@@ -435,8 +319,8 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
                 note = (f"the candidate's cache grew to {found.allocated} positions; the "
                         f"reference holds {filled}")
             allocated[(layer, kind)] = found.allocated
-            rows.append(CacheDiff(step, layer, kind, cache_values.shape_text(ref),
-                                  cache_values.shape_text(cand), found.layout, filled,
+            rows.append(CacheDiff(step, layer, kind, shape_text(ref),
+                                  shape_text(cand), found.layout, filled,
                                   found.max_abs_err, passed, note))
     if len(ref_layers) != len(cand_layers):
         rows.append(CacheDiff(step, min(len(ref_layers), len(cand_layers)), "layers", "", "",
@@ -449,7 +333,7 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
 def _unreadable_note(reference: Any, candidate: Any) -> str:
     unread = [f"the {side}'s ({type(c).__name__})" for side, c in
               (("reference", reference), ("candidate", candidate))
-              if not cache_values.cache_layers(c)]
+              if not cache_layers(c)]
     return (f"caches not compared: {' and '.join(unread)} cache holds no keys and values "
             "introspect can read (HF Cache, a tuple of (keys, values) per layer, or objects "
             "with k_cache/v_cache)")
@@ -461,10 +345,10 @@ def _unreadable_note(reference: Any, candidate: Any) -> str:
 
 def _crashed_step(step: int, position: int, fed: torch.Tensor, ref_out: list[Any],
                   message: str) -> StepDiff:
-    ref_logits, _ = _logits_and_cache("reference", ref_out[0])
+    ref_logits, _ = logits_and_cache("reference", ref_out[0])
     ref_token = int(ref_logits[0, -1].argmax())
     return StepDiff(step, position, int(fed.shape[1]), ref_token, -1, False, float("inf"),
-                    False, "", "", "", "", "", None, "", step_hints.crash_hints(message))
+                    False, "", "", "", "", "", None, "", crash_hints(message))
 
 
 def _step_only(note: str) -> bool:

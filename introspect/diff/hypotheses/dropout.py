@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import torch
 
-from introspect.diff.divergence import WEIGHT_EDIT
 from introspect.diff.hypotheses.site import model_kwargs
+from introspect.diff.records import WEIGHT_EDIT
 from introspect.models.ports import describe_changes
 from introspect.run.truth import edited_weights, weight_sums
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from introspect.diff.hypotheses import blocks
+from introspect.diff.hypotheses.blocks import LayerOptions, embeddings, encoder_layer, pooler
 from introspect.diff.hypotheses.site import Site
 
 
@@ -21,24 +21,23 @@ class Hypothesis:
     family: str = ""  # e.g. "attention"; hypotheses of one family exclude one another
 
 
-def run_layer(site: Site, options: blocks.LayerOptions | None = None,
+def run_layer(site: Site, options: LayerOptions | None = None,
               weights=None, block_input: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The encoder layer at ``site`` under ``options`` (and other ``weights`` or input)."""
     x = site.block_input if block_input is None else block_input
     assert x is not None
-    return blocks.encoder_layer(site.weights if weights is None else weights, x,
-                                site.keep, site.heads, site.eps, site.activation,
-                                options or blocks.LayerOptions())
+    return encoder_layer(site.weights if weights is None else weights, x, site.keep,
+                         site.heads, site.eps, site.activation, options or LayerOptions())
 
 
 def run_embeddings(site: Site, **options) -> dict[str, torch.Tensor]:
-    return blocks.embeddings(site.weights, site.input_ids, site.token_type_ids,
-                             site.embeddings_eps, **options)
+    return embeddings(site.weights, site.input_ids, site.token_type_ids, site.embeddings_eps,
+                      **options)
 
 
 def run_pooler(site: Site, **options) -> dict[str, torch.Tensor]:
     assert site.block_input is not None
-    return blocks.pooler(site.weights, site.block_input, site.keep, **options)
+    return pooler(site.weights, site.block_input, site.keep, **options)
 
 
 def run_base(site: Site) -> dict[str, torch.Tensor]:

@@ -193,7 +193,7 @@ def _record(model: Any, inputs: dict[str, Any], label: str, truth: dict[str, Any
     """Every computing node's value, as this rank holds it, and what each node is."""
     import torch
 
-    from introspect.diff.api import record_for_diff
+    from introspect.diff.explain import record_for_diff
     from introspect.diff.parallel.local_values import record_local_values
     from introspect.dump.capture import select_records
 

@@ -153,7 +153,7 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
     reference's, fail the diff with a note naming the rank (``result.outputs`` has a row
     per rank).
     """
-    from introspect.dump import capture
+    from introspect.dump.capture import capture
     from introspect.models.ports import LoadedReference
 
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -247,7 +247,7 @@ def diff_joined(taken: Any, joined: JoinedRanks, *, atol: float | None, rtol: fl
                 allow_nonfinite: bool = False, notes: list[str] | None = None,
                 unfaithful: bool = False, name_map: Mapping[str, str] | None = None) -> Any:
     """The dump diff of the joined tensors, with each row's join and the TP hints."""
-    from introspect.dump import diff_dump
+    from introspect.dump.dump_diff import diff_dump
 
     def compare(names: Mapping[str, str] | None) -> Any:
         return diff_dump(taken, joined.dump, atol=atol, rtol=rtol, name_map=names,

@@ -23,12 +23,13 @@ The values come from a replay of the two recordings, exactly as the diff replaye
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-from introspect.diff.records import STATUS_FAIL
+from introspect.diff.records import STATUS_FAIL, Divergence, NodeDiff
 from introspect.diff.repro.capture import ReplaySource, capture_pair, evaluating
 from introspect.diff.repro.program import ReproError, function_name, write_program
 from introspect.diff.repro.script import (
@@ -41,18 +42,43 @@ from introspect.diff.repro.script import (
     render_script,
 )
 from introspect.errors import InputError
-
-if TYPE_CHECKING:
-    from introspect.diff.result import DiffResult
+from introspect.graph import IntrospectGraph
 
 REPRO_FILES = (SCRIPT, TENSORS)
+
+
+class FailedDiff(Protocol):
+    """What a repro reads of a diff (``introspect.diff.result.DiffResult`` is one).
+
+    A protocol, so that the result can offer ``write_repro`` without this package
+    importing the result back.
+    """
+
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def first_divergence(self) -> Divergence | None: ...
+    @property
+    def rows(self) -> Sequence[NodeDiff]: ...
+    @property
+    def alignment(self) -> Any: ...  # an Alignment's pairs, where both sides were recorded
+    @property
+    def reference(self) -> IntrospectGraph | None: ...
+    @property
+    def candidate(self) -> IntrospectGraph | None: ...
+    @property
+    def reference_label(self) -> str: ...
+    @property
+    def candidate_label(self) -> str: ...
+    @property
+    def replay(self) -> Any: ...  # a ``capture.ReplaySource``, or None
 
 
 class NothingToReproduce(InputError):
     """The diff has no node-level divergence to reproduce (it passed, or failed elsewhere)."""
 
 
-def repro_files(result: DiffResult) -> dict[str, str | bytes]:
+def repro_files(result: FailedDiff) -> dict[str, str | bytes]:
     """The repro's files by name: ``repro.py`` (text) and ``inputs.safetensors`` (bytes).
 
     Raises:
@@ -61,7 +87,7 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
             a decoding step), or the candidate was not recorded; the message says which.
         ReproError: the op at the divergence calls something torch alone cannot name.
     """
-    from introspect import __version__
+    from introspect.version import __version__
 
     d = result.first_divergence
     if result.passed and d is None:
@@ -107,7 +133,7 @@ def repro_files(result: DiffResult) -> dict[str, str | bytes]:
     return {SCRIPT: script, TENSORS: encode_tensors(stored, data)}
 
 
-def write_repro(result: DiffResult, folder: str | os.PathLike[str]) -> list[Path]:
+def write_repro(result: FailedDiff, folder: str | os.PathLike[str]) -> list[Path]:
     """Write ``repro.py`` and ``inputs.safetensors`` into ``folder``, all or nothing.
 
     The folder is created if its parent exists; other files in it are kept.
@@ -131,7 +157,7 @@ def write_repro(result: DiffResult, folder: str | os.PathLike[str]) -> list[Path
     return write_folder(folder, repro_files(result), owned=REPRO_FILES)
 
 
-def _why_nothing(result: DiffResult) -> str:
+def _why_nothing(result: FailedDiff) -> str:
     d = result.first_divergence
     if d is not None and d.step is not None:
         return "the diff compared a generation; run it without --generate at the failing step"
