@@ -432,6 +432,8 @@ def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list
         return ["a region the recording could not see"]
     if evidence.notes:
         return evidence.notes
+    if evidence.unrelated:  # a weight of its own: a module over it may still agree
+        return [f"weights that hold none of the reference's ({', '.join(evidence.unrelated[:3])})"]
     if not any(r.status == "ok" for r in evidence.rows):
         return ["no module evidence"]
     return unaccounted(ref_calls, cand_calls, evidence.rows)

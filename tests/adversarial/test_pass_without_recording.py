@@ -91,3 +91,24 @@ def test_glue_equal_to_a_judged_value_needs_no_recording(tiny, recorded):
     assert result.passed and not result.op_level
     assert recorded["explanations"] == 0
     assert _diff(tiny, "correct_glue", nodes=True).passed
+
+
+def test_a_weight_of_its_own_takes_the_full_path(tiny, recorded):
+    """A Linear's weight shifted by a constant moves every unit of its output alike, and
+    the LayerNorm after it takes that away: the module over both agrees with the
+    reference, the outputs too. The weight relates to none of the reference's; the full
+    path fails it at the Linear."""
+    import copy
+
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    tuned = copy.deepcopy(reference.model)
+    with torch.no_grad():
+        tuned.encoder.layer[1].output.dense.weight.add_(0.01)
+    result = introspect.diff(reference.model, tuned, inputs, nodes=False)
+    assert recorded["explanations"] == 1
+    assert not result.passed
+    assert result.first_divergence.module == "encoder.layer.1.output.dense"

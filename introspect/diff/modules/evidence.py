@@ -76,6 +76,8 @@ class ModuleEvidence:
     rows: list[ModuleDiff] = dataclasses.field(default_factory=list)
     uncovered: list[Uncovered] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # the candidate's weights that hold none of the reference's (nothing vouches for them)
+    unrelated: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -147,7 +149,8 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
     relations = relate_parameters(reference.model, candidate.model)
-    evidence = ModuleEvidence()
+    evidence = ModuleEvidence(unrelated=[name for name, found in relations.items()
+                                         if not found])
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[tuple[str, str], int] = {}
     failed: list[str] = []
