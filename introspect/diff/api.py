@@ -313,7 +313,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if fast is None:  # the full path: the op-level recording explains
             explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
                                   tolerance, noise, candidate_dtypes, name_map=name_map,
-                                  allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
+                                  allow_nonfinite=allow_nonfinite,
+                                  forward_keywords=forward_keywords,
                                   noise_budget=noise_budget, reference=reference,
                                   raise_errors=verdict is None,
                                   agreeing_outputs=(),  # see docs/verdict.md: not yet sound
@@ -341,8 +342,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                     notes.append(late)
             rows = explanation.rows
             divergence = explanation.divergence
-            explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-                and not explanation.unfaithful
+            explained_passed = divergence is None \
+                and not any(r.status == STATUS_FAIL for r in rows) and not explanation.unfaithful
             if verdict is not None and not verdict.passed and explained_passed \
                     and explanation.graph is not None and INT8 in candidate_dtypes:
                 explained = explained_by_int8(
