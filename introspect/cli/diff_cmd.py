@@ -327,7 +327,7 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
                           backward=getattr(args, "backward", False),
                           loss=getattr(args, "loss_fn", None), device=args.device,
                           candidate_device=args.candidate_device,
-                          **_generation_options(args, loaded))
+                          nodes=_wants_nodes(args), **_generation_options(args, loaded))
         except ReferenceChanged:  # name what changed, where the fingerprint sees it
             _check_reference(before, loaded.model, "the port's forward changed the reference "
                              "while the diff ran it (no verdict)")
@@ -341,6 +341,14 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
     _check_reference(before, loaded.model, "the port's forward changed the reference while "
                      "the diff ran it (no verdict)")
     return result
+
+
+def _wants_nodes(args: argparse.Namespace) -> bool:
+    """Node tables for a report or a list that shows them (--out, --nodes, --json, --junit,
+    --repro); the terminal's plain verdict takes a PASS without them where module evidence
+    proves it (``diff(..., nodes=False)``)."""
+    return bool(args.out or args.nodes or args.json or args.junit
+                or getattr(args, "repro", None))
 
 
 def _generation_options(args: argparse.Namespace, loaded: Any) -> dict[str, Any]:

@@ -39,6 +39,9 @@ from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.int8_outputs import explained_by_int8
 from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
+from introspect.diff.modules.accounted import unaccounted
+from introspect.diff.modules.evidence import coverage
+from introspect.diff.modules.tables import modules_only
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff
@@ -95,7 +98,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
          backward: bool = False, loss: Any = None, device: Any = None,
          candidate_device: Any = None,
          recordings: tuple[Recording, Recording] | None = None,
-         nproc: int | None = None) -> DiffResult:
+         nproc: int | None = None, nodes: bool = True) -> DiffResult:
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
@@ -145,6 +148,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             (``introspect.diff.parallel``): ``candidate`` is then a port,
             ``"path/to/port.py:NAME"`` or a top-level ``build(reference)`` function, built
             on every rank; ``reference`` may be the ``LoadedReference`` it takes.
+        nodes: node tables on every verdict (``result.nodes``, ``result.layers`` by node).
+            False: a PASS that the outputs and module evidence prove (every value the
+            candidate computed accounted for: ``modules.accounted``) records and replays
+            nothing; its rows are empty, ``result.modules`` has the evidence and a note
+            says so. Anything else (a FAIL, a module over budget, code no module evidence
+            judged) gets the node tables all the same. ``introspect diff`` without
+            ``--out``, ``--nodes``, ``--json``, ``--junit`` or ``--repro`` asks for none.
 
     Returns:
         A ``DiffResult``.
@@ -211,7 +221,11 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # With backward, one forward per side recorded with autograd on serves both
         # comparisons; the reference's backward runs now, before the candidate is built.
         gradients_with = _one_forward_for_both(backward, loss, noise_budget, recordings)
-        ref_side = None if noise_budget else \
+        # Without node tables asked for, the reference is recorded only where a PASS is not
+        # proven without it, after checking it still computes what it did clean.
+        later = not nodes and truths and recordings is None and not backward \
+            and device is None and candidate_device is None
+        ref_side = None if noise_budget or later else \
             record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords,
                             ref_given, gradients_with or record_forward)
         ref_gradients, loss_inputs = None, None
@@ -242,7 +256,6 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             ref_side = record_for_diff(
                 reference, devices.to_device(tensors, devices.model_device(reference)),
                 reference_label, ref_keywords)
-        assert ref_side is not None
         candidate_dtypes = sorted(model_dtypes(candidate))
         verdict = None
         unpaired: NoOutputPairs | None = None
@@ -276,79 +289,107 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes.append(_judged_with_switches_back(
                     verdict, judge, candidate, accepted_inputs(candidate, cand_tensors),
                     before_build, switched, candidate_label))
-        explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
-                              tolerance, noise, candidate_dtypes, name_map=name_map,
-                              allow_nonfinite=allow_nonfinite, forward_keywords=forward_keywords,
-                              noise_budget=noise_budget, reference=reference,
-                              raise_errors=verdict is None,
-                              agreeing_outputs=(),  # see docs/verdict.md: not yet sound
-                              placement=placement, recording=cand_given,
-                              original_reference=original_reference,
-                              recorder=gradients_with if gradients_with is not None
-                              and getattr(candidate, "_orig_mod", None) is None
-                              else record_forward)
-        notes += explanation.notes
-        if unpaired is not None:
-            raise unpaired
-        faithful, parted, random = True, None, False
-        if truths:
-            assert ref_truth is not None and verdict is not None
-            faithful, faith_notes, parted = faithful_recordings(
-                ref_truth, ref_side[2], cand_truth, explanation.recording, candidate,
-                accepted_inputs(candidate, cand_tensors), (reference_label, candidate_label),
-                noise_budget)
-            notes += faith_notes
-            late = recorded_call_verdict(judge, cand_truth, explanation.recording,
-                                         candidate_label)
-            if verdict.passed and late is not None:  # another call of its, over budget
-                verdict.passed, random = False, True
-                verdict.reasons.append("changes from call to call")
-                notes.append(late)
-        rows = explanation.rows
-        divergence = explanation.divergence
-        explained_passed = divergence is None and not any(r.status == STATUS_FAIL for r in rows) \
-            and not explanation.unfaithful
-        if verdict is not None and not verdict.passed and explained_passed \
-                and explanation.graph is not None and INT8 in candidate_dtypes:
-            explained = explained_by_int8(
-                verdict, original_reference, candidate, cand_truth,
-                explanation.alignment.relations, ref_accepted,
-                lambda ref, cand: judge(cand, ref), (reference_label, candidate_label))
-            if explained is not None:  # the hybrid reference computes the candidate's outputs
-                verdict = explained
-                notes.append(explained.notes[-1])
-            else:
-                notes.append(_int8_outputs_note(verdict))
-        gradients = _backward(backward, loss, original_reference, candidate,
-                              _copies(ref_side[1]),
-                              _copies(explanation.cand_inputs or {}), explanation.alignment,
-                              ref_side[0], explanation.graph, tolerance, noise_budget,
-                              tensors, rows, allow_nonfinite, ref_gradients,
-                              getattr(explanation.recording, "run", None), loss_inputs)
-        if verdict is None:
-            passed = explained_passed
-        elif explanation.graph is not None and faithful:
-            passed = verdict.passed and explained_passed
-        else:
-            passed = verdict.passed
-        random = random or bool(truths and cand_truth.changed_between_calls())
-        if verdict is not None and not verdict.passed \
-                and (divergence is None or (not faithful and not random)):
-            # (a forward that changes from call to call cannot be reproduced by any
-            # recording: its node-level divergence, dropout's hint and all, stands)
-            if parted is None:  # where a plain call leaves the recorded path, if anywhere
-                parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
-            divergence = truth_divergence(verdict, parted, explanation.alignment.relations)
-        # Module evidence (tier 2): each module of the candidate's plain calls on the
-        # reference's inputs to it, against a budget from its own rounding noise.
-        module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
-            ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted) \
-            if truths else ModuleEvidence()
-        notes += module_evidence.notes
-        passed, divergence = module_evidence.join(passed, divergence, faithful)
-        if ref_truth is not None:  # the reference once more: what the candidate left behind
+        module_evidence, fast = ModuleEvidence(), None
+        early = later and verdict is not None and verdict.passed and not switched \
+            and INT8 not in candidate_dtypes
+        if early:  # module evidence first: with it, the PASS may need no recording
+            module_evidence = gather_module_evidence(
+                ref_calls, cand_calls, tensors.get("attention_mask"), keep_calls=True)
+            unproven = _unproven(module_evidence, ref_calls, cand_calls)
+            if not unproven:
+                notes += module_evidence.notes
+                notes.append(MODULES_ONLY_NOTE)
+                ref_calls.calls.clear()  # the values are let go: memory
+                cand_calls.calls.clear()
+                _reference_again(original_reference, ref_accepted, ref_truth, switched,
+                                 candidate_label)
+                fast = modules_only(module_evidence)
+        if ref_side is None and fast is None:  # the recording is needed after all
+            assert ref_truth is not None
             _reference_again(original_reference, ref_accepted, ref_truth, switched,
-                             candidate_label)
+                             candidate_label)  # what the candidate's calls left behind
+            ref_side = record_for_diff(reference, _copies(ref_tensors), reference_label,
+                                       ref_keywords)
+        if fast is None:  # the full path: the op-level recording explains
+            explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
+                                  tolerance, noise, candidate_dtypes, name_map=name_map,
+                                  allow_nonfinite=allow_nonfinite,
+                                  forward_keywords=forward_keywords,
+                                  noise_budget=noise_budget, reference=reference,
+                                  raise_errors=verdict is None,
+                                  agreeing_outputs=(),  # see docs/verdict.md: not yet sound
+                                  placement=placement, recording=cand_given,
+                                  original_reference=original_reference,
+                                  recorder=gradients_with if gradients_with is not None
+                                  and getattr(candidate, "_orig_mod", None) is None
+                                  else record_forward)
+            notes += explanation.notes
+            if unpaired is not None:
+                raise unpaired
+            faithful, parted, random = True, None, False
+            if truths:
+                assert ref_truth is not None and verdict is not None
+                faithful, faith_notes, parted = faithful_recordings(
+                    ref_truth, ref_side[2], cand_truth, explanation.recording, candidate,
+                    accepted_inputs(candidate, cand_tensors), (reference_label, candidate_label),
+                    noise_budget)
+                notes += faith_notes
+                late = recorded_call_verdict(judge, cand_truth, explanation.recording,
+                                             candidate_label)
+                if verdict.passed and late is not None:  # another call of its, over budget
+                    verdict.passed, random = False, True
+                    verdict.reasons.append("changes from call to call")
+                    notes.append(late)
+            rows = explanation.rows
+            divergence = explanation.divergence
+            explained_passed = divergence is None \
+                and not any(r.status == STATUS_FAIL for r in rows) and not explanation.unfaithful
+            if verdict is not None and not verdict.passed and explained_passed \
+                    and explanation.graph is not None and INT8 in candidate_dtypes:
+                explained = explained_by_int8(
+                    verdict, original_reference, candidate, cand_truth,
+                    explanation.alignment.relations, ref_accepted,
+                    lambda ref, cand: judge(cand, ref), (reference_label, candidate_label))
+                if explained is not None:  # the hybrid reference computes the candidate's outputs
+                    verdict = explained
+                    notes.append(explained.notes[-1])
+                else:
+                    notes.append(_int8_outputs_note(verdict))
+            gradients = _backward(backward, loss, original_reference, candidate,
+                                  _copies(ref_side[1]),
+                                  _copies(explanation.cand_inputs or {}), explanation.alignment,
+                                  ref_side[0], explanation.graph, tolerance, noise_budget,
+                                  tensors, rows, allow_nonfinite, ref_gradients,
+                                  getattr(explanation.recording, "run", None), loss_inputs)
+            if verdict is None:
+                passed = explained_passed
+            elif explanation.graph is not None and faithful:
+                passed = verdict.passed and explained_passed
+            else:
+                passed = verdict.passed
+            random = random or bool(truths and cand_truth.changed_between_calls())
+            if verdict is not None and not verdict.passed \
+                    and (divergence is None or (not faithful and not random)):
+                # (a forward that changes from call to call cannot be reproduced by any
+                # recording: its node-level divergence, dropout's hint and all, stands)
+                if parted is None:  # where a plain call leaves the recorded path, if anywhere
+                    parted = where_paths_part(candidate, accepted_inputs(candidate, cand_tensors))
+                divergence = truth_divergence(verdict, parted, explanation.alignment.relations)
+            # Module evidence (tier 2): each module of the candidate's plain calls on the
+            # reference's inputs to it, against a budget from its own rounding noise.
+            if early:  # judged before the recording: only its coverage waited for it
+                module_evidence.uncovered = coverage(cand_calls, module_evidence.rows,
+                                                     faithful, parted)
+                ref_calls.calls.clear()  # the values are let go: memory
+                cand_calls.calls.clear()
+            elif truths:
+                module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
+                    ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted)
+            notes += module_evidence.notes
+            passed, divergence = module_evidence.join(passed, divergence, faithful)
+            if ref_truth is not None:  # the reference once more: what the candidate left behind
+                _reference_again(original_reference, ref_accepted, ref_truth, switched,
+                                 candidate_label)
     finally:  # every module back in its own mode and on its own device
         if placement is not None:
             placement.restore()
@@ -359,6 +400,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                if not identical(tensor, tensors[name])]
     if changed:  # never: every model got a copy; a guard on that promise
         raise InputError(f"the inputs {', '.join(changed)} changed during the diff")
+    if fast is not None:  # a PASS the outputs and module evidence prove: no node rows
+        assert verdict is not None
+        return DiffResult(True, None, [], fast.layers, fast.alignment, None, None, tolerance,
+                          notes, reference_label, candidate_label, noise_budget,
+                          output_rows=verdict.rows, module_evidence=module_evidence,
+                          op_level=False)
+    assert ref_side is not None
     layers = layer_rows(rows, ref_side[0].records)
     passed = passed and (gradients is None or gradients.passed)
     if divergence is None and gradients is not None and gradients.first_divergence is not None:
@@ -369,6 +417,27 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                       output_rows=verdict.rows if verdict is not None else [],
                       replay=explanation.replay, histograms=explanation.histograms,
                       module_evidence=module_evidence)
+
+
+MODULES_ONLY_NOTE = (
+    "no op-level recording: the outputs and module evidence prove this PASS (every module "
+    "within its budget, and every value between them the reference's own or a judged "
+    "module's); for node tables pass nodes=True (introspect diff: --out or --nodes)")
+
+
+def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:
+    """Why a PASS cannot rest on module evidence alone ([]: it can)."""
+    if not evidence.passed:
+        return ["a module is over its budget"]
+    if evidence.uncovered:
+        return ["a region the recording could not see"]
+    if evidence.notes:
+        return evidence.notes
+    if evidence.unrelated:  # a weight of its own: a module over it may still agree
+        return [f"weights that hold none of the reference's ({', '.join(evidence.unrelated[:3])})"]
+    if not any(r.status == "ok" for r in evidence.rows):
+        return ["no module evidence"]
+    return unaccounted(ref_calls, cand_calls, evidence.rows)
 
 
 def _judged_with_switches_back(verdict: Any, judge: Any, candidate: torch.nn.Module,

@@ -158,6 +158,9 @@ class DiffResult:
     # Module evidence (tier 2, ``introspect.diff.modules.ModuleEvidence``): each candidate
     # module of the plain calls on the reference's inputs to it; None where none was taken.
     module_evidence: Any = field(default=None, repr=False)
+    # False: a PASS the outputs and module evidence proved, nothing recorded or replayed
+    # (``diff(..., nodes=False)``): no node rows, the layers from the module rows.
+    op_level: bool = True
 
     @property
     def modules(self) -> pandas.DataFrame:
@@ -271,10 +274,14 @@ class DiffResult:
         """A few lines of plain text: verdict, first divergence and hints, coverage."""
         coverage = getattr(self.alignment, "coverage_text", None) or \
             f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned"
+        compared = f"{len(self.alignment.pairs)} pairs, {coverage}"
+        if not self.op_level:
+            judged = sum(r.status == STATUS_OK for r in self.module_evidence.rows)
+            compared = (f"{judged} module pairs within budget; outputs and module evidence, "
+                        "no op-level recording")
         lines = [f"{self.candidate_label} vs {self.reference_label}: {self.verdict} "
                  f"({'the forward holds: ' if self.failed_in == 'backward' else ''}"
-                 f"max abs error {self.max_abs_err:.3g}; {len(self.alignment.pairs)} pairs, "
-                 f"{coverage})"]
+                 f"max abs error {self.max_abs_err:.3g}; {compared})"]
         d = self.first_divergence
         if d is not None and d.phase == "forward":  # the backward's says it below
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "

@@ -73,6 +73,7 @@ class ModuleCall:
     order: int  # in the order calls finished
     thread: bool  # called in another thread than the model's own call
     edited_inputs: bool = False  # the module edited an input in place
+    started: int = -1  # in the order calls started (-1: not seen starting)
 
 
 @dataclasses.dataclass
@@ -96,8 +97,9 @@ class _Hooks:
         self.mode: str | None = None  # the plain call being kept, if any
         self.kept: set[str] = set()
         self.thread = 0
-        self.pending: dict[tuple[int, int], list[list[Leaf]]] = {}
+        self.pending: dict[tuple[int, int], list[tuple[list[Leaf], int]]] = {}
         self.order = 0
+        self.begun = 0  # calls started (``ModuleCall.started``)
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # first: dynamo's code stays unchanged
@@ -109,7 +111,9 @@ class _Hooks:
             return
         leaves = _leaves(args, "args")
         with self.lock:
-            self.pending.setdefault((key, threading.get_ident()), []).append(leaves)
+            self.begun += 1
+            self.pending.setdefault((key, threading.get_ident()), []).append((leaves,
+                                                                               self.begun))
 
     def post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         if torch.compiler.is_compiling():
@@ -120,7 +124,7 @@ class _Hooks:
             return
         with self.lock:
             stack = self.pending.get((key, threading.get_ident()))
-            before = stack.pop() if stack else None
+            before, started = stack.pop() if stack else (None, -1)
         inputs = _leaves(args, "args") + _leaves(kwargs, "kwargs")
         outputs = _leaves(output, "output")
         if any(_wrapped(leaf.value) for leaf in inputs + outputs):
@@ -136,7 +140,7 @@ class _Hooks:
                 name, module, self.mode, torch.is_grad_enabled(),
                 _detached(args), dict(_detached(dict(kwargs or {}))),
                 [] if edited else inputs, outputs, self.order,
-                threading.get_ident() != self.thread, edited))
+                threading.get_ident() != self.thread, edited, started))
         if key == self.root:
             self.mode = None
 

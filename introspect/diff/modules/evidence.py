@@ -76,6 +76,8 @@ class ModuleEvidence:
     rows: list[ModuleDiff] = dataclasses.field(default_factory=list)
     uncovered: list[Uncovered] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # the candidate's weights that hold none of the reference's (nothing vouches for them)
+    unrelated: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -132,7 +134,8 @@ class ModuleEvidence:
 
 def gather_module_evidence(reference: Calls, candidate: Calls,
                            attention_mask: torch.Tensor | None = None,
-                           faithful: bool = True, parted: Any = None) -> ModuleEvidence:
+                           faithful: bool = True, parted: Any = None,
+                           keep_calls: bool = False) -> ModuleEvidence:
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
@@ -140,11 +143,14 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         attention_mask: (B, S); values laid out (B, S, ...) are compared at real tokens.
         faithful: whether the candidate's recording reproduced its plain calls.
         parted: (module, class, difference) where its recording left the plain path.
+        keep_calls: keep the calls' values (``coverage`` reads them again once the
+            recording has said whether it is faithful); else they are let go.
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
     relations = relate_parameters(reference.model, candidate.model)
-    evidence = ModuleEvidence()
+    evidence = ModuleEvidence(unrelated=[name for name, found in relations.items()
+                                         if not found])
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[tuple[str, str], int] = {}
     failed: list[str] = []
@@ -168,9 +174,23 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                               f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
                               "not compared")
     evidence.uncovered = _uncovered(candidate, evidence.rows, seen, faithful, parted)
-    reference.calls.clear()  # the values are let go: memory
-    candidate.calls.clear()
+    if not keep_calls:
+        reference.calls.clear()  # the values are let go: memory
+        candidate.calls.clear()
     return evidence
+
+
+def coverage(candidate: Calls, rows: Sequence[ModuleDiff], faithful: bool,
+             parted: Any = None) -> list[Uncovered]:
+    """The uncovered regions of ``candidate``'s calls, for rows judged already (evidence
+    gathered before the recording, whose faithfulness is known only now)."""
+    seen: dict[tuple[str, int], ModuleCall] = {}
+    counts: dict[str, int] = {}
+    for call in sorted(candidate.of_mode(AUTOGRAD), key=lambda c: c.order):
+        number = counts.get(call.name, 0)
+        counts[call.name] = number + 1
+        seen[(call.name, number)] = call
+    return _uncovered(candidate, rows, seen, faithful, parted)
 
 
 def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
@@ -303,5 +323,5 @@ def reference_layer(module: str) -> str:
     return parts[0] if parts and parts[0] else "outputs"
 
 
-__all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "Uncovered",
+__all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "Uncovered", "coverage",
            "gather_module_evidence", "reference_layer"]

@@ -38,6 +38,7 @@ INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
 OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
 _MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
 _SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
+_EXACT_KEY = 4096  # a weight this small is keyed by all its values
 
 
 @dataclasses.dataclass
@@ -53,6 +54,9 @@ class Boundary:
     value: torch.Tensor
     holders: set[str] = dataclasses.field(default_factory=set)
     returned_by: set[str] = dataclasses.field(default_factory=set)
+    # every boundary's sampled values, shared by all of one model's boundaries (and their
+    # copies named inside a region): each is read once, not once per comparison
+    samples: _Samples | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,7 @@ class ModulePair:
 def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
     """Every distinct value the reference's modules took or returned, once."""
     by_tensor: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Boundary] = {}
+    samples = _Samples()
     for call in calls:
         for role, leaves in (("output", call.outputs), ("input", call.inputs)):
             for leaf in leaves:
@@ -93,7 +98,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
                        tuple(t.stride()))
                 known = by_tensor.get(key)
                 if known is None:
-                    known = by_tensor[key] = Boundary(call.name, role, t)
+                    known = by_tensor[key] = Boundary(call.name, role, t, samples=samples)
                 elif role == "output" and (known.role == "input"
                                            or _depth(call.name) > _depth(known.module)):
                     known.module, known.role = call.name, role
@@ -127,14 +132,15 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     """
     ref = {name: t.detach() for name, t in reference.named_parameters()
            if t.is_floating_point()}
-    keyed: dict[tuple[tuple[int, ...], bytes], list[tuple[str, torch.Tensor]]] = {}
+    keyed: dict[tuple[tuple[int, ...], bool, bytes], list[tuple[str, torch.Tensor]]] = {}
     for name, t in ref.items():
         for variant in _variants(t):
             keyed.setdefault(_key(variant), []).append((name, variant))
 
     def equal_to(value: torch.Tensor) -> set[str]:
-        return {name for name, other in keyed.get(_key(value), [])
-                if torch.equal(other.to(torch.float32), value.to(torch.float32))}
+        key = _key(value)
+        return {name for name, other in keyed.get(key, [])
+                if key[1] or torch.equal(other.to(torch.float32), value.to(torch.float32))}
 
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
@@ -199,7 +205,12 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
         return None
     sample = _sample_index(value.numel())
     mine = value.reshape(-1)[sample].double().cpu()
-    rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
+    tables = {id(b.samples) for b in same}
+    if len(tables) == 1 and same[0].samples is not None:  # one table: all gaps in one pass
+        gaps = same[0].samples.gaps(mine, same, sample)
+        rough = [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)]
+    else:
+        rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
     measured = [(distance(value, b.value), b) for b in rough[:4]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
@@ -216,10 +227,40 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest |a - b| over elements finite on both sides (inf where none is)."""
     a64 = a.detach().double().cpu().reshape(-1)
     b64 = b.detach().double().cpu().reshape(-1)
+    if a64.numel():  # a finite largest gap: every element is finite on both sides
+        largest = float((a64 - b64).abs().max())
+        if math.isfinite(largest):
+            return largest
     finite = torch.isfinite(a64) & torch.isfinite(b64)
     if not bool(finite.any()):
         return 0.0 if a64.numel() == 0 else math.inf
     return float((a64[finite] - b64[finite]).abs().max())
+
+
+class _Samples:
+    """The sampled values (float64) of every boundary of one shape, stacked: the gaps of a
+    candidate value to all of them are one subtraction, as ``_gap`` measures each."""
+
+    def __init__(self) -> None:
+        self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
+        self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
+
+    def gaps(self, mine: torch.Tensor, same: Sequence[Boundary],
+             sample: torch.Tensor) -> list[float]:
+        shape = tuple(same[0].value.shape)
+        table, rows = self.tables.get(shape, (None, {}))
+        missing = [b.value for b in same if id(b.value) not in rows]
+        if table is None or missing:
+            known = [table] if table is not None else []
+            start = len(rows)
+            for i, value in enumerate(missing):
+                rows[id(value)] = start + i
+            stacked = torch.stack([v.reshape(-1)[sample].double().cpu() for v in missing])
+            table = torch.cat([*known, stacked])
+            self.tables[shape] = (table, rows)
+            self.kept += missing
+        every = (table - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
+        return [every[rows[id(b.value)]] for b in same]
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -247,15 +288,24 @@ def _variants(t: torch.Tensor) -> list[torch.Tensor]:
     return [t, t.t()] if t.ndim == 2 else [t]
 
 
-def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bytes]:
+def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bool, bytes]:
     """Shape and a few values on a grid (8 per axis), in float32: equal tensors share it,
-    and it reads a few elements of a large weight, not all (equality is checked on a hit)."""
+    and it reads a few elements of a large weight, not all (equality is checked on a hit).
+
+    A small tensor without NaN is keyed by all its values (-0.0 read as 0.0, as
+    ``torch.equal`` does): the key is the equality, marked exact, and no check is needed
+    (a model's many equal biases and norms, all zeros or ones, would be compared pairwise).
+    """
+    if t.numel() <= _EXACT_KEY:
+        values = t.detach().to(torch.float32).cpu().reshape(-1)
+        if not bool(values.isnan().any()):
+            return tuple(t.shape), True, (values + 0.0).contiguous().numpy().tobytes()
     sample = t.detach()
     for dim in range(sample.ndim):
         size = sample.shape[dim]
         picks = torch.linspace(0, size - 1, min(size, 8)).long().to(sample.device)
         sample = sample.index_select(dim, picks)
-    return tuple(t.shape), sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
+    return tuple(t.shape), False, sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
 
 
 def _row_blocks(t: torch.Tensor, references: Iterable[torch.Tensor]) -> list[torch.Tensor]:

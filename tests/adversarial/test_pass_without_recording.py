@@ -1,0 +1,114 @@
+"""A PASS for a few forwards (issue 41, part 6): with ``nodes=False`` a PASS that the
+outputs and module evidence prove records and replays nothing; anything else takes the
+full path, with the same verdict as ``nodes=True``. Ports: ``ports/fast_pass.py`` (imports
+nothing of ours); reference: bert-tiny with perturbed norms and biases."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tests.adversarial.corpus import port
+
+api = importlib.import_module("introspect.diff.api")
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """How many times each model was recorded (``record_for_diff``) and explained."""
+    counts = {"recordings": 0, "explanations": 0}
+    record, explain = api.record_for_diff, api.explain
+
+    def counted_record(*args, **kwargs):
+        counts["recordings"] += 1
+        return record(*args, **kwargs)
+
+    def counted_explain(*args, **kwargs):
+        counts["explanations"] += 1
+        return explain(*args, **kwargs)
+
+    monkeypatch.setattr(api, "record_for_diff", counted_record)
+    monkeypatch.setattr(api, "explain", counted_explain)
+    return counts
+
+
+def _diff(tiny, name, nodes):
+    import introspect
+
+    reference, inputs = tiny
+    builder = getattr(port("fast_pass.py"), name)
+    return introspect.diff(reference.model, builder(reference), inputs, nodes=nodes)
+
+
+def test_a_correct_port_passes_with_no_recording(tiny, recorded):
+    result = _diff(tiny, "correct_plain", nodes=False)
+    assert result.passed, result.notes
+    assert recorded == {"recordings": 0, "explanations": 0}
+    assert not result.op_level and result.rows == [] and result.reference is None
+    assert any(n.startswith("no op-level recording") for n in result.notes)
+    assert "no op-level recording" in result.summary().splitlines()[0]
+    modules = result.modules
+    assert len(modules) and (modules["status"] == "ok").all()
+    assert {"embeddings", "encoder.layer.0", "encoder.layer.1"} <= set(result.layers["layer"])
+
+
+def test_nodes_true_keeps_the_node_tables(tiny, recorded):
+    result = _diff(tiny, "correct_plain", nodes=True)
+    assert result.passed and result.op_level and len(result.nodes)
+    assert recorded["explanations"] == 1
+
+
+@pytest.mark.parametrize("name", ["faulty_ffn", "faulty_glue"])
+def test_a_fault_under_the_outputs_budget_takes_the_full_path(tiny, recorded, name):
+    result = _diff(tiny, name, nodes=False)
+    assert recorded["explanations"] == 1, "the full path: recorded and replayed"
+    assert (result.outputs["status"] == "ok").all(), "the fault must stay under the outputs' budget"
+    assert not result.passed
+    assert result.first_divergence.layer in ("encoder.layer.1", "encoder.layer.0")
+    full = _diff(tiny, name, nodes=True)
+    assert (full.passed, full.first_divergence.layer) == \
+        (result.passed, result.first_divergence.layer)
+
+
+def test_the_ffn_fault_is_named_in_layer_1(tiny):
+    result = _diff(tiny, "faulty_ffn", nodes=False)
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert result.op_level and len(result.nodes)
+
+
+def test_glue_no_module_judges_takes_the_full_path_and_passes(tiny, recorded):
+    result = _diff(tiny, "correct_bare", nodes=False)  # its pooler's tanh is glue
+    assert result.passed and result.op_level and len(result.nodes)
+    assert recorded["explanations"] == 1
+
+
+def test_glue_equal_to_a_judged_value_needs_no_recording(tiny, recorded):
+    """The correct twin of the glue port computes x * 1.0 between the blocks: a value no
+    judged module returned, yet equal to one; it may pass without a recording, and its
+    verdict is the full path's."""
+    result = _diff(tiny, "correct_glue", nodes=False)
+    assert result.passed and not result.op_level
+    assert recorded["explanations"] == 0
+    assert _diff(tiny, "correct_glue", nodes=True).passed
+
+
+def test_a_weight_of_its_own_takes_the_full_path(tiny, recorded):
+    """A Linear's weight shifted by a constant moves every unit of its output alike, and
+    the LayerNorm after it takes that away: the module over both agrees with the
+    reference, the outputs too. The weight relates to none of the reference's; the full
+    path fails it at the Linear."""
+    import copy
+
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    tuned = copy.deepcopy(reference.model)
+    with torch.no_grad():
+        tuned.encoder.layer[1].output.dense.weight.add_(0.01)
+    result = introspect.diff(reference.model, tuned, inputs, nodes=False)
+    assert recorded["explanations"] == 1
+    assert not result.passed
+    assert result.first_divergence.module == "encoder.layer.1.output.dense"
