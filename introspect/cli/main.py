@@ -43,39 +43,41 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 LINE_LIMIT = 199  # characters of a refusal: a terminal's line or two, a CI log's last line
-_LONG_QUOTED = re.compile(r"'([^'\n]{61,})'")
+LONG_VALUE = 160  # characters of a path or a quoted value past which it keeps only its ends
+# A quoted value: no space inside (else the quote closing one value and the next opening
+# one would pass for a value between them).
+_LONG_QUOTED = re.compile(r"'([^'\s]{%d,})'" % (LONG_VALUE + 1))
 # A path in a message: from a slash to the next space, quote, bracket, comma or semicolon.
-_PATH = re.compile(r"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]+")
+_PATH = re.compile(r"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]{%d,}" % LONG_VALUE)
 _PATH_TAIL = 40  # characters of a shortened path's end: its file and folder
 
 
-def one_line(text: str) -> str:
-    """A refusal as one line of at most ``LINE_LIMIT`` characters.
+def one_line(text: str, *, cut: bool = True) -> str:
+    """A refusal as one line; over ``LINE_LIMIT`` characters, its long values shortened.
 
-    Over the limit, long paths keep their first folder and their end (the file and its
-    folder: what a reader recognises), longest first; then long quoted values keep their
-    ends; and only then does the line lose its middle, keeping its start (what failed)
-    and its end (what to do next).
+    A value the user gave that is longer than ``LONG_VALUE`` (a path of 500 characters)
+    keeps its ends: a path its first folder and its file with the folder holding it, a
+    quoted value its first and last characters. ``cut``: a line still too long then loses
+    its middle, keeping its start (what failed) and its end (what to do next); the
+    package's own refusals are not cut (their words are the message: an API user reads
+    the same text in the exception).
     """
     line = " ".join(text.split())
-    for tail in (_PATH_TAIL, 0):  # the end's folders too, then the file's name alone
-        for path in sorted(set(_PATH.findall(line)), key=len, reverse=True):
-            if len(line) <= LINE_LIMIT:
-                break
-            line = line.replace(path, _shortened(path, tail))
     if len(line) <= LINE_LIMIT:
         return line
+    for path in sorted(set(_PATH.findall(line)), key=len, reverse=True):
+        line = line.replace(path, _shortened(path))
     line = _LONG_QUOTED.sub(lambda m: f"'{m[1][:28]}…{m[1][-28:]}'", line)
-    if len(line) <= LINE_LIMIT:
+    if len(line) <= LINE_LIMIT or not cut:
         return line
     half = (LINE_LIMIT - 1) // 2
     return line[:half] + "…" + line[-(LINE_LIMIT - 1 - half):]
 
 
-def _shortened(path: str, tail_limit: int) -> str:
+def _shortened(path: str) -> str:
     """``/tmp/…/checkpoint/model.safetensors``: the first folder, then whole names at the
-    end within ``tail_limit`` characters, and at least the last name (its last
-    ``_PATH_TAIL`` characters where it is longer)."""
+    end within ``_PATH_TAIL`` characters, at least the last name (its last ``_PATH_TAIL``
+    characters where it is longer)."""
     parts = path.split("/")
     head, names = "/".join(parts[:2]), parts[2:]
     if not names:
@@ -83,12 +85,9 @@ def _shortened(path: str, tail_limit: int) -> str:
     tail = [names.pop()]
     if len(tail[0]) > _PATH_TAIL:
         tail = ["…" + tail[0][-_PATH_TAIL:]]
-    while names and names[-1] != "…" and len("/".join([names[-1], *tail])) <= tail_limit:
+    while names and len("/".join([names[-1], *tail])) <= _PATH_TAIL:
         tail.insert(0, names.pop())
-    if names and names != ["…"]:
-        tail.insert(0, "…")
-    shown = "/".join([head, *tail])
-    return shown if len(shown) < len(path) else path
+    return "/".join([head, *(["…"] if names else []), *tail])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,7 +152,8 @@ def _run(argv: Sequence[str] | None) -> int:
         message = files.describe_failure(e) if isinstance(e, OSError) else str(e)
         if files.written_since(written_before):  # a later output failed: say what is done
             message += f" ({files.describe_written(written_before)})"
-        sys.stderr.write(one_line(f"introspect {args.command}: error: {message}") + "\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: error: {message}", cut=False)
+                         + "\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         done = files.describe_written(written_before)
@@ -163,8 +163,8 @@ def _run(argv: Sequence[str] | None) -> int:
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
         sys.stderr.write(one_line(f"introspect {args.command}: error: "
-                                  f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}")
-                         + "\n")
+                                  f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}",
+                                  cut=False) + "\n")
         return EXIT_BAD_INPUT
 
 

@@ -78,5 +78,5 @@ def test_a_long_line_keeps_its_ends():
     line = one_line(f"introspect diff: error: port '/data/{LONG}/port.py:build': no such "
                     "file; give path/to/port.py:NAME")
     assert len(line) < 200
-    assert line.startswith("introspect diff: error: port '/data/x")
+    assert line.startswith("introspect diff: error: port '/data/…/port.py:build'")  # its ends
     assert "/port.py:build'" in line and line.endswith("give path/to/port.py:NAME")

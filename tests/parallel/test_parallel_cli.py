@@ -25,7 +25,7 @@ def test_the_cli_runs_a_megatron_port_on_2_ranks(tiny3):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--nproc", "0", "--candidate", "port.py:build"], "--nproc takes a number of processes >= 1"),
     (["--nproc", "x", "--candidate", "port.py:build"], "--nproc takes a number of processes"),
-    (["--nproc", "²", "--candidate", "port.py:build"], "--nproc takes a number of processes"),
+    (["--nproc", "²", "--candidate", "port.py:build"], "--nproc takes a number written in ASCII"),
     (["--nproc", "100000", "--candidate", "port.py:build"],
      "--nproc 100000 is more ranks than this machine has"),
     (["--nproc", "2"], "--nproc runs a port on every rank: give --candidate"),
