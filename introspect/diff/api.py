@@ -290,11 +290,13 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                     verdict, judge, candidate, accepted_inputs(candidate, cand_tensors),
                     before_build, switched, candidate_label))
         module_evidence, fast = ModuleEvidence(), None
+        device_rounding = devices.rounding_dtypes(placement, reference, candidate)
         early = later and verdict is not None and verdict.passed and not switched \
             and INT8 not in candidate_dtypes
         if early:  # module evidence first: with it, the PASS may need no recording
             module_evidence = gather_module_evidence(
-                ref_calls, cand_calls, tensors.get("attention_mask"), keep_calls=True)
+                ref_calls, cand_calls, tensors.get("attention_mask"), keep_calls=True,
+                rounding=device_rounding)
             unproven = _unproven(module_evidence, ref_calls, cand_calls)
             if not unproven:
                 notes += module_evidence.notes
@@ -384,7 +386,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 cand_calls.calls.clear()
             elif truths:
                 module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
-                    ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted)
+                    ref_calls, cand_calls, tensors.get("attention_mask"), faithful, parted,
+                    rounding=device_rounding)
             notes += module_evidence.notes
             passed, divergence = module_evidence.join(passed, divergence, faithful)
             if ref_truth is not None:  # the reference once more: what the candidate left behind

@@ -40,9 +40,6 @@ from introspect.diff.records import (
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
 
-# (the words of align.matcher's note on a candidate weight quantized from the reference's)
-INT8_PAIR = "quantized to int8"
-
 # Ops that move or select data without computing: a divergence there is blamed upstream.
 _MOVES = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten",
           "squeeze", "unsqueeze", "t", "clone", "expand", "expand_as", "view_as", "reshape_as",
@@ -86,11 +83,12 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     # (or an output that disagrees, or one not compared) confirms it; where they all agree,
     # the difference it shows is its own pairing's, not the candidate's.
     proven: dict[str, bool] = {}
+    widths: dict[str, float] = {}  # each proven pair's budget (the widest of its rows)
     for r in rows:
-        if r.candidate_node and r.max_abs_err is not None and not is_guess(r) \
-                and (r.reference_node in over or not _widened(r)):
+        if r.candidate_node and r.max_abs_err is not None and not is_guess(r):
             proven[r.reference_node] = proven.get(r.reference_node, False) or \
                 r.reference_node in over
+            widths[r.reference_node] = max(widths.get(r.reference_node, 0.0), r.atol or 0.0)
     disagreeing = ((over & outputs) - agreeing) | unseen_outputs
     users = {n.name: [u.name for u in n.users] for n in reference.gm.graph.nodes}
     reaches = _reaching(reference, over | unseen_outputs)
@@ -100,7 +98,7 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
             confirmed.append(row)
             continue
         if is_guess(row):
-            reason = _guess_reason(row, proven, disagreeing, users)
+            reason = _guess_reason(row, proven, disagreeing, users, widths)
         else:
             reason = _unconfirmed_reason(row, reaches, outputs)
         if reason:
@@ -108,12 +106,6 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
             row = dataclasses.replace(row, status=STATUS_UNCONFIRMED, note=note)
         confirmed.append(row)
     return confirmed
-
-
-def _widened(row: NodeDiff) -> bool:
-    """Whether the pair's budget is wider than float rounding (an int8 Linear's): within
-    it, a float-sized fault upstream still passes, so such a pair settles no branch."""
-    return INT8_PAIR in row.note
 
 
 def is_guess(row: NodeDiff) -> bool:
@@ -133,12 +125,14 @@ def _reaching(reference: IntrospectGraph, targets: set[str]) -> set[str]:
 
 
 def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[str],
-                  users: Mapping[str, list[str]]) -> str:
+                  users: Mapping[str, list[str]], widths: Mapping[str, float]) -> str:
     """Why a guessed pair over budget is not blamed, or "" when what it feeds confirms it.
 
     The search runs down the data flow and stops at each proven pair it meets: a proven
     pair over budget, or an output that disagrees, confirms the guess; a proven pair
-    within budget shows the candidate's values are right there.
+    within budget shows the candidate's values are right there, where its budget is no
+    wider than the guess's own. A wider one (an int8 Linear's, a TF32 matmul's) lets a
+    float-sized difference through unseen: the search goes on past it.
     """
     if not row.mismatched:
         return ("unconfirmed: the local error is over budget but the candidate's own value "
@@ -156,7 +150,8 @@ def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[st
                 if user in proven:
                     if proven[user]:
                         return ""
-                    continue  # the values agree again here: this branch is settled
+                    if widths.get(user, 0.0) <= (row.atol or 0.0) * 1.001:
+                        continue  # the values agree again here: this branch is settled
                 if user in disagreeing:
                     return ""
                 nxt.append(user)

@@ -23,6 +23,7 @@ block; the tanh GELU on a quarter of one FFN's units, or a LayerNorm eps of 3e-5
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -32,6 +33,9 @@ from introspect.diff.tolerance import INT8_SIGMAS
 
 NOISE_FACTOR = 8.0
 FLOOR_UNITS = 16.0
+# One rounding of a device's arithmetic that no dtype shows: a float32 matmul run in TF32
+# (``devices.TF32``, 10 bits of mantissa), and the low precisions by name.
+DEVICE_UNIT = {"tfloat32": 2.0 ** -11, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +49,15 @@ class ModuleBudget:
         return f"{self.limit:.3g} ({self.why})"
 
 
-def unit_of(module: torch.nn.Module, output: torch.Tensor, reference: torch.Tensor) -> float:
+def unit_of(module: torch.nn.Module, output: torch.Tensor, reference: torch.Tensor,
+            rounding: Sequence[str] = ()) -> float:
     """One rounding, relative, in the lowest precision the module or the reference's value
-    is held in."""
+    is held in, or the devices compute in (``rounding``: "tfloat32" where a GPU's float32
+    matmuls round as TF32)."""
     dtypes = {t.dtype for t in module.parameters() if t.is_floating_point()}
     dtypes |= {output.dtype, reference.dtype}
-    return max(UNIT.get(d, UNIT[torch.float32]) for d in dtypes)
+    return max([UNIT.get(d, UNIT[torch.float32]) for d in dtypes]
+               + [DEVICE_UNIT.get(name, 0.0) for name in rounding])
 
 
 def module_budget(module: torch.nn.Module, local: Local, unit: float,

@@ -135,7 +135,8 @@ class ModuleEvidence:
 def gather_module_evidence(reference: Calls, candidate: Calls,
                            attention_mask: torch.Tensor | None = None,
                            faithful: bool = True, parted: Any = None,
-                           keep_calls: bool = False) -> ModuleEvidence:
+                           keep_calls: bool = False, rounding: Sequence[str] = (),
+                           ) -> ModuleEvidence:
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
@@ -145,6 +146,8 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         parted: (module, class, difference) where its recording left the plain path.
         keep_calls: keep the calls' values (``coverage`` reads them again once the
             recording has said whether it is faithful); else they are let go.
+        rounding: what the devices round to beyond the dtypes ("tfloat32": a GPU's float32
+            matmuls), so a module's budget holds that rounding too.
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
@@ -163,7 +166,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         elif twin is not None and _same_call(twin, call):
             continue  # the no_grad call saw what the autograd one did: judged once
         try:
-            row = _judge(call, boundaries, relations, attention_mask)
+            row = _judge(call, boundaries, relations, attention_mask, rounding)
         except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
             failed.append(f"{call.name or 'the model'} ({type(e).__name__})")
             continue
@@ -194,7 +197,8 @@ def coverage(candidate: Calls, rows: Sequence[ModuleDiff], faithful: bool,
 
 
 def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
-           attention_mask: torch.Tensor | None) -> ModuleDiff | None:
+           attention_mask: torch.Tensor | None, rounding: Sequence[str] = (),
+           ) -> ModuleDiff | None:
     """The row of one module call; None where it has nothing to compare (no floating
     input, or no reference value stands for it)."""
     if not call.inputs or not call.outputs:
@@ -217,7 +221,7 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
         # them again, it returns the same (no run needed: most modules of a close port)
         return dataclasses.replace(row, max_abs_err=0.0, status=STATUS_OK,
                                    note="its own call took and returned the reference's values")
-    unit = unit_of(call.module, output, pair.output.boundary.value)
+    unit = unit_of(call.module, output, pair.output.boundary.value, rounding)
     try:
         local = local_error(pair, unit, attention_mask)
     except NotRerun as e:
