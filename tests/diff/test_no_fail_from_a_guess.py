@@ -12,6 +12,7 @@ from introspect; each faulty twin must still fail, in its layer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -185,3 +186,25 @@ def test_the_legend_explains_unconfirmed():
 
     legend = status_legend([WORD_UNCONFIRMED])
     assert "unconfirmed:" in legend and "guess" in legend and "never a failure" in legend
+
+
+def test_a_guess_is_confirmed_where_the_error_grew_across_it():
+    """A guess over budget whose nearest proven pairs all agree is still blamed where the
+    error they carry grew many times across it (a LayerNorm's eps, behind alike weights):
+    the candidate computes something else there, whichever nodes the guess pairs."""
+    from introspect.diff.divergence import GROWTH, confirm_failures
+
+    graph = _chain()
+    mul, add, tanh, out = [n.name for n in graph.gm.graph.nodes if n.op == "call_function"]
+
+    def rows(before, after):
+        guess = dataclasses.replace(_row(mul, PROVEN_STRUCTURE, STATUS_FAIL, 3),
+                                    max_abs_err=2e-5)
+        feed = dataclasses.replace(_row(mul, PROVEN_WEIGHTS, "ok", 0), reference_node="x",
+                                   candidate_node="x", max_abs_err=before)
+        nxt = dataclasses.replace(_row(add, PROVEN_WEIGHTS, "ok", 0), max_abs_err=after)
+        return [guess, feed, nxt]
+
+    assert confirm_failures(rows(4e-7, 4e-7 * GROWTH * 1.5), graph)[0].status == STATUS_FAIL
+    assert confirm_failures(rows(4e-7, 4e-7 * 2), graph)[0].status == STATUS_UNCONFIRMED
+    assert confirm_failures(rows(0.0, 1e-7), graph)[0].status == STATUS_UNCONFIRMED  # tiny
