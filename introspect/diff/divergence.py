@@ -113,6 +113,24 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     return confirmed
 
 
+def confirmed_inside(rows: Sequence[NodeDiff], modules: Collection[str]) -> list[NodeDiff]:
+    """The rows with each unconfirmed guess over budget inside one of the reference's
+    ``modules`` failing again: module evidence (the candidate's module, run on the
+    reference's inputs to it, over its own budget) proves the fault is in there, and the
+    guess names where inside."""
+    def inside(module: str) -> bool:
+        return any(module == m or module.startswith(f"{m}.") or m == "" for m in modules)
+
+    return [dataclasses.replace(r, status=STATUS_FAIL, note=_confirmed_note(r.note))
+            if r.status == STATUS_UNCONFIRMED and is_guess(r) and r.mismatched
+            and inside(r.module) else r for r in rows]
+
+
+def _confirmed_note(note: str) -> str:
+    kept = [part for part in note.split("; ") if not part.startswith("unconfirmed:")]
+    return "; ".join([*kept, "confirmed by module evidence: its module fails on its own"])
+
+
 def is_guess(row: NodeDiff) -> bool:
     """Whether no weight, name or value proves that the row's two nodes hold one quantity."""
     return row.provenance == PROVEN_STRUCTURE

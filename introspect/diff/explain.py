@@ -26,7 +26,7 @@ from introspect.diff.align import Alignment, align_graphs
 from introspect.diff.align.values import pair_by_value
 from introspect.diff.compare.padding import Padding
 from introspect.diff.compare.replay import run_side_by_side
-from introspect.diff.divergence import confirm_failures, first_divergence
+from introspect.diff.divergence import confirm_failures, confirmed_inside, first_divergence
 from introspect.diff.drift import find_drift, mark_drift
 from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.exercised import unexercised_notes
@@ -59,6 +59,10 @@ class Explanation:
     # (reference node, candidate node) -> histograms of the local and the propagated error
     histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
         dataclasses.field(default_factory=dict)
+    # (reference modules that module evidence failed) -> the rows with the guesses inside
+    # them confirmed, and the first divergence among them (``confirmed_inside``)
+    confirm_inside: Callable[[Collection[str]], tuple[list[NodeDiff], Divergence | None]] \
+        | None = None
 
 
 def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording],
@@ -164,8 +168,16 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     histograms = {(p.reference, p.candidate): (run.local[i].histogram, run.propagated[i].histogram)
                   for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, tensors.get("attention_mask"))
+
+    def confirm_inside(modules: Collection[str]) -> tuple[list[NodeDiff], Divergence | None]:
+        confirmed = confirmed_inside(rows, modules)
+        return confirmed, first_divergence(
+            confirmed, alignment, run, ref_graph, cand_graph, padding, budgets,
+            context=None if forward_keywords else context, noise_budget=noise_budget)
+
     return Explanation(rows, alignment, cand_graph, cand_recording, cand_inputs, divergence,
-                       unfaithful, notes, replay=replay, histograms=histograms)
+                       unfaithful, notes, replay=replay, histograms=histograms,
+                       confirm_inside=confirm_inside)
 
 
 def _unexplained(ref_graph: IntrospectGraph, candidate: torch.nn.Module,

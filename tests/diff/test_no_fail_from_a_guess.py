@@ -208,3 +208,18 @@ def test_a_guess_is_confirmed_where_the_error_grew_across_it():
     assert confirm_failures(rows(4e-7, 4e-7 * GROWTH * 1.5), graph)[0].status == STATUS_FAIL
     assert confirm_failures(rows(4e-7, 4e-7 * 2), graph)[0].status == STATUS_UNCONFIRMED
     assert confirm_failures(rows(0.0, 1e-7), graph)[0].status == STATUS_UNCONFIRMED  # tiny
+
+
+def test_a_failing_module_confirms_the_guesses_inside_it_only():
+    """Module evidence proves a fault inside its module: a guess over budget there names
+    the node; a guess in another module stays unconfirmed."""
+    from introspect.diff.divergence import confirmed_inside
+
+    def guess(module):
+        row = _row("mul", PROVEN_STRUCTURE, STATUS_UNCONFIRMED, 3)
+        return dataclasses.replace(row, module=module, note="unconfirmed: paired by structure")
+
+    rows = confirmed_inside([guess("h.1.mlp.act"), guess("h.10.mlp.act"), guess("h.2")],
+                            {"h.1"})
+    assert [r.status for r in rows] == [STATUS_FAIL, STATUS_UNCONFIRMED, STATUS_UNCONFIRMED]
+    assert rows[0].note == "confirmed by module evidence: its module fails on its own"
