@@ -115,7 +115,9 @@ def test_ranks_and_their_folder_end_with_the_parent(tmp_path, ending):
             f"ranks still running after the parent's {ending}: {pids}"
         assert _wait_for(lambda: not list(temp.glob("introspect-ranks-*")), 10), \
             f"the ranks' folder is left after the parent's {ending}: " \
-            f"{[p.name for p in temp.glob('introspect-ranks-*/*')]}"
+            f"{[p.name for p in temp.glob('introspect-ranks-*/*')]} " \
+            f"{[p.read_text()[-800:] for p in temp.glob('introspect-ranks-*/*.log')]}; " \
+            f"the parent's last words: {parent.stderr.read().decode()[-1500:]!r}"
         if ending in ("SIGTERM", "SIGHUP"):  # the signal delivered again once cleaned up
             assert parent.returncode == -getattr(signal, ending)
     finally:

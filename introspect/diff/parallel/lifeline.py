@@ -44,6 +44,7 @@ _PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1  # <linux/prctl.h>
 _WATCH_SECONDS = 1.0  # how often the watchdog also asks getppid, between pipe reads
 GONE_EXIT = 143  # a rank that ends because its parent did: as if SIGTERMed (128 + 15)
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
+_LEAVING = threading.Lock()  # held by the one thread that ends the rank (``leave``)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,10 @@ def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False) -> None:
     """
     from introspect.models.guards import real_exit
 
+    # One leaver at a time: the watchdog (end of file) and the parent-death SIGTERM's
+    # handler come within microseconds; the first removes the folder and ends the process,
+    # the second waits here, so that no exit cuts the other's removal short.
+    _LEAVING.acquire()
     if gone or parent_gone(line):
         shutil.rmtree(line.folder, ignore_errors=True)
         time.sleep(0.1)
