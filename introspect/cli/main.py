@@ -46,9 +46,9 @@ LINE_LIMIT = 199  # characters of a refusal: a terminal's line or two, a CI log'
 LONG_VALUE = 160  # characters of a path or a quoted value past which it keeps only its ends
 # A quoted value: no space inside (else the quote closing one value and the next opening
 # one would pass for a value between them).
-_LONG_QUOTED = re.compile(r"'([^'\s]{%d,})'" % (LONG_VALUE + 1))
+_LONG_QUOTED = re.compile(rf"'([^'\s]{{{LONG_VALUE + 1},}})'")
 # A path in a message: from a slash to the next space, quote, bracket, comma or semicolon.
-_PATH = re.compile(r"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]{%d,}" % LONG_VALUE)
+_PATH = re.compile(rf"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]{{{LONG_VALUE},}}")
 _PATH_TAIL = 40  # characters of a shortened path's end: its file and folder
 
 
