@@ -5,7 +5,8 @@
 
 A failing diff ends, as pytest does, on where to look: its last line is the first
 divergence (also under ``--quiet``), and where that sentence wraps, a last line of its own
-names the layer and the node; the hints at its cause come under the verdict, each
+names the layer and the node (one word, ``layer::node``, where the two do not fit on a line
+as a phrase); the hints at its cause come under the verdict, each
 once. The tables share one set of status words (pass, FAIL, drift, n/a) and a legend.
 """
 
@@ -69,17 +70,24 @@ def divergence_line(result: Any) -> str | None:
     return _first_divergence(result)[1]
 
 
-def divergence_place(result: Any) -> str | None:
+def divergence_place(result: Any, width: int | None = None) -> str | None:
     """Where the first divergence is, as one unit: ``at encoder.layer.3, node NODE``, or None.
 
     A sentence wrapped at the terminal's width ends on its budget; this unit, printed
     whole under it, keeps the layer and the node on the last line a CI log's tail shows.
+    Where the unit is wider than ``width`` (an indent of 4 included), it is one word that
+    never wraps, layer and node joined as pytest joins a file and its test:
+    ``encoder.layer.3::NODE`` (a parameter's gradient: ``encoder.layer.3::PARAMETER``).
     """
     d, _ = _first_divergence(result)
     if d is None:
         return None
-    node = f"parameter {d.parameter}" if getattr(d, "parameter", None) else d.reference_node
-    return f"at {d.layer or d.module}, node {node}"
+    layer = d.layer or d.module
+    parameter = getattr(d, "parameter", None)
+    unit = f"at {layer}, node " + (f"parameter {parameter}" if parameter else d.reference_node)
+    if width is None or 4 + len(unit) <= width:
+        return unit
+    return f"{layer}::{parameter or d.reference_node}"
 
 
 def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
@@ -127,7 +135,7 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
     last = divergence_line(result)
     if last:
         prose(console, last, _verdict_style(last))
-        place = divergence_place(result)
+        place = divergence_place(result, console.width)
         if place and wraps(console, last):  # the last line names the layer and the node
             prose(console, "    " + place.replace(" ", "\xa0"), _verdict_style(last))
     elif backward is not None and not quiet:  # the verdict again, under the tables
@@ -168,7 +176,9 @@ def layer_table(result: Any, width: int) -> Any:
                for r in getattr(result.alignment, "relations", ()))
     if int8:
         columns.insert(4, Column("sqnr_db", 7, justify="right"))
-    rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes else "",
+    # a PASS with no op-level recording measured no layer's output (NaN): blank, not "nan"
+    measured = getattr(result, "op_level", True)
+    rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes and measured else "",
              _num(r.local_max_abs_err) if r.nodes else "",
              *([_db(r.sqnr_db) if r.nodes else ""] if int8 else []), str(r.nodes),
              str(r.failing), r.worst_node)

@@ -297,6 +297,13 @@ def layer_of(node: torch.fx.Node, module: str, backbone: str | None,
         return "inputs"
     if node.op == "output":
         return "outputs"
+    return module_layer(module, backbone, prefix)
+
+
+def module_layer(module: str, backbone: str | None,
+                 prefix: str = DEFAULT_LAYER_PREFIX) -> str:
+    """The block a module's path belongs to, labelled as ``layer_of`` labels its nodes
+    (module evidence names its rows' layers so, and they meet the layer table's rows)."""
     parts = module.split(".") if module else []
     if "embeddings" in parts:
         return "embeddings"

@@ -53,6 +53,37 @@ def test_a_correct_port_passes_with_no_recording(tiny, recorded):
     assert {"embeddings", "encoder.layer.0", "encoder.layer.1"} <= set(result.layers["layer"])
 
 
+def test_a_head_models_layers_are_the_full_tables_layers(tiny_models, recorded):
+    # module rows were named by the module's path: "bert" (embeddings and pooler in one
+    # row), "bert.encoder.layer.0" and "classifier", none of them a row of the full table
+    import copy
+
+    import introspect
+
+    loaded = tiny_models("sequence-classification", "sdpa")
+    inputs = introspect.tokenize(loaded.tokenizer)
+    fast = introspect.diff(loaded.model, copy.deepcopy(loaded.model), inputs, nodes=False)
+    assert fast.passed and recorded["recordings"] == 0
+    assert set(fast.modules["layer"]) == set(fast.layers["layer"]) == {
+        "embeddings", "encoder.layer.0", "encoder.layer.1", "pooler", "head"}
+    full = introspect.diff(loaded.model, copy.deepcopy(loaded.model), inputs, nodes=True)
+    assert set(fast.layers["layer"]) <= set(full.layers["layer"])
+
+
+def test_the_printed_layer_table_leaves_what_was_not_measured_blank(tiny):
+    # a layer's output error is not measured without a recording (NaN in the frame):
+    # "nan" in an error column reads as NaN values in the model
+    import io
+
+    from introspect.cli.diff_view import print_diff
+
+    result = _diff(tiny, "correct_plain", nodes=False)
+    stream = io.StringIO()
+    print_diff(result, stream, quiet=False, all_nodes=False, width=100)
+    assert result.layers["max_abs_err"].isna().all()
+    assert "nan" not in stream.getvalue() and "encoder.layer.1" in stream.getvalue()
+
+
 def test_nodes_true_keeps_the_node_tables(tiny, recorded):
     result = _diff(tiny, "correct_plain", nodes=True)
     assert result.passed and result.op_level and len(result.nodes)

@@ -34,12 +34,17 @@ from introspect.diff.modules.pairing import (
 )
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
+from introspect.tracing.shapes import (
+    DEFAULT_LAYER_PREFIX,
+    backbone_path,
+    layer_prefix,
+    module_layer,
+)
 
 if TYPE_CHECKING:
     import pandas
 
 NOT_COMPARED = "not compared"
-_LAYER_WORDS = ("layer", "layers", "h", "blocks", "block")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +54,7 @@ class ModuleDiff:
     candidate_module: str  # path in the candidate ("" for the model itself)
     candidate_class: str
     reference_module: str  # the reference module whose output stands for its output
-    layer: str  # the reference's layer ("encoder.layer.1")
+    layer: str  # the reference's layer, as the layer table names it ("encoder.layer.1")
     call: str  # the plain call it was seen in: "autograd" or "no_grad"
     paired_by: str  # "weights" (those it owns relate) or "value" (it owns none)
     max_abs_err: float | None  # its output, run on the reference's inputs, vs the reference's
@@ -152,6 +157,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
     relations = relate_parameters(reference.model, candidate.model)
+    layers = ReferenceLayers.of(reference.model)
     evidence = ModuleEvidence(unrelated=[name for name, found in relations.items()
                                          if not found])
     seen: dict[tuple[str, int], ModuleCall] = {}
@@ -166,7 +172,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         elif twin is not None and _same_call(twin, call):
             continue  # the no_grad call saw what the autograd one did: judged once
         try:
-            row = _judge(call, boundaries, relations, attention_mask, rounding)
+            row = _judge(call, boundaries, relations, layers, attention_mask, rounding)
         except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
             failed.append(f"{call.name or 'the model'} ({type(e).__name__})")
             continue
@@ -197,8 +203,8 @@ def coverage(candidate: Calls, rows: Sequence[ModuleDiff], faithful: bool,
 
 
 def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
-           attention_mask: torch.Tensor | None, rounding: Sequence[str] = (),
-           ) -> ModuleDiff | None:
+           layers: ReferenceLayers, attention_mask: torch.Tensor | None,
+           rounding: Sequence[str] = ()) -> ModuleDiff | None:
     """The row of one module call; None where it has nothing to compare (no floating
     input, or no reference value stands for it)."""
     if not call.inputs or not call.outputs:
@@ -212,7 +218,7 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
     pair = pair_call(call, boundaries, region, by, dtype)
     if pair is None:
         return None
-    row = _row(call, pair)
+    row = _row(call, pair, layers)
     if holds_int8_inside(call.module):
         return dataclasses.replace(row, status=NOT_COMPARED,
                                    note="holds int8 Linears, judged each on its own budget")
@@ -233,9 +239,9 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
                                limit=budget.limit, status=status, note=budget.why)
 
 
-def _row(call: ModuleCall, pair: ModulePair) -> ModuleDiff:
+def _row(call: ModuleCall, pair: ModulePair, layers: ReferenceLayers) -> ModuleDiff:
     module = pair.reference_module
-    return ModuleDiff(call.name, type(call.module).__name__, module, reference_layer(module),
+    return ModuleDiff(call.name, type(call.module).__name__, module, layers.of_module(module),
                       call.mode, pair.by, None, None, None, NOT_COMPARED)
 
 
@@ -318,14 +324,31 @@ def _below(inner: str, outer: str) -> bool:
     return inner != outer and (outer == "" or inner.startswith(f"{outer}."))
 
 
-def reference_layer(module: str) -> str:
-    """The reference's layer holding ``module`` ("encoder.layer.1"), else its top module."""
-    parts = module.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part in _LAYER_WORDS and parts[i + 1].isdigit():
-            return ".".join(parts[: i + 2])
-    return parts[0] if parts and parts[0] else "outputs"
+@dataclasses.dataclass(frozen=True)
+class ReferenceLayers:
+    """The reference's layers as its trace labels them (``tracing.shapes.layer_of``), so a
+    module row's layer is a row of the layer table: ``encoder.layer.1`` under a head's
+    ``bert.`` too, ``embeddings``, ``pooler``, ``head``."""
+
+    backbone: str | None  # the module holding embeddings and layers ("bert"; "" the model)
+    prefix: str  # its layers' label before their index ("encoder.layer")
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ReferenceLayers:
+        backbone = backbone_path(model)
+        modules = dict(model.named_modules())
+        prefix = layer_prefix(modules[backbone]) if backbone is not None else None
+        return cls(backbone, prefix or DEFAULT_LAYER_PREFIX)
+
+    def of_module(self, module: str) -> str:
+        """The layer holding ``module``: "outputs" for the model itself, a backbone's own
+        output its name (a head's ``bert``: no one row of the layer table holds it)."""
+        if module == "":
+            return "outputs"
+        if module == self.backbone:
+            return module
+        return module_layer(module, self.backbone, self.prefix)
 
 
 __all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "Uncovered", "coverage",
-           "gather_module_evidence", "reference_layer"]
+           "ReferenceLayers", "gather_module_evidence"]
