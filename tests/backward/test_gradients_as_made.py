@@ -248,7 +248,8 @@ def test_a_forward_runs_again_only_for_a_layout_or_a_local_backward(
         runs.append("reference" if model is hf else "candidate")
         return real(model, *args)
 
-    monkeypatch.setattr(again, "run_again", counted)
+    monkeypatch.setattr(again, "run_again", counted)  # the reference's (``reference_again``)
+    monkeypatch.setattr(parity, "run_again", counted)  # the candidate's: parity imports it
     result = introspect.diff(hf, builders[port](), port_batch(tokenizer), backward=True)
     assert result.backward.passed is passes, result.summary()
     assert runs == expected
