@@ -83,3 +83,48 @@ def test_json_and_verdict_line_carry_module_evidence(tiny):
                for row in data["coverage"])
     assert any(row["candidate_module"] == "blocks.1.ffn.inner" for row in data["modules"])
     assert "module evidence covers" in verdict_lines(result)[0]
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class _ScriptedMlp(torch.nn.Module):
+    """The same MLP written by hand; ``tanh``: a tanh GELU on its first unit only."""
+
+    def __init__(self, reference: _Mlp, tanh: bool) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(reference.up.weight.detach().clone())
+        self.b1 = torch.nn.Parameter(reference.up.bias.detach().clone())
+        self.w2 = torch.nn.Parameter(reference.down.weight.detach().clone())
+        self.b2 = torch.nn.Parameter(reference.down.bias.detach().clone())
+        self.approximate = "tanh" if tanh else "none"
+
+    def forward(self, x):
+        h = x @ self.w1.t() + self.b1
+        h = torch.cat([torch.nn.functional.gelu(h[..., :1], approximate=self.approximate),
+                       torch.nn.functional.gelu(h[..., 1:])], -1)
+        return h @ self.w2.t() + self.b2
+
+
+@pytest.mark.parametrize("tanh", [False, True])
+def test_a_whole_model_scripted_is_judged_by_its_own_call(tanh):
+    """TorchScript all through, on floating inputs: the recording sees nothing inside and
+    no submodule is hooked, so the model's own call is the only module evidence (its budget
+    from its own noise, tighter than the outputs'): it must not be skipped as "the outputs"."""
+    import introspect
+
+    torch.manual_seed(0)
+    reference = _Mlp().eval()
+    inputs = {"x": torch.randn(2, 8, 16) * 0.3}
+    candidate = torch.jit.script(_ScriptedMlp(reference, tanh).eval())
+    result = introspect.diff(reference, candidate, inputs)
+    assert (result.outputs["status"] == "ok").all(), "the fault must stay under the outputs' budget"
+    assert result.passed is not tanh, result.summary()
+    if tanh:
+        assert result.first_divergence.candidate_module == ""

@@ -139,6 +139,25 @@ def test_parameters_relate_as_they_are_transposed_and_fused():
     assert related["fused.weight"] == {"inner.lin.weight", "head.weight"}
 
 
+
+def test_large_weights_relate_across_dtypes_a_block_of_rows_at_a_time(monkeypatch):
+    """Weights past the exact key are compared in float32 a block of rows at a time (a whole
+    vocabulary cast at once held a second model at the diff's peak); one value apart, none."""
+    from introspect.diff.modules import pairing
+
+    monkeypatch.setattr(pairing, "_CHUNK", 1000)  # several blocks of a 96 x 64 weight
+    reference = nn.ModuleDict({"big": nn.Linear(64, 96), "other": nn.Linear(64, 96)})
+    candidate = nn.ModuleDict({"cast": nn.Linear(64, 96), "t": nn.Linear(96, 64),
+                               "apart": nn.Linear(64, 96)}).to(torch.float64)
+    with torch.no_grad():
+        candidate["cast"].weight.copy_(reference["big"].weight)
+        candidate["t"].weight.copy_(reference["big"].weight.t())
+        candidate["apart"].weight.copy_(reference["other"].weight)
+        candidate["apart"].weight[50, 30] += 1.0  # off the key's grid
+    related = relate_parameters(reference, candidate)
+    assert related["cast.weight"] == related["t.weight"] == {"big.weight"}
+    assert related["apart.weight"] == set()
+
 def test_nested_tensors_are_left_out():
     """PyTorch's encoder fast path hands nested tensors between layers: no values to pair."""
     class Nest(nn.Module):

@@ -4,7 +4,9 @@ The candidate's own call (``capture.ModuleCall``) is run again with each input t
 reference value stands for (``pairing.ModulePair``) replaced by that value, cast to the
 candidate's dtype and device; its other arguments (a mask, a flag) are its own call's. It
 runs under the grad mode its call ran under, so a branch on ``torch.is_grad_enabled()``
-goes the way the user's call went. Its output is held against the reference's.
+goes the way the user's call went. Its output is held against the reference's. A call
+that took the reference's values bit for bit (the model's own call, on the same inputs) is
+not run again for that: its own output is that run.
 
 The same run on the reference's inputs moved by one rounding of the module's dtype
 (``noise``) shows how much rounding at the module's inputs moves its output: the noise
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from introspect.diff.modules.pairing import ModulePair
+from introspect.run.truth import identical
 
 # Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
 # side's own: left out of the comparison, as padding is.
@@ -57,7 +60,9 @@ def local_error(pair: ModulePair, unit: float,
     """
     reference = pair.output.boundary.value
     path = pair.output.path
-    exact = _rerun(pair, path, lambda t: t)
+    exact = _own_output(pair)
+    if exact is None:
+        exact = _rerun(pair, path, lambda t: t)
     generator = torch.Generator().manual_seed(0)
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
@@ -92,6 +97,21 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
+
+
+def _own_output(pair: ModulePair) -> torch.Tensor | None:
+    """Its own call's output where that call took the reference's values bit for bit: run
+    on them, the module is that call (the model's own call, or a first layer's: no run)."""
+    call = pair.call
+    taken = {leaf.path: leaf for leaf in call.inputs}
+    for match in pair.inputs:
+        leaf = taken.get(match.path)
+        value = match.boundary.value
+        if leaf is None or not leaf.unchanged() or leaf.value.device != value.device \
+                or not identical(leaf.value, value):
+            return None
+    own = next((leaf for leaf in call.outputs if leaf.path == pair.output.path), None)
+    return own.value if own is not None and own.unchanged() else None
 
 
 def _kept(reference: torch.Tensor, candidate: torch.Tensor,

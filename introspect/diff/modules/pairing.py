@@ -39,6 +39,8 @@ OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4
 _MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
 _SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
 _EXACT_KEY = 4096  # a weight this small is keyed by all its values
+_CHUNK = 2**20  # elements cast to float32 at a time to compare two weights of other dtypes
+_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclasses.dataclass
@@ -140,7 +142,7 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     def equal_to(value: torch.Tensor) -> set[str]:
         key = _key(value)
         return {name for name, other in keyed.get(key, [])
-                if key[1] or torch.equal(other.to(torch.float32), value.to(torch.float32))}
+                if key[1] or _equal(other, value)}
 
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
@@ -321,9 +323,21 @@ def _holds_rows(big: torch.Tensor, small: torch.Tensor) -> bool:
             or big.shape[0] <= small.shape[0] or big.shape[0] % small.shape[0] \
             or big.shape[0] // small.shape[0] > _MAX_PARTS:
         return False
-    target = small.to(torch.float32)
-    return any(torch.equal(block.to(torch.float32), target)
-               for block in big.split(small.shape[0]))
+    return any(_equal(block, small) for block in big.split(small.shape[0]))
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` equal in float32, without a float32 copy of either: a large weight
+    cast whole (a vocabulary's embedding) would hold a second model at the peak."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype and a.dtype in _EXACT_IN_FLOAT32:
+        return torch.equal(a, b)  # float32 holds every value of these: the same test
+    if a.ndim == 0:
+        return torch.equal(a.to(torch.float32), b.to(torch.float32))
+    rows = max(1, _CHUNK // max(1, a[:1].numel()))  # a block of rows at a time
+    return all(torch.equal(x.to(torch.float32), y.to(torch.float32))
+               for x, y in zip(a.split(rows), b.split(rows), strict=True))
 
 
 def _common(names: Sequence[str]) -> str:
