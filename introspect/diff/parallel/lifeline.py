@@ -44,7 +44,11 @@ _PR_SET_NAME, _PR_SET_PDEATHSIG = 15, 1  # <linux/prctl.h>
 _WATCH_SECONDS = 1.0  # how often the watchdog also asks getppid, between pipe reads
 GONE_EXIT = 143  # a rank that ends because its parent did: as if SIGTERMed (128 + 15)
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
-_LEAVING = threading.Lock()  # held by the one thread that ends the rank (``leave``)
+# Held by the one thread that ends the rank (``leave``); re-entrant: the parent-death
+# signal comes again as the rank is handed on (to a thread of the parent's, then to init)
+# and its handler runs again inside the first, which must not wait on itself.
+_LEAVING = threading.RLock()
+_SETTLE_SECONDS = 2.0  # a SIGTERMed rank's wait for its parent's last threads to end
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ def follow_parent(line: Lifeline, rank: int) -> None:
         with contextlib.suppress(OSError):
             os.close(line.write_fd)
     _prctl(_PR_SET_NAME, f"introspect-r{rank}".encode()[:15])
-    signal.signal(signal.SIGTERM, lambda signum, frame: leave(line))
+    signal.signal(signal.SIGTERM, lambda signum, frame: leave(line, settle=_SETTLE_SECONDS))
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if parent_gone(line):  # it died before the parent-death signal was set
         leave(line)
@@ -162,7 +166,8 @@ def parent_gone(line: Lifeline) -> bool:
     return os.getppid() != line.parent_pid
 
 
-def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False) -> None:
+def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False,
+          settle: float = 0.0) -> None:
     """End this rank now; remove the job's folder first when the parent is gone (no one
     else will). Two passes: a peer may write its error file during the first. The exit is
     the interpreter's own: while the port's build runs, ``os._exit`` is guarded (it raises
@@ -170,6 +175,10 @@ def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False) -> None:
 
     ``gone``: the caller knows (the pipe's end of file comes as the parent closes its
     files, before the kernel gives the rank a new parent, so ``getppid`` may not say yet).
+    ``settle``: seconds to wait for ``getppid`` to say. The parent-death signal comes as
+    the parent's main thread ends, while its other threads (torch's, gloo's) still run: the
+    rank is then the child of one of them, in the same process, and the last of them ends
+    a moment later. The parent itself never sends SIGTERM (``kill_rank`` sends SIGKILL).
     """
     from introspect.models.guards import real_exit
 
@@ -177,6 +186,9 @@ def leave(line: Lifeline, code: int = GONE_EXIT, gone: bool = False) -> None:
     # handler come within microseconds; the first removes the folder and ends the process,
     # the second waits here, so that no exit cuts the other's removal short.
     _LEAVING.acquire()
+    deadline = time.monotonic() + settle
+    while not gone and not parent_gone(line) and time.monotonic() < deadline:
+        time.sleep(0.02)
     if gone or parent_gone(line):
         shutil.rmtree(line.folder, ignore_errors=True)
         time.sleep(0.1)
