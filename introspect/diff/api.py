@@ -313,6 +313,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             ref_side = record_for_diff(reference, _copies(ref_tensors), reference_label,
                                        ref_keywords)
         if fast is None:  # the full path: the op-level recording explains
+            assert ref_side is not None  # (recorded above where the fast path was not taken)
             explanation = explain(ref_side, candidate, tensors, candidate_label, cand_keywords,
                                   tolerance, noise, candidate_dtypes, name_map=name_map,
                                   allow_nonfinite=allow_nonfinite,

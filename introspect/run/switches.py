@@ -59,6 +59,10 @@ def _sdpa() -> Any:
                  for name in _SDPA_BACKENDS if hasattr(backends, f"{name}_sdp_enabled"))
 
 
+def _set_grad_mode(value: Any) -> None:
+    torch.set_grad_enabled(value == "on")
+
+
 def _set_sdpa(value: Any) -> None:
     for name, on in value:
         getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
@@ -69,8 +73,7 @@ SWITCHES: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "default dtype": (lambda: str(torch.get_default_dtype()),
                       lambda v: torch.set_default_dtype(getattr(torch, v.split(".")[-1]))),
     "float32 matmul precision": (_matmul_precision, torch.set_float32_matmul_precision),
-    "grad mode": (lambda: "on" if torch.is_grad_enabled() else "off",
-                  lambda v: torch.set_grad_enabled(v == "on")),
+    "grad mode": (lambda: "on" if torch.is_grad_enabled() else "off", _set_grad_mode),
     "deterministic algorithms": (_deterministic, _set_deterministic),
     "attention fast path": (_fastpath, _set_fastpath),
     "sdpa backends": (_sdpa, _set_sdpa),
