@@ -95,6 +95,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module, inputs: Inputs)
         return introspect.diff(reference, candidate, inputs.for_introspect)
 
 
+def diff_without_recording(reference: torch.nn.Module, candidate: torch.nn.Module,
+                           inputs: Inputs) -> Any:
+    """``introspect.diff(..., nodes=False)`` (``introspect diff`` with no report): a PASS
+    the outputs and module evidence prove records and replays nothing."""
+    with no_trace_cache():
+        return introspect.diff(reference, candidate, inputs.for_introspect, nodes=False)
+
+
 def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs) -> list[Work]:
     """Every introspect task on one model and input, with its baseline and expected cost.
 

@@ -68,6 +68,7 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
     memory_hit = cpu_median(lambda: cases.trace_cached(hf, inputs), runs)
     trace_cache.clear_memory()
     diffed = cpu_median(lambda: cases.diff(hf, scratch, inputs), runs)
+    unrecorded = cpu_median(lambda: cases.diff_without_recording(hf, scratch, inputs), runs)
     aligned = cpu_median(_alignment(hf, scratch, inputs), runs)
     return {
         "size": size, "threads": 1, "runs": runs, "forward_cpu_s": round(forward, 4),
@@ -75,6 +76,7 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
         "full_trace_over_forward": round(full / forward, 3),
         "cache_hit_memory_over_full_trace": round(memory_hit / full, 3),
         "diff_over_two_forwards": round(diffed / forwards, 3),
+        "pass_without_recording_over_two_forwards": round(unrecorded / forwards, 3),
         "alignment_share_of_diff": round(aligned / diffed, 3),
     }
 
