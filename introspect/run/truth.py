@@ -184,6 +184,8 @@ def identical(a: Any, b: Any) -> bool:
         return a is None and b is None
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a is b or torch.equal(a, b):  # (equal: no NaN on either side; most calls end here)
+        return True
     if a.is_floating_point() or a.is_complex():
         return bool(torch.equal(a.nan_to_num(), b.nan_to_num())
                     and torch.equal(a.isnan(), b.isnan()))

@@ -213,10 +213,13 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
         rough = [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)]
     else:
         rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
+    if distance(value, rough[0].value) == 0.0:  # (most values of a close port): no other
+        # boundary can be nearer, and none counts against it (CLEAR x 0)
+        return Match(leaf.path, rough[0], 0.0, _scale(rough[0].value))
     measured = [(distance(value, b.value), b) for b in rough[:4]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
-    scale = float(chosen.value.detach().double().abs().nan_to_num(0).max())
+    scale = _scale(chosen.value)
     if not best <= near * scale:
         return None
     others = [d for d, b in measured[1:] if distance(b.value, chosen.value) > 0]
@@ -225,8 +228,16 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     return Match(leaf.path, chosen, best, scale)
 
 
+def _scale(value: torch.Tensor) -> float:
+    """The largest magnitude, NaN read as 0 (abs and max are exact in any float dtype)."""
+    return float(value.detach().abs().nan_to_num(0).max())
+
+
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest |a - b| over elements finite on both sides (inf where none is)."""
+    if a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
+            and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1)):
+        return 0.0  # equal element for element (NaN never is): no float64 copies
     a64 = a.detach().double().cpu().reshape(-1)
     b64 = b.detach().double().cpu().reshape(-1)
     if a64.numel():  # a finite largest gap: every element is finite on both sides
