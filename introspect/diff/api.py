@@ -393,7 +393,8 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             if explanation.confirm_inside is not None and not module_evidence.passed \
                     and (divergence is None or divergence.layer == "outputs"):
                 # a failing module proves its fault: a guess inside it may name the node
-                confirmed, inside = explanation.confirm_inside(_failing_modules(module_evidence))
+                confirmed, inside = explanation.confirm_inside(
+                    {r.reference_module for r in module_evidence.smallest_failing()})
                 if inside is not None:
                     rows, divergence = confirmed, inside
             passed, divergence = module_evidence.join(passed, divergence, faithful)
@@ -433,14 +434,6 @@ MODULES_ONLY_NOTE = (
     "no op-level recording: the outputs and module evidence prove this PASS (every module "
     "within its budget, and every value between them the reference's own or a judged "
     "module's); for node tables pass nodes=True (introspect diff: --out or --nodes)")
-
-
-def _failing_modules(evidence: ModuleEvidence) -> set[str]:
-    """The reference's modules standing for the smallest failing candidate modules."""
-    failing = [r for r in evidence.rows if r.status == STATUS_FAIL]
-    return {r.reference_module for r in failing if not any(
-        o.candidate_module.startswith(f"{r.candidate_module}.")
-        or (r.candidate_module == "" and o.candidate_module) for o in failing)}
 
 
 def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
+from introspect.diff.devices import TF32
 from introspect.diff.modules.local import UNIT, Local
 from introspect.diff.quantized import int8_noise, is_quantized
 from introspect.diff.tolerance import INT8_SIGMAS
@@ -34,8 +35,8 @@ from introspect.diff.tolerance import INT8_SIGMAS
 NOISE_FACTOR = 8.0
 FLOOR_UNITS = 16.0
 # One rounding of a device's arithmetic that no dtype shows: a float32 matmul run in TF32
-# (``devices.TF32``, 10 bits of mantissa), and the low precisions by name.
-DEVICE_UNIT = {"tfloat32": 2.0 ** -11, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+# (``devices.rounding_dtypes`` names it; 10 bits of mantissa).
+DEVICE_UNIT = {TF32: 2.0 ** -11}
 
 
 @dataclasses.dataclass(frozen=True)

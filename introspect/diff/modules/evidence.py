@@ -93,11 +93,15 @@ class ModuleEvidence:
         """Some region the recording could not see was covered by module evidence."""
         return any(u.status != NOT_COMPARED for u in self.uncovered)
 
+    def smallest_failing(self) -> list[ModuleDiff]:
+        """The failing rows none of whose submodules fails too, in call order."""
+        failing = [r for r in self.rows if r.status == STATUS_FAIL]
+        return [r for r in failing if not any(
+            o is not r and _below(o.candidate_module, r.candidate_module) for o in failing)]
+
     def divergence(self) -> Divergence | None:
         """The smallest failing module (none of its submodules fails too), first called."""
-        failing = [r for r in self.rows if r.status == STATUS_FAIL]
-        smallest = [r for r in failing if not any(
-            o is not r and _below(o.candidate_module, r.candidate_module) for o in failing)]
+        smallest = self.smallest_failing()
         if not smallest:
             return None
         row = smallest[0]

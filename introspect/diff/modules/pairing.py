@@ -213,10 +213,11 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
         rough = [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)]
     else:
         rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
-    if distance(value, rough[0].value) == 0.0:  # (most values of a close port): no other
-        # boundary can be nearer, and none counts against it (CLEAR x 0)
+    first = distance(value, rough[0].value)
+    if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
+        # and none counts against it (CLEAR x 0)
         return Match(leaf.path, rough[0], 0.0, _scale(rough[0].value))
-    measured = [(distance(value, b.value), b) for b in rough[:4]]
+    measured = [(first, rough[0])] + [(distance(value, b.value), b) for b in rough[1:4]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
     scale = _scale(chosen.value)
