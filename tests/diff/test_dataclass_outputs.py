@@ -3,10 +3,7 @@ refused with "shares weights with only 0 of 17 weighted nodes")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,20 +11,12 @@ import torch
 
 import introspect
 from introspect.run.outputs import flatten_outputs
-
-
-def _ports():
-    path = Path(__file__).with_name("dataclass_port.py")
-    spec = importlib.util.spec_from_file_location("introspect_test_dataclass_port", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.diff import dataclass_port
 
 
 @pytest.fixture(scope="module")
 def diffs(tiny, inputs):
-    ports, reference = _ports(), SimpleNamespace(model=tiny, config=tiny.config)
+    ports, reference = dataclass_port, SimpleNamespace(model=tiny, config=tiny.config)
     return {name: introspect.diff(tiny, getattr(ports, name)(reference), inputs)
             for name in ("correct", "faulty", "nested")}
 
