@@ -59,7 +59,7 @@ from introspect.errors import InputError
 from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.models.ports import describe_changes
-from introspect.run import switches
+from introspect.run import footprint, switches
 from introspect.run.boundaries import where_paths_part
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
@@ -225,6 +225,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         # proven without it, after checking it still computes what it did clean.
         later = not nodes and truths and recordings is None and not backward \
             and device is None and candidate_device is None
+        # What the reference computes with, read before the candidate's build and calls: a
+        # PASS proven without running the reference after them calls it again only where
+        # something it reads moved (``run.footprint``; the call adds no evidence there).
+        before_candidate = footprint.take(reference) if later else None
         ref_side = None if noise_budget or later else \
             record_for_diff(reference, _copies(ref_tensors), reference_label, ref_keywords,
                             ref_given, gradients_with or record_forward)
@@ -303,8 +307,10 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes.append(MODULES_ONLY_NOTE)
                 ref_calls.calls.clear()  # the values are let go: memory
                 cand_calls.calls.clear()
-                _reference_again(original_reference, ref_accepted, ref_truth, switched,
-                                 candidate_label)
+                if before_candidate is None or footprint.moved(before_candidate,
+                                                               original_reference):
+                    _reference_again(original_reference, ref_accepted, ref_truth, switched,
+                                     candidate_label)
                 fast = modules_only(module_evidence)
         if ref_side is None and fast is None:  # the recording is needed after all
             assert ref_truth is not None

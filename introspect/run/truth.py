@@ -207,7 +207,7 @@ def weight_sums(model: torch.nn.Module) -> dict[str, int]:
     float64 sum on one core). Buffers are left out: a cache a forward fills on its first
     call is no edit."""
     with torch.no_grad():
-        return {name: _checksum(t.detach()) for name, t in model.named_parameters()
+        return {name: checksum(t.detach()) for name, t in model.named_parameters()
                 if t.is_floating_point() and t.device.type != "meta"}
 
 
@@ -215,7 +215,8 @@ _CHUNK = 1 << 20  # elements summed at a time: no wider copy of a whole weight
 _AS_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _checksum(tensor: torch.Tensor) -> int:
+def checksum(tensor: torch.Tensor) -> int:
+    """The sum of ``tensor``'s bit patterns as integers, wrapping around (``weight_sums``)."""
     bits = tensor.reshape(-1).view(_AS_INTEGERS[tensor.element_size()])
     total = torch.int64 if bits.dtype == torch.int64 else torch.int32
     return sum(int(part.sum(dtype=total)) for part in bits.split(_CHUNK))
@@ -226,5 +227,5 @@ def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[
     return [name for name, value in before.items() if name in after and value != after[name]]
 
 
-__all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "edited_weights",
-           "identical", "run_truth", "weight_sums"]
+__all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "checksum",
+           "edited_weights", "identical", "run_truth", "weight_sums"]

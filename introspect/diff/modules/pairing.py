@@ -216,11 +216,11 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     first = distance(value, rough[0].value)
     if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
         # and none counts against it (CLEAR x 0)
-        return Match(leaf.path, rough[0], 0.0, _scale(rough[0].value))
+        return Match(leaf.path, rough[0], 0.0, _scale_of(rough[0]))
     measured = [(first, rough[0])] + [(distance(value, b.value), b) for b in rough[1:4]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
-    scale = _scale(chosen.value)
+    scale = _scale_of(chosen)
     if not best <= near * scale:
         return None
     others = [d for d, b in measured[1:] if distance(b.value, chosen.value) > 0]
@@ -229,9 +229,20 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     return Match(leaf.path, chosen, best, scale)
 
 
+def _scale_of(boundary: Boundary) -> float:
+    """``_scale`` of a boundary's value, measured once (a value stands for many calls)."""
+    if boundary.samples is None:
+        return _scale(boundary.value)
+    return boundary.samples.scale(boundary.value)
+
+
 def _scale(value: torch.Tensor) -> float:
     """The largest magnitude, NaN read as 0 (abs and max are exact in any float dtype)."""
-    return float(value.detach().abs().nan_to_num(0).max())
+    value = value.detach()
+    largest = float(value.abs().max()) if value.numel() else 0.0
+    if not math.isnan(largest):  # (NaN anywhere makes max NaN: read it as 0 then)
+        return largest
+    return float(value.abs().nan_to_num(0).max())
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -258,6 +269,13 @@ class _Samples:
     def __init__(self) -> None:
         self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
+        self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
+
+    def scale(self, value: torch.Tensor) -> float:
+        known = self.scales.get(id(value))
+        if known is None or known[0] is not value:
+            known = self.scales[id(value)] = (value, _scale(value))
+        return known[1]
 
     def gaps(self, mine: torch.Tensor, same: Sequence[Boundary],
              sample: torch.Tensor) -> list[float]:
