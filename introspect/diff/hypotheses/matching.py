@@ -16,8 +16,8 @@ import torch
 
 Layout = Callable[[torch.Tensor], torch.Tensor]
 _HUGE = 1e30  # masked scores hold the dtype's minimum; leave them out of scales
-_SLACK = 8.0  # times the diff's budget: a recomputation's rounding, not a bug
-_BETTER = 0.1  # a variant must cut the unmodified block's error at least tenfold
+SLACK = 8.0  # times the diff's budget: a recomputation's rounding, not a bug
+BETTER = 0.1  # a variant must cut the unmodified block's error at least tenfold
 
 
 @dataclass(frozen=True)
@@ -87,26 +87,53 @@ def identify(reference_value: torch.Tensor, intermediates: Mapping[str, torch.Te
     return None
 
 
-def _max_abs(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float:
-    diff = (a.double() - b.double()).abs()
-    diff = torch.where(where, diff, torch.zeros_like(diff))
-    return float(diff.max()) if diff.numel() else 0.0
+class Judge:
+    """Whether variants of a block reproduce the candidate's value: what every variant is
+    held against (the unmodified block's error, the budget) is measured once.
+
+    ``slack``, ``better``: ``SLACK`` and ``BETTER``; looser ones, with ``base_within``
+    False (the unmodified block is known to be out of budget), only pick the hypotheses
+    worth running on every row (``hypotheses._pruned``).
+    """
+
+    def __init__(self, base: torch.Tensor, candidate: torch.Tensor, quantity: Quantity,
+                 atol: float, rtol: float, slack: float = SLACK, better: float = BETTER,
+                 base_within: bool | None = None):
+        self.candidate = candidate.detach().double()
+        self.shape = candidate.shape
+        self.bound = slack * (atol + rtol * self.candidate.abs())
+        self.better = better
+        base_gap = (base.double() - self.candidate).abs()
+        everywhere = torch.ones(self.shape, dtype=torch.bool)
+        self.wheres = []  # (where, real_only, the base's error there, the base within there)
+        for where, real_only in ((everywhere, False), (quantity.real, True)):
+            self.wheres.append((where, real_only, _max_of(base_gap, where),
+                                bool((base_gap <= self.bound)[where].all())
+                                if base_within is None else base_within))
+
+    def __call__(self, variant: torch.Tensor) -> Verdict | None:
+        """A Verdict when ``variant`` reproduces the candidate (all positions, else real
+        ones): within budget where the unmodified block is not, and at least tenfold
+        closer."""
+        if variant.shape != self.shape:
+            return None
+        gap = (variant.double() - self.candidate).abs()
+        within = gap <= self.bound
+        for where, real_only, base_error, base_within in self.wheres:
+            if base_within or not bool(within[where].all()):
+                continue
+            error = _max_of(gap, where)
+            if error <= self.better * base_error:
+                return Verdict(error, base_error, real_only)
+        return None
+
+
+def _max_of(gap: torch.Tensor, where: torch.Tensor) -> float:
+    gap = torch.where(where, gap, torch.zeros_like(gap))
+    return float(gap.max()) if gap.numel() else 0.0
 
 
 def judge(variant: torch.Tensor, base: torch.Tensor, candidate: torch.Tensor,
           quantity: Quantity, atol: float, rtol: float) -> Verdict | None:
     """A Verdict when ``variant`` reproduces ``candidate`` (all positions, else real ones)."""
-    candidate = candidate.detach()
-    if variant.shape != candidate.shape:
-        return None
-    everywhere = torch.ones(candidate.shape, dtype=torch.bool)
-    for where, real_only in ((everywhere, False), (quantity.real, True)):
-        error = _max_abs(variant, candidate, where)
-        base_error = _max_abs(base, candidate, where)
-        bound = _SLACK * (atol + rtol * candidate.double().abs())
-        within = (variant.double() - candidate.double()).abs() <= bound
-        base_within = (base.double() - candidate.double()).abs() <= bound
-        if bool(within[where].all()) and not bool(base_within[where].all()) \
-                and error <= _BETTER * base_error:
-            return Verdict(error, base_error, real_only)
-    return None
+    return Judge(base, candidate, quantity, atol, rtol)(variant)

@@ -64,9 +64,13 @@ def unit_of(module: torch.nn.Module, output: torch.Tensor, reference: torch.Tens
 def module_budget(module: torch.nn.Module, local: Local, unit: float,
                   input_value: torch.Tensor | None) -> ModuleBudget:
     """The budget of a pair whose local measurement is ``local``."""
-    limit = NOISE_FACTOR * local.noise + FLOOR_UNITS * unit * local.scale
-    why = (f"{NOISE_FACTOR:g}x its rounding noise {local.noise:.2g} + "
-           f"{FLOOR_UNITS:g} roundings of {local.scale:.3g}")
+    limit = FLOOR_UNITS * unit * local.scale
+    if local.noise is None:  # its error was within the floor: the noise was not needed
+        why = f"{FLOOR_UNITS:g} roundings of {local.scale:.3g} (its noise not needed)"
+    else:
+        limit += NOISE_FACTOR * local.noise
+        why = (f"{NOISE_FACTOR:g}x its rounding noise {local.noise:.2g} + "
+               f"{FLOOR_UNITS:g} roundings of {local.scale:.3g}")
     if is_quantized(module):
         noise = int8_noise(module, input_value)
         if noise is not None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from introspect.diff.modules.budget import holds_int8_inside, module_budget, unit_of
+from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, module_budget, unit_of
 from introspect.diff.modules.capture import Calls, ModuleCall
 from introspect.diff.modules.local import NotRerun, local_error
 from introspect.diff.modules.pairing import (
@@ -233,7 +233,7 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
                                    note="its own call took and returned the reference's values")
     unit = unit_of(call.module, output, pair.output.boundary.value, rounding)
     try:
-        local = local_error(pair, unit, attention_mask)
+        local = local_error(pair, unit, attention_mask, floor=FLOOR_UNITS * unit)
     except NotRerun as e:
         return dataclasses.replace(row, status=NOT_COMPARED, note=str(e))
     first_input = pair.inputs[0].boundary.value

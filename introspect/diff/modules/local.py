@@ -45,24 +45,33 @@ class Local:
     """The module's local error, its noise, and the reference output's largest magnitude."""
 
     max_abs: float
-    noise: float
+    noise: float | None  # None: not measured (the error was within ``floor`` already)
     scale: float
     elements: int
 
 
-def local_error(pair: ModulePair, unit: float,
-                real: torch.Tensor | None = None) -> Local:
+def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
+                floor: float = 0.0) -> Local:
     """Run the candidate module on the reference's inputs (and once more on them rounded
     once more) and measure its output against the reference's.
 
     ``real``: the attention mask (B, S); outputs laid out (B, S, ...) are compared at real
-    tokens only. Raises ``NotRerun``.
+    tokens only. ``floor``: an error at most ``floor`` times the output's largest magnitude
+    is within any budget the noise could give (``budget.FLOOR_UNITS`` roundings): the second
+    run is left out (most modules of a close port after a fault upstream). Raises
+    ``NotRerun``.
     """
     reference = pair.output.boundary.value
     path = pair.output.path
     exact = _own_output(pair)
     if exact is None:
         exact = _rerun(pair, path, lambda t: t)
+    keep = _kept(reference, exact, real)
+    ref64 = reference.detach().double().cpu().reshape(-1)[keep]
+    exact64 = exact.double().cpu().reshape(-1)[keep]
+    error, scale = _max((exact64 - ref64).abs()), _max(ref64.abs())
+    if error <= floor * scale:
+        return Local(error, None, scale, int(keep.sum()))
     generator = torch.Generator().manual_seed(0)
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
@@ -70,11 +79,8 @@ def local_error(pair: ModulePair, unit: float,
         return t * (1 + unit * signs.to(t.dtype))
 
     moved = _rerun(pair, path, rounded)
-    keep = _kept(reference, exact, real)
-    ref64 = reference.detach().double().cpu().reshape(-1)[keep]
-    err = (exact.double().cpu().reshape(-1)[keep] - ref64).abs()
-    noise = (moved.double().cpu().reshape(-1)[keep] - exact.double().cpu().reshape(-1)[keep])
-    return Local(_max(err), _max(noise.abs()), _max(ref64.abs()), int(keep.sum()))
+    noise = moved.double().cpu().reshape(-1)[keep] - exact64
+    return Local(error, _max(noise.abs()), scale, int(keep.sum()))
 
 
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
