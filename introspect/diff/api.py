@@ -38,7 +38,7 @@ from introspect.diff.copies import cast_copy
 from introspect.diff.eager import Recording, record_forward
 from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.int8_outputs import explained_by_int8
-from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
+from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage
 from introspect.diff.modules.tables import modules_only
@@ -61,6 +61,7 @@ from introspect.models.load import TokenizedInputs
 from introspect.models.ports import describe_changes
 from introspect.run import switches
 from introspect.run.boundaries import where_paths_part
+from introspect.run.capture import capture_calls
 from introspect.run.deferred import Deferred
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
 from introspect.tracing.tracer import holds_trace_lock

@@ -12,5 +12,7 @@ explain a verdict; they are held to reproduce the truth outputs bit for bit.
 - ``borrowed``: which of the reference's own modules a candidate runs (a port that
   returns the reference agrees with itself: a note, never a verdict);
 - ``boundaries``: the values at module boundaries of a truth run, taken with hooks that do
-  not change the path, to say where a recording parts from what really ran.
+  not change the path, to say where a recording parts from what really ran;
+- ``capture``: what each module saw in the plain calls (its tensor inputs and outputs),
+  taken by global hooks that do not change the path, for module evidence (tier 2).
 """

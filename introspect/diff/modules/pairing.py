@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
-from introspect.diff.modules.capture import Leaf, ModuleCall
 from introspect.diff.quantized import is_quantized, quantized_weights
+from introspect.run.capture import Leaf, ModuleCall
 
 # The next other value must be this many times as far as the chosen one.
 CLEAR = 4.0
