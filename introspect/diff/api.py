@@ -32,16 +32,16 @@ from typing import Any
 import torch
 
 from introspect.diff import devices
-from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
-from introspect.diff.eager import Recording, record_forward
-from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.int8_outputs import explained_by_int8
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage
 from introspect.diff.modules.tables import modules_only
+from introspect.diff.ops.align import Alignment, align_graphs
+from introspect.diff.ops.compare.replay import run_side_by_side
+from introspect.diff.ops.eager import Recording, record_forward
+from introspect.diff.ops.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff

@@ -3,7 +3,7 @@
 The diff's verdict comes from *truth runs* (shared/DESIGN.md, "Truth runs"): each model
 called as its user calls it (eval mode, no torch function mode, autograd on, and once more
 under ``no_grad``), on its own copy of the inputs, the candidate at least twice. The
-recording (``introspect.diff.eager``) and the replay (``introspect.diff.compare``) only
+recording (``introspect.diff.ops.eager``) and the replay (``introspect.diff.ops.compare``) only
 explain a verdict; they are held to reproduce the truth outputs bit for bit.
 
 - ``outputs``: every output a model returns, by name, whatever produced it (NumPy too);
