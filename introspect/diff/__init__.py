@@ -3,7 +3,7 @@
 The function is ``introspect.diff`` (``introspect.diff.api.diff``); this package holds
 its parts, in the order of the flow (shared/DESIGN.md):
 
-- ``outputs`` and ``truth``: the verdict from the plain calls (``introspect.run``, tier 1);
+- ``outputs``: the verdict from the plain calls (``introspect.run``, tier 1);
 - ``modules/``: module evidence (tier 2), each module of the plain calls judged;
 - ``ops/``: op evidence (tier 3), the recordings aligned (``ops/align``), replayed and
   measured (``ops/compare``), the first divergence (``ops/divergence``);

@@ -42,19 +42,17 @@ from introspect.diff.ops.align import Alignment, align_graphs
 from introspect.diff.ops.compare.replay import run_side_by_side
 from introspect.diff.ops.eager import Recording, record_forward
 from introspect.diff.ops.explain import accepted_inputs, explain, model_dtypes, record_for_diff
+from introspect.diff.ops.faithful import (
+    faithful_recordings,
+    recorded_call_verdict,
+    truth_divergence,
+)
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
 from introspect.diff.tolerance import Budget, Tolerance
-from introspect.diff.truth import (
-    ReferenceChanged,
-    check_reference_again,
-    faithful_recordings,
-    recorded_call_verdict,
-    truth_divergence,
-)
 from introspect.errors import InputError
 from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
@@ -63,6 +61,7 @@ from introspect.run import switches
 from introspect.run.boundaries import where_paths_part
 from introspect.run.capture import capture_calls
 from introspect.run.deferred import Deferred
+from introspect.run.reference import ReferenceChanged, check_reference_again
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
 from introspect.tracing.tracer import holds_trace_lock
 

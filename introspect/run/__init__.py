@@ -14,5 +14,7 @@ explain a verdict; they are held to reproduce the truth outputs bit for bit.
 - ``boundaries``: the values at module boundaries of a truth run, taken with hooks that do
   not change the path, to say where a recording parts from what really ran;
 - ``capture``: what each module saw in the plain calls (its tensor inputs and outputs),
-  taken by global hooks that do not change the path, for module evidence (tier 2).
+  taken by global hooks that do not change the path, for module evidence (tier 2);
+- ``reference``: the reference called once more at the end, to prove the candidate's code
+  left what it computes unchanged.
 """

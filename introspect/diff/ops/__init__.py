@@ -10,6 +10,7 @@ recordings held to reproduce the plain calls bit for bit:
 - ``drift``: fail an error that rounding cannot explain, and find where it starts;
 - ``divergence``: confirm the failures and name the first divergence;
 - ``exercised``: what the inputs never exercised;
+- ``faithful``: the recordings held to the truth runs, and the divergence those name;
 - ``explain``: the whole explanation of a verdict, in that order.
 
 Import from the modules (``from introspect.diff.ops.eager import record_forward``): this
