@@ -9,7 +9,7 @@ its parts, in the order of the flow (shared/DESIGN.md):
   measured (``ops/compare``), the first divergence (``ops/divergence``);
 - ``tolerance``: error budgets per dtype;
 - ``tables``: one row per pair or leftover node, one per layer;
-- ``hints`` and ``hypotheses/``: the likely causes of a divergence (tier 4);
+- ``hypotheses/``: the likely causes of a divergence (tier 4), ``hints`` among them;
 - ``records`` and ``result``: the frozen rows and ``DiffResult``;
 - ``api``: ``diff()`` itself.
 

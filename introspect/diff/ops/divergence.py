@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.hints import explain
+from introspect.diff.hypotheses.hints import explain
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult

@@ -4,7 +4,7 @@ The truth runs (``introspect.run.truth``) decide whether two models agree; this 
 where and why they part, on the recordings (``introspect.diff.ops.eager``): align the recorded
 graphs on the weights each node reads (``align``), replay them side by side measuring
 every pair (``compare``), fail what rounding cannot explain (``drift``), and name the first
-divergence with its likely cause (``divergence``, ``hints``).
+divergence (``divergence``) with its likely cause (``introspect.diff.hypotheses``).
 
 A candidate the recorder cannot follow (a scripted or compiled module, weights the
 aligner cannot relate; int8 Linears it can: ``quantized``) still gets its verdict from the
