@@ -83,8 +83,8 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
 
 def _alignment(hf: Any, scratch: Any, inputs: Any) -> Callable[[], Any]:
     """The diff's alignment step alone, on the two graphs the diff records."""
-    from introspect.diff.align import align_graphs
     from introspect.diff.api import record_for_diff
+    from introspect.diff.ops.align import align_graphs
 
     reference, _, _ = record_for_diff(hf, inputs.tensors, "hf")
     candidate, _, _ = record_for_diff(scratch, inputs.tensors, "scratch")

@@ -309,9 +309,9 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
         deferred.label = candidate_label
         return candidate
 
-    from introspect.diff.truth import ReferenceChanged
     from introspect.models.ports import port_code
     from introspect.run.deferred import Deferred
+    from introspect.run.reference import ReferenceChanged
 
     deferred = Deferred(build_candidate, candidate_label)
     if candidate_spec.kind != "port":  # our own code: its label is known once it is built

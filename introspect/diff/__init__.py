@@ -3,11 +3,13 @@
 The function is ``introspect.diff`` (``introspect.diff.api.diff``); this package holds
 its parts, in the order of the flow (shared/DESIGN.md):
 
-- ``align/``: pair the nodes of two traced graphs on the weights they read;
+- ``outputs``: the verdict from the plain calls (``introspect.run``, tier 1);
+- ``modules/``: module evidence (tier 2), each module of the plain calls judged;
+- ``ops/``: op evidence (tier 3), the recordings aligned (``ops/align``), replayed and
+  measured (``ops/compare``), the first divergence (``ops/divergence``);
 - ``tolerance``: error budgets per dtype;
-- ``compare``: run the two graphs side by side and measure every pair;
 - ``tables``: one row per pair or leftover node, one per layer;
-- ``divergence`` and ``hints``: the first divergence and its likely causes;
+- ``hypotheses/``: the likely causes of a divergence (tier 4), ``hints`` among them;
 - ``records`` and ``result``: the frozen rows and ``DiffResult``;
 - ``api``: ``diff()`` itself.
 

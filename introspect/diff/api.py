@@ -32,36 +32,36 @@ from typing import Any
 import torch
 
 from introspect.diff import devices
-from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare.replay import run_side_by_side
 from introspect.diff.copies import cast_copy
-from introspect.diff.eager import Recording, record_forward
-from introspect.diff.explain import accepted_inputs, explain, model_dtypes, record_for_diff
 from introspect.diff.int8_outputs import explained_by_int8
-from introspect.diff.modules import ModuleEvidence, capture_calls, gather_module_evidence
+from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage
 from introspect.diff.modules.tables import modules_only
+from introspect.diff.ops.align import Alignment, align_graphs
+from introspect.diff.ops.compare.replay import run_side_by_side
+from introspect.diff.ops.eager import Recording, record_forward
+from introspect.diff.ops.explain import accepted_inputs, explain, model_dtypes, record_for_diff
+from introspect.diff.ops.faithful import (
+    faithful_recordings,
+    recorded_call_verdict,
+    truth_divergence,
+)
 from introspect.diff.outputs import NoOutputPairs, compare_truths
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
 from introspect.diff.tolerance import Budget, Tolerance
-from introspect.diff.truth import (
-    ReferenceChanged,
-    check_reference_again,
-    faithful_recordings,
-    recorded_call_verdict,
-    truth_divergence,
-)
 from introspect.errors import InputError
 from introspect.graph import IntrospectGraph
 from introspect.models.load import TokenizedInputs
 from introspect.models.ports import describe_changes
 from introspect.run import footprint, switches
 from introspect.run.boundaries import where_paths_part
+from introspect.run.capture import capture_calls
 from introspect.run.deferred import Deferred
+from introspect.run.reference import ReferenceChanged, check_reference_again
 from introspect.run.truth import edited_weights, identical, run_truth, weight_sums
 from introspect.tracing.tracer import holds_trace_lock
 
@@ -102,7 +102,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     """Compare ``candidate`` with ``reference`` node by node on ``inputs``.
 
     Both models run once while every torch call they make is recorded
-    (``introspect.diff.eager``: hooks and private state included), the recorded graphs are
+    (``introspect.diff.ops.eager``: hooks and private state included), the recorded graphs are
     aligned on the weights they read (no name map needed) and replayed side by side;
     every aligned pair gets its propagated error (each model on its own) and its local
     error (the candidate's node fed the reference's values). Only per-node summaries are

@@ -3,7 +3,7 @@
 The usual split is the reference in float32 on the CPU, the golden run, and the candidate
 in bfloat16 on ``cuda``. Each model runs on its own device, on its own copy of the inputs;
 every aligned value is moved to the *comparison device* (the reference's) just before it
-is measured, one pair at a time (``introspect.diff.compare``), so the GPU never holds a
+is measured, one pair at a time (``introspect.diff.ops.compare``), so the GPU never holds a
 second copy of the graph.
 
 Models are moved the way ``Module.to`` moves them (a parameter keeps its identity, its

@@ -37,7 +37,7 @@ from introspect.run.truth import Truth
 
 # Largest error, relative to the output's largest magnitude, that rounding explains at a
 # model's outputs. float32: 10x the worst a correct implementation measured anywhere in a
-# graph (1.9e-6, ``introspect.diff.drift``), and 5x under the smallest porting fault at an
+# graph (1.9e-6, ``introspect.diff.ops.drift``), and 5x under the smallest porting fault at an
 # output the corpus holds (the tanh GELU in one layer of bert-tiny: 3.6e-5 relative); the
 # low precisions keep the drift model's limits (calibrated on casts of MiniLM and Llama).
 TRUTH_RTOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-2, "bfloat16": 1e-1}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from introspect.diff.align import Alignment
+from introspect.diff.ops.align import Alignment
 from introspect.diff.records import (
     STATUS_DRIFT,
     STATUS_FAIL,

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from introspect.diff.align import Alignment
-from introspect.diff.compare.records import RunResult
+from introspect.diff.ops.align import Alignment
+from introspect.diff.ops.compare.records import RunResult
 from introspect.diff.records import (
     PROVEN_STRUCTURE,
     PROVEN_VALUE,

@@ -161,7 +161,7 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
             noise: bool = False) -> Capture:
     """Run ``model`` on ``inputs`` and capture the value of every node that computes.
 
-    The model's forward is recorded as it runs (``introspect.diff.eager``, as the diff
+    The model's forward is recorded as it runs (``introspect.diff.ops.eager``, as the diff
     does): hooks, private state and Python branches are what ran, never a cached or
     replayed trace.
 
@@ -181,7 +181,7 @@ def capture(model: torch.nn.Module, inputs: Any, *, select: str = "all",
     """
     import copy
 
-    from introspect.diff.explain import record_for_diff
+    from introspect.diff.ops.explain import record_for_diff
 
     tensors = dict(getattr(inputs, "tensors", inputs))
     graph, _, _ = record_for_diff(model, tensors, label or type(model).__name__)

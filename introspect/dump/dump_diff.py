@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.stats import measure
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.stats import measure
 from introspect.diff.records import (
     STATUS_FAIL,
     STATUS_OK,

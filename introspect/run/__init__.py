@@ -3,7 +3,7 @@
 The diff's verdict comes from *truth runs* (shared/DESIGN.md, "Truth runs"): each model
 called as its user calls it (eval mode, no torch function mode, autograd on, and once more
 under ``no_grad``), on its own copy of the inputs, the candidate at least twice. The
-recording (``introspect.diff.eager``) and the replay (``introspect.diff.compare``) only
+recording (``introspect.diff.ops.eager``) and the replay (``introspect.diff.ops.compare``) only
 explain a verdict; they are held to reproduce the truth outputs bit for bit.
 
 - ``outputs``: every output a model returns, by name, whatever produced it (NumPy too);
@@ -12,5 +12,9 @@ explain a verdict; they are held to reproduce the truth outputs bit for bit.
 - ``borrowed``: which of the reference's own modules a candidate runs (a port that
   returns the reference agrees with itself: a note, never a verdict);
 - ``boundaries``: the values at module boundaries of a truth run, taken with hooks that do
-  not change the path, to say where a recording parts from what really ran.
+  not change the path, to say where a recording parts from what really ran;
+- ``capture``: what each module saw in the plain calls (its tensor inputs and outputs),
+  taken by global hooks that do not change the path, for module evidence (tier 2);
+- ``reference``: the reference called once more at the end, to prove the candidate's code
+  left what it computes unchanged.
 """

@@ -1,6 +1,6 @@
 """Values at module boundaries of a plain call: where a recording parts from the truth.
 
-The recording (``introspect.diff.eager``) runs the model under a torch function mode, and
+The recording (``introspect.diff.ops.eager``) runs the model under a torch function mode, and
 any mode switches off PyTorch's fast paths: ``nn.TransformerEncoderLayer`` in eval under
 ``no_grad`` runs one fused kernel that reads ``linear1.weight`` itself and never calls
 ``linear1``'s forward. Where a recording does not reproduce the plain call, this module
@@ -120,7 +120,7 @@ def reference_module(module: str, relations: Iterable[tuple[str, str]]) -> str:
 
 
 # What rounding explains between a fused kernel and the code it replaces (float32): the
-# drift model's relative limit (``introspect.diff.drift.DRIFT_RTOL``) and fp32's atol.
+# drift model's relative limit (``introspect.diff.ops.drift.DRIFT_RTOL``) and fp32's atol.
 ROUNDING = 1e-4
 ROUNDING_ATOL = 1e-5
 

@@ -24,7 +24,7 @@ _MAX_DEPTH = 4  # ModelOutput > tuple of layers > tuple of (key, value) > tensor
 def flatten_outputs(outputs: Any) -> dict[str, torch.Tensor]:
     """The tensors (and arrays, and floats) ``outputs`` holds, by dotted name.
 
-    Top-level names follow ``introspect.diff.eager.outputs_as_dict``: a mapping's keys, a
+    Top-level names follow ``introspect.diff.ops.eager.outputs_as_dict``: a mapping's keys, a
     tuple's ``output_<i>``, ``output`` for a single value.
 
     Example::

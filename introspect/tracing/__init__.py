@@ -1,7 +1,7 @@
 """Tracing: a model's forward as a torch.fx graph with shapes on every node.
 
 Used by ``introspect.trace`` (the function, in ``introspect.graph``), ``draw`` and the
-attention maps; the diff does not trace (it records what ran, ``introspect.diff.eager``).
+attention maps; the diff does not trace (it records what ran, ``introspect.diff.ops.eager``).
 
 - ``tracer``: ``trace_module``, the HF-aware fx tracer (leaves, notes, fast mode).
 - ``cache``: the in-memory graph cache, for unmodified installed models only.

@@ -16,8 +16,8 @@ import torch
 
 import introspect
 from introspect.diff.backward.record import record_backward, run_forward
-from introspect.diff.truth import ReferenceChanged
 from introspect.models.load import tokenize
+from introspect.run.reference import ReferenceChanged
 from tests.backward import grad_output_ports, ports
 from tests.backward.test_backward import perturbed
 

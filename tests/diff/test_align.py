@@ -7,8 +7,8 @@ import torch
 
 import introspect
 import introspect.scratch as scratch
-from introspect.diff.align import align_graphs
 from introspect.diff.api import record_for_diff
+from introspect.diff.ops.align import align_graphs
 from introspect.diff.records import BY_CONSUMER, BY_INPUT, BY_OUTPUT, BY_STRUCTURE, BY_WEIGHTS
 from introspect.errors import InputError
 from tests.fixtures.candidates import PerHeadBert, fuse_qkv

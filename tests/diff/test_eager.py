@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import introspect
-from introspect.diff.eager import record_forward
+from introspect.diff.ops.eager import record_forward
 from introspect.tracing.tracer import trace_module
 
 

@@ -1,4 +1,4 @@
-"""``introspect.diff.modules.capture``: what the global hooks keep of a plain call."""
+"""``introspect.run.capture``: what the global hooks keep of a plain call."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import torch
 from torch import nn
 
-from introspect.diff.modules import capture_calls
 from introspect.diff.modules.pairing import relate_parameters
+from introspect.run.capture import capture_calls
 
 
 class _Inner(nn.Module):

@@ -158,7 +158,7 @@ def _row(name, provenance, status, mismatched):
 def test_drift_far_downstream_never_confirms_a_guess():
     """Rounding carried through many layers puts later proven pairs over budget (drift):
     that must not confirm a guess whose nearest proven pair agrees."""
-    from introspect.diff.divergence import confirm_failures
+    from introspect.diff.ops.divergence import confirm_failures
 
     graph = _chain()
     mul, add, tanh, out = [n.name for n in graph.gm.graph.nodes if n.op == "call_function"]
@@ -172,7 +172,7 @@ def test_drift_far_downstream_never_confirms_a_guess():
 
 def test_many_guesses_are_all_checked():
     """More than 64 failing guesses: each is checked (no cap past which they fail)."""
-    from introspect.diff.divergence import confirm_failures
+    from introspect.diff.ops.divergence import confirm_failures
 
     graph = _chain()
     mul, add, tanh, out = [n.name for n in graph.gm.graph.nodes if n.op == "call_function"]
@@ -192,7 +192,7 @@ def test_a_guess_is_confirmed_where_the_error_grew_across_it():
     """A guess over budget whose nearest proven pairs all agree is still blamed where the
     error they carry grew many times across it (a LayerNorm's eps, behind alike weights):
     the candidate computes something else there, whichever nodes the guess pairs."""
-    from introspect.diff.divergence import GROWTH, confirm_failures
+    from introspect.diff.ops.divergence import GROWTH, confirm_failures
 
     graph = _chain()
     mul, add, tanh, out = [n.name for n in graph.gm.graph.nodes if n.op == "call_function"]
@@ -213,7 +213,7 @@ def test_a_guess_is_confirmed_where_the_error_grew_across_it():
 def test_a_failing_module_confirms_the_guesses_inside_it_only():
     """Module evidence proves a fault inside its module: a guess over budget there names
     the node; a guess in another module stays unconfirmed."""
-    from introspect.diff.divergence import confirmed_inside
+    from introspect.diff.ops.divergence import confirmed_inside
 
     def guess(module):
         row = _row("mul", PROVEN_STRUCTURE, STATUS_UNCONFIRMED, 3)

@@ -9,10 +9,10 @@ import sys
 
 def test_importing_the_package_never_hides_the_function():
     # In a fresh interpreter: importing a module of the package first is the risky order.
-    code = ("import introspect.diff.records, introspect.diff.align\n"
+    code = ("import introspect.diff.records, introspect.diff.ops.align\n"
             "import introspect\n"
             "from introspect.diff.api import diff\n"
-            "from introspect.diff import align\n"
+            "from introspect.diff.ops import align\n"
             "assert introspect.diff is diff, introspect.diff\n"
             "assert align.align_graphs is not None\n"
             "assert introspect.DiffResult.__module__ == 'introspect.diff.result'\n")

@@ -17,9 +17,9 @@ import torch.fx
 from torch import nn
 
 import introspect
-from introspect.diff.compare.axes import BATCH, ROWS, TOKENS
-from introspect.diff.compare.padding import Padding
-from introspect.diff.divergence import confirm_failures
+from introspect.diff.ops.compare.axes import BATCH, ROWS, TOKENS
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.divergence import confirm_failures
 from introspect.diff.records import (
     BY_STRUCTURE,
     BY_WEIGHTS,
@@ -257,7 +257,7 @@ def test_the_search_for_reshaped_weights_reads_only_weights_of_their_size(monkey
     """A reshape keeps the number of values: the token (800 values) and position (320)
     tables cannot be ``proj`` (256) reshaped, so their bytes are not read for it (reading
     every matrix made ``--generate`` on GPT-2 2.5x slower), and ``proj`` still relates."""
-    from introspect.diff.align import weights
+    from introspect.diff.ops.align import weights
 
     keyed: list[int] = []
     real_key = weights._vector_key

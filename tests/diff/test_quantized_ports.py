@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import introspect
-from introspect.diff.compare.stats import measure
+from introspect.diff.ops.compare.stats import measure
 from introspect.diff.quantized import within_one_step
 from introspect.diff.records import STATUS_FAIL
 from introspect.diff.tolerance import Budget

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import introspect.scratch as scratch
-from introspect.diff.align.view import GraphView
-from introspect.diff.align.weights import relate_weights, relations_remembered
 from introspect.diff.api import record_for_diff
+from introspect.diff.ops.align.view import GraphView
+from introspect.diff.ops.align.weights import relate_weights, relations_remembered
 
 
 def _views(reference, candidate, inputs):
@@ -86,13 +86,13 @@ def test_nothing_is_remembered_outside_the_block(pair):
     tiny, port, inputs = pair
     with relations_remembered():
         relate_weights(*_views(tiny, port, inputs))
-    from introspect.diff.align import weights
+    from introspect.diff.ops.align import weights
 
     assert weights._REMEMBERED.get() is None
 
 
 def test_a_dead_tensors_id_is_not_taken_for_a_new_one():
-    from introspect.diff.eager import _NodesByTensor
+    from introspect.diff.ops.eager import _NodesByTensor
 
     graph = torch.fx.Graph()
     nodes = _NodesByTensor()

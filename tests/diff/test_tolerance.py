@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import introspect
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.stats import measure
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.stats import measure
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype, parse_tolerance
 from introspect.errors import InputError
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import introspect.scratch as scratch
-from introspect.diff.align import weights
-from introspect.diff.align.view import GraphView
 from introspect.diff.api import record_for_diff
+from introspect.diff.ops.align import weights
+from introspect.diff.ops.align.view import GraphView
 
 
 class Conv1D(torch.nn.Module):

@@ -10,9 +10,9 @@ import copy
 import pytest
 import torch
 
-from introspect.diff.eager import record_forward
 from introspect.diff.generation.call_log import log_forward
 from introspect.diff.generation.protocol import call_keywords, logits_and_cache
+from introspect.diff.ops.eager import record_forward
 from tests.generate import gpt2_concat, llama_static
 from tests.generate.gpt2_restructured import CHANGE_AT_LENGTH, RestructuredGPT2
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import torch
 
 from introspect.diff.backward.record import GradientRecording, outputs_by_name, run_forward
-from introspect.diff.truth import ReferenceChanged
 from introspect.run.random_state import random_state_of
+from introspect.run.reference import ReferenceChanged
 from introspect.run.truth import identical
 
 

@@ -28,7 +28,7 @@ from introspect.diff.backward.results import (
     STATUS_OK,
     GradientDiff,
 )
-from introspect.diff.compare.layouts import fit_layout
+from introspect.diff.ops.compare.layouts import fit_layout
 from introspect.diff.records import Pair
 from introspect.diff.tolerance import Budget, Tolerance
 

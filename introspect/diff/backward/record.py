@@ -1,6 +1,6 @@
 """Run a model forward and backward once, for real, and keep every node's gradient.
 
-The forward is recorded exactly as ``introspect.diff.eager`` records it (the same node
+The forward is recorded exactly as ``introspect.diff.ops.eager`` records it (the same node
 names, so the diff's alignment applies), with autograd on. Each tensor a node produces
 gets a hook at the moment it is made, so the gradient kept is the one of that very
 value, even where a later in-place op changes the tensor (torch gives a hook registered
@@ -26,7 +26,7 @@ import torch.fx
 from torch.autograd.graph import get_gradient_edge
 from torch.overrides import TorchFunctionMode
 
-from introspect.diff.eager import (
+from introspect.diff.ops.eager import (
     Recording,
     _module_hooks,
     _mutates,

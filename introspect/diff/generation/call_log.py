@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.diff.eager import (
+from introspect.diff.ops.eager import (
     Recording,
     _Recorder,
     graph_module,

@@ -33,8 +33,6 @@ from typing import Any
 
 import torch
 
-from introspect.diff.align.weights import relations_remembered
-from introspect.diff.eager import write_metadata
 from introspect.diff.generation.caches import cache_layers, compare_cached, shape_text
 from introspect.diff.generation.call_log import CallLog
 from introspect.diff.generation.collector import older_objects_set_aside
@@ -50,6 +48,8 @@ from introspect.diff.generation.protocol import (
 )
 from introspect.diff.generation.quick import QuickSteps
 from introspect.diff.generation.records import CacheDiff, Generated, StepDiff
+from introspect.diff.ops.align.weights import relations_remembered
+from introspect.diff.ops.eager import write_metadata
 from introspect.diff.result import DiffResult
 from introspect.diff.tables import layer_rows as table_of_layers
 from introspect.diff.tolerance import Tolerance, compare_dtype
@@ -250,7 +250,7 @@ def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
                  tolerance: Tolerance, allow_nonfinite: bool = False) -> bool:
     """The last position's logits over their budget, or NaN or Inf in the candidate's
     (unless allowed, and the reference's are too)."""
-    from introspect.diff.compare.stats import measure
+    from introspect.diff.ops.compare.stats import measure
 
     budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
                                             str(candidate.dtype).removeprefix("torch.")))

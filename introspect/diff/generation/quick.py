@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 
-from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.compare.layouts import Layout, fit_layouts, narrow
-from introspect.diff.drift import drift_limit
-from introspect.diff.eager import write_metadata
 from introspect.diff.generation.call_log import CallLog, log_forward
+from introspect.diff.ops.align import Alignment, align_graphs
+from introspect.diff.ops.compare.layouts import Layout, fit_layouts, narrow
+from introspect.diff.ops.drift import drift_limit
+from introspect.diff.ops.eager import write_metadata
 from introspect.diff.tolerance import Budget, Tolerance
 from introspect.models.ports import fingerprint
 
@@ -109,7 +109,7 @@ class QuickSteps:
                cand_keywords: Mapping[str, Any]) -> tuple[CallLog, CallLog]:
         """Both sides' step, logged with every value kept (the reference first);
         ``CallLog.recording()`` is the step's ``Recording``, built when asked."""
-        from introspect.diff.explain import accepted_inputs as _accepted_inputs
+        from introspect.diff.ops.explain import accepted_inputs as _accepted_inputs
 
         return tuple(log_forward(model, _accepted_inputs(model, tensors), keywords)  # type: ignore[return-value]
                      for model, keywords in ((self.reference, ref_keywords),
@@ -139,8 +139,8 @@ class QuickSteps:
     def _align(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], signatures: tuple[Any, Any],
                states: tuple[Any, Any]) -> _Aligned:
-        from introspect.diff.explain import _budgets, _pair_dtypes, record_for_diff
-        from introspect.diff.explain import model_dtypes as _model_dtypes
+        from introspect.diff.ops.explain import _budgets, _pair_dtypes, record_for_diff
+        from introspect.diff.ops.explain import model_dtypes as _model_dtypes
 
         graphs = []
         for model, log, title in ((self.reference, reference, "reference"),

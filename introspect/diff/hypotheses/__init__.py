@@ -19,6 +19,10 @@ candidate holds them). A pooler bug is also recognised at the head that reads th
 output (``pooler.head_hints``). Nothing is inferred from names; where no
 hypothesis reproduces the values, no hint is given.
 
+The causes recognised at the divergent node itself, with no re-run (a weight unloaded or
+transposed, LayerNorm eps, tanh GELU, the attention scale or mask, a lower dtype) are in
+``hints``.
+
 Example::
 
     >>> explain_divergence(context)

@@ -40,9 +40,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from introspect.diff.modules.capture import Calls, Leaf, ModuleCall
 from introspect.diff.modules.evidence import ModuleDiff
 from introspect.diff.records import STATUS_OK
+from introspect.run.capture import Calls, Leaf, ModuleCall
 from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
 
 _PROBE = 64  # elements read to key a value; equality is checked in full on a hit

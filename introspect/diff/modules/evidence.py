@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, module_budget, unit_of
-from introspect.diff.modules.capture import Calls, ModuleCall
 from introspect.diff.modules.local import NotRerun, local_error
 from introspect.diff.modules.pairing import (
     ModulePair,
@@ -33,6 +32,7 @@ from introspect.diff.modules.pairing import (
     relate_parameters,
 )
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
+from introspect.run.capture import Calls, ModuleCall
 from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
 from introspect.tracing.shapes import (
     DEFAULT_LAYER_PREFIX,
@@ -149,7 +149,8 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
-        reference, candidate: what ``capture.capture_calls`` saw in each model's truth runs.
+        reference, candidate: what ``introspect.run.capture.capture_calls`` saw in each
+            model's truth runs.
         attention_mask: (B, S); values laid out (B, S, ...) are compared at real tokens.
         faithful: whether the candidate's recording reproduced its plain calls.
         parted: (module, class, difference) where its recording left the plain path.

@@ -25,14 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
-from introspect.diff.modules.capture import Leaf, ModuleCall
 from introspect.diff.quantized import is_quantized, quantized_weights
+from introspect.run.capture import Leaf, ModuleCall
 
 # The next other value must be this many times as far as the chosen one.
 CLEAR = 4.0
 # How far (relative to the value's largest magnitude) an input may be from the reference's
 # value it stands for: what a correct port's rounding, carried through the layers before,
-# leaves (its dtype's drift limit, ``diff.drift.DRIFT_RTOL``, 10x); and an output, which
+# leaves (its dtype's drift limit, ``diff.ops.drift.DRIFT_RTOL``, 10x); and an output, which
 # carries the module's own fault too.
 INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
 OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
@@ -126,7 +126,7 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
                       ) -> dict[str, set[str]]:
     """Candidate parameter path -> the reference parameters it holds by value.
 
-    The relations of ``introspect.diff.align.weights`` read a recorded graph; module
+    The relations of ``introspect.diff.ops.align.weights`` read a recorded graph; module
     evidence needs none, so the same kinds are found here on the modules' own tensors:
     equal, transposed, a block of rows of the other (one head, one of q/k/v in a fused
     projection), after casting both to the lower precision; an int8 weight relates to the

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from introspect.diff.align import Alignment
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence
+from introspect.diff.ops.align import Alignment
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, LayerDiff
 
 

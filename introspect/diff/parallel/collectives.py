@@ -1,7 +1,7 @@
 """Collectives the recorder can see: ``all_reduce`` and its kin as in-place torch calls.
 
 ``torch.distributed.all_reduce(x)`` changes ``x`` in place from C++, outside any torch
-function, so a ``TorchFunctionMode`` (``introspect.diff.eager``) never sees it: the
+function, so a ``TorchFunctionMode`` (``introspect.diff.ops.eager``) never sees it: the
 recorded graph would carry the partial sum on to the next op, and its replay would skip
 the sum. Inside a rank, ``traced_collectives`` replaces the c10d collectives a
 Megatron-style port calls with wrappers that, while a torch function mode is active, go

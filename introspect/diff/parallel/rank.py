@@ -14,7 +14,7 @@ itself to the parent (``lifeline``): it ends, and removes the folder, when the p
 The port's contract: ``build(reference)`` runs after the process group is initialised
 (it may read ``get_rank()``/``get_world_size()``) and its forward calls the collectives
 itself. Its forward is called plainly twice (the truth runs, timed between barriers,
-which must agree), then recorded (``introspect.diff.eager``) with the collectives made
+which must agree), then recorded (``introspect.diff.ops.eager``) with the collectives made
 visible (``collectives``) and replayed in step on every rank; a replay that does not give
 the truth outputs bit for bit is said, and the parent fails the diff.
 """
@@ -148,7 +148,7 @@ def _truth_runs(model: Any, inputs: dict[str, Any]) -> tuple[float, Any]:
     import torch
     import torch.distributed as dist
 
-    from introspect.diff.eager import outputs_as_dict
+    from introspect.diff.ops.eager import outputs_as_dict
 
     first = outputs_as_dict(model(**{k: v.clone() for k, v in inputs.items()}))
     dist.barrier()
@@ -193,7 +193,7 @@ def _record(model: Any, inputs: dict[str, Any], label: str, truth: dict[str, Any
     """Every computing node's value, as this rank holds it, and what each node is."""
     import torch
 
-    from introspect.diff.explain import record_for_diff
+    from introspect.diff.ops.explain import record_for_diff
     from introspect.diff.parallel.local_values import record_local_values
     from introspect.dump.capture import select_records
 

@@ -210,7 +210,7 @@ def diff_parallel(reference: Any, build: Any, inputs: Any, nproc: int, *,
 def _reference_outputs(model: Any, tensors: Mapping[str, torch.Tensor]
                        ) -> dict[str, torch.Tensor]:
     """The reference's outputs by name, from one plain call, for each rank's to meet."""
-    from introspect.diff.eager import outputs_as_dict
+    from introspect.diff.ops.eager import outputs_as_dict
 
     with torch.no_grad():
         returned = outputs_as_dict(model(**{k: v.clone() for k, v in tensors.items()}))

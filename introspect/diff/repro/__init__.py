@@ -172,7 +172,7 @@ def _why_nothing(result: FailedDiff) -> str:
 
 def _chain_to(graph: Any, compared: str, computing: str) -> list[torch.fx.Node] | None:
     """The nodes from ``computing`` down to ``compared`` through layout ops, in run order."""
-    from introspect.diff.divergence import _chain
+    from introspect.diff.ops.divergence import _chain
 
     chain = _chain(graph, compared)
     if computing not in chain:

@@ -1,7 +1,7 @@
 """The values at the first divergence, taken again: both recorded graphs replayed side by
 side as the diff replayed them, keeping what the failing pair's nodes ran on.
 
-The diff keeps per-node summaries only (``introspect.diff.compare``), so a repro replays
+The diff keeps per-node summaries only (``introspect.diff.ops.compare``), so a repro replays
 the two recordings once more, in the same lock-step and local mode, and holds on to the
 few values one repro needs: each side's inputs to the op that computed the divergent
 values, each side's output at the pair the diff measured (the candidate's in local mode:
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch.fx.node import map_arg
 
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.replay import SAME, Runner
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.replay import SAME, Runner
 from introspect.diff.records import Pair, Region
 from introspect.diff.tolerance import Budget
 

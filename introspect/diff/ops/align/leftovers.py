@@ -6,8 +6,8 @@ are compared at ..."), so a reader of the table knows where its error is account
 
 from __future__ import annotations
 
-from introspect.diff.align.matcher import Matcher
-from introspect.diff.align.view import GraphView, first_reached
+from introspect.diff.ops.align.matcher import Matcher
+from introspect.diff.ops.align.view import GraphView, first_reached
 from introspect.diff.records import STATUS_SKIPPED, Unmatched
 from introspect.tracing.records import KIND_MULTI, KIND_OTHER, KIND_SHAPE
 

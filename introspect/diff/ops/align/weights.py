@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.align.view import GraphView
+from introspect.diff.ops.align.view import GraphView
 from introspect.diff.quantized import within_one_step
 from introspect.diff.records import Region, WeightRelation
 

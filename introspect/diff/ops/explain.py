@@ -1,10 +1,10 @@
 """The explanation of a verdict: both recordings aligned, replayed and measured node by node.
 
 The truth runs (``introspect.run.truth``) decide whether two models agree; this module says
-where and why they part, on the recordings (``introspect.diff.eager``): align the recorded
+where and why they part, on the recordings (``introspect.diff.ops.eager``): align the recorded
 graphs on the weights each node reads (``align``), replay them side by side measuring
 every pair (``compare``), fail what rounding cannot explain (``drift``), and name the first
-divergence with its likely cause (``divergence``, ``hints``).
+divergence (``divergence``) with its likely cause (``introspect.diff.hypotheses``).
 
 A candidate the recorder cannot follow (a scripted or compiled module, weights the
 aligner cannot relate; int8 Linears it can: ``quantized``) still gets its verdict from the
@@ -22,14 +22,14 @@ from typing import Any
 import torch
 
 from introspect.diff import devices
-from introspect.diff.align import Alignment, align_graphs
-from introspect.diff.align.values import pair_by_value
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.replay import run_side_by_side
-from introspect.diff.divergence import confirm_failures, confirmed_inside, first_divergence
-from introspect.diff.drift import find_drift, mark_drift
-from introspect.diff.eager import Recording, outputs_not_replayed, record_forward
-from introspect.diff.exercised import unexercised_notes
+from introspect.diff.ops.align import Alignment, align_graphs
+from introspect.diff.ops.align.values import pair_by_value
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.replay import run_side_by_side
+from introspect.diff.ops.divergence import confirm_failures, confirmed_inside, first_divergence
+from introspect.diff.ops.drift import find_drift, mark_drift
+from introspect.diff.ops.eager import Recording, outputs_not_replayed, record_forward
+from introspect.diff.ops.exercised import unexercised_notes
 from introspect.diff.quantized import INT8, holds_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
 from introspect.diff.repro.capture import ReplaySource
@@ -292,7 +292,7 @@ def record_for_diff(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor],
                     recording: Recording | None = None,
                     recorder: Callable[..., Recording] = record_forward,
                     ) -> tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]:
-    """Run ``model`` once and record what it ran (``introspect.diff.eager``).
+    """Run ``model`` once and record what it ran (``introspect.diff.ops.eager``).
 
     The diff works on what the model really computes on these inputs: its hooks,
     private state, globals and Python branches included, and no graph is cached or

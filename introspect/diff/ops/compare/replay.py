@@ -28,8 +28,8 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from introspect.diff.compare.axes import TokenAxes
-from introspect.diff.compare.layouts import (
+from introspect.diff.ops.compare.axes import TokenAxes
+from introspect.diff.ops.compare.layouts import (
     Layout,
     block_orders,
     fit_layouts,
@@ -37,10 +37,10 @@ from introspect.diff.compare.layouts import (
     may_trade,
     narrow,
 )
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.records import RunResult, Snapshot
-from introspect.diff.compare.stats import measure
-from introspect.diff.eager import mutates_in_place
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.records import RunResult, Snapshot
+from introspect.diff.ops.compare.stats import measure
+from introspect.diff.ops.eager import mutates_in_place
 from introspect.diff.quantized import int8_noise, is_quantized
 from introspect.diff.records import Pair
 from introspect.diff.tolerance import Budget, int8_budget

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.fx
 
-from introspect.diff.align.view import GraphView
+from introspect.diff.ops.align.view import GraphView
 from introspect.diff.records import Region
 
 

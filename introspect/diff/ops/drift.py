@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Sequence
 
-from introspect.diff.align import Alignment
-from introspect.diff.compare.records import RunResult
+from introspect.diff.ops.align import Alignment
+from introspect.diff.ops.compare.records import RunResult
 from introspect.diff.records import STATUS_FAIL, NodeDiff
 from introspect.diff.tolerance import Budget
 

@@ -1,4 +1,4 @@
-"""The truth runs against the recordings: faithful or not, the divergence, the reference again.
+"""The truth runs against the recordings: faithful or not, and the divergence they name.
 
 ``introspect.diff.outputs`` compares the two models' plain calls; this module ties that
 verdict to the rest of the diff:
@@ -8,11 +8,12 @@ verdict to the rest of the diff:
   fast path, a compiled region, autocast), the notes say so in one line naming the module
   where the paths part (``introspect.run.boundaries``), and node-level values no longer
   decide anything;
+- ``recorded_call_verdict``: the recording is one more call of the model, held to the
+  reference like the plain calls;
 - ``truth_divergence``: where the truth runs fail and the recording cannot say where, the
-  first divergence is the module where the paths part, or the worst output;
-- ``check_reference_again``: the reference is called once more at the end; a candidate
-  that changed what the reference computes (a patched ``torch.Tensor`` method, a kernel,
-  a registry, autocast left on, a module global) ends the run with no verdict.
+  first divergence is the module where the paths part, or the worst output.
+
+The reference called once more at the end is tier 1's (``introspect.run.reference``).
 """
 
 from __future__ import annotations
@@ -27,11 +28,7 @@ from introspect.diff.records import Divergence
 from introspect.errors import InputError
 from introspect.run.boundaries import reference_module, where_paths_part
 from introspect.run.outputs import flatten_outputs
-from introspect.run.truth import Truth, TruthCall, identical, run_truth
-
-
-class ReferenceChanged(InputError):
-    """The reference computes other values after the candidate's code ran: no verdict."""
+from introspect.run.truth import Truth, TruthCall, identical
 
 
 def faithful_recordings(ref_truth: Truth, ref_recording: Any, cand_truth: Truth,
@@ -144,31 +141,6 @@ def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | Non
                       error, budget, hints, detail=detail)
 
 
-def check_reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-                          truth: Truth) -> None:
-    """Call the reference once more under ``no_grad``: it must return what it did first.
-
-    Raises:
-        ReferenceChanged: it does not (the message names the outputs and the difference).
-    """
-    again = run_truth(reference, inputs, grad_calls=0).no_grad_outputs
-    first = truth.no_grad_outputs
-    moved = [name for name in first if not identical(first[name], again.get(name))]
-    if not moved:
-        return
-    gaps = []
-    for name in moved:
-        a, b = first[name], again.get(name)
-        if b is not None and a.shape == b.shape and a.is_floating_point():
-            gaps.append(float((a.double() - b.double()).abs().nan_to_num(float("inf")).max()))
-    gap = f" by up to {max(gaps):.3g}" if gaps else ""
-    raise ReferenceChanged(
-        f"the candidate changed what the reference computes: called again after the "
-        f"candidate ran, the reference's {', '.join(moved)} moved{gap} (a patched torch "
-        "function or Tensor method, a registered kernel or attention function, autocast left "
-        "on, or a module global both import); no verdict")
-
-
 def _layer(module: str) -> str:
     parts = module.split(".")
     for i, part in enumerate(parts[:-1]):
@@ -177,5 +149,4 @@ def _layer(module: str) -> str:
     return parts[0] if parts and parts[0] else "outputs"
 
 
-__all__ = ["ReferenceChanged", "check_reference_again", "faithful_recordings",
-           "recorded_call_verdict", "truth_divergence"]
+__all__ = ["faithful_recordings", "recorded_call_verdict", "truth_divergence"]

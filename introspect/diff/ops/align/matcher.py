@@ -13,9 +13,9 @@ import math
 
 import torch
 
-from introspect.diff.align.cuts import parts_cut
-from introspect.diff.align.view import GraphView, graph_outputs
-from introspect.diff.align.weights import describe_order
+from introspect.diff.ops.align.cuts import parts_cut
+from introspect.diff.ops.align.view import GraphView, graph_outputs
+from introspect.diff.ops.align.weights import describe_order
 from introspect.diff.records import (
     BY_INPUT,
     BY_OUTPUT,

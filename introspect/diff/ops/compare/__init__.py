@@ -12,12 +12,12 @@ Files of one job each, in the order a pair meets them:
 - ``records``: what a run returns (``RunResult``, ``Snapshot``).
 """
 
-from introspect.diff.compare.axes import TokenAxes
-from introspect.diff.compare.layouts import fit_layout, fit_layouts
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.records import RunResult, Snapshot
-from introspect.diff.compare.replay import run_side_by_side
-from introspect.diff.compare.stats import measure
+from introspect.diff.ops.compare.axes import TokenAxes
+from introspect.diff.ops.compare.layouts import fit_layout, fit_layouts
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.records import RunResult, Snapshot
+from introspect.diff.ops.compare.replay import run_side_by_side
+from introspect.diff.ops.compare.stats import measure
 
 __all__ = ["Padding", "RunResult", "Snapshot", "TokenAxes", "fit_layout", "fit_layouts", "measure",
            "run_side_by_side"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.compare.axes import TOKENS
+from introspect.diff.ops.compare.axes import TOKENS
 
 _MAX_LAYOUT_DIMS = 5  # permutations tried when two paired values differ by layout
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from introspect.diff.align import Alignment
-from introspect.diff.compare.padding import Padding
-from introspect.diff.compare.records import RunResult
-from introspect.diff.hints import explain
+from introspect.diff.hypotheses.hints import explain
+from introspect.diff.ops.align import Alignment
+from introspect.diff.ops.compare.padding import Padding
+from introspect.diff.ops.compare.records import RunResult
 from introspect.diff.records import (
     PROVEN_STRUCTURE,
     STATUS_DRIFT,

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.compare.axes import BATCH, ROWS, TOKENS
+from introspect.diff.ops.compare.axes import BATCH, ROWS, TOKENS
 
 
 class Padding:

@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 
-from introspect.diff.align.leftovers import leftovers
-from introspect.diff.align.matcher import Matcher
-from introspect.diff.align.propagate import backward, forward
-from introspect.diff.align.view import GraphView
-from introspect.diff.align.weights import describe_order, relate_weights, unique_weights
+from introspect.diff.ops.align.leftovers import leftovers
+from introspect.diff.ops.align.matcher import Matcher
+from introspect.diff.ops.align.propagate import backward, forward
+from introspect.diff.ops.align.view import GraphView
+from introspect.diff.ops.align.weights import describe_order, relate_weights, unique_weights
 from introspect.diff.records import Pair, Unmatched, WeightRelation
 from introspect.errors import InputError
 

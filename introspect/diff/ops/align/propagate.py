@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from introspect.diff.align.matcher import Matcher
-from introspect.diff.align.view import COMMUTATIVE, GraphView, numel
+from introspect.diff.ops.align.matcher import Matcher
+from introspect.diff.ops.align.view import COMMUTATIVE, GraphView, numel
 from introspect.diff.records import BY_CONSUMER, BY_STRUCTURE, Pair
 from introspect.tracing.records import KIND_TENSOR
 
