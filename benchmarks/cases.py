@@ -103,6 +103,16 @@ def diff_without_recording(reference: torch.nn.Module, candidate: torch.nn.Modul
         return introspect.diff(reference, candidate, inputs.for_introspect, nodes=False)
 
 
+def faulty_twin(scratch: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the from-scratch twin with the tanh GELU in layer 1: a FAIL that module
+    evidence and the op level both localise (``encoder.layer.1``, the activation)."""
+    import copy
+
+    faulty = copy.deepcopy(scratch)
+    faulty.encoder.layer[1].intermediate.intermediate_act_fn = torch.nn.GELU(approximate="tanh")
+    return faulty
+
+
 def introspect_work(hf: torch.nn.Module, scratch: torch.nn.Module, inputs: Inputs) -> list[Work]:
     """Every introspect task on one model and input, with its baseline and expected cost.
 

@@ -69,6 +69,9 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
     trace_cache.clear_memory()
     diffed = cpu_median(lambda: cases.diff(hf, scratch, inputs), runs)
     unrecorded = cpu_median(lambda: cases.diff_without_recording(hf, scratch, inputs), runs)
+    faulty = cases.faulty_twin(scratch)
+    failed = cpu_median(lambda: cases.diff_without_recording(hf, faulty, inputs),
+                        max(1, runs // 2))
     aligned = cpu_median(_alignment(hf, scratch, inputs), runs)
     return {
         "size": size, "threads": 1, "runs": runs, "forward_cpu_s": round(forward, 4),
@@ -77,6 +80,7 @@ def measure(hf: Any, scratch: Any, size: str, runs: int) -> dict[str, Any]:
         "cache_hit_memory_over_full_trace": round(memory_hit / full, 3),
         "diff_over_two_forwards": round(diffed / forwards, 3),
         "pass_without_recording_over_two_forwards": round(unrecorded / forwards, 3),
+        "fail_localised_over_two_forwards": round(failed / forwards, 3),
         "alignment_share_of_diff": round(aligned / diffed, 3),
     }
 

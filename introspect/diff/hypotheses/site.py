@@ -59,19 +59,27 @@ def _parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in module.named_parameters()}
 
 
+class _Seen(Exception):
+    """The block's input was taken: the rest of the forward is not needed."""
+
+
 def _capture_input(model: torch.nn.Module, module: torch.nn.Module,
                    inputs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+    """The input of ``module`` in a run of ``model`` (eval, no_grad), which stops there."""
     seen: list[torch.Tensor] = []
 
     def hook(_module, args, kwargs):
         value = args[0] if args else kwargs.get("hidden_states")
         if isinstance(value, torch.Tensor) and not seen:
             seen.append(value.detach())
+            raise _Seen
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
     try:
         with torch.no_grad():
             model(**model_kwargs(model, inputs))
+    except _Seen:
+        pass
     finally:
         handle.remove()
     return seen[0] if seen else None
