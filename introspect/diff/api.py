@@ -266,7 +266,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         if truths:
             sums = weight_sums(candidate)
             with _switches_named(switched, candidate_label), \
-                    capture_calls(candidate) as cand_calls:
+                    capture_calls(candidate, share=ref_calls) as cand_calls:
                 cand_truth = run_truth(candidate, accepted_inputs(candidate, cand_tensors),
                                        grad_calls=2, inference=not _holds_script(candidate),
                                        lean=not _compiled(candidate))

@@ -17,6 +17,13 @@ place bumps its version counter, and such a value is dropped (``ModuleCall.input
 ``outputs`` hold only values whose version did not move). Only the first call with autograd
 on and the first under ``no_grad`` are kept (``inference_mode`` tensors have no versions).
 
+Held, those references keep every module's values of a forward alive. A value equal bit for
+bit to one kept already (the ``no_grad`` call's repeat of the autograd call's, or, with
+``share``, a candidate's value equal to the reference's) is kept as that one tensor, in its
+leaf and in the call's arguments alike, so the repeat's memory is freed when the model lets
+go of it: a close port's calls cost about one forward's values, not four
+(``benchmarks.diff_peak``).
+
 Example::
 
     >>> with capture_calls(model) as calls:
@@ -88,11 +95,44 @@ class Calls:
         return [c for c in self.calls if c.mode == mode]
 
 
+class _Known:
+    """Values kept already, found again by a probe of a few elements, then bit for bit."""
+
+    _PROBE = 16
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[object, ...], list[torch.Tensor]] = {}
+
+    def add(self, leaves: list[Leaf]) -> None:
+        for leaf in leaves:
+            if leaf.unchanged():
+                self.by_key.setdefault(self._key(leaf.value), []).append(leaf.value)
+
+    def same(self, value: torch.Tensor) -> torch.Tensor | None:
+        """A kept tensor laid out as ``value`` and equal to it bit for bit, if any."""
+        for known in self.by_key.get(self._key(value), []):
+            if known is value or torch.equal(known, value):
+                return known
+        return None
+
+    def _key(self, t: torch.Tensor) -> tuple[object, ...]:
+        flat = t.reshape(-1) if t.is_contiguous() else t.flatten()
+        picks = torch.linspace(0, max(flat.numel() - 1, 0), min(flat.numel(), self._PROBE),
+                               device=flat.device).long()
+        probe = flat[picks].detach().cpu().double().nan_to_num(0.0, 0.0, 0.0) + 0.0
+        return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device,
+                probe.numpy().tobytes())
+
+
 class _Hooks:
-    def __init__(self, model: torch.nn.Module, found: Calls) -> None:
+    def __init__(self, model: torch.nn.Module, found: Calls,
+                 share: Calls | None = None) -> None:
         self.names = {id(m): name for name, m in model.named_modules()}
         self.root = id(model)
         self.found = found
+        self.known = _Known()
+        for call in share.calls if share is not None else ():
+            self.known.add(call.inputs + call.outputs)
         self.lock = threading.Lock()
         self.mode: str | None = None  # the plain call being kept, if any
         self.kept: set[str] = set()
@@ -135,14 +175,30 @@ class _Hooks:
         edited = before is not None and any(
             a.version != b.version for a, b in zip(before, inputs, strict=False))
         with self.lock:
+            if not edited:
+                inputs = self._shared(inputs)
+            outputs = self._shared(outputs)
+            swaps = {leaf.path: leaf.value for leaf in inputs}
             self.order += 1
             self.found.calls.append(ModuleCall(
                 name, module, self.mode, torch.is_grad_enabled(),
-                _detached(args), dict(_detached(dict(kwargs or {}))),
+                _detached(args, "args", swaps),
+                dict(_detached(dict(kwargs or {}), "kwargs", swaps)),
                 [] if edited else inputs, outputs, self.order,
                 threading.get_ident() != self.thread, edited, started))
         if key == self.root:
             self.mode = None
+
+    def _shared(self, leaves: list[Leaf]) -> list[Leaf]:
+        """``leaves``, each equal to a value kept already holding that value (memory)."""
+        kept = []
+        for leaf in leaves:
+            same = self.known.same(leaf.value) if not _wrapped(leaf.value) else None
+            if same is not None and same is not leaf.value:
+                leaf = Leaf(leaf.path, same, same._version, leaf.tracked)
+            kept.append(leaf)
+        self.known.add(kept)
+        return kept
 
     def _start(self) -> None:
         if torch.is_inference_mode_enabled():
@@ -155,10 +211,14 @@ class _Hooks:
 
 
 @contextlib.contextmanager
-def capture_calls(model: torch.nn.Module) -> Iterator[Calls]:
-    """Keep what each of ``model``'s modules saw in the plain calls made inside."""
+def capture_calls(model: torch.nn.Module, share: Calls | None = None) -> Iterator[Calls]:
+    """Keep what each of ``model``'s modules saw in the plain calls made inside.
+
+    ``share``: another model's calls (the reference's): a value equal to one of theirs bit
+    for bit is kept as theirs.
+    """
     found = Calls(model)
-    hooks = _Hooks(model, found)
+    hooks = _Hooks(model, found, share)
     pre = torch.nn.modules.module.register_module_forward_pre_hook(hooks.pre)
     post = torch.nn.modules.module.register_module_forward_hook(hooks.post, with_kwargs=True)
     try:
@@ -202,16 +262,20 @@ def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
     return found
 
 
-def _detached(value: Any) -> Any:
-    """``value`` with its tensors detached (a rerun must not join the plain call's graph)."""
+def _detached(value: Any, path: str = "", swaps: Mapping[str, torch.Tensor] | None = None,
+              ) -> Any:
+    """``value`` with its tensors detached (a rerun must not join the plain call's graph),
+    each one a leaf holds at ``path`` replaced by the leaf's value (``swaps``)."""
     if isinstance(value, torch.Tensor):
+        if swaps and path in swaps:
+            return swaps[path]
         return value if _wrapped(value) else value.detach()
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_detached(v) for v in value)
+        return tuple(_detached(v, f"{path}.{i}", swaps) for i, v in enumerate(value))
     if isinstance(value, list):
-        return [_detached(v) for v in value]
+        return [_detached(v, f"{path}.{i}", swaps) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
+        return {k: _detached(v, f"{path}.{k}", swaps) for k, v in value.items()}
     return value
 
 

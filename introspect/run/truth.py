@@ -184,12 +184,21 @@ def identical(a: Any, b: Any) -> bool:
         return a is None and b is None
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a is b or torch.equal(a, b):  # (equal: no NaN on either side; most calls end here)
-        return True
+    if a is b or same_view(a, b) or torch.equal(a, b):  # (equal: no NaN on either side;
+        return True  # most calls end here)
     if a.is_floating_point() or a.is_complex():
         return bool(torch.equal(a.nan_to_num(), b.nan_to_num())
                     and torch.equal(a.isnan(), b.isnan()))
     return bool(torch.equal(a, b))
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same elements of the same memory (two detached views of one value)."""
+    return a.device == b.device and a.dtype == b.dtype and not a.is_meta \
+        and a.layout == torch.strided and b.layout == torch.strided \
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() \
+        and a.storage_offset() == b.storage_offset() and a.stride() == b.stride() \
+        and a.shape == b.shape and a.untyped_storage().data_ptr() != 0
 
 
 def _order(outputs: Mapping[str, Any], name: str) -> int:
@@ -228,4 +237,4 @@ def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[
 
 
 __all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "checksum",
-           "edited_weights", "identical", "run_truth", "weight_sums"]
+           "edited_weights", "identical", "run_truth", "same_view", "weight_sums"]
