@@ -152,11 +152,11 @@ def test_a_port_not_the_same_when_run_again_has_no_local_backward_and_fails():
     assert not result.backward.passed and not result.passed
     assert any("run again for the local backwards of its gradients, computed otherwise" in n
                for n in result.backward.notes), result.summary()
-    # four plain calls, the recorded one, the one run again for the local backwards, and
-    # module evidence's one run of the model on its inputs rounded once more (its budget:
-    # the model's own call is its only module, see test_module_evidence's scripted MLP;
-    # the run on the reference's inputs is its own plain call, taken them bit for bit)
-    assert port.calls == 7
+    # four plain calls, the recorded one and the one run again for the local backwards;
+    # module evidence runs the model no more (its only module is the model's own call,
+    # which took the reference's inputs bit for bit and is within its rounding floor:
+    # no run on inputs rounded once more, ``modules.local``)
+    assert port.calls == 6
     assert result.first_divergence.phase == "backward"  # not the noise run's drift
 
 

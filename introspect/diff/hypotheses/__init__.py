@@ -187,7 +187,7 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
                   few_quantity, context.atol, context.rtol, slack=_LOOSER * SLACK,
                   better=_LOOSER * BETTER, base_within=False)
     dropped = set()
-    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(few)):
+    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(few) if h.by_row):
         try:
             value = few_quantity.layout(hypothesis.run()[quantity.name])
         except (RuntimeError, KeyError, IndexError):

@@ -32,7 +32,8 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                      "repeated per head with repeat() where the heads were folded into the "
                      "batch row by row, which needs repeat_interleave())",
                      "masking the reference's heads so",
-                     lambda: run_layer(site, LayerOptions(mask="repeat")), "mask")
+                     lambda: run_layer(site, LayerOptions(mask="repeat")), "mask",
+                     by_row=False)
     for fill in _FILLS:
         for added in (True, False):
             yield Hypothesis(

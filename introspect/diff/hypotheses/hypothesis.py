@@ -19,6 +19,9 @@ class Hypothesis:
     how: str  # "swapping them in the reference"
     run: Callable[[], dict[str, torch.Tensor]]  # the block's intermediates under the variant
     family: str = ""  # e.g. "attention"; hypotheses of one family exclude one another
+    # each row of the batch computed from its own inputs alone (False: the variant mixes
+    # rows, so a few rows cannot stand for the batch: ``hypotheses._pruned`` keeps it)
+    by_row: bool = True
 
 
 def run_layer(site: Site, options: LayerOptions | None = None,
