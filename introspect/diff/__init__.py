@@ -11,7 +11,9 @@ its parts, in the order of the flow (shared/DESIGN.md):
 - ``tables``: one row per pair or leftover node, one per layer;
 - ``hypotheses/``: the likely causes of a divergence (tier 4), ``hints`` among them;
 - ``records`` and ``result``: the frozen rows and ``DiffResult``;
-- ``api``: ``diff()`` itself.
+- ``options``: ``diff()``'s keyword arguments in groups (budgets, mode, devices, tables);
+- ``flow/``: ``diff()``'s steps, in their order, sharing one ``DiffState``;
+- ``api``: ``diff()`` itself, a short sequence of those steps.
 
 Import from the modules (``from introspect.diff.api import diff``); ``introspect.diff``
 itself is the function, never this package.

@@ -11,14 +11,16 @@ import pytest
 
 from tests.adversarial.corpus import port
 
-api = importlib.import_module("introspect.diff.api")
+# the steps of diff() that record the reference and explain (``introspect.diff.flow``)
+reference_steps = importlib.import_module("introspect.diff.flow.reference")
+op_level_steps = importlib.import_module("introspect.diff.flow.op_level")
 
 
 @pytest.fixture
 def recorded(monkeypatch):
     """How many times each model was recorded (``record_for_diff``) and explained."""
     counts = {"recordings": 0, "explanations": 0}
-    record, explain = api.record_for_diff, api.explain
+    record, explain = reference_steps.record_for_diff, op_level_steps.explain
 
     def counted_record(*args, **kwargs):
         counts["recordings"] += 1
@@ -28,8 +30,8 @@ def recorded(monkeypatch):
         counts["explanations"] += 1
         return explain(*args, **kwargs)
 
-    monkeypatch.setattr(api, "record_for_diff", counted_record)
-    monkeypatch.setattr(api, "explain", counted_explain)
+    monkeypatch.setattr(reference_steps, "record_for_diff", counted_record)
+    monkeypatch.setattr(op_level_steps, "explain", counted_explain)
     return counts
 
 

@@ -1,0 +1,132 @@
+"""The candidate's side of the flow: built once the reference's truth is taken (with the
+process-wide switches its build flips read and named), its plain calls, and the outputs
+judged against the reference's: the verdict every later step refines."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from introspect.diff import devices
+from introspect.diff.flow.reference import reference_again
+from introspect.diff.flow.state import (
+    DiffState,
+    compiled,
+    copies,
+    holds_script,
+    training_modes,
+    training_note,
+)
+from introspect.diff.ops.explain import accepted_inputs, model_dtypes
+from introspect.diff.outputs import NoOutputPairs
+from introspect.diff.records import STATUS_FAIL
+from introspect.errors import InputError
+from introspect.models.ports import describe_changes
+from introspect.run import switches
+from introspect.run.capture import capture_calls
+from introspect.run.truth import edited_weights, run_truth, weight_sums
+
+
+def build_candidate(state: DiffState) -> None:
+    """The candidate built (a ``Deferred`` one: after the reference's truth, so that its
+    code cannot have touched it), the switches its build flipped read, the reference
+    checked under them before anything replays it; then both models in eval mode, their
+    training modes noted, the candidate's inputs on its device, and its dtypes read."""
+    if state.deferred is not None:
+        state.before_build = switches.snapshot()
+        state.candidate = state.deferred.build()
+        state.switched = switches.flipped(state.before_build, switches.snapshot())
+        if state.switched and state.ref_truth is not None:  # before anything replays the reference
+            reference_again(state)
+        state.placement = devices.place(state.reference, state.candidate)  # nothing moves
+    assert state.placement is not None
+    state.cand_tensors = copies(devices.to_device(state.tensors,
+                                                  state.placement.candidate_device))
+    state.modes["candidate"] = training_modes(state.candidate)
+    state.notes = [training_note(side, training) for side, training in state.modes.items()
+                   if any(training.values())]
+    state.candidate.eval()
+    state.candidate_dtypes = sorted(model_dtypes(state.candidate))  # qint8: int8 Linears
+
+
+def take_candidate_truth(state: DiffState) -> None:
+    """The candidate's plain calls (twice: a forward that changes between calls shows it)
+    and what each of its modules saw, with a forward that edits its own weights named;
+    after the reference's truth and any float64 recording of it."""
+    candidate = state.candidate
+    sums = weight_sums(candidate)
+    with _switches_named(state.switched, state.candidate_label), \
+            capture_calls(candidate, share=state.ref_calls) as cand_calls:
+        state.cand_truth = run_truth(candidate, accepted_inputs(candidate, state.cand_tensors),
+                                     grad_calls=2, inference=not holds_script(candidate),
+                                     lean=not compiled(candidate))
+    state.cand_calls = cand_calls
+    edited = edited_weights(sums, weight_sums(candidate))
+    if edited:  # named as such, not as dropout or a weight left unloaded
+        shown = describe_changes(edited, most=3)
+        state.notes.append(f"the {state.candidate_label}'s forward edits its own weights "
+                           f"({shown}): they changed during its calls, so each call computes "
+                           "with other values")
+
+
+def judge_outputs(state: DiffState) -> None:
+    """The outputs of the two plain calls compared (``diff.outputs``): the verdict, which
+    every later step refines, so it comes right after the candidate's calls. Outputs that
+    cannot be paired are kept to raise after the recording's notes; a build that flipped
+    switches is judged once more with them put back."""
+    assert state.ref_truth is not None and state.placement is not None
+    state.judge_dtypes = [*model_dtypes(state.original_reference), *state.candidate_dtypes,
+                          *devices.rounding_dtypes(state.placement, state.reference,
+                                                   state.candidate)]
+    try:
+        state.verdict = state.judge(state.cand_truth)
+        state.notes += state.verdict.notes
+    except NoOutputPairs as e:  # the alignment's words first (other sizes, ...)
+        state.unpaired, state.truths = e, False
+    if state.switched and state.verdict is not None:
+        state.notes.append(_judged_with_switches_back(state))
+
+
+def _judged_with_switches_back(state: DiffState) -> str:
+    """The candidate called once more with every switch its build flipped put back, judged
+    like its other calls (``run.switches``): the note that says so."""
+    verdict, switched, label = state.verdict, state.switched, state.candidate_label
+    candidate = state.candidate
+    inputs = accepted_inputs(candidate, state.cand_tensors)
+    shown = switches.describe(switched)
+    with switches.put_back(state.before_build):
+        again = run_truth(candidate, inputs, lean=not compiled(candidate))
+    judged = state.judge(again)
+    if judged.passed:
+        return (f"the {label}'s build switched {shown} for the whole process: the reference "
+                "computes the same under it (checked again), and the candidate, called once "
+                "more with it put back, agrees too")
+    verdict.passed = False
+    verdict.reasons.append("rests on a switch its build flipped")
+    verdict.rows += [dataclasses.replace(r, call=f"{r.call}, {', '.join(switched)} put back")
+                     for r in judged.rows if r.status == STATUS_FAIL]  # what decided
+    worst = judged.worst_failing()
+    where = f" ({worst.reference_output} off by {worst.max_abs_err:.3g})" if worst else ""
+    return (f"the {label}'s build switched {shown} for the whole process, and with it put "
+            f"back the candidate's outputs part from the reference's{where}: its parity "
+            "rests on the switch")
+
+
+@contextlib.contextmanager
+def _switches_named(switched: Mapping[str, Any], label: str) -> Iterator[None]:
+    """A candidate that cannot run under the switches its build flipped: said so, naming
+    them (its class may share the reference's name: the error would read as the
+    reference's)."""
+    try:
+        yield
+    except InputError as e:
+        if not switched:
+            raise
+        cause = str(e).split(". ")[0].rstrip(".")
+        raise InputError(f"the {label}'s build switched {switches.describe(switched)} for "
+                         f"the whole process, and it cannot run so: {cause}") from e
+
+
+__all__ = ["build_candidate", "judge_outputs", "take_candidate_truth"]

@@ -1,0 +1,76 @@
+"""The backward's part in the flow (``introspect.diff.backward``): one recorded forward per
+side serves both comparisons where it can; the reference's backward runs before the
+candidate is built; the gradients are compared once the forward is explained."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from introspect.diff.flow.state import DiffState, copies
+from introspect.errors import InputError
+
+
+def one_forward_for_both(state: DiffState) -> Any:
+    """``record_with_gradients`` where the backward diff can go on from the forward diff's
+    recordings (not with a float64 reference, nor with recordings made already)."""
+    mode = state.options.mode
+    if not mode.backward or state.options.budgets.noise_budget or mode.recordings is not None:
+        return None
+    _check_loss(mode.loss)
+    from introspect.diff.backward.record import record_with_gradients
+
+    return record_with_gradients
+
+
+def gradients_now(state: DiffState) -> None:
+    """The reference's backward, on the forward its recording ran; the recording lets go
+    of it, and the backward of its values and autograd graph (memory: they would be held
+    beside the candidate's whole run; the local backwards of a failing gradient run the
+    reference's forward again, checked the same: ``backward.parity.reference_again``)."""
+    from introspect.diff.backward.parity import backward_loss
+
+    assert state.ref_side is not None
+    state.loss_inputs = copies(state.ref_tensors)
+    graph, accepted, recording = state.ref_side
+    run, recording.run = recording.run, None
+    _, loss_fn = backward_loss(state.reference, accepted, state.options.mode.loss,
+                               state.loss_inputs)
+    state.ref_gradients = run.backward(loss_fn, keep_values=False)
+
+
+def compare_gradients(state: DiffState) -> None:
+    """Gradient parity (``introspect.diff.backward``) when asked for (``state.gradients``;
+    None without backward). After the forward's node rows, since the backward reads each
+    pair's forward status; before the verdict is settled, which joins the gradients'."""
+    mode, explanation, budgets = state.options.mode, state.explanation, state.options.budgets
+    if not mode.backward:
+        if mode.loss is not None:
+            raise InputError("loss= is used only with backward=True")
+        state.gradients = None
+        return
+    if explanation.graph is None:
+        raise InputError("backward=True compares gradients node by node, and the candidate "
+                         "could not be recorded (see the notes); diff it without backward")
+    _check_loss(mode.loss)
+    from introspect.diff.backward import backward_diff
+
+    state.gradients = backward_diff(
+        state.original_reference, state.candidate, copies(state.ref_side[1]),
+        copies(explanation.cand_inputs or {}),
+        explanation.alignment, state.ref_side[0], explanation.graph, state.tolerance,
+        loss=mode.loss, noise_budget=budgets.noise_budget,
+        attention_mask=state.tensors.get("attention_mask"),
+        forward_status={r.reference_node: r.status for r in state.rows
+                        if r.reference_node and r.candidate_node},
+        allow_nonfinite=budgets.allow_nonfinite, reference_gradients=state.ref_gradients,
+        candidate_run=getattr(explanation.recording, "run", None),
+        loss_inputs=state.loss_inputs)
+
+
+def _check_loss(loss: Any) -> None:
+    if loss is not None and not callable(loss):
+        raise InputError(f"loss must be a callable loss(outputs, inputs) -> scalar, got "
+                         f"{type(loss).__name__}")
+
+
+__all__ = ["compare_gradients", "gradients_now", "one_forward_for_both"]

@@ -1,0 +1,100 @@
+"""Module evidence (tier 2, ``introspect.diff.modules``) in the flow: judged before any
+recording where a PASS may rest on it alone, else after the op-level explanation, whose
+faithfulness its coverage needs; then joined with the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from introspect.diff import devices
+from introspect.diff.flow.reference import reference_again
+from introspect.diff.flow.state import DiffState
+from introspect.diff.modules import ModuleEvidence, gather_module_evidence
+from introspect.diff.modules.accounted import unaccounted
+from introspect.diff.modules.evidence import coverage
+from introspect.diff.modules.tables import modules_only
+from introspect.diff.quantized import INT8
+from introspect.run import footprint
+
+MODULES_ONLY_NOTE = (
+    "no op-level recording: the outputs and module evidence prove this PASS (every module "
+    "within its budget, and every value between them the reference's own or a judged "
+    "module's); for node tables pass nodes=True (introspect diff: --out or --nodes)")
+
+
+def pass_without_recording(state: DiffState) -> None:
+    """Where no node tables are asked for and the outputs pass: module evidence first, and
+    a PASS it proves (every module within budget, every value between them accounted
+    for) needs no recording (``state.fast``). After the outputs are judged, before the
+    reference would be recorded."""
+    assert state.placement is not None  # (placed when the candidate was built)
+    state.device_rounding = devices.rounding_dtypes(state.placement, state.reference,
+                                                    state.candidate)
+    verdict = state.verdict
+    state.early = state.later and verdict is not None and verdict.passed \
+        and not state.switched and INT8 not in state.candidate_dtypes
+    if not state.early:
+        return
+    # module evidence first: with it, the PASS may need no recording
+    ref_calls, cand_calls = state.ref_calls, state.cand_calls
+    state.module_evidence = gather_module_evidence(
+        ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
+        rounding=state.device_rounding)
+    if _unproven(state.module_evidence, ref_calls, cand_calls):
+        return
+    state.notes += state.module_evidence.notes
+    state.notes.append(MODULES_ONLY_NOTE)
+    ref_calls.calls.clear()  # the values are let go: memory
+    cand_calls.calls.clear()
+    if state.before_candidate is None or footprint.moved(state.before_candidate,
+                                                         state.original_reference):
+        reference_again(state)
+    state.fast = modules_only(state.module_evidence)
+
+
+def join_module_evidence(state: DiffState) -> None:
+    """Module evidence joined with the explained verdict: its coverage (which needed the
+    recordings' faithfulness and where they part), or the modules judged now; a failing
+    module lets the explanation confirm a guess inside it; then ``ModuleEvidence.join``.
+    After the truth divergence: a failing module may name a node where it named none."""
+    # Module evidence (tier 2): each module of the candidate's plain calls on the
+    # reference's inputs to it, against a budget from its own rounding noise.
+    ref_calls, cand_calls = state.ref_calls, state.cand_calls
+    if state.early:  # judged before the recording: only its coverage waited for it
+        state.module_evidence.uncovered = coverage(cand_calls, state.module_evidence.rows,
+                                                   state.faithful, state.parted)
+        ref_calls.calls.clear()  # the values are let go: memory
+        cand_calls.calls.clear()
+    elif state.truths:
+        state.module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
+            ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
+            state.parted, rounding=state.device_rounding)
+    evidence, explanation = state.module_evidence, state.explanation
+    state.notes += evidence.notes
+    if explanation.confirm_inside is not None and not evidence.passed \
+            and (state.divergence is None or state.divergence.layer == "outputs"):
+        # a failing module proves its fault: a guess inside it may name the node
+        confirmed, inside = explanation.confirm_inside(
+            {r.reference_module for r in evidence.smallest_failing()})
+        if inside is not None:
+            state.rows, state.divergence = confirmed, inside
+    state.passed, state.divergence = evidence.join(state.passed, state.divergence,
+                                                   state.faithful)
+
+
+def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:
+    """Why a PASS cannot rest on module evidence alone ([]: it can)."""
+    if not evidence.passed:
+        return ["a module is over its budget"]
+    if evidence.uncovered:
+        return ["a region the recording could not see"]
+    if evidence.notes:
+        return evidence.notes
+    if evidence.unrelated:  # a weight of its own: a module over it may still agree
+        return [f"weights that hold none of the reference's ({', '.join(evidence.unrelated[:3])})"]
+    if not any(r.status == "ok" for r in evidence.rows):
+        return ["no module evidence"]
+    return unaccounted(ref_calls, cand_calls, evidence.rows)
+
+
+__all__ = ["MODULES_ONLY_NOTE", "join_module_evidence", "pass_without_recording"]

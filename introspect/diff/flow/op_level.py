@@ -1,0 +1,128 @@
+"""Op evidence (tier 3, ``introspect.diff.ops``) in the flow: the candidate recorded and
+replayed beside the reference's recording, the recordings held to the plain calls, int8
+outputs explained, and the verdict settled with the divergence the truth runs name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from introspect.diff.flow.state import DiffState
+from introspect.diff.int8_outputs import explained_by_int8
+from introspect.diff.ops.eager import record_forward
+from introspect.diff.ops.explain import accepted_inputs, explain
+from introspect.diff.ops.faithful import (
+    faithful_recordings,
+    recorded_call_verdict,
+    truth_divergence,
+)
+from introspect.diff.quantized import INT8
+from introspect.diff.records import STATUS_FAIL
+from introspect.run.boundaries import where_paths_part
+
+
+def explain_ops(state: DiffState) -> None:
+    """The full path: the candidate recorded, aligned with the reference's recording and
+    replayed beside it, pair by pair (``ops.explain``): the node rows and their first
+    divergence. Once the reference's recording is made; outputs that could not be paired
+    are raised only now, after the alignment's notes say why."""
+    options = state.options
+    assert state.ref_side is not None  # (recorded above where the fast path was not taken)
+    gradients_with, candidate = state.gradients_with, state.candidate
+    state.explanation = explanation = explain(
+        state.ref_side, candidate, state.tensors, state.candidate_label, state.keywords[1],
+        state.tolerance, state.noise, state.candidate_dtypes, name_map=options.tables.name_map,
+        allow_nonfinite=options.budgets.allow_nonfinite,
+        forward_keywords=options.mode.forward_keywords,
+        noise_budget=options.budgets.noise_budget, reference=state.reference,
+        raise_errors=state.verdict is None,
+        agreeing_outputs=(),  # see docs/verdict.md: not yet sound
+        placement=state.placement, recording=state.recorded_already[1],
+        original_reference=state.original_reference,
+        recorder=gradients_with if gradients_with is not None
+        and getattr(candidate, "_orig_mod", None) is None
+        else record_forward)
+    state.notes += explanation.notes
+    if state.unpaired is not None:
+        raise state.unpaired
+    state.rows = explanation.rows
+    state.divergence = explanation.divergence
+    state.explained_passed = state.divergence is None \
+        and not any(r.status == STATUS_FAIL for r in state.rows) and not explanation.unfaithful
+
+
+def hold_recordings_to_truth(state: DiffState) -> None:
+    """Each recording held to its model's plain calls (``ops.faithful``): where one does
+    not reproduce them, node-level values decide nothing; the recording, one more call of
+    the candidate, judged like the others. Right after the explanation made them."""
+    if not state.truths:
+        return
+    assert state.ref_truth is not None and state.verdict is not None
+    verdict, explanation = state.verdict, state.explanation
+    state.faithful, faith_notes, state.parted = faithful_recordings(
+        state.ref_truth, state.ref_side[2], state.cand_truth, explanation.recording,
+        state.candidate, accepted_inputs(state.candidate, state.cand_tensors), state.labels,
+        state.options.budgets.noise_budget)
+    state.notes += faith_notes
+    late = recorded_call_verdict(state.judge, state.cand_truth, explanation.recording,
+                                 state.candidate_label)
+    if verdict.passed and late is not None:  # another call of its, over budget
+        verdict.passed, state.random = False, True
+        verdict.reasons.append("changes from call to call")
+        state.notes.append(late)
+
+
+def explain_int8_outputs(state: DiffState) -> None:
+    """Outputs over budget while every pair, the int8 Linears included, is within its own:
+    the reference run with the candidate's int8 Linears in place of its float ones
+    (``int8_outputs``) may compute the candidate's outputs, and then the verdict is its.
+    Once the node rows are known, before the backward and the settled verdict."""
+    verdict, explanation = state.verdict, state.explanation
+    if verdict is None or verdict.passed or not state.explained_passed \
+            or explanation.graph is None or INT8 not in state.candidate_dtypes:
+        return
+    explained = explained_by_int8(
+        verdict, state.original_reference, state.candidate, state.cand_truth,
+        explanation.alignment.relations, state.ref_accepted,
+        lambda ref, cand: state.judge(cand, ref), state.labels)
+    if explained is not None:  # the hybrid reference computes the candidate's outputs
+        state.verdict = explained
+        state.notes.append(explained.notes[-1])
+    else:
+        state.notes.append(_int8_outputs_note(verdict))
+
+
+def settle_verdict(state: DiffState) -> None:
+    """The verdict from the outputs and the node rows together, and where a failing truth
+    run diverges when the rows cannot say (``truth_divergence``; it may run the candidate
+    once more to find where the paths part, and so keeps its place after the backward's
+    calls). Before module evidence is joined; the gradients' verdict joins in the result."""
+    verdict, explanation, truths = state.verdict, state.explanation, state.truths
+    if verdict is None:
+        state.passed = state.explained_passed
+    elif explanation.graph is not None and state.faithful:
+        state.passed = verdict.passed and state.explained_passed
+    else:
+        state.passed = verdict.passed
+    state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
+    if verdict is not None and not verdict.passed \
+            and (state.divergence is None or (not state.faithful and not state.random)):
+        # (a forward that changes from call to call cannot be reproduced by any
+        # recording: its node-level divergence, dropout's hint and all, stands)
+        if state.parted is None:  # where a plain call leaves the recorded path, if anywhere
+            state.parted = where_paths_part(state.candidate,
+                                            accepted_inputs(state.candidate, state.cand_tensors))
+        state.divergence = truth_divergence(verdict, state.parted,
+                                            explanation.alignment.relations)
+
+
+def _int8_outputs_note(verdict: Any) -> str:
+    """Int8 Linears within their budget everywhere, the outputs beyond what they explain."""
+    worst = max((r.max_abs_err or 0.0 for r in verdict.rows), default=0.0)
+    return (f"every pair is within its budget (the int8 Linears within what int8 rounding "
+            f"explains), yet the outputs move by up to {worst:.3g}, more than the reference "
+            "run with the candidate's int8 Linears in place of its float ones reproduces: "
+            "something outside the Linears differs (--atol widens the outputs' budget only)")
+
+
+__all__ = ["explain_int8_outputs", "explain_ops", "hold_recordings_to_truth",
+           "settle_verdict"]
