@@ -206,6 +206,10 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
             and b.value.is_floating_point()]
     if not same or value.numel() == 0:
         return None
+    exact = _equal_one(value, same)
+    if exact is not None:  # (most values of a close port): no other boundary can be nearer,
+        # and none counts against it (CLEAR x 0)
+        return Match(leaf.path, exact, 0.0, _scale_of(exact))
     sample = _sample_index(value.numel())
     mine = value.reshape(-1)[sample].double().cpu()
     tables = {id(b.samples) for b in same}
@@ -228,6 +232,29 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     if others and not min(others) >= CLEAR * best:
         return None
     return Match(leaf.path, chosen, best, scale)
+
+
+def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary]) -> Boundary | None:
+    """The first of ``boundaries`` equal to ``value`` bit for bit (a few elements compared
+    first; the capture kept a repeat as the value itself: no elements read at all)."""
+    key = _probe(value)
+    for b in boundaries:
+        known = b.samples.probe(b.value) if b.samples is not None else _probe(b.value)
+        if known == key and b.value.dtype == value.dtype and b.value.device == value.device \
+                and (same_view(b.value, value) or torch.equal(b.value, value)):
+            return b
+    return None
+
+
+_PROBE = 16
+
+
+def _probe(value: torch.Tensor) -> bytes:
+    """A few elements of ``value`` (NaN read as 0), in order: equal values probe equal."""
+    flat = value.detach().reshape(-1)
+    picks = torch.linspace(0, flat.numel() - 1, min(flat.numel(), _PROBE),
+                           device=flat.device).long()
+    return flat[picks].cpu().double().nan_to_num(0.0, 0.0, 0.0).numpy().tobytes()
 
 
 def _scale_of(boundary: Boundary) -> float:
@@ -273,6 +300,13 @@ class _Samples:
         self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
         self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
+        self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, _probe)
+
+    def probe(self, value: torch.Tensor) -> bytes:
+        known = self.probes.get(id(value))
+        if known is None or known[0] is not value:
+            known = self.probes[id(value)] = (value, _probe(value))
+        return known[1]
 
     def scale(self, value: torch.Tensor) -> float:
         known = self.scales.get(id(value))
