@@ -108,7 +108,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         done = files.describe_written(written_before)
-        sys.stderr.write(f"introspect {args.command}: interrupted; {done}\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: interrupted; {done}") + "\n")
         return 130
     except BaseException as e:  # user code's exit that slipped past ports.port_code, or a bug
         if os.environ.get("INTROSPECT_DEBUG"):
