@@ -84,8 +84,8 @@ _TEMP_STEM = 80  # characters of the target's name kept in a temp name (NAME_MAX
 
 # What to do about the errors users meet, by errno.
 _ADVICE = {
-    errno.ENOSPC: "the disk is full; free some space or write elsewhere",
-    errno.EDQUOT: "the disk quota is used up; free some space or write elsewhere",
+    errno.ENOSPC: "free some space or write elsewhere",  # the system's words say what failed
+    errno.EDQUOT: "free some space or write elsewhere",
     errno.EACCES: "permission denied; choose a place you can write to",
     errno.EPERM: "not permitted; choose a place you can write to",
     errno.EROFS: "the file system is read-only; write elsewhere",
@@ -148,11 +148,11 @@ def _committed(label: str) -> None:
 
 
 def describe_written(count: int) -> str:
-    """``"no file was written"`` or ``"wrote X and Y; nothing else was written"``."""
+    """``"no file was written"`` or ``"only X and Y were written"``."""
     written = written_since(count)
     if not written:
         return "no file was written"
-    return f"wrote {', '.join(written)}; nothing else was written"
+    return f"only {', '.join(written)} {'was' if len(written) == 1 else 'were'} written"
 
 
 # ----------------------------------------------------------------------------------------
@@ -411,7 +411,7 @@ def write_file(path: PathLike, data: Data) -> Path:
                 os.close(fd)
         _committed(name)
     else:
-        with _as_input_error(name, "; the previous file, if any, is unchanged"):
+        with _as_input_error(name, "; any previous file is unchanged"):
             _replace_atomically(target, payload, info, name)
     return Path(name)
 
@@ -651,8 +651,8 @@ def write_set(outputs: Sequence[tuple[PathLike, Data]],
             _rename_set([(t, n) for t, n, _, _ in targets], temps, removals)
         except OSError as e:
             shown = e.filename if isinstance(e.filename, str) else current
-            raise InputError(describe_os_error(e, shown) + "; the previous files, if any, "
-                             "are unchanged and nothing else was written") from e
+            raise InputError(describe_os_error(e, shown) + "; nothing was written (any "
+                             "previous files are unchanged)") from e
         finally:
             for temp in temps:
                 _discard(temp)
@@ -771,7 +771,8 @@ def write_folder(folder: PathLike, files: Mapping[str, Data],
         exists = real.is_dir()
         kept = "the previous reports in it are unchanged" if exists else "no report was written"
         with _as_input_error(name, f"; {kept}"):
-            _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({', '.join(files)})")
+            count = f"{len(files)} file{'s' if len(files) != 1 else ''}"  # a line's worth
+            _swap_in(real, payloads, exists, own, f"{name}{os.sep} ({count})")
     return [Path(name) / file_name for file_name in files]
 
 
@@ -1083,8 +1084,8 @@ def target_lock(real: Path, shown: str) -> Iterator[None]:
                 if time.monotonic() >= deadline:
                     raise InputError(
                         f"another introspect run is writing {shown!r} (it holds the lock "
-                        f"{str(path)!r}); nothing was written: wait for it to finish, or "
-                        f"write elsewhere") from None
+                        f"{path.name!r} beside it); nothing was written: wait for it to "
+                        f"finish, or write elsewhere") from None
                 time.sleep(_LOCK_POLL_S)
             locked = True
             held, now = os.fstat(fd), _lstat(path, shown)

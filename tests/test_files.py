@@ -87,7 +87,7 @@ def test_a_link_to_a_device_writes_through_and_stays_a_link(tmp_path):
 def test_a_replica_of_dev_full_is_one_line_and_survives(tmp_path):
     full = _device(tmp_path, "full", 1, 7)
     with pytest.raises(InputError, match=r"cannot write .*full': No space left on device "
-                                         r"\(ENOSPC\); the disk is full") as caught:
+                                         r"\(ENOSPC\); free some space") as caught:
         files.write_file(full, "x")
     assert "\n" not in str(caught.value)
     assert stat.S_ISCHR(os.lstat(full).st_mode)
@@ -158,8 +158,8 @@ def test_a_full_disk_is_one_line_and_the_old_file_stays(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(files, "_write_all", full)
-    with pytest.raises(InputError, match=r"d.json': No space left on device \(ENOSPC\); the "
-                                         r"disk is full.*previous file, if any, is unchanged"):
+    with pytest.raises(InputError, match=r"d.json': No space left on device \(ENOSPC\); free "
+                                         r"some space .*; any previous file is unchanged"):
         files.write_file(target, "new")
     assert target.read_text() == "old"
     assert _leftovers(tmp_path) == []
@@ -350,7 +350,7 @@ def test_the_journal_says_what_was_written(tmp_path):
     files.write_file(tmp_path / "a.json", "x")
     files.write_folder(tmp_path / "r", {"b.md": "y"})
     assert files.describe_written(mark) == (
-        f"wrote {tmp_path / 'a.json'}, {tmp_path / 'r'}/ (b.md); nothing else was written"
+        f"only {tmp_path / 'a.json'}, {tmp_path / 'r'}/ (1 file) were written"
     )
 
 
@@ -433,11 +433,11 @@ def test_a_really_full_disk_keeps_the_old_file_and_the_old_set(small_tmpfs):
 
 
 @pytest.mark.parametrize("code, advice", [
-    (errno.ENOSPC, "the disk is full"),
+    (errno.ENOSPC, "free some space or write elsewhere"),
     (errno.EACCES, "permission denied; choose a place you can write to"),
     (errno.EROFS, "the file system is read-only"),
     (errno.ENAMETOOLONG, "choose a shorter one"),
-    (errno.EDQUOT, "quota"),
+    (errno.EDQUOT, "free some space or write elsewhere"),
 ])
 def test_each_os_error_is_one_line_naming_the_file_and_what_to_do(tmp_path, monkeypatch,
                                                                   code, advice):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import stat
 import subprocess
@@ -24,6 +25,7 @@ import torch
 
 from introspect import scratch
 from introspect.cli.main import main
+from introspect.cli.refusal import one_line
 from introspect.errors import InputError
 from introspect.models.load import load_model
 
@@ -178,8 +180,13 @@ def hostile(request, good_checkpoint, tmp_path) -> tuple[str, Path, str]:
 def _one_line(stderr: str, command: str) -> str:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"introspect {command}: error: "), stderr
-    assert "Traceback" not in stderr
-    return lines[0].removeprefix(f"introspect {command}: error: ")
+    assert "Traceback" not in stderr and len(lines[0]) < 200
+    return lines[0]
+
+
+def _as_printed(error: BaseException, command: str) -> str:
+    """The API's message as the CLI prints it: one line, its long paths shortened."""
+    return one_line(f"introspect {command}: error: {error}")
 
 
 def test_the_hf_loader_and_the_cli_refuse_it_with_one_line(hostile, capsys):
@@ -188,10 +195,11 @@ def test_the_hf_loader_and_the_cli_refuse_it_with_one_line(hostile, capsys):
         load_model(str(folder))
     capsys.readouterr()
     assert main(["trace", "--model", str(folder)]) == 2
-    assert _one_line(capsys.readouterr().err, "trace") == str(caught.value)
+    line = _one_line(capsys.readouterr().err, "trace")
+    assert line == _as_printed(caught.value, "trace") and re.search(message, line)  # the problem
     assert main(["diff", "--model", "bert-tiny", "--candidate", "hf", "--candidate-model",
                  str(folder), "-q"]) == 2
-    assert _one_line(capsys.readouterr().err, "diff") == str(caught.value)
+    assert _one_line(capsys.readouterr().err, "diff") == _as_printed(caught.value, "diff")
     assert not (ROOT / "tests" / ".pickle-ran").exists()
 
 
@@ -205,7 +213,7 @@ def test_the_scratch_loader_and_the_cli_refuse_it_with_one_line(hostile, capsys)
     assert "\n" not in str(caught.value)
     capsys.readouterr()
     assert main(["diff", "--model", "bert-tiny", "--candidate-model", str(folder), "-q"]) == 2
-    assert _one_line(capsys.readouterr().err, "diff") == str(caught.value)
+    assert _one_line(capsys.readouterr().err, "diff") == _as_printed(caught.value, "diff")
     assert not (ROOT / "tests" / ".pickle-ran").exists()
 
 

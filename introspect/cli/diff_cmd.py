@@ -366,11 +366,11 @@ def _check_reference(before: Any, model: Any, what: str) -> None:
     """Raise when ``model`` no longer matches its fingerprint ``before`` (None: no port)."""
     if before is None:
         return
-    from introspect.models.ports import describe_changes, what_changed
+    from introspect.models.ports import CHANGES_WIDTH, describe_changes, what_changed
 
     changes = what_changed(before, _fingerprint(model), switches_too=False)  # diff() judges those
     if changes:
-        raise InputError(f"{what}: {describe_changes(changes)}")
+        raise InputError(f"{what}: {describe_changes(changes, width=CHANGES_WIDTH)}")
 
 
 def _render(result: Any, args: argparse.Namespace) -> dict[str, str]:

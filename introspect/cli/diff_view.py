@@ -37,8 +37,9 @@ def verdict_lines(result: Any) -> list[str]:
         lines += [f"  hint: {h}" for h in dict.fromkeys(d.hints)]
     backward = getattr(result, "backward", None)
     if backward is not None:  # --backward: its verdict, first divergence and hints
+        last = divergence_line(result)  # the backward's, where it decided: said last, once
         lines += [line for line in backward.summary().splitlines()
-                  if not line.startswith("note: ")]
+                  if not line.startswith("note: ") and line != last]
     return lines
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
+from introspect.cli.refusal import one_line
 from introspect.cli.version import VersionAction
 from introspect.errors import IntrospectError
 
@@ -40,54 +40,6 @@ class OneLineParser(argparse.ArgumentParser):
         sys.stderr.write(one_line(f"{self.prog}: error: {message} (see '{self.prog} --help')")
                          + "\n")
         raise SystemExit(EXIT_BAD_INPUT)
-
-
-LINE_LIMIT = 199  # characters of a refusal: a terminal's line or two, a CI log's last line
-LONG_VALUE = 160  # characters of a path or a quoted value past which it keeps only its ends
-# A quoted value: no space inside (else the quote closing one value and the next opening
-# one would pass for a value between them).
-_LONG_QUOTED = re.compile(rf"'([^'\s]{{{LONG_VALUE + 1},}})'")
-# A path in a message: from a slash to the next space, quote, bracket, comma or semicolon.
-_PATH = re.compile(rf"(?<![\w.~])(?:~|\.\.?)?/[^\s'\"(),;]{{{LONG_VALUE},}}")
-_PATH_TAIL = 40  # characters of a shortened path's end: its file and folder
-
-
-def one_line(text: str, *, cut: bool = True) -> str:
-    """A refusal as one line; over ``LINE_LIMIT`` characters, its long values shortened.
-
-    A value the user gave that is longer than ``LONG_VALUE`` (a path of 500 characters)
-    keeps its ends: a path its first folder and its file with the folder holding it, a
-    quoted value its first and last characters. ``cut``: a line still too long then loses
-    its middle, keeping its start (what failed) and its end (what to do next); the
-    package's own refusals are not cut (their words are the message: an API user reads
-    the same text in the exception).
-    """
-    line = " ".join(text.split())
-    if len(line) <= LINE_LIMIT:
-        return line
-    for path in sorted(set(_PATH.findall(line)), key=len, reverse=True):
-        line = line.replace(path, _shortened(path))
-    line = _LONG_QUOTED.sub(lambda m: f"'{m[1][:28]}…{m[1][-28:]}'", line)
-    if len(line) <= LINE_LIMIT or not cut:
-        return line
-    half = (LINE_LIMIT - 1) // 2
-    return line[:half] + "…" + line[-(LINE_LIMIT - 1 - half):]
-
-
-def _shortened(path: str) -> str:
-    """``/tmp/…/checkpoint/model.safetensors``: the first folder, then whole names at the
-    end within ``_PATH_TAIL`` characters, at least the last name (its last ``_PATH_TAIL``
-    characters where it is longer)."""
-    parts = path.split("/")
-    head, names = "/".join(parts[:2]), parts[2:]
-    if not names:
-        return path
-    tail = [names.pop()]
-    if len(tail[0]) > _PATH_TAIL:
-        tail = ["…" + tail[0][-_PATH_TAIL:]]
-    while names and len("/".join([names[-1], *tail])) <= _PATH_TAIL:
-        tail.insert(0, names.pop())
-    return "/".join([head, *(["…"] if names else []), *tail])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,19 +104,18 @@ def _run(argv: Sequence[str] | None) -> int:
         message = files.describe_failure(e) if isinstance(e, OSError) else str(e)
         if files.written_since(written_before):  # a later output failed: say what is done
             message += f" ({files.describe_written(written_before)})"
-        sys.stderr.write(one_line(f"introspect {args.command}: error: {message}", cut=False)
-                         + "\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: error: {message}") + "\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         done = files.describe_written(written_before)
-        sys.stderr.write(f"introspect {args.command}: interrupted; {done}\n")
+        sys.stderr.write(one_line(f"introspect {args.command}: interrupted; {done}") + "\n")
         return 130
     except BaseException as e:  # user code's exit that slipped past ports.port_code, or a bug
         if os.environ.get("INTROSPECT_DEBUG"):
             raise
         sys.stderr.write(one_line(f"introspect {args.command}: error: "
-                                  f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}",
-                                  cut=False) + "\n")
+                                  f"{_unexpected(e, sorted(set(ports.RAN) - ran_before))}")
+                         + "\n")
         return EXIT_BAD_INPUT
 
 

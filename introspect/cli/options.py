@@ -193,8 +193,8 @@ def guarded_loss(spec: str, loss: Any) -> Any:
         if added:
             _remove_hooks_since(before)
             raise InputError(f"--loss {spec!r} changed torch's global {', '.join(added)} "
-                             "(no verdict: they would run in every later forward, the "
-                             "candidate's too); a loss only computes from the outputs")
+                             "(every later forward would run them); no verdict: a loss only "
+                             "reads the outputs")
         return value
 
     run_loss.__name__ = getattr(loss, "__name__", "loss")

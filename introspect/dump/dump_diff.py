@@ -247,7 +247,7 @@ def check_inputs(inputs: Mapping[str, torch.Tensor], dump: Dump) -> list[str]:
             f"the dump's {name!r} differs from the reference's {expected_name}: at "
             f"{tuple(where)} the dump has {int(mine[tuple(where)])}, "
             f"the reference {int(expected[tuple(where)])}; diff a dump made from the same "
-            "inputs (the capture holds them)")
+            "inputs")
     if not checked:
         notes.append("the dump carries no token ids, so the inputs it was made from were not "
                      "checked; save them with the activations")

@@ -94,9 +94,9 @@ def read_gradients(path: str | os.PathLike[str]) -> Mapping[str, torch.Tensor]:
 
     source = Path(path)
     if not source.is_file():
-        raise InputError(f"no gradient file {_shown(source)}: write the gradients next to the "
-                         "dump as FILE.grads.safetensors or FILE.grads.npz (introspect capture "
-                         "--backward does for the reference)")
+        raise InputError(f"no gradient file {_shown(source)}: write FILE.grads.safetensors "
+                         "(or .npz) beside the dump (introspect capture --backward does, for "
+                         "the reference)")
     if source.suffix not in (".safetensors", ".npz"):
         raise InputError(f"gradient file {_shown(source)}: expected .safetensors or .npz")
     tensors = read_dump(source, what="gradient file").values

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import warnings
@@ -195,6 +196,12 @@ def check_model_source(source: str | os.PathLike[str] = DEFAULT_MODEL, *,
     return int(validate.bert_names(values).get("num_hidden_layers", 12))
 
 
+def _did_you_mean(name: str) -> str:
+    """`` (did you mean bert-base?)`` for a model name one typo away; else nothing."""
+    close = difflib.get_close_matches(name, MODEL_NAMES, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _checkpoint_folder(name: str) -> Path:
     """The folder ``name`` names, or the snapshot of a hub id in the local HF cache."""
     folder = Path(name)
@@ -204,10 +211,9 @@ def _checkpoint_folder(name: str) -> Path:
             raise ModelSourceError(f"checkpoint folder {name!r} does not exist")
         if cached is None:
             raise ModelSourceError(
-                f"unknown model {name!r}: not a model name ({', '.join(MODEL_NAMES)}), no such "
-                f"folder, and not in the local Hugging Face cache; introspect works offline and "
-                f"models are never downloaded: download it first (hf download "
-                f"{name}) or pass a checkpoint folder"
+                f"unknown model {name!r}: not a model name{_did_you_mean(name)} nor a folder, "
+                f"and not in the local Hugging Face cache; models are never downloaded: run hf "
+                f"download {name}"
             )
         folder = cached
     if not folder.is_dir() or not os.path.lexists(folder / "config.json"):
@@ -326,9 +332,9 @@ def _load_folder(folder: Path, source: str, head: str, attn: str) -> LoadedModel
         vocab = int(values.get("vocab_size", EMBEDDED_VOCAB))
         if vocab < EMBEDDED_VOCAB:
             raise ModelSourceError(
-                f"{folder} has no vocab.txt (WordPiece), and its vocab_size {vocab} is smaller "
-                f"than the embedded vocab's {EMBEDDED_VOCAB}: its own tokenizer (SentencePiece "
-                f"or BPE) is not supported; add a vocab.txt"
+                f"{folder} has no vocab.txt, and its vocab_size {vocab} is smaller than the "
+                f"embedded one's {EMBEDDED_VOCAB}: add a WordPiece vocab.txt (SentencePiece "
+                f"and BPE are not supported)"
             )
         notes.append(f"{folder} has no vocab.txt; using the embedded uncased vocab (WordPiece)")
     if family is not None and family.decoder:

@@ -76,7 +76,8 @@ def resolve_builder(spec: str) -> Callable[[LoadedReference], Any]:
     target: Any = module
     for part in name.split("."):  # build or Class.build
         if not hasattr(target, part):
-            raise InputError(f"port {spec!r}: {source} has no attribute {name!r}")
+            module_name = os.path.basename(source) if _is_file(source) else source
+            raise InputError(f"port {spec!r}: {module_name} has no attribute {name!r}")
         target = getattr(target, part)
     if not callable(target):
         raise InputError(f"port {spec!r}: {name} is a {type(target).__name__}, not a callable "
@@ -126,9 +127,9 @@ def build_port(spec: str, builder: Callable[[LoadedReference], Any],
         raise InputError(f"port {spec!r} raised {_one_line(e)}") from e
     changes = what_changed(before, fingerprint(reference.model), switches_too=False)
     if changes:
-        raise InputError(f"the port's build changed the reference: {describe_changes(changes)} "
-                         f"({spec}; a port leaves the reference as it found it: copy what "
-                         "it would change)")
+        raise InputError(f"the port's build changed the reference: "
+                         f"{describe_changes(changes, width=CHANGES_WIDTH)} ({spec}; copy what "
+                         "it changes)")
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"port {spec!r} returned a {type(model).__name__}, not a "
                          "torch.nn.Module")
@@ -167,7 +168,7 @@ def port_code(specs: Sequence[str], where: str, kind: str = "port") -> Iterator[
                 raise
             spec = _blamed(specs, e.__traceback__)
             raise PortStopped(f"{kind} {spec!r} {_exit_described(e)} {where}; no verdict "
-                             "(a port returns or raises an Exception, it never exits)") from e
+                             "(a port must return or raise, never exit)") from e
 
 
 RAN: set[str] = set()  # every spec whose code ran in this process (for the CLI's wording)
@@ -404,7 +405,7 @@ def what_changed(before: Fingerprint, after: Fingerprint, *,
             continue
         new_dtype, new_shape, new_digest = after.tensors[name]
         if (dtype, shape) != (new_dtype, new_shape):
-            changes.append(f"{name} ({dtype} {list(shape)} -> {new_dtype} {list(new_shape)})")
+            changes.append(f"{name} ({_tensor_change((dtype, shape), (new_dtype, new_shape))})")
         elif digest != new_digest:
             changes.append(name)
     changes += [f"{name} (added)" for name in after.tensors if name not in before.tensors]
@@ -415,16 +416,35 @@ def what_changed(before: Fingerprint, after: Fingerprint, *,
     return changes
 
 
+def _tensor_change(old: tuple[str, tuple[int, ...]], new: tuple[str, tuple[int, ...]]) -> str:
+    """``float32 -> bfloat16`` (a cast), ``[4, 8] -> [8, 4]``, or both where both differ."""
+    dtypes = (old[0].removeprefix("torch."), new[0].removeprefix("torch."))
+    shapes = (str(list(old[1])), str(list(new[1])))
+    differ = [pair for pair in (dtypes, shapes) if pair[0] != pair[1]]
+    return " -> ".join(" ".join(side) for side in zip(*differ, strict=True))
+
+
 def _compile_machinery(value: Any) -> bool:
     """torch.compile's own patches (dynamo wraps ``nn.Module.__init__`` on first use)."""
     inner = value.value if isinstance(value, _Same) else None
     return (getattr(inner, "__module__", "") or "").startswith("torch._dynamo")
 
 
-def describe_changes(changes: Sequence[str], most: int = 4) -> str:
-    """The first few changes and how many more, for one line."""
-    shown = ", ".join(changes[:most])
-    return shown + (f" and {len(changes) - most} more" if len(changes) > most else "")
+CHANGES_WIDTH = 70  # characters of changes a refusal names (a line under 200 in all)
+
+
+def describe_changes(changes: Sequence[str], most: int = 4, width: int | None = None) -> str:
+    """The first few changes and how many more, for one line: at most ``most``, and within
+    ``width`` characters where given (at least the first, its end where it is longer)."""
+    shown = list(changes[:1])
+    if width is not None and shown and len(shown[0]) > width:  # a module's long dotted name
+        shown[0] = "…" + shown[0][-(width - 1):]
+    for change in changes[1:most]:
+        if width is not None and len(", ".join([*shown, change])) > width:
+            break
+        shown.append(change)
+    more = len(changes) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 _MISSING = _Same(object())
@@ -442,7 +462,7 @@ def _attribute_change(where: str, key: str, old: Any, new: Any) -> str:
             else f"{where}.forward (instance override removed)"
     if key == "training":
         mode = "training" if new is True else "eval"
-        return f"{where} (put in {mode} mode, with every module inside it that was not)"
+        return f"{where} (put in {mode} mode, with every module inside it)"
     if new is _MISSING:
         return f"{where}.{key} (deleted)"
     return f"{where}.{key} ({_shown(old)} -> {_shown(new)})"

@@ -498,8 +498,8 @@ def safetensors_tensors(path: Path, root: Path) -> dict[str, tuple[str, tuple[in
             header_size = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
             if not 0 < header_size <= min(size - 8, SAFETENSORS_HEADER_LIMIT):
                 raise ModelSourceError(
-                    f"{bad} not a safetensors file, or truncated (its first bytes give no "
-                    f"header that fits in its {size:,} bytes); copy the checkpoint again"
+                    f"{bad} not a safetensors file, or truncated (no header fits in its "
+                    f"{size:,} bytes); copy the checkpoint again"
                 )
             raw = handle.read(header_size)
     except OSError as e:
@@ -507,7 +507,7 @@ def safetensors_tensors(path: Path, root: Path) -> dict[str, tuple[str, tuple[in
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ModelSourceError(f"{bad} not a safetensors file: its header is not JSON "
+        raise ModelSourceError(f"{bad} not safetensors: its header is not JSON "
                                f"({_first_line(e)})") from e
     if not isinstance(header, dict):
         raise ModelSourceError(f"{bad} not a safetensors file: its header is no object")
@@ -578,11 +578,10 @@ def torch_bin_state(path: Path, root: Path) -> dict[str, Any]:
                 state = torch.load(real, map_location="cpu", weights_only=True)  # old format
     except pickle.UnpicklingError as e:
         wanted = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
-        asks = f" (it asks for {wanted.group(1)})" if wanted else ""
+        holds = f"it asks for {wanted.group(1)}" if wanted else "it holds Python objects"
         raise ModelSourceError(
-            f"cannot read weights from {shown!r}: refused to unpickle it: it holds Python "
-            f"objects, not only tensors{asks}, and unpickling them could run code; convert "
-            f"the checkpoint to safetensors with a tool you trust"
+            f"cannot read weights from {shown!r}: refused to unpickle it ({holds}: code could "
+            f"run); convert it to safetensors with a tool you trust"
         ) from e
     except Exception as e:  # a zip, pickle or torch error: the file is not a checkpoint
         raise ModelSourceError(f"cannot read weights from {shown!r}: {_first_line(e)}") from e
@@ -640,7 +639,7 @@ def check_weights_fit(values: Mapping[str, Any], shapes: Mapping[str, tuple[int,
         raise ModelSourceError(
             f"config.json sets num_hidden_layers {expected}, but {source} holds "
             f"{len(present)} (encoder.layer.{_span(present)}): encoder.layer.{_span(missing)} "
-            f"would be random; make config.json and the weights match"
+            f"would be random; make the two match"
         )
     # ALBERT and ELECTRA embed in a smaller size and project up to hidden_size
     hidden = values.get("embedding_size", values.get("hidden_size", 768))

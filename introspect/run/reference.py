@@ -40,10 +40,9 @@ def check_reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch
             gaps.append(float((a.double() - b.double()).abs().nan_to_num(float("inf")).max()))
     gap = f" by up to {max(gaps):.3g}" if gaps else ""
     raise ReferenceChanged(
-        f"the candidate changed what the reference computes: called again after the "
-        f"candidate ran, the reference's {', '.join(moved)} moved{gap} (a patched torch "
-        "function or Tensor method, a registered kernel or attention function, autocast left "
-        "on, or a module global both import); no verdict")
+        f"the candidate changed what the reference computes (run again, its "
+        f"{', '.join(moved)} moved{gap}: a patched torch function or kernel, autocast left "
+        "on?); no verdict")
 
 
 __all__ = ["ReferenceChanged", "check_reference_again"]

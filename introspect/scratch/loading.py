@@ -263,8 +263,8 @@ def load_state(
             if _shape(tensor) != _shape(target):
                 raise ModelSourceError(
                     f"checkpoint key {checkpoint_key!r} has shape {_shape(tensor)} in {source}, "
-                    f"but {owner}.{key} has shape {_shape(target)}; the config does not match "
-                    f"the weights (check config.json, or num_labels for a classifier)"
+                    f"but {owner}.{key} has shape {_shape(target)}; check config.json (and "
+                    f"num_labels, for a classifier)"
                 )
             if key in aliases:
                 tied.append(checkpoint_key)

@@ -34,6 +34,8 @@ def test_a_backward_bug_exits_1_naming_the_node(tmp_path, capsys):
     text = err.out + err.err
     assert "first backward divergence: bert_encoder_layer_1_intermediate_intermediate_act_fn" \
         in text
+    assert text.count("first backward divergence") == 1  # said once, as the last line
+    assert text.strip().splitlines()[-1].startswith("first backward divergence: ")
     report = json.loads((tmp_path / "d.json").read_text())
     assert report["first_divergence"]["phase"] == "backward"  # the forward holds: it decided
     assert report["backward"]["loss"] == "user"

@@ -74,7 +74,7 @@ def test_different_sizes_exit_2_and_write_nothing(other_size_checkpoint, tmp_pat
             str(other_size_checkpoint), "--out", str(out_dir), "-q"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "different architectures or sizes" in err and err.count("\n") == 1
+    assert "another model or size" in err and err.count("\n") == 1
     assert not out_dir.exists()
 
 

@@ -20,6 +20,7 @@ import torch
 
 from introspect.cli.main import main
 from introspect.models.ports import fingerprint, port_module_name, resolve_builder, what_changed
+from tests.refusals import shows
 
 PORTS = Path(__file__).resolve().parent / "port_files"
 
@@ -50,8 +51,7 @@ HARMS = {
     "changes_eps": "embeddings.LayerNorm.eps (1e-12 -> 1e-05)",
     "changes_the_config": "config.output_hidden_states (False -> True)",
     "trains_the_reference": "BertModel (put in training mode, with every module inside it",
-    "casts_the_reference": "embeddings.word_embeddings.weight (torch.float32 [30522, 128] -> "
-                           "torch.float64 [30522, 128])",
+    "casts_the_reference": "embeddings.word_embeddings.weight (float32 -> float64) and 38 more",
 }
 
 
@@ -73,7 +73,7 @@ def test_a_build_that_changes_the_reference_is_exit_2_naming_what(builder, messa
     assert main(diff(spec, "--out", str(out))) == 2
     line = only_line(capsys.readouterr().err)
     assert line.startswith("introspect diff: error: the port's build changed the reference: ")
-    assert message in line and spec in line
+    assert message in line and shows(spec, line) and len(line) < 200
     assert not out.exists()
 
 
@@ -97,8 +97,7 @@ def test_a_port_sharing_the_references_weights_passes_until_a_cast_would_change_
     assert main(diff(spec, "--candidate-dtype", "bfloat16")) == 2
     line = only_line(capsys.readouterr().err)
     assert "--candidate-dtype bfloat16 cast the reference too" in line
-    assert "encoder.layer.0.attention.self.query.weight (torch.float32 [128, 128] -> " \
-           "torch.bfloat16 [128, 128])" in line
+    assert "encoder.layer.0.attention.self.query.weight (float32 -> bfloat16)" in line
 
 
 def test_fingerprint_sees_one_bit_and_nothing_else(tiny_models):
@@ -137,7 +136,8 @@ def test_a_port_that_exits_or_raises_a_base_exception_is_exit_2(spec, message, c
     spec = str(PORTS / spec)
     assert main(diff(spec)) == 2
     line = only_line(capsys.readouterr().err)
-    assert line.startswith(f"introspect diff: error: port {spec!r} ") and message in line
+    assert line.startswith("introspect diff: error: port '") and shows(spec, line)
+    assert message in line and len(line) < 200
 
 
 def test_with_two_ports_the_one_that_exits_is_named(capsys):
@@ -145,8 +145,8 @@ def test_with_two_ports_the_one_that_exits_is_named(capsys):
     exiting = f"{PORTS / 'exits.py'}:forward_exits_0"
     assert main(["diff", "--model", "bert-tiny", "-q", "--reference", f"{example}:build",
                  "--candidate", exiting]) == 2
-    assert f"port {exiting!r} called sys.exit(0) in its forward" in \
-        only_line(capsys.readouterr().err)
+    line = only_line(capsys.readouterr().err)
+    assert shows(exiting, line) and "' called sys.exit(0) in its forward" in line
 
 
 def test_a_module_port_that_exits_on_import_is_exit_2(tmp_path, monkeypatch, capsys):
@@ -306,5 +306,6 @@ def test_a_port_that_exits_against_a_capture_is_exit_2(tmp_path, capsys):
     assert main(["capture", "--model", "bert-tiny", "-q", "-o", str(capture)]) == 0
     spec = f"{PORTS / 'exits.py'}:forward_exits_0"
     assert main(diff(spec, "--reference-dump", str(capture))) == 2
-    assert f"port {spec!r} called sys.exit(0) in its forward, while the capture ran it" in \
-        only_line(capsys.readouterr().err)
+    line = only_line(capsys.readouterr().err)
+    assert shows(spec, line) and "' called sys.exit(0) in its forward, while the capture ran it" \
+        in line

@@ -73,7 +73,7 @@ def test_a_refusal_is_one_short_line(argv, capsys, monkeypatch, tmp_path):
 
 
 def test_a_long_line_keeps_its_ends():
-    from introspect.cli.main import one_line
+    from introspect.cli.refusal import one_line
 
     line = one_line(f"introspect diff: error: port '/data/{LONG}/port.py:build': no such "
                     "file; give path/to/port.py:NAME")

@@ -16,6 +16,7 @@ from introspect.cli.main import main
 from introspect.diff.backward.parity import _budget, _errors
 from introspect.diff.tolerance import Tolerance
 from introspect.dump.gradients import compare_gradients, grads_path, read_gradients
+from tests.refusals import shows
 
 MISBEHAVES = Path(__file__).resolve().parent / "port_files" / "misbehaves.py"
 BASE = ["diff", "--model", "bert-tiny", "-q", "--backward"]
@@ -159,5 +160,6 @@ def test_a_loss_that_adds_a_global_hook_is_exit_2_naming_it(capsys):
     spec = f"{MISBEHAVES}:loss_adds_a_global_hook"
     assert main([*BASE, "--loss", spec]) == 2
     line = only_line(capsys.readouterr().err)
-    assert f"--loss {spec!r} changed torch's global forward hooks" in line
+    assert line.startswith("introspect diff: error: --loss '") and shows(spec, line)
+    assert "' changed torch's global forward hooks" in line and len(line) < 200
     assert dict(module._global_forward_hooks) == before  # taken out again

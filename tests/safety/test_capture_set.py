@@ -73,8 +73,8 @@ def test_a_failure_at_any_file_keeps_the_whole_old_set(tmp_path, monkeypatch, fa
 
         monkeypatch.setattr(files.os, "replace", failing_replace)
     new = [(tmp_path / name, f"new {name}") for name in NAMES]
-    with pytest.raises(InputError, match=r"No space left on device \(ENOSPC\).*previous "
-                                         r"files, if any, are unchanged") as caught:
+    with pytest.raises(InputError, match=r"No space left on device \(ENOSPC\).*nothing was "
+                                         r"written \(any previous files are unchanged\)") as caught:
         files.write_set(new)
     assert "\n" not in str(caught.value)
     assert _state(tmp_path) == old

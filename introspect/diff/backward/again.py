@@ -52,10 +52,8 @@ def reference_again(reference: torch.nn.Module, inputs: Mapping[str, torch.Tenso
     found = run_again(reference, inputs, first)
     if found is None:
         raise ReferenceChanged(
-            "the candidate changed what the reference computes: run again after the "
-            "candidate ran (for the local backwards of its gradients), it ran other ops or "
-            "its outputs moved (a patched torch function or Tensor method, a registered "
-            "kernel, a module global both import); no verdict")
+            "the candidate changed what the reference computes (run again, it ran other ops "
+            "or its outputs moved: a patched torch function or kernel?); no verdict")
     return found
 
 

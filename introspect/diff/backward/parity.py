@@ -222,9 +222,9 @@ def _loss_notes(kind: str, ref: GradientRecording, cand: GradientRecording,
                          "nothing; check the loss and the inputs (or pass --allow-nonfinite "
                          "to compare them anyway)")
     if math.isfinite(ref.loss) and not _any_gradient(ref):
-        raise InputError(f"every gradient of the reference's {kind} loss is zero (a loss that "
-                         "does not depend on the outputs, or one multiplied by 0): a backward "
-                         "diff would compare nothing; give a loss that depends on the outputs")
+        raise InputError(f"every gradient of the reference's {kind} loss is zero, so a "
+                         "backward diff compares nothing; give a loss that depends on the "
+                         "outputs (not one times 0)")
     notes = []
     if not math.isfinite(cand.loss):
         notes.append(f"the candidate's loss is {cand.loss} (the reference's: {ref.loss:.6g})"

@@ -69,8 +69,8 @@ def check_length(reference: torch.nn.Module, prompt: int, steps: int) -> None:
     can_generate = getattr(reference, "can_generate", None)
     if callable(can_generate) and not can_generate():
         raise InputError(f"generate: the reference ({type(reference).__name__}) is not a causal "
-                         "language model and cannot decode token by token; use --head "
-                         "causal-lm with a decoder model, or diff without --generate")
+                         "language model: use a decoder model with --head causal-lm, or diff "
+                         "without --generate")
     if steps > MAX_STEPS:
         raise InputError(f"generate: {steps} tokens is more than the {MAX_STEPS} one diff "
                          "compares; a divergence shows in far fewer steps")
@@ -90,9 +90,8 @@ def check_protocol(side: str, model: torch.nn.Module) -> None:
     if cache_keyword(model) is None:
         raise InputError(
             f"generate: the {side} ({type(model).__name__}) takes no past_key_values (nor "
-            "cache); a model decodes when called as model(input_ids, past_key_values=cache, "
-            "use_cache=True) and returns (logits, cache): wrap yours in a module that does "
-            "(docs/generation.md: 'Parity through generation')")
+            "cache): wrap it so model(ids, past_key_values=cache, use_cache=True) returns "
+            "(logits, cache)")
 
 
 def call_keywords(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
@@ -138,6 +137,6 @@ def logits_and_cache(side: str, output: Any) -> tuple[torch.Tensor, Any]:
         logits, cache = output, None
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
         raise InputError(f"generate: the {side} returned {type(output).__name__}; expected "
-                         "logits of shape (batch, length, vocab) and its cache: a ModelOutput "
-                         "with .logits and .past_key_values, or a tuple (logits, cache)")
+                         "logits (batch, length, vocab) and a cache: a ModelOutput with "
+                         ".logits and .past_key_values, or (logits, cache)")
     return logits.detach(), cache

@@ -103,9 +103,8 @@ def port_spec(build: Any) -> str:
         return build
     if isinstance(build, torch.nn.Module) or not callable(build):
         raise InputError(f"nproc needs the candidate as a build(reference) callable or a "
-                         f"port spec, since it is built on every rank; got a "
-                         f"{type(build).__name__} (a model built in this process cannot be "
-                         "split across ranks)")
+                         f"port spec (it is built on every rank), not a "
+                         f"{type(build).__name__}: a model built here cannot be split")
     name = getattr(build, "__qualname__", "")
     try:
         source = inspect.getsourcefile(build)

@@ -175,10 +175,9 @@ def _check_same_model(matcher: Matcher) -> None:
         ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
         cand_params = sum(t.numel() for t in unique_weights(matcher.cand).values())
         raise InputError(
-            f"the candidate shares weights with only {anchored} of the reference's "
-            f"{len(weighted)} weighted nodes (reference: {ref_params:,} weights, candidate: "
-            f"{cand_params:,}): the two are different architectures or sizes, or the "
-            "candidate's weights were not loaded from the reference; pass name_map to help"
+            f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
+            f"nodes ({ref_params:,} vs {cand_params:,} weights): another model or size, or "
+            "not loaded from the reference? pass name_map"
         )
 
 

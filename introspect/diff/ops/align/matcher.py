@@ -321,8 +321,8 @@ class Matcher:
                                     for k, n in cand_out.items())
             raise InputError(
                 f"the two models return different outputs: reference ({ref_shapes}), "
-                f"candidate ({cand_shapes}); diff compares two implementations of the same "
-                "model, head and size"
+                f"candidate ({cand_shapes}); diff compares two implementations of one model "
+                "and head"
             )
         return notes
 
