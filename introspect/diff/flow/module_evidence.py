@@ -11,7 +11,7 @@ from introspect.diff.flow.reference import reference_again
 from introspect.diff.flow.state import DiffState
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
-from introspect.diff.modules.evidence import coverage
+from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.quantized import INT8
 from introspect.run import footprint
@@ -41,6 +41,11 @@ def pass_without_recording(state: DiffState) -> None:
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
         rounding=state.device_rounding)
     if _unproven(state.module_evidence, ref_calls, cand_calls):
+        # the values are let go before the recording (memory: a forward's worth a side);
+        # the coverage keeps what it reads of them
+        state.unseen = unseen_regions(cand_calls)
+        ref_calls.calls.clear()
+        cand_calls.calls.clear()
         return
     state.notes += state.module_evidence.notes
     state.notes.append(MODULES_ONLY_NOTE)
@@ -61,10 +66,8 @@ def join_module_evidence(state: DiffState) -> None:
     # reference's inputs to it, against a budget from its own rounding noise.
     ref_calls, cand_calls = state.ref_calls, state.cand_calls
     if state.early:  # judged before the recording: only its coverage waited for it
-        state.module_evidence.uncovered = coverage(cand_calls, state.module_evidence.rows,
-                                                   state.faithful, state.parted)
-        ref_calls.calls.clear()  # the values are let go: memory
-        cand_calls.calls.clear()
+        state.module_evidence.uncovered = coverage_of(
+            state.unseen, state.module_evidence.rows, state.faithful, state.parted)
     elif state.truths:
         state.module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,

@@ -55,6 +55,7 @@ class DiffState:
     ref_calls: Any = None
     cand_truth: Any = None
     cand_calls: Any = None
+    unseen: dict[str, str] = field(default_factory=dict)  # coverage, the values let go
     switched: dict[str, Any] = field(default_factory=dict)  # what the build flipped, process-wide
     before_build: dict[str, Any] = field(default_factory=dict)  # those switches before it
     candidate_dtypes: list[str] = field(default_factory=list)

@@ -198,13 +198,20 @@ def coverage(candidate: Calls, rows: Sequence[ModuleDiff], faithful: bool,
              parted: Any = None) -> list[Uncovered]:
     """The uncovered regions of ``candidate``'s calls, for rows judged already (evidence
     gathered before the recording, whose faithfulness is known only now)."""
+    return coverage_of(unseen_regions(candidate), rows, faithful, parted)
+
+
+def unseen_regions(candidate: Calls) -> dict[str, str]:
+    """Each region of ``candidate``'s calls the op-level recording cannot see as the plain
+    call ran it, and why: what ``coverage`` reads of the calls' values, taken before they
+    are let go (``coverage_of`` adds the recording's own word once it is known)."""
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[str, int] = {}
     for call in sorted(candidate.of_mode(AUTOGRAD), key=lambda c: c.order):
         number = counts.get(call.name, 0)
         counts[call.name] = number + 1
         seen[(call.name, number)] = call
-    return _uncovered(candidate, rows, seen, faithful, parted)
+    return _unseen(candidate, seen)
 
 
 def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
@@ -265,6 +272,11 @@ def _uncovered(candidate: Calls, rows: Sequence[ModuleDiff],
                parted: Any) -> list[Uncovered]:
     """Each region the op-level recording cannot see as the plain call ran it, and the
     module evidence that covered it (the region's own row, else its nearest ancestor's)."""
+    return coverage_of(_unseen(candidate, autograd), rows, faithful, parted)
+
+
+def _unseen(candidate: Calls, autograd: Mapping[tuple[str, int], ModuleCall],
+            ) -> dict[str, str]:
     found: dict[str, str] = {}
     for call in candidate.calls:
         why = _blind(call)
@@ -284,6 +296,14 @@ def _uncovered(candidate: Calls, rows: Sequence[ModuleDiff],
                 and not all(identical(x.value, y.value)
                             for x, y in zip(twin.outputs, call.outputs, strict=False)):
             found.setdefault(call.name, "a grad-mode branch (autograd and no_grad differ)")
+    return found
+
+
+def coverage_of(unseen: Mapping[str, str], rows: Sequence[ModuleDiff], faithful: bool,
+                parted: Any = None) -> list[Uncovered]:
+    """``unseen_regions``, with the recording's own (where it does not reproduce the
+    call), each with the module evidence that covered it."""
+    found = dict(unseen)
     if not faithful:
         where = parted[0] if parted is not None else ""
         found.setdefault(where, "the recording does not reproduce the plain call")
