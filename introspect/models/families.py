@@ -108,10 +108,8 @@ RANDOM_MODELS: dict[str, str] = {
 
 # Families that load but cannot be traced, and why (checked before tracing).
 UNTRACEABLE: dict[str, str] = {
-    "DebertaV2": "DeBERTa-v2 cannot be traced with torch.fx: its attention makes a tensor "
-                 "from a traced size (torch.tensor(query.size(-1)) in scaled_size_sqrt), "
-                 "which a graph cannot hold (torch.fx fails with '__cuda_array_interface__ "
-                 "must be a dict')",
+    "DebertaV2": "DeBERTa-v2 cannot be traced with torch.fx (its attention makes a tensor "
+                 "of a traced size)",
 }
 
 

@@ -58,7 +58,7 @@ def test_no_sdpa_backend_names_the_ports_build_in_one_line(tiny):
     build = port("switch_builds.py").no_sdpa
     candidate = Deferred(lambda: build(reference), label="switch_builds.py:no_sdpa")
     with pytest.raises(InputError, match=r"^the switch_builds.py:no_sdpa's build switched "
-                                         r"sdpa backends \(.* -> none\) for the whole process"):
+                                         r"sdpa backends \(.* -> none\) process-wide"):
         introspect.diff(reference.model, candidate, inputs)
 
 

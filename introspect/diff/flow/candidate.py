@@ -125,8 +125,8 @@ def _switches_named(switched: Mapping[str, Any], label: str) -> Iterator[None]:
         if not switched:
             raise
         cause = str(e).split(". ")[0].rstrip(".")
-        raise InputError(f"the {label}'s build switched {switches.describe(switched)} for "
-                         f"the whole process, and it cannot run so: {cause}") from e
+        raise InputError(f"the {label}'s build switched {switches.describe(switched)} "
+                         f"process-wide, and it cannot run so: {cause}") from e
 
 
 __all__ = ["build_candidate", "judge_outputs", "take_candidate_truth"]

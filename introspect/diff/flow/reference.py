@@ -114,12 +114,12 @@ def reference_again(state: DiffState) -> None:
     except InputError as e:
         if not switched:
             raise
-        what = "the reference's own outputs move under it" if isinstance(e, ReferenceChanged) \
-            else "the reference cannot run under it (" + \
+        what = "which moves the reference's outputs" if isinstance(e, ReferenceChanged) \
+            else "and the reference cannot run under it (" + \
             str(e).split(": ", 1)[-1].split(". ")[0].rstrip(".") + ")"
         raise ReferenceChanged(
-            f"the {state.candidate_label}'s build switched {switches.describe(switched)} for "
-            f"the whole process, and {what}; no verdict") from e
+            f"the {state.candidate_label}'s build switched {switches.describe(switched)} "
+            f"process-wide, {what}: no verdict") from e
 
 
 def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
