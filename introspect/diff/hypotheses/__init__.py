@@ -52,6 +52,7 @@ from introspect.diff.hypotheses import (
     structure,
     weights,
 )
+from introspect.diff.hypotheses.blocks import READS
 from introspect.diff.hypotheses.context import DivergenceContext
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_base
 from introspect.diff.hypotheses.matching import (
@@ -130,7 +131,8 @@ def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Te
     found: list[tuple[bool, float, Hypothesis, Verdict]] = []
     held = Judge(quantity.layout(base[quantity.name]), context.candidate_value, quantity,
                  context.atol, context.rtol)
-    every = [h for family in FAMILIES for h in family.hypotheses(site)]
+    every = [h for family in FAMILIES for h in family.hypotheses(site)
+             if _can_move(h, quantity.name, base)]
     for hypothesis in _pruned(context, site, base, quantity, every):
         try:
             value = quantity.layout(hypothesis.run()[quantity.name])
@@ -187,7 +189,8 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
                   few_quantity, context.atol, context.rtol, slack=_LOOSER * SLACK,
                   better=_LOOSER * BETTER, base_within=False)
     dropped = set()
-    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(few) if h.by_row):
+    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(few)
+                       if h.by_row and _can_move(h, quantity.name, base)):
         try:
             value = few_quantity.layout(hypothesis.run()[quantity.name])
         except (RuntimeError, KeyError, IndexError):
@@ -195,6 +198,20 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
         if loose(value) is None:
             dropped.add((hypothesis.family, hypothesis.what, hypothesis.how))
     return [h for h in hypotheses if (h.family, h.what, h.how) not in dropped]
+
+
+def _can_move(hypothesis: Hypothesis, quantity: str, base: dict[str, torch.Tensor]) -> bool:
+    """Whether the variant can move ``quantity``: one that only replaces a weight first
+    read by a quantity computed after it cannot (the block computes ``base`` in order, each
+    quantity from those before it and the weights ``READS`` names)."""
+    if not hypothesis.replaces:
+        return True
+    module = hypothesis.replaces.rpartition(".")[0]
+    order = list(base)
+    readers = [i for i, name in enumerate(order) if module in READS.get(name, ())]
+    if not readers or quantity not in order:
+        return True  # not known to this table: run it
+    return min(readers) <= order.index(quantity)
 
 
 def _telling_rows(base: torch.Tensor, candidate: torch.Tensor, quantity: Quantity,

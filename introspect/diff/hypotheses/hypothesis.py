@@ -22,6 +22,9 @@ class Hypothesis:
     # each row of the batch computed from its own inputs alone (False: the variant mixes
     # rows, so a few rows cannot stand for the batch: ``hypotheses._pruned`` keeps it)
     by_row: bool = True
+    # the block's weight the variant replaces ("output.dense.weight"), if that is all it
+    # changes: a quantity computed before anything reads it cannot move
+    replaces: str = ""
 
 
 def run_layer(site: Site, options: LayerOptions | None = None,

@@ -28,7 +28,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             yield Hypothesis(f"weight {_path(site, name)} is the reference's transposed",
                              "transposing it in the reference",
                              partial(run_layer, site, _with(site, name, value.t())),
-                             "weights")
+                             "weights", replaces=name)
     for other, weights in enumerate(site.layers):
         if other == site.index:
             continue
@@ -38,7 +38,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                                  f"encoder.layer.{other}.{name}: loaded from another layer",
                                  "loading that one in the reference",
                                  partial(run_layer, site, _with(site, name, weights[name])),
-                                 "weights")
+                                 "weights", replaces=name)
 
 
 def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
