@@ -86,11 +86,14 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
            ) -> torch.Tensor:
     call = pair.call
-    args: Any = list(call.args)
-    kwargs = dict(call.kwargs)
+    # copies: a kept value (its own call's, or the reference's it was kept as, ``capture``)
+    # stays as it was, whatever the module does to its arguments when run again
+    args: Any = [_copied(a) for a in call.args]
+    kwargs = {k: _copied(v) for k, v in call.kwargs.items()}
     for match in pair.inputs:
         original = _get(args, kwargs, match.path)
-        value = match.boundary.value.detach().to(original.dtype).to(original.device)
+        value = match.boundary.value.detach().to(original.dtype).to(original.device,
+                                                                     copy=True)
         _set(args, kwargs, match.path, change(value.reshape(original.shape)))
     try:
         with torch.set_grad_enabled(call.grad):
@@ -103,6 +106,19 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with each tensor in it (in tuples, lists and dicts) a copy."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if not value.is_meta else value
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_copied(v) for v in value)
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def _own_output(pair: ModulePair) -> torch.Tensor | None:
