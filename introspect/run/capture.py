@@ -116,12 +116,7 @@ class _Known:
         return None
 
     def _key(self, t: torch.Tensor) -> tuple[object, ...]:
-        flat = t.reshape(-1) if t.is_contiguous() else t.flatten()
-        picks = torch.linspace(0, max(flat.numel() - 1, 0), min(flat.numel(), self._PROBE),
-                               device=flat.device).long()
-        probe = flat[picks].detach().cpu().double().nan_to_num(0.0, 0.0, 0.0) + 0.0
-        return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device,
-                probe.numpy().tobytes())
+        return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, probe(t, self._PROBE))
 
 
 class _Hooks:
@@ -234,6 +229,15 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None) -> Iterato
         torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
+def probe(t: torch.Tensor, count: int = 16) -> bytes:
+    """``count`` elements of ``t`` spread over it, in order, NaN read as 0 and -0 as 0:
+    values equal bit for bit (``torch.equal``) probe equal; a hit is checked in full."""
+    flat = t.detach().reshape(-1)
+    picks = torch.linspace(0, max(flat.numel() - 1, 0), min(flat.numel(), count),
+                           device=flat.device).long()
+    return (flat[picks].cpu().double().nan_to_num(0.0, 0.0, 0.0) + 0.0).numpy().tobytes()
+
+
 def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
     """The floating tensors in ``value``, detached, with their versions."""
     if isinstance(value, torch.Tensor):
@@ -284,4 +288,4 @@ def _wrapped(tensor: torch.Tensor) -> bool:
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
-__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls"]
+__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls", "probe"]

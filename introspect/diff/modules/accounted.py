@@ -42,7 +42,7 @@ import torch
 
 from introspect.diff.modules.evidence import ModuleDiff
 from introspect.diff.records import STATUS_OK
-from introspect.run.capture import Calls, Leaf, ModuleCall
+from introspect.run.capture import Calls, Leaf, ModuleCall, probe
 from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
 
 _PROBE = 64  # elements read to key a value; equality is checked in full on a hit
@@ -142,10 +142,7 @@ def _where(t: torch.Tensor) -> tuple[object, ...]:
 
 
 def _key(t: torch.Tensor) -> tuple[object, ...]:
-    flat = t.detach().reshape(-1)
-    picks = torch.linspace(0, max(flat.numel() - 1, 0), min(flat.numel(), _PROBE)).long()
-    probe = flat[picks.to(flat.device)].cpu().double().nan_to_num(0.0, 0.0, 0.0) + 0.0
-    return (tuple(t.shape), t.dtype, probe.numpy().tobytes())
+    return (tuple(t.shape), t.dtype, probe(t, _PROBE))
 
 
 __all__ = ["unaccounted"]

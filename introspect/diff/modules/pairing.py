@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from introspect.diff.quantized import is_quantized, quantized_weights
-from introspect.run.capture import Leaf, ModuleCall
+from introspect.run.capture import Leaf, ModuleCall, probe
 from introspect.run.truth import same_view
 
 # The next other value must be this many times as far as the chosen one.
@@ -237,24 +237,13 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
 def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary]) -> Boundary | None:
     """The first of ``boundaries`` equal to ``value`` bit for bit (a few elements compared
     first; the capture kept a repeat as the value itself: no elements read at all)."""
-    key = _probe(value)
+    key = probe(value)
     for b in boundaries:
-        known = b.samples.probe(b.value) if b.samples is not None else _probe(b.value)
+        known = b.samples.probe(b.value) if b.samples is not None else probe(b.value)
         if known == key and b.value.dtype == value.dtype and b.value.device == value.device \
                 and (same_view(b.value, value) or torch.equal(b.value, value)):
             return b
     return None
-
-
-_PROBE = 16
-
-
-def _probe(value: torch.Tensor) -> bytes:
-    """A few elements of ``value`` (NaN read as 0), in order: equal values probe equal."""
-    flat = value.detach().reshape(-1)
-    picks = torch.linspace(0, flat.numel() - 1, min(flat.numel(), _PROBE),
-                           device=flat.device).long()
-    return flat[picks].cpu().double().nan_to_num(0.0, 0.0, 0.0).numpy().tobytes()
 
 
 def _scale_of(boundary: Boundary) -> float:
@@ -300,12 +289,12 @@ class _Samples:
         self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
         self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
-        self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, _probe)
+        self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, probe)
 
     def probe(self, value: torch.Tensor) -> bytes:
         known = self.probes.get(id(value))
         if known is None or known[0] is not value:
-            known = self.probes[id(value)] = (value, _probe(value))
+            known = self.probes[id(value)] = (value, probe(value))
         return known[1]
 
     def scale(self, value: torch.Tensor) -> float:

@@ -1,0 +1,103 @@
+"""The capture keeps a value equal bit for bit to one kept already as that one tensor
+(memory: a close port's four kept calls cost about one forward's values), and module
+evidence runs a module again on copies, so a value shared with the reference stays as it
+was. Small models of plain torch, written here."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from introspect.run.capture import capture_calls, probe
+from introspect.run.truth import run_truth, same_view
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Linear(8, 8)
+        self.act = torch.nn.GELU()
+        self.last = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(self.act(self.first(x)))
+
+
+def _values(calls, name, mode):
+    call = next(c for c in calls.calls if c.name == name and c.mode == mode)
+    return [leaf.value for leaf in call.inputs + call.outputs]
+
+
+def test_the_no_grad_calls_repeat_is_kept_as_the_autograd_calls_values():
+    model, x = _Net().eval(), torch.randn(3, 8)
+    with capture_calls(model) as calls:
+        run_truth(model, {"x": x})
+    for name in ("first", "act", "last"):
+        autograd, no_grad = _values(calls, name, "autograd"), _values(calls, name, "no_grad")
+        assert all(a is b for a, b in zip(autograd, no_grad, strict=True))
+
+
+def test_a_candidates_equal_values_are_kept_as_the_references():
+    reference, x = _Net().eval(), torch.randn(3, 8)
+    candidate = copy.deepcopy(reference)
+    with torch.no_grad():
+        candidate.last.bias.add_(1.0)  # its last output differs: kept as its own
+    with capture_calls(reference) as ref_calls:
+        run_truth(reference, {"x": x})
+    with capture_calls(candidate, share=ref_calls) as cand_calls:
+        run_truth(candidate, {"x": x}, grad_calls=2)
+    mine, theirs = _values(cand_calls, "act", "autograd"), _values(ref_calls, "act", "autograd")
+    assert all(a is b for a, b in zip(mine, theirs, strict=True))
+    last_out = _values(cand_calls, "last", "autograd")[-1]
+    assert not any(last_out is v for v in _values(ref_calls, "last", "autograd"))
+    # the call's own arguments hold the kept tensor too: the repeat's memory is let go
+    call = next(c for c in cand_calls.calls if c.name == "last" and c.mode == "autograd")
+    assert call.args[0] is call.inputs[0].value
+
+
+def test_equal_values_probe_equal_and_views_of_one_value_are_the_same():
+    a = torch.tensor([0.0, -0.0, float("nan"), 1.5])
+    b = torch.tensor([-0.0, 0.0, float("nan"), 1.5])
+    assert probe(a) == probe(b)
+    assert probe(a) != probe(torch.tensor([0.0, 0.0, 0.0, 1.25]))
+    base = torch.randn(4, 6)
+    assert same_view(base.detach(), base.detach()) and not same_view(base, base.t())
+
+
+def test_a_module_run_again_cannot_edit_the_references_values():
+    from introspect.diff.modules import gather_module_evidence
+
+    class _Edits(torch.nn.Module):  # edits its input in place, only when run again
+        def __init__(self) -> None:
+            super().__init__()
+            self.runs = 0
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            self.runs += 1
+            if self.runs > 3:  # the three plain calls came first
+                h.mul_(3.0)
+            return h * 1.001  # near the reference's (paired by value), over its budget
+
+    class _Wrapped(_Net):
+        def __init__(self, act: torch.nn.Module, glue: float = 1.0) -> None:
+            super().__init__()
+            self.act, self.glue = act, glue
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.last(self.act(self.first(x) * self.glue))
+
+    reference, x = _Wrapped(torch.nn.Identity()).eval(), torch.randn(3, 8)
+    # its act takes a value near the reference's, not equal: run again on the reference's
+    candidate = _Wrapped(_Edits(), glue=1 + 1e-6).eval()
+    candidate.load_state_dict(reference.state_dict())
+    with capture_calls(reference) as ref_calls:
+        run_truth(reference, {"x": x})
+    kept = [v.clone() for c in ref_calls.calls for v in (leaf.value for leaf in c.outputs)]
+    with capture_calls(candidate, share=ref_calls) as cand_calls:
+        run_truth(candidate, {"x": x}, grad_calls=2)
+    gather_module_evidence(ref_calls, cand_calls, keep_calls=True)
+    after = [leaf.value for c in ref_calls.calls for leaf in c.outputs]
+    assert candidate.act.runs > 3  # it was run again
+    assert all(torch.equal(a, b) for a, b in zip(kept, after, strict=True))
