@@ -106,14 +106,17 @@ class _Known:
     def add(self, leaves: list[Leaf]) -> None:
         for leaf in leaves:
             if leaf.unchanged():
-                self.by_key.setdefault(self._key(leaf.value), []).append(leaf.value)
+                self.keep(leaf.value)
 
-    def same(self, value: torch.Tensor) -> torch.Tensor | None:
-        """A kept tensor laid out as ``value`` and equal to it bit for bit, if any."""
-        for known in self.by_key.get(self._key(value), []):
+    def keep(self, value: torch.Tensor) -> torch.Tensor:
+        """The kept tensor laid out as ``value`` and equal to it bit for bit; ``value``
+        itself, kept from now on, where there is none."""
+        kept = self.by_key.setdefault(self._key(value), [])
+        for known in kept:
             if known is value or torch.equal(known, value):
                 return known
-        return None
+        kept.append(value)
+        return value
 
     def _key(self, t: torch.Tensor) -> tuple[object, ...]:
         return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, probe(t, self._PROBE))
@@ -188,11 +191,10 @@ class _Hooks:
         """``leaves``, each equal to a value kept already holding that value (memory)."""
         kept = []
         for leaf in leaves:
-            same = self.known.same(leaf.value) if not _wrapped(leaf.value) else None
-            if same is not None and same is not leaf.value:
+            same = self.known.keep(leaf.value)
+            if same is not leaf.value:
                 leaf = Leaf(leaf.path, same, same._version, leaf.tracked)
             kept.append(leaf)
-        self.known.add(kept)
         return kept
 
     def _start(self) -> None:

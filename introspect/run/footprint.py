@@ -62,7 +62,8 @@ def take(reference: torch.nn.Module) -> Footprint:
 
 
 def moved(before: Footprint, reference: torch.nn.Module) -> list[str]:
-    """What differs from ``before`` now, one phrase each; ["..."] where it cannot tell."""
+    """What differs from ``before`` now, one phrase each (a platform that does not list
+    its libraries always gives one: nothing can be told there)."""
     now = take(reference)
     changes = what_changed(before.model, now.model)
     changes += [name for name, value in before.sums.items() if now.sums.get(name) != value]
@@ -92,8 +93,8 @@ def _libraries() -> frozenset[str] | None:
             lines = maps.read().splitlines()
     except OSError:
         return None
-    return frozenset(line.split(None, 5)[5] for line in lines
-                     if len(line.split(None, 5)) == 6 and ".so" in line.rsplit("/", 1)[-1])
+    fields = (line.split(None, 5) for line in lines)  # address, perms, ..., path
+    return frozenset(f[5] for f in fields if len(f) == 6 and ".so" in f[5].rsplit("/", 1)[-1])
 
 
 __all__ = ["Footprint", "moved", "take"]

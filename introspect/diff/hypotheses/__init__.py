@@ -133,7 +133,7 @@ def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Te
                  context.atol, context.rtol)
     every = [h for family in FAMILIES for h in family.hypotheses(site)
              if _can_move(h, quantity.name, base)]
-    for hypothesis in _pruned(context, site, base, quantity, every):
+    for hypothesis in _pruned(context, site, base, quantity, every, held):
         try:
             value = quantity.layout(hypothesis.run()[quantity.name])
         except (RuntimeError, KeyError, IndexError):
@@ -161,21 +161,22 @@ def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Te
 # the ones that do are run on every row, where the verdict on them is taken. The rows are
 # judged with twice the slack and half the betterment, and the unmodified block taken as
 # out of budget (it is, on every row): a smaller batch rounds its matmuls otherwise, and
-# that must not drop a hypothesis.
-_FEW_ROWS = 2
+# that must not drop a hypothesis. Where those rows are over half the batch, every
+# hypothesis is run on every row at once.
 _PRUNE_FROM = 8  # hypotheses: fewer are all run on every row
 _LOOSER = 2.0
 
 
 def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor],
-            quantity: Quantity, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
-    """The hypotheses worth running on every row (see ``_FEW_ROWS``)."""
+            quantity: Quantity, hypotheses: list[Hypothesis],
+            held: Judge) -> list[Hypothesis]:
+    """The hypotheses worth running on every row (see the comment above); ``held``
+    judges them there."""
     candidate = context.candidate_value.detach()
     batch = site.keep.shape[0]
     if len(hypotheses) < _PRUNE_FROM or candidate.dim() < 2 or candidate.shape[0] != batch:
         return hypotheses
-    rows = _telling_rows(quantity.layout(base[quantity.name]), candidate, quantity,
-                         context.atol, context.rtol)
+    rows = _telling_rows(held, quantity)
     if len(rows) * 2 > batch:
         return hypotheses
     index = torch.tensor(rows)
@@ -214,14 +215,13 @@ def _can_move(hypothesis: Hypothesis, quantity: str, base: dict[str, torch.Tenso
     return min(readers) <= order.index(quantity)
 
 
-def _telling_rows(base: torch.Tensor, candidate: torch.Tensor, quantity: Quantity,
-                  atol: float, rtol: float) -> list[int]:
+def _telling_rows(held: Judge, quantity: Quantity) -> list[int]:
     """The rows holding the unmodified block's largest error and its largest overrun of
-    the budget, over every position and over real ones."""
-    gap = (base.double() - candidate.double()).abs()
-    over = gap - SLACK * (atol + rtol * candidate.double().abs())
+    the budget ``held`` judges with, over every position and over real ones."""
+    gap = held.base_gap
+    over = gap - held.bound
     rows = set()
-    everywhere = torch.ones(candidate.shape, dtype=torch.bool)
+    everywhere = torch.ones(gap.shape, dtype=torch.bool)
     for where in (everywhere, quantity.real):
         for measure in (gap, over):
             masked = torch.where(where, measure, torch.full_like(measure, -math.inf))

@@ -103,12 +103,12 @@ class Judge:
         self.shape = candidate.shape
         self.bound = slack * (atol + rtol * self.candidate.abs())
         self.better = better
-        base_gap = (base.double() - self.candidate).abs()
+        self.base_gap = (base.double() - self.candidate).abs()
         everywhere = torch.ones(self.shape, dtype=torch.bool)
         self.wheres = []  # (where, real_only, the base's error there, the base within there)
         for where, real_only in ((everywhere, False), (quantity.real, True)):
-            self.wheres.append((where, real_only, _max_of(base_gap, where),
-                                bool((base_gap <= self.bound)[where].all())
+            self.wheres.append((where, real_only, _max_of(self.base_gap, where),
+                                bool((self.base_gap <= self.bound)[where].all())
                                 if base_within is None else base_within))
 
     def __call__(self, variant: torch.Tensor) -> Verdict | None:

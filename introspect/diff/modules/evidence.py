@@ -154,8 +154,8 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         attention_mask: (B, S); values laid out (B, S, ...) are compared at real tokens.
         faithful: whether the candidate's recording reproduced its plain calls.
         parted: (module, class, difference) where its recording left the plain path.
-        keep_calls: keep the calls' values (``coverage`` reads them again once the
-            recording has said whether it is faithful); else they are let go.
+        keep_calls: keep the calls' values (the accounting of a PASS with no recording
+            reads them next, ``accounted``); else they are let go.
         rounding: what the devices round to beyond the dtypes ("tfloat32": a GPU's float32
             matmuls), so a module's budget holds that rounding too.
     """
@@ -187,23 +187,16 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         evidence.notes.append(f"module evidence could not judge {len(failed)} module call(s) "
                               f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
                               "not compared")
-    evidence.uncovered = _uncovered(candidate, evidence.rows, seen, faithful, parted)
+    evidence.uncovered = coverage_of(_unseen(candidate, seen), evidence.rows, faithful, parted)
     if not keep_calls:
         reference.calls.clear()  # the values are let go: memory
         candidate.calls.clear()
     return evidence
 
 
-def coverage(candidate: Calls, rows: Sequence[ModuleDiff], faithful: bool,
-             parted: Any = None) -> list[Uncovered]:
-    """The uncovered regions of ``candidate``'s calls, for rows judged already (evidence
-    gathered before the recording, whose faithfulness is known only now)."""
-    return coverage_of(unseen_regions(candidate), rows, faithful, parted)
-
-
 def unseen_regions(candidate: Calls) -> dict[str, str]:
     """Each region of ``candidate``'s calls the op-level recording cannot see as the plain
-    call ran it, and why: what ``coverage`` reads of the calls' values, taken before they
+    call ran it, and why: what the coverage reads of the calls' values, taken before they
     are let go (``coverage_of`` adds the recording's own word once it is known)."""
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[str, int] = {}
@@ -265,14 +258,6 @@ def _same_call(a: ModuleCall, b: ModuleCall) -> bool:
     return len(a.inputs) == len(b.inputs) and len(a.outputs) == len(b.outputs) and all(
         identical(x.value, y.value) for x, y in zip(a.inputs + a.outputs, b.inputs + b.outputs,
                                                     strict=True))
-
-
-def _uncovered(candidate: Calls, rows: Sequence[ModuleDiff],
-               autograd: Mapping[tuple[str, int], ModuleCall], faithful: bool,
-               parted: Any) -> list[Uncovered]:
-    """Each region the op-level recording cannot see as the plain call ran it, and the
-    module evidence that covered it (the region's own row, else its nearest ancestor's)."""
-    return coverage_of(_unseen(candidate, autograd), rows, faithful, parted)
 
 
 def _unseen(candidate: Calls, autograd: Mapping[tuple[str, int], ModuleCall],
@@ -375,5 +360,5 @@ class ReferenceLayers:
         return module_layer(module, self.backbone, self.prefix)
 
 
-__all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "Uncovered", "coverage",
-           "ReferenceLayers", "gather_module_evidence"]
+__all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "ReferenceLayers", "Uncovered",
+           "coverage_of", "gather_module_evidence", "unseen_regions"]

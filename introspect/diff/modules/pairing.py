@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -240,10 +241,19 @@ def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary]) -> Boundary 
     key = probe(value)
     for b in boundaries:
         known = b.samples.probe(b.value) if b.samples is not None else probe(b.value)
-        if known == key and b.value.dtype == value.dtype and b.value.device == value.device \
-                and (same_view(b.value, value) or torch.equal(b.value, value)):
+        if known == key and _exactly(b.value, value):
             return b
     return None
+
+
+def _exactly(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, no NaN (NaN never is): a distance of 0 read from no
+    float64 copy (one value held twice, ``capture``'s repeat kept as the first, reads
+    nothing but its NaN)."""
+    if same_view(a, b):
+        return not (a.is_floating_point() and bool(a.isnan().any()))
+    return a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
+        and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1))
 
 
 def _scale_of(boundary: Boundary) -> float:
@@ -264,10 +274,7 @@ def _scale(value: torch.Tensor) -> float:
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest |a - b| over elements finite on both sides (inf where none is)."""
-    if same_view(a, b) and not (a.is_floating_point() and bool(a.isnan().any())):
-        return 0.0  # one value held twice (``capture``: a repeat kept as the first)
-    if a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
-            and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1)):
+    if _exactly(a, b):
         return 0.0
     a64 = a.detach().double().cpu().reshape(-1)
     b64 = b.detach().double().cpu().reshape(-1)
@@ -292,16 +299,10 @@ class _Samples:
         self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, probe)
 
     def probe(self, value: torch.Tensor) -> bytes:
-        known = self.probes.get(id(value))
-        if known is None or known[0] is not value:
-            known = self.probes[id(value)] = (value, probe(value))
-        return known[1]
+        return _once(self.probes, value, probe)
 
     def scale(self, value: torch.Tensor) -> float:
-        known = self.scales.get(id(value))
-        if known is None or known[0] is not value:
-            known = self.scales[id(value)] = (value, _scale(value))
-        return known[1]
+        return _once(self.scales, value, _scale)
 
     def gaps(self, mine: torch.Tensor, same: Sequence[Boundary],
              sample: torch.Tensor) -> list[float]:
@@ -319,6 +320,19 @@ class _Samples:
             self.kept += missing
         every = (table - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
         return [every[rows[id(b.value)]] for b in same]
+
+
+_T = TypeVar("_T")
+
+
+def _once(cache: dict[int, tuple[torch.Tensor, _T]], value: torch.Tensor,
+          measure: Callable[[torch.Tensor], _T]) -> _T:
+    """``measure(value)``, measured once per value (kept in ``cache`` by id, with the value
+    itself: an id is only ever its value's while the value lives)."""
+    known = cache.get(id(value))
+    if known is None or known[0] is not value:
+        known = cache[id(value)] = (value, measure(value))
+    return known[1]
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
