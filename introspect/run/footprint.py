@@ -70,10 +70,12 @@ def moved(before: Footprint, reference: torch.nn.Module) -> list[str]:
     if now.storages != before.storages:
         changes.append("the reference's weights were replaced or moved")
     changes += [f"a {key} kernel registered" for key in sorted(now.kernels - before.kernels)]
+    changes += [f"a {key} kernel removed" for key in sorted(before.kernels - now.kernels)]
     if before.libraries is None or now.libraries is None:
         changes.append("the libraries loaded (this platform does not list them)")
     else:
         changes += [f"{path} loaded" for path in sorted(now.libraries - before.libraries)]
+        changes += [f"{path} unloaded" for path in sorted(before.libraries - now.libraries)]
     if now.environment != before.environment:
         changes.append("the environment")
     return changes
