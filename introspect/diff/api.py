@@ -32,6 +32,7 @@ from introspect.diff.flow.candidate import build_candidate, judge_outputs, take_
 from introspect.diff.flow.finish import check_inputs_unchanged, diff_result
 from introspect.diff.flow.gradients import compare_gradients
 from introspect.diff.flow.handoff import check_modes, diff_generation_mode, diff_parallel_mode
+from introspect.diff.flow.inside import explain_inside_failing
 from introspect.diff.flow.module_evidence import join_module_evidence, pass_without_recording
 from introspect.diff.flow.op_level import (
     explain_int8_outputs,
@@ -163,13 +164,14 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             take_candidate_truth(state)
             judge_outputs(state)
         pass_without_recording(state)
-        if state.fast is None:  # the full path: the op-level recording explains
-            record_reference_late(state)
-            explain_ops(state)
-            hold_recordings_to_truth(state)
-            explain_int8_outputs(state)
-            compare_gradients(state)
-            settle_verdict(state)
+        if state.fast is None:  # the op-level recording explains
+            if not explain_inside_failing(state):  # inside the failing module, or all
+                record_reference_late(state)
+                explain_ops(state)
+                hold_recordings_to_truth(state)
+                explain_int8_outputs(state)
+                compare_gradients(state)
+                settle_verdict(state)
             join_module_evidence(state)
             # the reference once more: what the candidate left behind
             if state.ref_truth is not None:

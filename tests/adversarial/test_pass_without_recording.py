@@ -1,6 +1,7 @@
 """A PASS for a few forwards (issue 41, part 6): with ``nodes=False`` a PASS that the
-outputs and module evidence prove records and replays nothing; anything else takes the
-full path, with the same verdict as ``nodes=True``. Ports: ``ports/fast_pass.py`` (imports
+outputs and module evidence prove records and replays nothing; a FAIL a module proves is
+explained inside that module (``test_inside.py``); anything else takes the full path, with
+the same verdict as ``nodes=True``. Ports: ``ports/fast_pass.py`` (imports
 nothing of ours); reference: bert-tiny with perturbed norms and biases."""
 
 from __future__ import annotations
@@ -92,10 +93,13 @@ def test_nodes_true_keeps_the_node_tables(tiny, recorded):
     assert recorded["explanations"] == 1
 
 
-@pytest.mark.parametrize("name", ["faulty_ffn", "faulty_glue"])
-def test_a_fault_under_the_outputs_budget_takes_the_full_path(tiny, recorded, name):
+@pytest.mark.parametrize("name, path", [("faulty_ffn", "inside"), ("faulty_glue", "full")])
+def test_a_fault_under_the_outputs_budget_is_explained(tiny, recorded, name, path):
+    """A module over its budget is explained inside that module alone (``flow.inside``:
+    neither model is recorded whole); glue no module judges, by the full path."""
     result = _diff(tiny, name, nodes=False)
-    assert recorded["explanations"] == 1, "the full path: recorded and replayed"
+    inside = any(n.startswith("op-level evidence only inside") for n in result.notes)
+    assert (recorded["explanations"], inside) == ((0, True) if path == "inside" else (1, False))
     assert (result.outputs["status"] == "ok").all(), "the fault must stay under the outputs' budget"
     assert not result.passed
     assert result.first_divergence.layer in ("encoder.layer.1", "encoder.layer.0")

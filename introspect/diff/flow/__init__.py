@@ -13,7 +13,9 @@ them; each step reads and fills one ``DiffState`` (``state``).
    the candidate's plain calls and the outputs judged: the verdict.
 5. ``module_evidence.pass_without_recording``: with no node tables asked for, a PASS the
    outputs and module evidence prove records nothing (the fast path).
-6. ``reference.record_reference_late`` and ``op_level``: the op-level recording and its
+6. ``inside``: with no node tables asked for, a FAIL module evidence proves is explained
+   inside its smallest failing module alone, each side's module recorded on its own.
+   Otherwise ``reference.record_reference_late`` and ``op_level``: the op-level recording and its
    explanation, the recordings held to the plain calls, int8 outputs explained;
    ``gradients`` compared (backward); the verdict settled with the truth divergence.
 7. ``module_evidence.join_module_evidence``; the reference checked once more

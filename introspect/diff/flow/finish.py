@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import torch
 
 from introspect.diff.flow.state import DiffState, tensors_of
+from introspect.diff.modules.tables import modules_only
 from introspect.diff.result import DiffResult, backward_divergence
 from introspect.diff.tables import layer_rows
 from introspect.errors import InputError
@@ -39,7 +40,9 @@ def diff_result(state: DiffState) -> DiffResult:
                           op_level=False)
     ref_side, explanation, gradients = state.ref_side, state.explanation, state.gradients
     assert ref_side is not None
-    layers = layer_rows(state.rows, ref_side[0].records)
+    # op evidence inside one module only: the layers module evidence judged stand for all
+    layers = modules_only(state.module_evidence).layers if state.inside \
+        else layer_rows(state.rows, ref_side[0].records)
     passed = state.passed and (gradients is None or gradients.passed)
     divergence = state.divergence
     if divergence is None and gradients is not None and gradients.first_divergence is not None:

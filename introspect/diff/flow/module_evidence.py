@@ -23,29 +23,32 @@ MODULES_ONLY_NOTE = (
 
 
 def pass_without_recording(state: DiffState) -> None:
-    """Where no node tables are asked for and the outputs pass: module evidence first, and
-    a PASS it proves (every module within budget, every value between them accounted
-    for) needs no recording (``state.fast``). After the outputs are judged, before the
-    reference would be recorded."""
+    """Where no node tables are asked for: module evidence first, and a PASS it proves
+    (the outputs pass, every module within budget, every value between them accounted
+    for) needs no recording (``state.fast``); where a module fails, its calls' values are
+    kept for ``flow.inside``. After the outputs are judged, before the reference would be
+    recorded."""
     assert state.placement is not None  # (placed when the candidate was built)
     state.device_rounding = devices.rounding_dtypes(state.placement, state.reference,
                                                     state.candidate)
     verdict = state.verdict
-    state.early = state.later and verdict is not None and verdict.passed \
+    state.early = state.later and verdict is not None \
         and not state.switched and INT8 not in state.candidate_dtypes
     if not state.early:
         return
-    # module evidence first: with it, the PASS may need no recording
+    # module evidence first: with it, a PASS may need no recording, and a FAIL a recording
+    # of its failing module alone (``flow.inside``)
     ref_calls, cand_calls = state.ref_calls, state.cand_calls
     state.module_evidence = gather_module_evidence(
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
         rounding=state.device_rounding)
-    if _unproven(state.module_evidence, ref_calls, cand_calls):
-        # the values are let go before the recording (memory: a forward's worth a side);
-        # the coverage keeps what it reads of them
+    if not verdict.passed or _unproven(state.module_evidence, ref_calls, cand_calls):
+        # the coverage keeps what it reads of the values; they are let go before any
+        # recording (memory: a forward's worth a side), once a failing module's are read
         state.unseen = unseen_regions(cand_calls)
-        ref_calls.calls.clear()
-        cand_calls.calls.clear()
+        if state.module_evidence.passed:
+            ref_calls.calls.clear()
+            cand_calls.calls.clear()
         return
     state.notes += state.module_evidence.notes
     state.notes.append(MODULES_ONLY_NOTE)

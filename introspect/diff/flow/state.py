@@ -77,6 +77,7 @@ class DiffState:
     device_rounding: list[str] = field(default_factory=list)
     early: bool = False  # judged before any recording, for a PASS that may need none
     fast: Any = None  # that PASS's tables (``modules_only``); None: the full path
+    inside: str = ""  # the failing module op evidence was taken inside alone ("": all)
 
     # Tier 3: op evidence, and the verdict it settles
     explanation: Any = None  # ``ops.explain.Explanation``

@@ -75,7 +75,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             agreeing_outputs: Collection[str] = (), placement: Any = None,
             recording: Recording | None = None,
             original_reference: torch.nn.Module | None = None,
-            recorder: Callable[..., Recording] = record_forward) -> Explanation:
+            recorder: Callable[..., Recording] = record_forward,
+            attention_mask: torch.Tensor | None = None,
+            context: Mapping[str, Any] | None = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
@@ -87,7 +89,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     it (a port that runs the user's model inside is noted, ``introspect.run.borrowed``).
     ``recorder``: how the candidate is recorded (``record_forward``'s signature; the
     backward diff's records with autograd on, so that one recorded forward serves both
-    comparisons).
+    comparisons). ``attention_mask``: where values laid out (B, S, ...) are compared, where
+    ``tensors`` holds none (a module recorded alone, ``ops.inside``). ``context``: the
+    models and inputs the hypotheses run again (else these two and the reference's inputs).
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -113,7 +117,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     notes += [borrowed_line] if borrowed_line else []
     notes += _input_notes(tensors, ref_inputs, cand_inputs)
     notes += unexercised_notes(tensors, ref_graph, cand_graph)
-    padding = Padding(tensors.get("attention_mask"))
+    mask = tensors.get("attention_mask", attention_mask)
+    padding = Padding(mask)
 
     def measure(alignment: Alignment) -> tuple[Any, list[Budget], list[NodeDiff], list[str],
                                                list[str], list[str]]:
@@ -161,13 +166,14 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             rows = mark_drift(rows, alignment, drift)
     notes += _nonfinite_notes(rows, allow_nonfinite)
     context = {"reference_model": reference, "candidate_model": candidate,
-               "inputs": ref_inputs, "tolerance": tolerance}
+               "inputs": ref_inputs, "tolerance": tolerance} if context is None \
+        else {**context, "tolerance": tolerance}
     divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                   budgets, context=None if forward_keywords else context,
                                   noise_budget=noise_budget)
     histograms = {(p.reference, p.candidate): (run.local[i].histogram, run.propagated[i].histogram)
                   for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
-    replay = ReplaySource(ref_inputs, cand_inputs, budgets, tensors.get("attention_mask"))
+    replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 
     def confirm_inside(modules: Collection[str]) -> tuple[list[NodeDiff], Divergence | None]:
         confirmed = confirmed_inside(rows, modules)
