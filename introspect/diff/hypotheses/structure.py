@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from functools import partial
 
@@ -44,6 +45,7 @@ def _fed_by(site: Site, later: int) -> dict[str, torch.Tensor]:
     """The layer at ``site`` run on the reference's output of layer ``later`` (> index)."""
     x = site.block_input
     assert x is not None
+    whole = dataclasses.replace(site, stop=None)  # the layers before it: their output is read
     for i in range(site.index, later + 1):
-        x = run_layer(site, weights=site.layers[i], block_input=x)["layer_output"]
+        x = run_layer(whole, weights=site.layers[i], block_input=x)["layer_output"]
     return run_layer(site, block_input=x)
