@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from introspect.diff.hypotheses import explain_divergence
-from introspect.diff.hypotheses.hypothesis import run_base
+from introspect.diff.hypotheses.hypothesis import run_base, run_layer
 from introspect.diff.hypotheses.site import locate
 from tests.diff.test_hypotheses import QUANTITY, context_for
 from tests.ports.batch import port_batch
@@ -96,3 +96,19 @@ def test_the_hints_are_those_of_whole_runs(tiny, monkeypatch, style, fault):
     assert hints and hints == whole_hints
     if QUANTITY[fault] != "layer_output":  # the layer's last quantity: nothing to leave out
         assert len(stopped.weights) < len(whole.weights)
+
+
+def test_the_layers_fed_to_a_layer_run_once_for_all_its_order_hypotheses(tiny):
+    site = _site(tiny)
+    site = dataclasses.replace(site, layers=site.layers * 2)  # four layers: three fed_by
+    fed = [h for h in hypotheses.structure.hypotheses(site) if "feeding" in h.how]
+    assert len(fed) == 3
+    with _Linears() as seen:
+        values = [h.run() for h in reversed(fed)][::-1]
+    # 6 Linears a run: each layer once, then the layer at the site once per hypothesis
+    assert len(seen.weights) == 6 * (len(site.layers) + len(fed))
+    for later, value in enumerate(values, start=1):
+        x = site.block_input
+        for i in range(later + 1):  # as the reference chains them
+            x = run_layer(site, weights=site.layers[i], block_input=x)["layer_output"]
+        assert torch.equal(value["layer_output"], run_layer(site, block_input=x)["layer_output"])
