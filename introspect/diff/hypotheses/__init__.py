@@ -131,7 +131,7 @@ def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Te
     found: list[tuple[bool, float, Hypothesis, Verdict]] = []
     held = Judge(quantity.layout(base[quantity.name]), context.candidate_value, quantity,
                  context.atol, context.rtol)
-    every = [h for family in FAMILIES for h in family.hypotheses(site)
+    every = [h for family in FAMILIES for h in family.hypotheses(_up_to(site, quantity))
              if _can_move(h, quantity.name, base)]
     for hypothesis in _pruned(context, site, base, quantity, every, held):
         try:
@@ -190,7 +190,7 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
                   few_quantity, context.atol, context.rtol, slack=_LOOSER * SLACK,
                   better=_LOOSER * BETTER, base_within=False)
     dropped = set()
-    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(few)
+    for hypothesis in (h for family in FAMILIES for h in family.hypotheses(_up_to(few, quantity))
                        if h.by_row and _can_move(h, quantity.name, base)):
         try:
             value = few_quantity.layout(hypothesis.run()[quantity.name])
@@ -199,6 +199,12 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
         if loose(value) is None:
             dropped.add((hypothesis.family, hypothesis.what, hypothesis.how))
     return [h for h in hypotheses if (h.family, h.what, h.how) not in dropped]
+
+
+def _up_to(site: Site, quantity: Quantity) -> Site:
+    """``site`` whose hypotheses' runs stop at ``quantity``: the judge reads no other (the
+    base run, which ``identify`` searches, computes them all)."""
+    return dataclasses.replace(site, stop=quantity.name)
 
 
 def _can_move(hypothesis: Hypothesis, quantity: str, base: dict[str, torch.Tensor]) -> bool:

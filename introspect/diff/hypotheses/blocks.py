@@ -67,10 +67,15 @@ def embeddings(w: Weights, input_ids: torch.Tensor, token_type_ids: torch.Tensor
 
 def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, eps: float,
                   activation: Callable[[torch.Tensor], torch.Tensor],
-                  o: LayerOptions = LayerOptions()) -> dict[str, torch.Tensor]:
+                  o: LayerOptions = LayerOptions(),
+                  stop: str | None = None) -> dict[str, torch.Tensor]:
     """One BertLayer: q, k, v, scores, probs, context, attention_dense, attention_sum,
     attention_output, intermediate_dense, intermediate, output_dense, output_sum,
-    layer_output (all (B, S, H) or (B, S, I), except scores / probs (B, nh, S, S))."""
+    layer_output (all (B, S, H) or (B, S, I), except scores / probs (B, nh, S, S)).
+
+    ``stop``: the quantity wanted; once it is computed, the layer returns before its next
+    matmul (a hypothesis is judged on that one quantity). None: every quantity.
+    """
     w = {**w, **o.overrides}
     B, S, H = x.shape
     hd = H // heads
@@ -88,6 +93,8 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
     for short, name in (("q", "query"), ("k", "key"), ("v", "value")):
         source = f"attention.self.{names[name]}"
         out[short] = F.linear(attention_in, w[f"{source}.weight"], w[f"{source}.bias"])
+        if stop in out:
+            return out
     q, k, v = (out[n].view(B, S, heads, hd).transpose(1, 2) for n in ("q", "k", "v"))
     scale = 1.0 / math.sqrt(hd) if o.scale is None else o.scale
     scores = q @ k.transpose(-1, -2) * scale  # (B, nh, S, S)
@@ -104,7 +111,11 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
             scores = scores.masked_fill(padded, fill)
     out["scores"] = scores
     out["probs"] = torch.softmax(scores, dim=o.softmax_dim)
+    if stop in out:
+        return out
     out["context"] = (out["probs"] @ v).transpose(1, 2).reshape(B, S, H)
+    if stop in out:
+        return out
     out["attention_dense"] = F.linear(out["context"], w["attention.output.dense.weight"],
                                       w["attention.output.dense.bias"])
     if o.pre_ln:
@@ -118,11 +129,15 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
                                              w["attention.output.LayerNorm.bias"], eps1,
                                              o.unbiased[0])
         ffn_in = out["attention_output"]
+    if stop in out:
+        return out
     out["intermediate_dense"] = F.linear(ffn_in, w["intermediate.dense.weight"],
                                          w["intermediate.dense.bias"])
     act = {"module": activation, "erf": F.gelu,
            "tanh": lambda t: F.gelu(t, approximate="tanh")}[o.activation]
     out["intermediate"] = act(out["intermediate_dense"])
+    if stop in out:
+        return out
     out["output_dense"] = F.linear(out["intermediate"], w["output.dense.weight"],
                                    w["output.dense.bias"])
     residual = out["attention_output"] if o.output_residual else 0.0

@@ -29,11 +29,13 @@ class Hypothesis:
 
 def run_layer(site: Site, options: LayerOptions | None = None,
               weights=None, block_input: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The encoder layer at ``site`` under ``options`` (and other ``weights`` or input)."""
+    """The encoder layer at ``site`` under ``options`` (and other ``weights`` or input),
+    up to ``site.stop``."""
     x = site.block_input if block_input is None else block_input
     assert x is not None
     return encoder_layer(site.weights if weights is None else weights, x, site.keep,
-                         site.heads, site.eps, site.activation, options or LayerOptions())
+                         site.heads, site.eps, site.activation, options or LayerOptions(),
+                         stop=site.stop)
 
 
 def run_embeddings(site: Site, **options) -> dict[str, torch.Tensor]:

@@ -36,6 +36,9 @@ class Site:
     embeddings_eps: float
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
+    # the quantity a hypothesis's run of the layer stops at (``blocks.encoder_layer``'s
+    # ``stop``); None: the run computes every quantity
+    stop: str | None = None
 
 
 def bert_prefix(model: torch.nn.Module) -> str | None:

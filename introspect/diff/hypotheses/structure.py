@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from functools import partial
 
@@ -33,17 +34,23 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                              partial(run_layer, site, weights=weights), "order")
     # Weights pair each layer with its own: a layer run out of turn shows as a layer fed
     # the output of one that the reference runs after it.
+    outputs: list[torch.Tensor] = []  # shared by these hypotheses: each layer runs once
     for later in range(site.index + 1, len(site.layers)):
         yield Hypothesis(f"layers out of order: the candidate runs encoder.layer.{later} "
                          f"before encoder.layer.{site.index}, which reads its output",
                          f"feeding the reference's layer {site.index} with the output of its "
-                         f"layer {later}", partial(_fed_by, site, later), "order")
+                         f"layer {later}", partial(_fed_by, site, later, outputs), "order")
 
 
-def _fed_by(site: Site, later: int) -> dict[str, torch.Tensor]:
-    """The layer at ``site`` run on the reference's output of layer ``later`` (> index)."""
-    x = site.block_input
-    assert x is not None
-    for i in range(site.index, later + 1):
-        x = run_layer(site, weights=site.layers[i], block_input=x)["layer_output"]
-    return run_layer(site, block_input=x)
+def _fed_by(site: Site, later: int, outputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The layer at ``site`` run on the reference's output of layer ``later`` (> index).
+
+    ``outputs[j]`` is the output of layer index + j on the site's input, computed on
+    first need from the one before it, as the reference chains them.
+    """
+    whole = dataclasses.replace(site, stop=None)  # the layers before it: their output is read
+    while len(outputs) <= later - site.index:
+        x = outputs[-1] if outputs else site.block_input
+        layer = site.layers[site.index + len(outputs)]
+        outputs.append(run_layer(whole, weights=layer, block_input=x)["layer_output"])
+    return run_layer(site, block_input=outputs[later - site.index])
