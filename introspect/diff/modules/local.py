@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
 from introspect.run.truth import identical
 
@@ -67,9 +68,7 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
     if exact is None:
         exact = _rerun(pair, path, lambda t: t)
     keep = _kept(reference, exact, real)
-    ref64 = reference.detach().double().cpu().reshape(-1)[keep]
-    exact64 = exact.double().cpu().reshape(-1)[keep]
-    error, scale = _max((exact64 - ref64).abs()), _max(ref64.abs())
+    error, scale = largest_gap(exact, reference, keep), largest(reference, keep)
     if error <= floor * scale:
         return Local(error, None, scale, int(keep.sum()))
     generator = torch.Generator().manual_seed(0)
@@ -79,8 +78,7 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
         return t * (1 + unit * signs.to(t.dtype))
 
     moved = _rerun(pair, path, rounded)
-    noise = moved.double().cpu().reshape(-1)[keep] - exact64
-    return Local(error, _max(noise.abs()), scale, int(keep.sum()))
+    return Local(error, largest_gap(moved, exact, keep), scale, int(keep.sum()))
 
 
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
@@ -139,16 +137,15 @@ def _own_output(pair: ModulePair) -> torch.Tensor | None:
 def _kept(reference: torch.Tensor, candidate: torch.Tensor,
           real: torch.Tensor | None) -> torch.Tensor:
     """Elements compared: real tokens, finite and not a mask's filler on both sides."""
-    r, c = reference.detach().double().cpu(), candidate.detach().double().cpu()
+    # (in float32 or float64, as ``gaps.flat`` holds them: no float32 value lies between
+    # _FILLER and its float32 rounding, so the test is the float64 copies')
+    r, c = flat(reference), flat(candidate)
     keep = torch.isfinite(r) & torch.isfinite(c) & (r.abs() < _FILLER) & (c.abs() < _FILLER)
-    if real is not None and r.dim() >= 2 and tuple(r.shape[:2]) == tuple(real.shape):
-        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (r.dim() - 2)))
-        keep = keep & tokens.expand(r.shape)
-    return keep.reshape(-1)
-
-
-def _max(t: torch.Tensor) -> float:
-    return float(t.max()) if t.numel() else 0.0
+    shape = reference.shape
+    if real is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(real.shape):
+        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (len(shape) - 2)))
+        keep = keep & tokens.expand(shape).reshape(-1)
+    return keep
 
 
 def _steps(path: str) -> list[str]:

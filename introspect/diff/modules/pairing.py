@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import torch
 
+from introspect.diff.modules.gaps import flat, largest_gap
 from introspect.diff.quantized import is_quantized, quantized_weights
 from introspect.run.capture import Leaf, ModuleCall, probe
 from introspect.run.truth import same_view
@@ -273,19 +274,18 @@ def _scale(value: torch.Tensor) -> float:
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest |a - b| over elements finite on both sides (inf where none is)."""
+    """Largest |a - b| over elements finite on both sides (inf where none is), as float64
+    copies give it (``gaps``: read without them)."""
     if _exactly(a, b):
         return 0.0
-    a64 = a.detach().double().cpu().reshape(-1)
-    b64 = b.detach().double().cpu().reshape(-1)
-    if a64.numel():  # a finite largest gap: every element is finite on both sides
-        largest = float((a64 - b64).abs().max())
+    if a.numel():  # a finite largest gap: every element is finite on both sides
+        largest = largest_gap(a, b)
         if math.isfinite(largest):
             return largest
-    finite = torch.isfinite(a64) & torch.isfinite(b64)
+    finite = torch.isfinite(flat(a)) & torch.isfinite(flat(b))
     if not bool(finite.any()):
-        return 0.0 if a64.numel() == 0 else math.inf
-    return float((a64[finite] - b64[finite]).abs().max())
+        return 0.0 if a.numel() == 0 else math.inf
+    return largest_gap(a, b, finite)
 
 
 class _Samples:
