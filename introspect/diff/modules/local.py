@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.modules.arguments import copied, output_at, put, value_at
 from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
 from introspect.run.truth import identical
@@ -86,37 +87,24 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     call = pair.call
     # copies: a kept value (its own call's, or the reference's it was kept as, ``capture``)
     # stays as it was, whatever the module does to its arguments when run again
-    args: Any = [_copied(a) for a in call.args]
-    kwargs = {k: _copied(v) for k, v in call.kwargs.items()}
+    args: Any = [copied(a) for a in call.args]
+    kwargs = {k: copied(v) for k, v in call.kwargs.items()}
     for match in pair.inputs:
-        original = _get(args, kwargs, match.path)
+        original = value_at(args, kwargs, match.path)
         value = match.boundary.value.detach().to(original.dtype).to(original.device,
                                                                      copy=True)
-        _set(args, kwargs, match.path, change(value.reshape(original.shape)))
+        put(args, kwargs, match.path, change(value.reshape(original.shape)))
     try:
         with torch.set_grad_enabled(call.grad):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
-    out = _get_output(returned, path)
+    out = output_at(returned, path)
     if not isinstance(out, torch.Tensor):
         raise NotRerun("run again, it returned no tensor where its call returned one")
     if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
-
-
-def _copied(value: Any) -> Any:
-    """``value`` with each tensor in it (in tuples, lists and dicts) a copy."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if not value.is_meta else value
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_copied(v) for v in value)
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
-    return value
 
 
 def _own_output(pair: ModulePair) -> torch.Tensor | None:
@@ -146,53 +134,6 @@ def _kept(reference: torch.Tensor, candidate: torch.Tensor,
         tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (len(shape) - 2)))
         keep = keep & tokens.expand(shape).reshape(-1)
     return keep
-
-
-def _steps(path: str) -> list[str]:
-    return path.split(".")
-
-
-def _get(args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
-    head, *rest = _steps(path)
-    value: Any = args if head == "args" else kwargs
-    for step in rest:
-        value = value[int(step)] if isinstance(value, (list, tuple)) else value[step]
-    return value
-
-
-def _set(args: list[Any], kwargs: dict[str, Any], path: str, new: Any) -> None:
-    """Put ``new`` at ``path``, copying the tuples and dicts on the way (the call's own
-    arguments stay as they were)."""
-    head, *rest = _steps(path)
-    if head == "args":
-        args[int(rest[0])] = _replaced(args[int(rest[0])], rest[1:], new)
-    else:
-        kwargs[rest[0]] = _replaced(kwargs[rest[0]], rest[1:], new)
-
-
-def _replaced(container: Any, rest: list[str], new: Any) -> Any:
-    if not rest:
-        return new
-    if isinstance(container, (list, tuple)):
-        items = list(container)
-        items[int(rest[0])] = _replaced(items[int(rest[0])], rest[1:], new)
-        return type(container)(items) if isinstance(container, list) else tuple(items)
-    copy = dict(container)
-    copy[rest[0]] = _replaced(container[rest[0]], rest[1:], new)
-    return copy
-
-
-def _get_output(returned: Any, path: str) -> Any:
-    value = returned
-    for step in _steps(path)[1:]:
-        if isinstance(value, dict) or hasattr(value, "keys"):
-            value = value[step] if step in value else list(value.values())[int(step)] \
-                if step.isdigit() else value[step]
-        elif hasattr(value, "to_tuple"):
-            value = value.to_tuple()[int(step)]
-        else:
-            value = value[int(step)]
-    return value
 
 
 __all__ = ["UNIT", "Local", "NotRerun", "local_error"]
