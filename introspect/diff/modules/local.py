@@ -6,7 +6,8 @@ candidate's dtype and device; its other arguments (a mask, a flag) are its own c
 runs under the grad mode its call ran under, so a branch on ``torch.is_grad_enabled()``
 goes the way the user's call went. Its output is held against the reference's. A call
 that took the reference's values bit for bit (the model's own call, on the same inputs) is
-not run again for that: its own output is that run.
+not run again for that: its own output is that run; nor is one run inside an ancestor's
+run on exactly what its own run would be given (``reuse``): its output there is that run.
 
 The same run on the reference's inputs moved by one rounding of the module's dtype
 (``noise``) shows how much rounding at the module's inputs moves its output: the noise
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ import torch
 from introspect.diff.modules.arguments import copied, output_at, put, value_at
 from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
+from introspect.diff.modules.reuse import Reruns
 from introspect.run.truth import identical
 
 # Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
@@ -53,21 +56,26 @@ class Local:
 
 
 def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
-                floor: float = 0.0) -> Local:
+                floor: float = 0.0, reruns: Reruns | None = None) -> Local:
     """Run the candidate module on the reference's inputs (and once more on them rounded
     once more) and measure its output against the reference's.
 
     ``real``: the attention mask (B, S); outputs laid out (B, S, ...) are compared at real
     tokens only. ``floor``: an error at most ``floor`` times the output's largest magnitude
     is within any budget the noise could give (``budget.FLOOR_UNITS`` roundings): the second
-    run is left out (most modules of a close port after a fault upstream). Raises
-    ``NotRerun``.
+    run is left out (most modules of a close port after a fault upstream). ``reruns``: the
+    outputs the exact runs of its ancestors gave it (``reuse``; its own exact run feeds its
+    submodules'). Raises ``NotRerun``.
     """
     reference = pair.output.boundary.value
     path = pair.output.path
+    seen = reruns.take(pair) if reruns is not None else None
     exact = _own_output(pair)
     if exact is None:
-        exact = _rerun(pair, path, lambda t: t)
+        exact = seen
+    if exact is None:
+        with reruns.watching(pair.call.module) if reruns is not None else nullcontext():
+            exact = _rerun(pair, path, lambda t: t)
     keep = _kept(reference, exact, real)
     error, scale = largest_gap(exact, reference, keep), largest(reference, keep)
     if error <= floor * scale:
