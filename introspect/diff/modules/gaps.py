@@ -22,8 +22,9 @@ import math
 
 import torch
 
-# Elements whose float32 difference is this close to the largest are read in float64: any
-# element whose exact difference is the largest is within 2 x 2^-24 of it, far inside this.
+# Elements whose float32 difference is this close to the largest are read in float64. Rounding
+# is monotonic, so the element whose exact difference is the largest has the largest float32
+# difference (ties included); the margin keeps it where subnormal inputs read as 0 too.
 _NEAR_TOP = 1 - 2.0**-16
 # A largest float32 difference below this may be subnormal, where rounding is absolute.
 _SMALLEST = 2.0**-100
