@@ -29,6 +29,7 @@ _NEAR_TOP = 1 - 2.0**-16
 # A largest float32 difference below this may be subnormal, where rounding is absolute.
 _SMALLEST = 2.0**-100
 _WIDENED = (torch.float32, torch.float16, torch.bfloat16)
+_CHUNK = 4096  # elements whose largest difference is taken at once
 
 
 def largest_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = None) -> float:
@@ -44,10 +45,11 @@ def largest_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = No
 
 
 def largest(t: torch.Tensor, keep: torch.Tensor | None = None) -> float:
-    """``max |t|`` over ``keep`` (abs and max are exact in any float dtype: no copy)."""
+    """``max |t|`` over ``keep``, whose elements are finite (abs and max are exact in any
+    float dtype: no float64 copy); 0.0 where none is kept."""
     magnitudes = flat(t).abs()
     if keep is not None:
-        magnitudes = magnitudes[keep]
+        magnitudes.masked_fill_(~keep, 0.0)
     return float(magnitudes.max()) if magnitudes.numel() else 0.0
 
 
@@ -67,15 +69,22 @@ def _read_in_float32(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None
     gaps = torch.sub(a32, b32).abs_()
     if keep is not None:
         gaps.masked_fill_(~keep, 0.0)
-    top = float(gaps.max())
+    whole = gaps.numel() // _CHUNK * _CHUNK
+    tops = gaps[:whole].view(-1, _CHUNK).amax(1)  # each chunk's largest (NaN where one is)
+    if whole < gaps.numel():
+        tops = torch.cat([tops, gaps[whole:].max().reshape(1)])
+    top = float(tops.max())
     if not math.isfinite(top):
         return None
     if top == 0.0:  # every difference exact, hence none (no flushing: x - y = 0 only at x = y)
         return 0.0 if _gradual_underflow() else None
     if top < _SMALLEST:
         return None
-    near = (gaps >= top * _NEAR_TOP).nonzero().reshape(-1)
-    return float((a32[near].double() - b32[near].double()).abs().max())
+    near = top * _NEAR_TOP  # (the few chunks that hold such elements are searched: one or two)
+    found = [(gaps[c * _CHUNK:(c + 1) * _CHUNK] >= near).nonzero().reshape(-1) + c * _CHUNK
+             for c in (tops >= near).nonzero().reshape(-1).tolist()]
+    index = torch.cat(found)
+    return float((a32[index].double() - b32[index].double()).abs().max())
 
 
 def _gradual_underflow() -> bool:
