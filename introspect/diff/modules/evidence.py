@@ -31,6 +31,7 @@ from introspect.diff.modules.pairing import (
     region_of,
     relate_parameters,
 )
+from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
 from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
@@ -167,7 +168,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                                          if not found])
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[tuple[str, str], int] = {}
-    failed: list[str] = []
+    judged: list[ModuleCall] = []
     for call in sorted(candidate.calls, key=lambda c: (c.mode != AUTOGRAD, c.order)):
         number = counts.get((call.mode, call.name), 0)
         counts[(call.mode, call.name)] = number + 1
@@ -176,13 +177,14 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             seen[(call.name, number)] = call
         elif twin is not None and _same_call(twin, call):
             continue  # the no_grad call saw what the autograd one did: judged once
-        try:
-            row = _judge(call, boundaries, relations, layers, attention_mask, rounding)
-        except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
-            failed.append(f"{call.name or 'the model'} ({type(e).__name__})")
-            continue
-        if row is not None:
-            evidence.rows.append(row)
+        judged.append(call)
+    judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding)
+    failed: list[str] = []
+    for call, judgement in zip(judged, judgements, strict=True):  # rows in the calls' order
+        if isinstance(judgement, Exception):
+            failed.append(f"{call.name or 'the model'} ({type(judgement).__name__})")
+        elif judgement is not None:
+            evidence.rows.append(judgement)
     if failed:
         evidence.notes.append(f"module evidence could not judge {len(failed)} module call(s) "
                               f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
@@ -207,11 +209,50 @@ def unseen_regions(candidate: Calls) -> dict[str, str]:
     return _unseen(candidate, seen)
 
 
-def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
-           layers: ReferenceLayers, attention_mask: torch.Tensor | None,
-           rounding: Sequence[str] = ()) -> ModuleDiff | None:
-    """The row of one module call; None where it has nothing to compare (no floating
-    input, or no reference value stands for it)."""
+@dataclasses.dataclass(frozen=True)
+class _Paired:
+    """A call paired with the reference's values, its local error still to measure."""
+
+    pair: ModulePair
+    row: ModuleDiff
+    unit: float
+
+
+def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
+               relations: Mapping[str, set[str]], layers: ReferenceLayers,
+               attention_mask: torch.Tensor | None, rounding: Sequence[str],
+               ) -> list[ModuleDiff | Exception | None]:
+    """Each call's row (None: nothing to compare; the exception where it could not be
+    judged). Local errors are measured parents first, in the order the calls started: a
+    parent's run on the reference's inputs gives its submodules theirs (``reuse``)."""
+    judgements: list[ModuleDiff | Exception | None] = []
+    paired: dict[int, _Paired] = {}  # by the call's index
+    for i, call in enumerate(calls):
+        judgement: ModuleDiff | _Paired | Exception | None
+        try:
+            judgement = _pair(call, boundaries, relations, layers, rounding)
+        except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
+            judgement = e
+        if isinstance(judgement, _Paired):
+            paired[i], judgement = judgement, None
+        judgements.append(judgement)
+    reruns = Reruns(p.pair for p in paired.values())
+    for i in sorted(paired, key=lambda i: _started(calls[i])):
+        try:
+            judgements[i] = _measure(paired.pop(i), attention_mask, reruns)
+        except Exception as e:  # noqa: BLE001
+            judgements[i] = e
+    return judgements
+
+
+def _started(call: ModuleCall) -> tuple[bool, bool, int, int]:
+    return call.mode != AUTOGRAD, call.started < 0, call.started, call.order
+
+
+def _pair(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
+          layers: ReferenceLayers, rounding: Sequence[str] = ()) -> ModuleDiff | _Paired | None:
+    """The row of one module call where pairing decides it; None where it has nothing to
+    compare (no floating input, or no reference value stands for it); else its pair."""
     if not call.inputs or not call.outputs:
         return None
     region = region_of(call, relations)
@@ -232,13 +273,20 @@ def _judge(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, 
         # them again, it returns the same (no run needed: most modules of a close port)
         return dataclasses.replace(row, max_abs_err=0.0, status=STATUS_OK,
                                    note="its own call took and returned the reference's values")
-    unit = unit_of(call.module, output, pair.output.boundary.value, rounding)
+    return _Paired(pair, row, unit_of(call.module, output, pair.output.boundary.value, rounding))
+
+
+def _measure(paired: _Paired, attention_mask: torch.Tensor | None, reruns: Reruns,
+             ) -> ModuleDiff:
+    """The row of a paired call: its local error against its budget."""
+    pair, row, unit = paired.pair, paired.row, paired.unit
     try:
-        local = local_error(pair, unit, attention_mask, floor=FLOOR_UNITS * unit)
+        local = local_error(pair, unit, attention_mask, floor=FLOOR_UNITS * unit,
+                            reruns=reruns)
     except NotRerun as e:
         return dataclasses.replace(row, status=NOT_COMPARED, note=str(e))
     first_input = pair.inputs[0].boundary.value
-    budget = module_budget(call.module, local, unit, first_input)
+    budget = module_budget(pair.call.module, local, unit, first_input)
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
     return dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
                                limit=budget.limit, status=status, note=budget.why)

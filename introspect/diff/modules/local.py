@@ -6,7 +6,8 @@ candidate's dtype and device; its other arguments (a mask, a flag) are its own c
 runs under the grad mode its call ran under, so a branch on ``torch.is_grad_enabled()``
 goes the way the user's call went. Its output is held against the reference's. A call
 that took the reference's values bit for bit (the model's own call, on the same inputs) is
-not run again for that: its own output is that run.
+not run again for that: its own output is that run; nor is one run inside an ancestor's
+run on exactly what its own run would be given (``reuse``): its output there is that run.
 
 The same run on the reference's inputs moved by one rounding of the module's dtype
 (``noise``) shows how much rounding at the module's inputs moves its output: the noise
@@ -20,11 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
+from introspect.diff.modules.arguments import copied, output_at, put, value_at
+from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
+from introspect.diff.modules.reuse import Reruns
 from introspect.run.truth import identical
 
 # Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
@@ -51,25 +56,28 @@ class Local:
 
 
 def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
-                floor: float = 0.0) -> Local:
+                floor: float = 0.0, reruns: Reruns | None = None) -> Local:
     """Run the candidate module on the reference's inputs (and once more on them rounded
     once more) and measure its output against the reference's.
 
     ``real``: the attention mask (B, S); outputs laid out (B, S, ...) are compared at real
     tokens only. ``floor``: an error at most ``floor`` times the output's largest magnitude
     is within any budget the noise could give (``budget.FLOOR_UNITS`` roundings): the second
-    run is left out (most modules of a close port after a fault upstream). Raises
-    ``NotRerun``.
+    run is left out (most modules of a close port after a fault upstream). ``reruns``: the
+    outputs the exact runs of its ancestors gave it (``reuse``; its own exact run feeds its
+    submodules'). Raises ``NotRerun``.
     """
     reference = pair.output.boundary.value
     path = pair.output.path
+    seen = reruns.take(pair) if reruns is not None else None
     exact = _own_output(pair)
     if exact is None:
-        exact = _rerun(pair, path, lambda t: t)
+        exact = seen
+    if exact is None:
+        with reruns.watching(pair.call.module) if reruns is not None else nullcontext():
+            exact = _rerun(pair, path, lambda t: t)
     keep = _kept(reference, exact, real)
-    ref64 = reference.detach().double().cpu().reshape(-1)[keep]
-    exact64 = exact.double().cpu().reshape(-1)[keep]
-    error, scale = _max((exact64 - ref64).abs()), _max(ref64.abs())
+    error, scale = largest_gap(exact, reference, keep), largest(reference, keep)
     if error <= floor * scale:
         return Local(error, None, scale, int(keep.sum()))
     generator = torch.Generator().manual_seed(0)
@@ -79,8 +87,7 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
         return t * (1 + unit * signs.to(t.dtype))
 
     moved = _rerun(pair, path, rounded)
-    noise = moved.double().cpu().reshape(-1)[keep] - exact64
-    return Local(error, _max(noise.abs()), scale, int(keep.sum()))
+    return Local(error, largest_gap(moved, exact, keep), scale, int(keep.sum()))
 
 
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
@@ -88,37 +95,24 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     call = pair.call
     # copies: a kept value (its own call's, or the reference's it was kept as, ``capture``)
     # stays as it was, whatever the module does to its arguments when run again
-    args: Any = [_copied(a) for a in call.args]
-    kwargs = {k: _copied(v) for k, v in call.kwargs.items()}
+    args: Any = [copied(a) for a in call.args]
+    kwargs = {k: copied(v) for k, v in call.kwargs.items()}
     for match in pair.inputs:
-        original = _get(args, kwargs, match.path)
+        original = value_at(args, kwargs, match.path)
         value = match.boundary.value.detach().to(original.dtype).to(original.device,
                                                                      copy=True)
-        _set(args, kwargs, match.path, change(value.reshape(original.shape)))
+        put(args, kwargs, match.path, change(value.reshape(original.shape)))
     try:
         with torch.set_grad_enabled(call.grad):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
-    out = _get_output(returned, path)
+    out = output_at(returned, path)
     if not isinstance(out, torch.Tensor):
         raise NotRerun("run again, it returned no tensor where its call returned one")
     if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
-
-
-def _copied(value: Any) -> Any:
-    """``value`` with each tensor in it (in tuples, lists and dicts) a copy."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if not value.is_meta else value
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_copied(v) for v in value)
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
-    return value
 
 
 def _own_output(pair: ModulePair) -> torch.Tensor | None:
@@ -139,63 +133,15 @@ def _own_output(pair: ModulePair) -> torch.Tensor | None:
 def _kept(reference: torch.Tensor, candidate: torch.Tensor,
           real: torch.Tensor | None) -> torch.Tensor:
     """Elements compared: real tokens, finite and not a mask's filler on both sides."""
-    r, c = reference.detach().double().cpu(), candidate.detach().double().cpu()
+    # (in float32 or float64, as ``gaps.flat`` holds them: no float32 value lies between
+    # _FILLER and its float32 rounding, so the test is the float64 copies')
+    r, c = flat(reference), flat(candidate)
     keep = torch.isfinite(r) & torch.isfinite(c) & (r.abs() < _FILLER) & (c.abs() < _FILLER)
-    if real is not None and r.dim() >= 2 and tuple(r.shape[:2]) == tuple(real.shape):
-        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (r.dim() - 2)))
-        keep = keep & tokens.expand(r.shape)
-    return keep.reshape(-1)
-
-
-def _max(t: torch.Tensor) -> float:
-    return float(t.max()) if t.numel() else 0.0
-
-
-def _steps(path: str) -> list[str]:
-    return path.split(".")
-
-
-def _get(args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
-    head, *rest = _steps(path)
-    value: Any = args if head == "args" else kwargs
-    for step in rest:
-        value = value[int(step)] if isinstance(value, (list, tuple)) else value[step]
-    return value
-
-
-def _set(args: list[Any], kwargs: dict[str, Any], path: str, new: Any) -> None:
-    """Put ``new`` at ``path``, copying the tuples and dicts on the way (the call's own
-    arguments stay as they were)."""
-    head, *rest = _steps(path)
-    if head == "args":
-        args[int(rest[0])] = _replaced(args[int(rest[0])], rest[1:], new)
-    else:
-        kwargs[rest[0]] = _replaced(kwargs[rest[0]], rest[1:], new)
-
-
-def _replaced(container: Any, rest: list[str], new: Any) -> Any:
-    if not rest:
-        return new
-    if isinstance(container, (list, tuple)):
-        items = list(container)
-        items[int(rest[0])] = _replaced(items[int(rest[0])], rest[1:], new)
-        return type(container)(items) if isinstance(container, list) else tuple(items)
-    copy = dict(container)
-    copy[rest[0]] = _replaced(container[rest[0]], rest[1:], new)
-    return copy
-
-
-def _get_output(returned: Any, path: str) -> Any:
-    value = returned
-    for step in _steps(path)[1:]:
-        if isinstance(value, dict) or hasattr(value, "keys"):
-            value = value[step] if step in value else list(value.values())[int(step)] \
-                if step.isdigit() else value[step]
-        elif hasattr(value, "to_tuple"):
-            value = value.to_tuple()[int(step)]
-        else:
-            value = value[int(step)]
-    return value
+    shape = reference.shape
+    if real is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(real.shape):
+        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (len(shape) - 2)))
+        keep = keep & tokens.expand(shape).reshape(-1)
+    return keep
 
 
 __all__ = ["UNIT", "Local", "NotRerun", "local_error"]
