@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.modules.arguments import output_at
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.ops.explain import Explanation, record_for_diff
 from introspect.run.capture import ModuleCall
@@ -61,7 +62,7 @@ class _Holder(torch.nn.Module):
         args, kwargs = _filled(self._template, tensors)
         module = self.get_submodule(self._path)
         if self._returner == self._path:
-            return {OUTPUT: _output_at(module(*args, **kwargs), self._output)}
+            return {OUTPUT: output_at(module(*args, **kwargs), self._output)}
         seen: list[Any] = []
         hook = self.get_submodule(self._returner).register_forward_hook(
             lambda _module, _args, returned: seen.append(returned))
@@ -71,7 +72,7 @@ class _Holder(torch.nn.Module):
             hook.remove()
         if len(seen) != 1:
             raise RuntimeError(f"{self._returner} ran {len(seen)} times in {self._path}")
-        return {OUTPUT: _output_at(seen[0], self._output)}
+        return {OUTPUT: output_at(seen[0], self._output)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,20 +183,6 @@ def _filled(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
         return [_filled(v, tensors) for v in value]
     if isinstance(value, dict):
         return {k: _filled(v, tensors) for k, v in value.items()}
-    return value
-
-
-def _output_at(returned: Any, path: str) -> Any:
-    """The value at ``path`` in what the module returned (``local``'s path syntax)."""
-    value = returned
-    for step in path.split(".")[1:]:
-        if isinstance(value, dict) or hasattr(value, "keys"):
-            value = value[step] if step in value or not step.isdigit() \
-                else list(value.values())[int(step)]
-        elif hasattr(value, "to_tuple"):
-            value = value.to_tuple()[int(step)]
-        else:
-            value = value[int(step)]
     return value
 
 
