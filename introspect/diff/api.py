@@ -45,7 +45,7 @@ from introspect.diff.flow.reference import (
     place_models,
     record_reference_clean,
     record_reference_late,
-    reference_again,
+    reference_again_where_moved,
     take_reference_truth,
 )
 from introspect.diff.flow.state import DiffState
@@ -173,9 +173,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 compare_gradients(state)
                 settle_verdict(state)
             join_module_evidence(state)
-            # the reference once more: what the candidate left behind
+            # the reference once more (or its footprint): what the candidate left behind
             if state.ref_truth is not None:
-                reference_again(state)
+                reference_again_where_moved(state)
     finally:  # every module back in its own mode and on its own device
         state.put_back()
     check_inputs_unchanged(state, inputs)

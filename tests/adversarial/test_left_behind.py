@@ -57,6 +57,25 @@ def test_weights_edited_behind_the_version_counter_are_caught(tiny):
         _diff(tiny, "weights")
 
 
+def test_a_fail_explained_inside_a_module_reads_the_footprint_too(tiny):
+    """A FAIL explained inside its failing module (``flow.inside``) checks what was left
+    behind as a PASS does: a clean faulty port fails, one that also edits the reference's
+    weight on its last call gets no verdict."""
+    result, _ = _diff(tiny, "faulty")
+    assert not result.passed and result.first_divergence.layer == "encoder.layer.1"
+    assert any(n.startswith("op-level evidence only inside") for n in result.notes)
+    import torch
+
+    weight = tiny[0].model.encoder.layer[0].output.dense.weight
+    kept = weight.detach().clone()
+    try:
+        with pytest.raises(InputError, match=_MOVED):
+            _diff(tiny, "faulty_weights")
+    finally:
+        with torch.no_grad():
+            weight.copy_(kept)
+
+
 @pytest.mark.parametrize("name", ["kernel", "layer_norm"])
 def test_a_process_wide_change_gets_no_verdict(name, tiny_folder):
     done = subprocess.run(

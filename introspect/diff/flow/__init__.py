@@ -19,7 +19,8 @@ them; each step reads and fills one ``DiffState`` (``state``).
    explanation, the recordings held to the plain calls, int8 outputs explained;
    ``gradients`` compared (backward); the verdict settled with the truth divergence.
 7. ``module_evidence.join_module_evidence``; the reference checked once more
-   (``reference.reference_again``): the candidate left it unchanged.
+   (``reference.reference_again_where_moved``: called, or its footprint read): the
+   candidate left it unchanged.
 8. ``finish``: every model put back (``DiffState.put_back``), the caller's inputs proven
    unchanged, the ``DiffResult``.
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from introspect.diff import devices
-from introspect.diff.flow.reference import reference_again
+from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.quantized import INT8
-from introspect.run import footprint
 
 MODULES_ONLY_NOTE = (
     "no op-level recording: the outputs and module evidence prove this PASS (every module "
@@ -54,9 +53,7 @@ def pass_without_recording(state: DiffState) -> None:
     state.notes.append(MODULES_ONLY_NOTE)
     ref_calls.calls.clear()  # the values are let go: memory
     cand_calls.calls.clear()
-    if state.before_candidate is None or footprint.moved(state.before_candidate,
-                                                         state.original_reference):
-        reference_again(state)
+    reference_again_where_moved(state)
     state.fast = modules_only(state.module_evidence)
 
 

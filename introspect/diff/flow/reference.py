@@ -105,6 +105,17 @@ def record_reference_late(state: DiffState) -> None:
                                      state.reference_label, state.keywords[0])
 
 
+def reference_again_where_moved(state: DiffState) -> None:
+    """The last check that the candidate left the reference as it was: where what the
+    reference computes with was read before the candidate's build (``state.later``) and
+    none of it moved since, calling it again adds no evidence (``run.footprint``: its
+    weights, attributes, classes, globals, torch's functions, kernels, libraries and
+    environment); otherwise it is called again (``reference_again``)."""
+    if state.before_candidate is None or footprint.moved(state.before_candidate,
+                                                         state.original_reference):
+        reference_again(state)
+
+
 def reference_again(state: DiffState) -> None:
     """``check_reference_again`` on the caller's reference, its message naming the switches
     the candidate's build flipped."""
@@ -148,4 +159,5 @@ def _measure_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
 
 
 __all__ = ["measure_noise_budget", "place_models", "record_reference_clean",
-           "record_reference_late", "reference_again", "take_reference_truth"]
+           "record_reference_late", "reference_again", "reference_again_where_moved",
+           "take_reference_truth"]

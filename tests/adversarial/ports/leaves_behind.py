@@ -7,7 +7,9 @@ a copy of the reference, then does its damage). Imports only torch and NumPy.
 - ``weights``: adds 1 to one of the reference's own weights through a NumPy view (no
   version counter sees it);
 - ``kernel``: registers a tanh GELU as ``aten::gelu``'s CPU kernel (``torch.library``);
-- ``layer_norm``: rebinds ``torch.nn.functional.layer_norm`` to one that scales its output.
+- ``layer_norm``: rebinds ``torch.nn.functional.layer_norm`` to one that scales its output;
+- ``faulty``: its copy's layer 1 takes the tanh GELU (a FAIL), and leaves nothing behind;
+- ``faulty_weights``: that FAIL, and the ``weights`` edit on its last call.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ _KEPT = []  # a torch.library.Library unregisters its kernels when collected
 class Runs(torch.nn.Module):
     """A copy of the reference, run as it is; ``leave`` runs after the last call."""
 
-    def __init__(self, reference, leave=None):
+    def __init__(self, reference, leave=None, tanh=False):
         super().__init__()
         self.model = copy.deepcopy(reference.model).eval()
         self._leave = leave
+        if tanh:
+            self.model.encoder.layer[1].intermediate.intermediate_act_fn = \
+                torch.nn.GELU(approximate="tanh")
 
     def forward(self, input_ids, token_type_ids, attention_mask):
         out = self.model(input_ids=input_ids, token_type_ids=token_type_ids,
@@ -52,6 +57,18 @@ def weights(reference):
     def edit():
         weight.detach().numpy()[0, 0] += 1.0
     return Runs(reference, edit)
+
+
+def faulty(reference):
+    return Runs(reference, tanh=True)
+
+
+def faulty_weights(reference):
+    weight = reference.model.encoder.layer[0].output.dense.weight
+
+    def edit():
+        weight.detach().numpy()[0, 0] += 1.0
+    return Runs(reference, edit, tanh=True)
 
 
 def kernel(reference):
