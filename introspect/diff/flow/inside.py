@@ -35,7 +35,7 @@ def _explain_inside(state: DiffState) -> bool:
              or row.candidate_module.startswith(f"{name}.")]
     if blind:  # what the recording cannot see: the full path says so, region by region
         return False
-    found = pair_of(row, state.ref_calls, state.cand_calls)
+    found = pair_of(row, state.ref_calls, state.cand_calls, state.module_evidence.relations)
     scope = scope_of(*found) if found is not None else None
     if scope is None:
         return False

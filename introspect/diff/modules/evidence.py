@@ -84,6 +84,9 @@ class ModuleEvidence:
     notes: list[str] = dataclasses.field(default_factory=list)
     # the candidate's weights that hold none of the reference's (nothing vouches for them)
     unrelated: list[str] = dataclasses.field(default_factory=list)
+    # candidate parameter path -> the reference parameters it holds (``relate_parameters``;
+    # ``failing.pair_of`` pairs a failing row again with them)
+    relations: dict[str, set[str]] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -165,7 +168,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     relations = relate_parameters(reference.model, candidate.model)
     layers = ReferenceLayers.of(reference.model)
     evidence = ModuleEvidence(unrelated=[name for name, found in relations.items()
-                                         if not found])
+                                         if not found], relations=relations)
     seen: dict[tuple[str, int], ModuleCall] = {}
     counts: dict[tuple[str, str], int] = {}
     judged: list[ModuleCall] = []
@@ -253,17 +256,10 @@ def _pair(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, s
           layers: ReferenceLayers, rounding: Sequence[str] = ()) -> ModuleDiff | _Paired | None:
     """The row of one module call where pairing decides it; None where it has nothing to
     compare (no floating input, or no reference value stands for it); else its pair."""
-    if not call.inputs or not call.outputs:
-        return None
-    region = region_of(call, relations)
-    if region is None:
-        return None  # weights of its own, none the reference's: nothing stands for it
-    by = "value" if region == "" and not _owns_weights(call.module) else "weights"
-    output = call.outputs[0].value
-    dtype = str(output.dtype).removeprefix("torch.")
-    pair = pair_call(call, boundaries, region, by, dtype)
+    pair = pair_for(call, boundaries, relations)
     if pair is None:
         return None
+    output = call.outputs[0].value
     row = _row(call, pair, layers)
     if holds_int8_inside(call.module):
         return dataclasses.replace(row, status=NOT_COMPARED,
@@ -274,6 +270,20 @@ def _pair(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, s
         return dataclasses.replace(row, max_abs_err=0.0, status=STATUS_OK,
                                    note="its own call took and returned the reference's values")
     return _Paired(pair, row, unit_of(call.module, output, pair.output.boundary.value, rounding))
+
+
+def pair_for(call: ModuleCall, boundaries: Sequence[Any],
+             relations: Mapping[str, set[str]]) -> ModulePair | None:
+    """The reference values standing for ``call``'s inputs and first output, paired by the
+    weights its module's own relate to, else by value; None where none stands for it."""
+    if not call.inputs or not call.outputs:
+        return None
+    region = region_of(call, relations)
+    if region is None:
+        return None  # weights of its own, none the reference's: nothing stands for it
+    by = "value" if region == "" and not _owns_weights(call.module) else "weights"
+    dtype = str(call.outputs[0].value.dtype).removeprefix("torch.")
+    return pair_call(call, boundaries, region, by, dtype)
 
 
 def _measure(paired: _Paired, attention_mask: torch.Tensor | None, reruns: Reruns,
@@ -409,4 +419,4 @@ class ReferenceLayers:
 
 
 __all__ = ["NOT_COMPARED", "ModuleDiff", "ModuleEvidence", "ReferenceLayers", "Uncovered",
-           "coverage_of", "gather_module_evidence", "unseen_regions"]
+           "coverage_of", "gather_module_evidence", "pair_for", "unseen_regions"]

@@ -4,38 +4,28 @@ them (op evidence inside that module, ``ops.inside``, is recorded on these value
 
 from __future__ import annotations
 
-from introspect.diff.modules.evidence import ModuleDiff
-from introspect.diff.modules.pairing import (
-    ModulePair,
-    pair_call,
-    reference_boundaries,
-    region_of,
-    relate_parameters,
-)
+from collections.abc import Mapping
+
+from introspect.diff.modules.evidence import ModuleDiff, pair_for
+from introspect.diff.modules.pairing import ModulePair, reference_boundaries
 from introspect.run.capture import Calls, ModuleCall
 from introspect.run.truth import AUTOGRAD, NO_GRAD, same_view
 
 
 def pair_of(row: ModuleDiff, reference: Calls, candidate: Calls,
+            relations: Mapping[str, set[str]],
             ) -> tuple[ModulePair, ModuleCall, ModuleCall] | None:
     """The first call of ``row``'s candidate module (in its plain call) paired as the row
     was, the reference module's call that computes the same (``_covering``) and the call
     inside it that returned the value standing for the candidate's output (itself, or a
-    module inside it); None where none is found again or none covers it."""
+    module inside it); None where none is found again or none covers it. ``relations``:
+    the evidence's (``ModuleEvidence.relations``)."""
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
-    relations = relate_parameters(reference.model, candidate.model)
     for call in candidate.calls:
-        if call.name != row.candidate_module or call.mode != row.call \
-                or not call.inputs or not call.outputs:
+        if call.name != row.candidate_module or call.mode != row.call:
             continue
-        region = region_of(call, relations)
-        if region is None:
-            continue
-        owns = any(True for _ in call.module.parameters())
-        by = "value" if region == "" and not owns else "weights"
-        dtype = str(call.outputs[0].value.dtype).removeprefix("torch.")
-        pair = pair_call(call, boundaries, region, by, dtype)
+        pair = pair_for(call, boundaries, relations)
         if pair is None or pair.reference_module != row.reference_module:
             continue
         covering = _covering(pair, ref_calls)
