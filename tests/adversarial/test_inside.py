@@ -49,6 +49,8 @@ def test_the_divergence_inside_is_the_full_recordings(tiny, whole_recordings, na
     inside = _diff(tiny, name, nodes=False)
     assert whole_recordings[0] == 0, "neither model recorded whole"
     assert any(n.startswith(INSIDE) for n in inside.notes)
+    # no note on inputs the user never named (the holders' own, "args_0", "own_args_1")
+    assert not any("args_" in n for n in inside.notes), inside.notes
     full = _diff(tiny, name, nodes=True)
     assert not inside.passed and not full.passed
     mine, theirs = inside.first_divergence, full.first_divergence

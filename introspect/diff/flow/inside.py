@@ -10,7 +10,7 @@ import functools
 from introspect.diff.flow.state import DiffState, copies
 from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.failing import pair_of
-from introspect.diff.ops.explain import explain
+from introspect.diff.ops.explain import Alone, explain
 from introspect.diff.ops.inside import explain_scope, scope_of
 from introspect.diff.records import STATUS_FAIL, Divergence, NodeDiff
 
@@ -46,9 +46,9 @@ def _explain_inside(state: DiffState) -> bool:
         forward_keywords=None, noise_budget=False, reference=state.reference,
         raise_errors=False, placement=state.placement,
         original_reference=state.original_reference,
-        attention_mask=state.tensors.get("attention_mask"),
-        context={"reference_model": state.reference, "candidate_model": state.candidate,
-                 "inputs": copies(state.ref_accepted)})  # the hints run either model
+        alone=Alone(state.tensors.get("attention_mask"),
+                    {"reference_model": state.reference, "candidate_model": state.candidate,
+                     "inputs": copies(state.ref_accepted)}))  # (the hints run either model)
     explained = explain_scope(scope, explain_with, state.reference_label)
     if explained is None:
         return False
@@ -69,7 +69,7 @@ def _explain_inside(state: DiffState) -> bool:
     state.notes += explanation.notes
     state.notes.append(
         f"op-level evidence only inside {scope.module} (the candidate's "
-        f"{scope.candidate_module}), the first module over its budget, each side recorded "
+        f"{scope.candidate_module}), the smallest module over its budget, each side recorded "
         "alone on the values module evidence judged it on; for every node pass nodes=True "
         "(introspect diff: --out or --nodes)")
     state.explained_passed = state.divergence is None \

@@ -42,6 +42,14 @@ from introspect.tracing.shapes import node_records, refresh_records
 from introspect.tracing.tracer import CACHE_OFF_NOTE, cache_off
 
 
+@dataclasses.dataclass(frozen=True)
+class Alone:
+    """Two modules recorded alone (``ops.inside``): what their own inputs cannot say."""
+
+    attention_mask: torch.Tensor | None  # (B, S): values laid out (B, S, ...) compared there
+    context: Mapping[str, Any]  # the whole models and inputs the hypotheses run again
+
+
 @dataclasses.dataclass
 class Explanation:
     """The node-level comparison of the two recordings (empty where it could not run)."""
@@ -76,8 +84,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             recording: Recording | None = None,
             original_reference: torch.nn.Module | None = None,
             recorder: Callable[..., Recording] = record_forward,
-            attention_mask: torch.Tensor | None = None,
-            context: Mapping[str, Any] | None = None) -> Explanation:
+            alone: Alone | None = None) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
@@ -89,9 +96,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     it (a port that runs the user's model inside is noted, ``introspect.run.borrowed``).
     ``recorder``: how the candidate is recorded (``record_forward``'s signature; the
     backward diff's records with autograd on, so that one recorded forward serves both
-    comparisons). ``attention_mask``: where values laid out (B, S, ...) are compared, where
-    ``tensors`` holds none (a module recorded alone, ``ops.inside``). ``context``: the
-    models and inputs the hypotheses run again (else these two and the reference's inputs).
+    comparisons). ``alone``: the two are modules recorded alone (``ops.inside``), their
+    inputs the values module evidence judged them on: the mask and the whole models come
+    from it, and no note is made on inputs the user never named.
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -115,9 +122,10 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
              (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
     borrowed_line = borrowed_note(borrowed, ref_graph.title)
     notes += [borrowed_line] if borrowed_line else []
-    notes += _input_notes(tensors, ref_inputs, cand_inputs)
-    notes += unexercised_notes(tensors, ref_graph, cand_graph)
-    mask = tensors.get("attention_mask", attention_mask)
+    if alone is None:
+        notes += _input_notes(tensors, ref_inputs, cand_inputs)
+        notes += unexercised_notes(tensors, ref_graph, cand_graph)
+    mask = tensors.get("attention_mask") if alone is None else alone.attention_mask
     padding = Padding(mask)
 
     def measure(alignment: Alignment) -> tuple[Any, list[Budget], list[NodeDiff], list[str],
@@ -166,8 +174,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             rows = mark_drift(rows, alignment, drift)
     notes += _nonfinite_notes(rows, allow_nonfinite)
     context = {"reference_model": reference, "candidate_model": candidate,
-               "inputs": ref_inputs, "tolerance": tolerance} if context is None \
-        else {**context, "tolerance": tolerance}
+               "inputs": ref_inputs, "tolerance": tolerance} if alone is None \
+        else {**alone.context, "tolerance": tolerance}
     divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                   budgets, context=None if forward_keywords else context,
                                   noise_budget=noise_budget)
@@ -341,4 +349,4 @@ def accepted_inputs(model: torch.nn.Module,
     return {name: t for name, t in tensors.items() if name in taken}
 
 
-__all__ = ["Explanation", "accepted_inputs", "explain", "model_dtypes", "record_for_diff"]
+__all__ = ["Alone", "Explanation", "accepted_inputs", "explain", "model_dtypes", "record_for_diff"]
