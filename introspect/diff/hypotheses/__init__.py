@@ -52,7 +52,7 @@ from introspect.diff.hypotheses import (
     structure,
     weights,
 )
-from introspect.diff.hypotheses.blocks import READS
+from introspect.diff.hypotheses.blocks import READS, Linears
 from introspect.diff.hypotheses.context import DivergenceContext
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_base
 from introspect.diff.hypotheses.matching import (
@@ -100,6 +100,7 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
             return tuple(dict.fromkeys(
                 hints + pooler.head_hints(context) + rmsnorm.hints(context)
                 + decoder_attention.hints(context) + gpt2.hints(context)))
+        site = dataclasses.replace(site, linears=Linears())  # the base's, for variants
         base = run_base(site)
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
@@ -236,9 +237,9 @@ def _telling_rows(held: Judge, quantity: Quantity) -> list[int]:
 
 
 def _rows_of(site: Site, index: torch.Tensor) -> Site:
-    """``site`` on the batch's rows ``index`` only."""
+    """``site`` on the batch's rows ``index`` only (its own Linears to record)."""
     return dataclasses.replace(
-        site, keep=site.keep[index], input_ids=site.input_ids[index],
+        site, linears=Linears(), keep=site.keep[index], input_ids=site.input_ids[index],
         token_type_ids=site.token_type_ids[index],
         block_input=None if site.block_input is None else site.block_input[index])
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from introspect.diff.hypotheses.blocks import LayerOptions, embeddings, encoder_layer, pooler
 from introspect.diff.hypotheses.site import Site
@@ -35,7 +36,7 @@ def run_layer(site: Site, options: LayerOptions | None = None,
     assert x is not None
     return encoder_layer(site.weights if weights is None else weights, x, site.keep,
                          site.heads, site.eps, site.activation, options or LayerOptions(),
-                         stop=site.stop)
+                         stop=site.stop, linear=site.linears or F.linear)
 
 
 def run_embeddings(site: Site, **options) -> dict[str, torch.Tensor]:
@@ -49,9 +50,12 @@ def run_pooler(site: Site, **options) -> dict[str, torch.Tensor]:
 
 
 def run_base(site: Site) -> dict[str, torch.Tensor]:
-    """The block as the reference computes it."""
+    """The block as the reference computes it (its Linears recorded in ``site.linears``)."""
     if site.kind == "layer":
-        return run_layer(site)
+        if site.linears is None:
+            return run_layer(site)
+        with site.linears.recording():
+            return run_layer(site)
     if site.kind == "embeddings":
         return run_embeddings(site)
     return run_pooler(site)

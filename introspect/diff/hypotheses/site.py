@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.hypotheses.blocks import Linears
 from introspect.diff.hypotheses.context import DivergenceContext
 
 
@@ -39,6 +40,9 @@ class Site:
     # the quantity a hypothesis's run of the layer stops at (``blocks.encoder_layer``'s
     # ``stop``); None: the run computes every quantity
     stop: str | None = None
+    # the unmodified layer's Linears on these rows, which a layer's run reuses where it
+    # repeats one (``blocks.Linears``); None: each run computes its own
+    linears: Linears | None = None
 
 
 def bert_prefix(model: torch.nn.Module) -> str | None:
