@@ -149,9 +149,10 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
 
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
-        found: set[str] = set()
-        for variant in _variants(t):
-            found |= equal_to(variant)
+        # ``t`` alone: ``keyed`` holds each reference weight and its transpose, and
+        # ``t.t()`` equals ``r`` (or ``r.t()``) exactly where ``t`` equals ``r.t()`` (or
+        # ``r``), their keys alike (a key's grid and values are transposed with it)
+        found = equal_to(t)
         for variant in _variants(t) if not found else []:  # a fused projection on ours
             for block in _row_blocks(variant, ref.values()):
                 found |= equal_to(block)
@@ -181,8 +182,9 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
 def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
               dtype: str) -> ModulePair | None:
     """The reference values for ``call``'s floating inputs and its first output, or None."""
-    inside = [_named_inside(b, region) for b in boundaries
-              if any(_inside(m, region) for m in b.holders)]
+    # named inside the region once chosen: ``closest`` reads a boundary's value, never its
+    # name (a name for each of a thousand boundaries per call cost more than the pairing)
+    inside = [b for b in boundaries if any(_inside(m, region) for m in b.holders)]
     outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
     if not outputs or not call.inputs:
         return None
@@ -190,7 +192,7 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
     for leaf in call.inputs:
         match = closest(leaf, inside, INPUT_NEAR.get(dtype, INPUT_NEAR["float32"]))
         if match is not None:
-            inputs.append(match)
+            inputs.append(_named_match(match, region))
     if not inputs:
         return None
     output = closest(outputs[0], [b for b in inside
@@ -198,7 +200,11 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
                      OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"]))
     if output is None:
         return None
-    return ModulePair(call, region, by, tuple(inputs), output)
+    return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
+
+
+def _named_match(match: Match, region: str) -> Match:
+    return dataclasses.replace(match, boundary=_named_inside(match.boundary, region))
 
 
 def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | None:
