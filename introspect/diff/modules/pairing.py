@@ -304,12 +304,12 @@ class _Samples:
         self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
         self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
-        self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, probe)
+        self.probes: dict[int, tuple[torch.Tensor, tuple[float, ...]]] = {}  # id -> (value, probe)
         # (id, id) -> (the two values, their versions, ``distance``)
         self.distances: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int, int,
                                                     float]] = {}
 
-    def probe(self, value: torch.Tensor) -> bytes:
+    def probe(self, value: torch.Tensor) -> tuple[float, ...]:
         return _once(self.probes, value, probe)
 
     def scale(self, value: torch.Tensor) -> float:
