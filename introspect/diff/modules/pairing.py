@@ -41,6 +41,8 @@ INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
 OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
 _MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
 _SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
+_MEASURED = 4  # the candidates compared in full, nearest on the sample first
+_ROUGH = 16  # every this many of the sample bound its gap from below (``_Samples.nearest``)
 _EXACT_KEY = 4096  # a weight this small is keyed by all its values
 _CHUNK = 2**20  # elements cast to float32 at a time to compare two weights of other dtypes
 _EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
@@ -222,9 +224,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     mine = value.reshape(-1)[sample].double().cpu()
     tables = {id(b.samples) for b in same}
     measure = distance
-    if len(tables) == 1 and same[0].samples is not None:  # one table: all gaps in one pass
-        gaps = same[0].samples.gaps(mine, same, sample)
-        rough = [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)]
+    if len(tables) == 1 and same[0].samples is not None:  # one table: gaps in few passes
+        rough = same[0].samples.nearest(mine, same, sample, _MEASURED)
         measure = same[0].samples.distance
     else:
         rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
@@ -232,7 +233,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
         # and none counts against it (CLEAR x 0)
         return Match(leaf.path, rough[0], 0.0, _scale_of(rough[0]))
-    measured = [(first, rough[0])] + [(measure(value, b.value), b) for b in rough[1:4]]
+    measured = [(first, rough[0])] + [(measure(value, b.value), b)
+                                      for b in rough[1:_MEASURED]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
     scale = _scale_of(chosen)
@@ -298,10 +300,12 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
 
 class _Samples:
     """The sampled values (float64) of every boundary of one shape, stacked: the gaps of a
-    candidate value to all of them are one subtraction, as ``_gap`` measures each."""
+    candidate value to many of them are one subtraction, as ``_gap`` measures each."""
 
     def __init__(self) -> None:
-        self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
+        # shape -> (the samples, a row each; their every ``_ROUGH``-th; row by value id)
+        self.tables: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor,
+                                                 dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
         self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
         self.probes: dict[int, tuple[torch.Tensor, tuple[float, ...]]] = {}  # id -> (value, probe)
@@ -328,22 +332,50 @@ class _Samples:
             known = self.distances[key] = (a, b, a._version, b._version, distance(a, b))
         return known[4]
 
-    def gaps(self, mine: torch.Tensor, same: Sequence[Boundary],
-             sample: torch.Tensor) -> list[float]:
+    def nearest(self, mine: torch.Tensor, same: Sequence[Boundary], sample: torch.Tensor,
+                count: int) -> list[Boundary]:
+        """The first ``count`` of ``same`` by their sampled gap to ``mine`` (ties in their
+        order): ``sorted(same, key=gap)[:count]``, reading few of the gaps in full.
+
+        The gap over every ``_ROUGH``-th element of the sample is at most the gap over all
+        of it (a subset's largest is at most the whole's; NaN reads as inf in both). Gaps
+        are read in full in the order of these bounds until the next bound is over the
+        ``count``-th smallest gap read: every boundary left has a gap over it, so none of
+        them is among the first ``count`` (a tie with it is read in full too). Each gap is
+        a largest of float64 differences, the same figure in any batch of rows."""
+        table, rough, rows = self._table(same, sample)
+        index = torch.tensor([rows[id(b.value)] for b in same])
+        bounds = _largest_gaps(rough[index], mine[::_ROUGH])
+        order = sorted(range(len(same)), key=bounds.__getitem__)
+        gaps: dict[int, float] = {}
+        done = 0
+        while done < len(order):
+            read = sorted(gaps.values())
+            if len(read) >= count and bounds[order[done]] > read[count - 1]:
+                break
+            batch = order[done:done + count]
+            gaps.update(zip(batch, _largest_gaps(table[index[batch]], mine), strict=True))
+            done += len(batch)
+        return [same[i] for i in sorted(gaps, key=lambda i: (gaps[i], i))[:count]]
+
+    def _table(self, same: Sequence[Boundary], sample: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor, dict[int, int]]:
+        """The sampled values (float64) of every boundary of ``same``'s shape, a row each,
+        the rows' every ``_ROUGH``-th column, and each value's row by its id."""
         shape = tuple(same[0].value.shape)
-        table, rows = self.tables.get(shape, (None, {}))
+        table, rough, rows = self.tables.get(shape, (None, None, {}))
         missing = [b.value for b in same if id(b.value) not in rows]
-        if table is None or missing:
+        if table is None or rough is None or missing:
             known = [table] if table is not None else []
             start = len(rows)
             for i, value in enumerate(missing):
                 rows[id(value)] = start + i
             stacked = torch.stack([v.reshape(-1)[sample].double().cpu() for v in missing])
             table = torch.cat([*known, stacked])
-            self.tables[shape] = (table, rows)
+            rough = table[:, ::_ROUGH].contiguous()
+            self.tables[shape] = (table, rough, rows)
             self.kept += missing
-        every = (table - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
-        return [every[rows[id(b.value)]] for b in same]
+        return table, rough, rows
 
 
 _T = TypeVar("_T")
@@ -357,6 +389,11 @@ def _once(cache: dict[int, tuple[torch.Tensor, _T]], value: torch.Tensor,
     if known is None or known[0] is not value:
         known = cache[id(value)] = (value, measure(value))
     return known[1]
+
+
+def _largest_gaps(rows: torch.Tensor, mine: torch.Tensor) -> list[float]:
+    """Each row's largest |row - mine|, NaN read as inf (``_gap`` of each row)."""
+    return (rows - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
