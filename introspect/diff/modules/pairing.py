@@ -91,7 +91,39 @@ class ModulePair:
         return self.output.boundary.module
 
 
-def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
+class Boundaries(list[Boundary]):
+    """``reference_boundaries``' values in their order, those inside each module found by
+    one lookup (every module pairing a call reads them: a scan of every holder of every
+    boundary for each call cost more than the pairing). Indexed on first use; the list is
+    complete by then and never changed."""
+
+    def __init__(self, boundaries: Iterable[Boundary]) -> None:
+        super().__init__(boundaries)
+        self._index: tuple[dict[str, list[Boundary]], dict[str, list[Boundary]]] | None = None
+
+    def inside(self, region: str, returned: bool = False) -> list[Boundary]:
+        """``[b for b in self if a module in b.holders (b.returned_by) is inside region]``."""
+        if self._index is None:
+            self._index = (_by_region(self, returned=False), _by_region(self, returned=True))
+        return self._index[returned].get(region, [])
+
+
+def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, list[Boundary]]:
+    """Each boundary listed, in order, under every module that holds (or returned) it and
+    each of their ancestors ("" too): ``_inside(m, region)`` for the region it is under."""
+    index: dict[str, list[Boundary]] = {}
+    for b in boundaries:
+        modules = b.returned_by if returned else b.holders
+        regions = {""} if modules else set()  # (a value no module returned is under none)
+        for m in modules:
+            parts = m.split(".") if m else []
+            regions.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+        for region in regions:
+            index.setdefault(region, []).append(b)
+    return index
+
+
+def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
     """Every distinct value the reference's modules took or returned, once."""
     by_tensor: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Boundary] = {}
     samples = _Samples()
@@ -112,7 +144,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
                 known.holders.add(call.name)
                 if role == "output":
                     known.returned_by.add(call.name)
-    return list(by_tensor.values())
+    return Boundaries(by_tensor.values())
 
 
 def _named_inside(boundary: Boundary, region: str) -> Boundary:
@@ -184,12 +216,12 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
 def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
               dtype: str) -> ModulePair | None:
     """The reference values for ``call``'s floating inputs and its first output, or None."""
-    # named inside the region once chosen: ``closest`` reads a boundary's value, never its
-    # name (a name for each of a thousand boundaries per call cost more than the pairing)
-    inside = [b for b in boundaries if any(_inside(m, region) for m in b.holders)]
     outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
     if not outputs or not call.inputs:
         return None
+    # named inside the region once chosen: ``closest`` reads a boundary's value, never its
+    # name (a name for each of a thousand boundaries per call cost more than the pairing)
+    inside = _in_region(boundaries, region)
     inputs = []
     for leaf in call.inputs:
         match = closest(leaf, inside, INPUT_NEAR.get(dtype, INPUT_NEAR["float32"]))
@@ -197,12 +229,21 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
             inputs.append(_named_match(match, region))
     if not inputs:
         return None
-    output = closest(outputs[0], [b for b in inside
-                                  if any(_inside(m, region) for m in b.returned_by)],
+    output = closest(outputs[0], _in_region(boundaries, region, returned=True),
                      OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"]))
     if output is None:
         return None
     return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
+
+
+def _in_region(boundaries: Sequence[Boundary], region: str,
+               returned: bool = False) -> list[Boundary]:
+    """The boundaries a module inside ``region`` took or returned (``returned``: returned),
+    in their order."""
+    if isinstance(boundaries, Boundaries):
+        return boundaries.inside(region, returned)
+    return [b for b in boundaries
+            if any(_inside(m, region) for m in (b.returned_by if returned else b.holders))]
 
 
 def _named_match(match: Match, region: str) -> Match:
@@ -212,7 +253,8 @@ def _named_match(match: Match, region: str) -> Match:
 def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | None:
     """The boundary value of ``leaf``'s shape closest to it, if clearly so and near."""
     value = leaf.value
-    same = [b for b in boundaries if tuple(b.value.shape) == tuple(value.shape)
+    shape = tuple(value.shape)
+    same = [b for b in boundaries if tuple(b.value.shape) == shape
             and b.value.is_floating_point()]
     if not same or value.numel() == 0:
         return None
@@ -489,5 +531,5 @@ def _depth(name: str) -> int:
     return name.count(".") + 1 if name else 0
 
 
-__all__ = ["Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
+__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
            "reference_boundaries", "region_of", "relate_parameters"]

@@ -1,6 +1,8 @@
-"""Module evidence's rough ranking (``pairing._Samples.nearest``): the few boundaries a value
-is measured against in full are the first of all of them by their sampled gap, ties in
-their order, as sorting every gap gave, though most gaps are only bounded from below."""
+"""Module evidence's pairing reads less, to the same result: the rough ranking
+(``pairing._Samples.nearest``) measures a value in full against the first boundaries by
+their sampled gap, ties in their order, as sorting every gap gave, though most gaps are only
+bounded from below; the boundaries inside a region (``pairing.Boundaries.inside``) are the
+scan of every boundary's holders."""
 
 from __future__ import annotations
 
@@ -8,12 +10,27 @@ import copy
 import importlib
 import math
 
+import pytest
 import torch
 
 from introspect.run.capture import capture_calls
 from introspect.run.truth import run_truth
 
 pairing = importlib.import_module("introspect.diff.modules.pairing")
+
+
+@pytest.fixture(scope="module")
+def faulty_calls(tiny, port, inputs):
+    """The reference's calls and a faulty port's (tanh GELU in layer 0) on bert-tiny."""
+    faulty = copy.deepcopy(port).eval()
+    faulty.encoder.layer[0].intermediate.intermediate_act_fn = \
+        torch.nn.GELU(approximate="tanh")
+    tiny.eval()
+    with capture_calls(tiny) as reference:
+        run_truth(tiny, inputs.tensors)
+    with capture_calls(faulty) as candidate:
+        run_truth(faulty, inputs.tensors)
+    return reference, candidate
 
 
 def _sorted_in_full(mine, same, sample, count):
@@ -80,17 +97,10 @@ def test_a_bound_equal_to_the_fourth_gap_is_read_and_its_tie_keeps_its_place():
     assert found == _sorted_in_full(mine, same, sample, 4)
 
 
-def test_real_boundaries_rank_as_the_full_sort(tiny, port, inputs):
-    """Every value of a faulty port's calls (tanh GELU in layer 0) against the reference's
-    boundaries of its shape: the first four are the full sort's, in its order."""
-    faulty = copy.deepcopy(port).eval()
-    faulty.encoder.layer[0].intermediate.intermediate_act_fn = \
-        torch.nn.GELU(approximate="tanh")
-    tiny.eval()
-    with capture_calls(tiny) as reference:
-        run_truth(tiny, inputs.tensors)
-    with capture_calls(faulty) as candidate:
-        run_truth(faulty, inputs.tensors)
+def test_real_boundaries_rank_as_the_full_sort(faulty_calls):
+    """Every value of a faulty port's calls against the reference's boundaries of its shape:
+    the first four are the full sort's, in its order."""
+    reference, candidate = faulty_calls
     boundaries = pairing.reference_boundaries(reference.of_mode("autograd"))
     ranked = 0
     for call in candidate.of_mode("autograd"):
@@ -104,3 +114,20 @@ def test_real_boundaries_rank_as_the_full_sort(tiny, port, inputs):
             assert found == _sorted_in_full(mine, same, sample, 4), (call.name, leaf.path)
             ranked += len(same) > 4
     assert ranked > 50
+
+
+def test_the_boundaries_inside_a_region_are_the_scan_of_their_holders(faulty_calls):
+    reference, _ = faulty_calls
+    boundaries = pairing.reference_boundaries(reference.of_mode("autograd"))
+    names = {m for b in boundaries for m in b.holders}
+    regions = {"", "encoder.lay", "encoder.layer.1.attention.self.q", "nowhere"} | names | {
+        n.rpartition(".")[0] for n in names}
+    for region in regions:
+        for returned in (False, True):
+            scanned = [b for b in boundaries if any(
+                m == region or not region or m.startswith(f"{region}.")
+                for m in (b.returned_by if returned else b.holders))]
+            assert boundaries.inside(region, returned) == scanned, (region, returned)
+            assert pairing._in_region(list(boundaries), region, returned) == scanned
+    assert boundaries.inside("") == list(boundaries)
+    assert boundaries.inside("encoder.lay") == []  # a name's prefix, no module's path
