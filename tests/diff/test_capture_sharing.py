@@ -66,6 +66,23 @@ def test_equal_values_probe_equal_and_views_of_one_value_are_the_same():
     assert same_view(base.detach(), base.detach()) and not same_view(base, base.t())
 
 
+def test_a_probe_reads_each_dtypes_values_exactly_and_parts_them_as_their_bits_do():
+    """The probe reads Python floats: equal where the float64 copies' bytes were (NaN and
+    infinities as 0, -0 as 0), apart wherever one probed element differs, in any dtype."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        value = torch.randn(3, 40, generator=torch.Generator().manual_seed(1)).to(dtype)
+        probed = probe(value)
+        assert len(probed) == 16 and probe(value.clone()) == probed
+        assert probe(value, 4) == tuple(value.reshape(-1)[[0, 39, 79, 119]].double().tolist())
+        apart = value.clone().reshape(-1)
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[value.element_size()]
+        apart.view(bits)[119] ^= 1  # its last bit: one ulp of its dtype
+        assert probe(apart, 4) != probe(value, 4)
+    odd = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0])
+    assert probe(odd) == (0.0, 0.0, 0.0, 0.0) == probe(torch.zeros(4))
+    assert probe(torch.zeros(0)) == ()
+
+
 def test_a_module_run_again_cannot_edit_the_references_values():
     from introspect.diff.modules import gather_module_evidence
 

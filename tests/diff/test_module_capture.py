@@ -158,6 +158,32 @@ def test_large_weights_relate_across_dtypes_a_block_of_rows_at_a_time(monkeypatc
     assert related["cast.weight"] == related["t.weight"] == {"big.weight"}
     assert related["apart.weight"] == set()
 
+
+def test_each_weight_is_compared_once_with_each_reference_weight_and_its_transpose(monkeypatch):
+    """A candidate weight is held against the reference's weights and their transposes, not
+    its own transpose against them again (the same comparisons): each found once."""
+    from introspect.diff.modules import pairing
+
+    compared = []
+    equal = pairing._equal
+    monkeypatch.setattr(pairing, "_EXACT_KEY", 0)  # every weight compared in full
+    monkeypatch.setattr(pairing, "_equal", lambda a, b: compared.append(1) or equal(a, b))
+    reference = nn.ModuleDict({"a": nn.Linear(8, 8), "b": nn.Linear(8, 8)})
+    candidate = nn.ModuleDict({"same": nn.Linear(8, 8), "t": nn.Linear(8, 8),
+                               "apart": nn.Linear(8, 8)})
+    with torch.no_grad():
+        candidate["same"].weight.copy_(reference["a"].weight)
+        candidate["t"].weight.copy_(reference["b"].weight.t())  # square: both keys fit
+        candidate["apart"].weight.copy_(reference["a"].weight.t())
+        candidate["apart"].weight[3, 5] += 1.0
+        for name in candidate:
+            candidate[name].bias.copy_(reference["a"].bias)
+    related = relate_parameters(reference, candidate)
+    assert related["same.weight"] == {"a.weight"}
+    assert related["t.weight"] == {"b.weight"}
+    assert related["apart.weight"] == set()
+    assert len(compared) == 2 + 3  # a weight each, a bias each (keys part the rest)
+
 def test_nested_tensors_are_left_out():
     """PyTorch's encoder fast path hands nested tensors between layers: no values to pair."""
     class Nest(nn.Module):

@@ -41,6 +41,8 @@ INPUT_NEAR = {"float32": 1e-3, "float64": 1e-3, "float16": 0.2, "bfloat16": 0.3}
 OUTPUT_NEAR = {"float32": 0.05, "float64": 0.05, "float16": 0.3, "bfloat16": 0.4}
 _MAX_PARTS = 8  # a fused weight holds at most this many (q, k, v; gate and up; heads)
 _SAMPLE = 4096  # elements compared first, to pick the few candidates compared in full
+_MEASURED = 4  # the candidates compared in full, nearest on the sample first
+_ROUGH = 16  # every this many of the sample bound its gap from below (``_Samples.nearest``)
 _EXACT_KEY = 4096  # a weight this small is keyed by all its values
 _CHUNK = 2**20  # elements cast to float32 at a time to compare two weights of other dtypes
 _EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
@@ -89,7 +91,39 @@ class ModulePair:
         return self.output.boundary.module
 
 
-def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
+class Boundaries(list[Boundary]):
+    """``reference_boundaries``' values in their order, those inside each module found by
+    one lookup (every module pairing a call reads them: a scan of every holder of every
+    boundary for each call cost more than the pairing). Indexed on first use; the list is
+    complete by then and never changed."""
+
+    def __init__(self, boundaries: Iterable[Boundary]) -> None:
+        super().__init__(boundaries)
+        self._index: tuple[dict[str, list[Boundary]], dict[str, list[Boundary]]] | None = None
+
+    def inside(self, region: str, returned: bool = False) -> list[Boundary]:
+        """``[b for b in self if a module in b.holders (b.returned_by) is inside region]``."""
+        if self._index is None:
+            self._index = (_by_region(self, returned=False), _by_region(self, returned=True))
+        return self._index[returned].get(region, [])
+
+
+def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, list[Boundary]]:
+    """Each boundary listed, in order, under every module that holds (or returned) it and
+    each of their ancestors ("" too): ``_inside(m, region)`` for the region it is under."""
+    index: dict[str, list[Boundary]] = {}
+    for b in boundaries:
+        modules = b.returned_by if returned else b.holders
+        regions = {""} if modules else set()  # (a value no module returned is under none)
+        for m in modules:
+            parts = m.split(".") if m else []
+            regions.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+        for region in regions:
+            index.setdefault(region, []).append(b)
+    return index
+
+
+def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
     """Every distinct value the reference's modules took or returned, once."""
     by_tensor: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Boundary] = {}
     samples = _Samples()
@@ -110,7 +144,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> list[Boundary]:
                 known.holders.add(call.name)
                 if role == "output":
                     known.returned_by.add(call.name)
-    return list(by_tensor.values())
+    return Boundaries(by_tensor.values())
 
 
 def _named_inside(boundary: Boundary, region: str) -> Boundary:
@@ -149,9 +183,10 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
 
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
-        found: set[str] = set()
-        for variant in _variants(t):
-            found |= equal_to(variant)
+        # ``t`` alone: ``keyed`` holds each reference weight and its transpose, and
+        # ``t.t()`` equals ``r`` (or ``r.t()``) exactly where ``t`` equals ``r.t()`` (or
+        # ``r``), their keys alike (a key's grid and values are transposed with it)
+        found = equal_to(t)
         for variant in _variants(t) if not found else []:  # a fused projection on ours
             for block in _row_blocks(variant, ref.values()):
                 found |= equal_to(block)
@@ -181,30 +216,45 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
 def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
               dtype: str) -> ModulePair | None:
     """The reference values for ``call``'s floating inputs and its first output, or None."""
-    inside = [_named_inside(b, region) for b in boundaries
-              if any(_inside(m, region) for m in b.holders)]
     outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
     if not outputs or not call.inputs:
         return None
+    # named inside the region once chosen: ``closest`` reads a boundary's value, never its
+    # name (a name for each of a thousand boundaries per call cost more than the pairing)
+    inside = _in_region(boundaries, region)
     inputs = []
     for leaf in call.inputs:
         match = closest(leaf, inside, INPUT_NEAR.get(dtype, INPUT_NEAR["float32"]))
         if match is not None:
-            inputs.append(match)
+            inputs.append(_named_match(match, region))
     if not inputs:
         return None
-    output = closest(outputs[0], [b for b in inside
-                                  if any(_inside(m, region) for m in b.returned_by)],
+    output = closest(outputs[0], _in_region(boundaries, region, returned=True),
                      OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"]))
     if output is None:
         return None
-    return ModulePair(call, region, by, tuple(inputs), output)
+    return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
+
+
+def _in_region(boundaries: Sequence[Boundary], region: str,
+               returned: bool = False) -> list[Boundary]:
+    """The boundaries a module inside ``region`` took or returned (``returned``: returned),
+    in their order."""
+    if isinstance(boundaries, Boundaries):
+        return boundaries.inside(region, returned)
+    return [b for b in boundaries
+            if any(_inside(m, region) for m in (b.returned_by if returned else b.holders))]
+
+
+def _named_match(match: Match, region: str) -> Match:
+    return dataclasses.replace(match, boundary=_named_inside(match.boundary, region))
 
 
 def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | None:
     """The boundary value of ``leaf``'s shape closest to it, if clearly so and near."""
     value = leaf.value
-    same = [b for b in boundaries if tuple(b.value.shape) == tuple(value.shape)
+    shape = tuple(value.shape)
+    same = [b for b in boundaries if tuple(b.value.shape) == shape
             and b.value.is_floating_point()]
     if not same or value.numel() == 0:
         return None
@@ -216,9 +266,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     mine = value.reshape(-1)[sample].double().cpu()
     tables = {id(b.samples) for b in same}
     measure = distance
-    if len(tables) == 1 and same[0].samples is not None:  # one table: all gaps in one pass
-        gaps = same[0].samples.gaps(mine, same, sample)
-        rough = [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)]
+    if len(tables) == 1 and same[0].samples is not None:  # one table: gaps in few passes
+        rough = same[0].samples.nearest(mine, same, sample, _MEASURED)
         measure = same[0].samples.distance
     else:
         rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
@@ -226,7 +275,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
         # and none counts against it (CLEAR x 0)
         return Match(leaf.path, rough[0], 0.0, _scale_of(rough[0]))
-    measured = [(first, rough[0])] + [(measure(value, b.value), b) for b in rough[1:4]]
+    measured = [(first, rough[0])] + [(measure(value, b.value), b)
+                                      for b in rough[1:_MEASURED]]
     measured.sort(key=lambda m: m[0])
     best, chosen = measured[0]
     scale = _scale_of(chosen)
@@ -292,18 +342,20 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
 
 class _Samples:
     """The sampled values (float64) of every boundary of one shape, stacked: the gaps of a
-    candidate value to all of them are one subtraction, as ``_gap`` measures each."""
+    candidate value to many of them are one subtraction, as ``_gap`` measures each."""
 
     def __init__(self) -> None:
-        self.tables: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, int]]] = {}
+        # shape -> (the samples, a row each; their every ``_ROUGH``-th; row by value id)
+        self.tables: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor,
+                                                 dict[int, int]]] = {}
         self.kept: list[torch.Tensor] = []  # the values sampled: their ids stay theirs
         self.scales: dict[int, tuple[torch.Tensor, float]] = {}  # id -> (value, _scale)
-        self.probes: dict[int, tuple[torch.Tensor, bytes]] = {}  # id -> (value, probe)
+        self.probes: dict[int, tuple[torch.Tensor, tuple[float, ...]]] = {}  # id -> (value, probe)
         # (id, id) -> (the two values, their versions, ``distance``)
         self.distances: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int, int,
                                                     float]] = {}
 
-    def probe(self, value: torch.Tensor) -> bytes:
+    def probe(self, value: torch.Tensor) -> tuple[float, ...]:
         return _once(self.probes, value, probe)
 
     def scale(self, value: torch.Tensor) -> float:
@@ -322,22 +374,50 @@ class _Samples:
             known = self.distances[key] = (a, b, a._version, b._version, distance(a, b))
         return known[4]
 
-    def gaps(self, mine: torch.Tensor, same: Sequence[Boundary],
-             sample: torch.Tensor) -> list[float]:
+    def nearest(self, mine: torch.Tensor, same: Sequence[Boundary], sample: torch.Tensor,
+                count: int) -> list[Boundary]:
+        """The first ``count`` of ``same`` by their sampled gap to ``mine`` (ties in their
+        order): ``sorted(same, key=gap)[:count]``, reading few of the gaps in full.
+
+        The gap over every ``_ROUGH``-th element of the sample is at most the gap over all
+        of it (a subset's largest is at most the whole's; NaN reads as inf in both). Gaps
+        are read in full in the order of these bounds until the next bound is over the
+        ``count``-th smallest gap read: every boundary left has a gap over it, so none of
+        them is among the first ``count`` (a tie with it is read in full too). Each gap is
+        a largest of float64 differences, the same figure in any batch of rows."""
+        table, rough, rows = self._table(same, sample)
+        index = torch.tensor([rows[id(b.value)] for b in same])
+        bounds = _largest_gaps(rough[index], mine[::_ROUGH])
+        order = sorted(range(len(same)), key=bounds.__getitem__)
+        gaps: dict[int, float] = {}
+        done = 0
+        while done < len(order):
+            read = sorted(gaps.values())
+            if len(read) >= count and bounds[order[done]] > read[count - 1]:
+                break
+            batch = order[done:done + count]
+            gaps.update(zip(batch, _largest_gaps(table[index[batch]], mine), strict=True))
+            done += len(batch)
+        return [same[i] for i in sorted(gaps, key=lambda i: (gaps[i], i))[:count]]
+
+    def _table(self, same: Sequence[Boundary], sample: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor, dict[int, int]]:
+        """The sampled values (float64) of every boundary of ``same``'s shape, a row each,
+        the rows' every ``_ROUGH``-th column, and each value's row by its id."""
         shape = tuple(same[0].value.shape)
-        table, rows = self.tables.get(shape, (None, {}))
+        table, rough, rows = self.tables.get(shape, (None, None, {}))
         missing = [b.value for b in same if id(b.value) not in rows]
-        if table is None or missing:
+        if table is None or rough is None or missing:
             known = [table] if table is not None else []
             start = len(rows)
             for i, value in enumerate(missing):
                 rows[id(value)] = start + i
             stacked = torch.stack([v.reshape(-1)[sample].double().cpu() for v in missing])
             table = torch.cat([*known, stacked])
-            self.tables[shape] = (table, rows)
+            rough = table[:, ::_ROUGH].contiguous()
+            self.tables[shape] = (table, rough, rows)
             self.kept += missing
-        every = (table - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
-        return [every[rows[id(b.value)]] for b in same]
+        return table, rough, rows
 
 
 _T = TypeVar("_T")
@@ -351,6 +431,11 @@ def _once(cache: dict[int, tuple[torch.Tensor, _T]], value: torch.Tensor,
     if known is None or known[0] is not value:
         known = cache[id(value)] = (value, measure(value))
     return known[1]
+
+
+def _largest_gaps(rows: torch.Tensor, mine: torch.Tensor) -> list[float]:
+    """Each row's largest |row - mine|, NaN read as inf (``_gap`` of each row)."""
+    return (rows - mine).abs().nan_to_num(math.inf).amax(dim=1).tolist()
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -446,5 +531,5 @@ def _depth(name: str) -> int:
     return name.count(".") + 1 if name else 0
 
 
-__all__ = ["Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
+__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
            "reference_boundaries", "region_of", "relate_parameters"]

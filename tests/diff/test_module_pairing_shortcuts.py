@@ -1,0 +1,133 @@
+"""Module evidence's pairing reads less, to the same result: the rough ranking
+(``pairing._Samples.nearest``) measures a value in full against the first boundaries by
+their sampled gap, ties in their order, as sorting every gap gave, though most gaps are only
+bounded from below; the boundaries inside a region (``pairing.Boundaries.inside``) are the
+scan of every boundary's holders."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+
+import pytest
+import torch
+
+from introspect.run.capture import capture_calls
+from introspect.run.truth import run_truth
+
+pairing = importlib.import_module("introspect.diff.modules.pairing")
+
+
+@pytest.fixture(scope="module")
+def faulty_calls(tiny, port, inputs):
+    """The reference's calls and a faulty port's (tanh GELU in layer 0) on bert-tiny."""
+    faulty = copy.deepcopy(port).eval()
+    faulty.encoder.layer[0].intermediate.intermediate_act_fn = \
+        torch.nn.GELU(approximate="tanh")
+    tiny.eval()
+    with capture_calls(tiny) as reference:
+        run_truth(tiny, inputs.tensors)
+    with capture_calls(faulty) as candidate:
+        run_truth(faulty, inputs.tensors)
+    return reference, candidate
+
+
+def _sorted_in_full(mine, same, sample, count):
+    """Every sampled gap read, then sorted (the ranking before ``nearest``)."""
+    table, _, rows = same[0].samples._table(same, sample)
+    gaps = pairing._largest_gaps(table[[rows[id(b.value)] for b in same]], mine)
+    return [same[i] for i in sorted(range(len(same)), key=gaps.__getitem__)[:count]]
+
+
+def _boundaries(values):
+    samples = pairing._Samples()
+    return [pairing.Boundary(f"m{i}", "output", v, samples=samples)
+            for i, v in enumerate(values)]
+
+
+def test_decoys_near_on_every_bounding_element_are_read_in_full_and_lose():
+    """Decoys equal to the value on every ``_ROUGH``-th element (a bound of 0) and far
+    elsewhere: the four read first by bound are all decoys, the nearest is not among them."""
+    generator = torch.Generator().manual_seed(0)
+    value = torch.randn(6000, generator=generator)
+    sample = pairing._sample_index(value.numel())
+    mine = value[sample].double()
+    values = []
+    for i in range(8):  # decoys: far off the bounding columns only
+        decoy = value.clone()
+        decoy[sample] += 3.0 + i
+        decoy[sample[::pairing._ROUGH]] = value[sample[::pairing._ROUGH]]
+        values.append(decoy)
+    values += [value + 0.5, value + 0.25, value - 0.25, value + 1.0,
+               value.clone().fill_(float("nan"))]
+    same = _boundaries(values)
+    found = same[0].samples.nearest(mine, same, sample, 4)
+    assert found == _sorted_in_full(mine, same, sample, 4)
+    # the tie (+0.25 and -0.25) in their order, then 0.5 and 1.0: no decoy
+    assert [b.module for b in found] == ["m9", "m10", "m8", "m11"]
+
+
+def test_ties_and_nan_keep_the_full_sorts_order():
+    generator = torch.Generator().manual_seed(1)
+    value = torch.randn(3, 700, generator=generator)
+    sample = pairing._sample_index(value.numel())
+    mine = value.reshape(-1)[sample].double()
+    offsets = [0.5, 0.5, 0.25, math.nan, 0.5, 0.25, 2.0, 0.5, 0.5, 0.125]
+    same = _boundaries([value + d for d in offsets])
+    for count in (1, 2, 4, 6, len(same)):
+        assert same[0].samples.nearest(mine, same, sample, count) == \
+            _sorted_in_full(mine, same, sample, count)
+
+
+def test_a_bound_equal_to_the_fourth_gap_is_read_and_its_tie_keeps_its_place():
+    """The first boundary is off by 0.5 everywhere (its bound is its gap); four after it
+    are off by 0.5 only between the bounding elements (a bound of 0): all five tie, and the
+    first keeps its place though it is read last."""
+    generator = torch.Generator().manual_seed(2)
+    value = torch.randint(-1000, 1000, (5000,), generator=generator) / 1024  # + 0.5 exact
+    sample = pairing._sample_index(value.numel())
+    mine = value[sample].double()
+    between = value.clone()
+    between[sample] += 0.5
+    between[sample[::pairing._ROUGH]] = value[sample[::pairing._ROUGH]]
+    same = _boundaries([value + 0.5] + [between.clone() for _ in range(4)])
+    found = same[0].samples.nearest(mine, same, sample, 4)
+    assert [b.module for b in found] == ["m0", "m1", "m2", "m3"]
+    assert found == _sorted_in_full(mine, same, sample, 4)
+
+
+def test_real_boundaries_rank_as_the_full_sort(faulty_calls):
+    """Every value of a faulty port's calls against the reference's boundaries of its shape:
+    the first four are the full sort's, in its order."""
+    reference, candidate = faulty_calls
+    boundaries = pairing.reference_boundaries(reference.of_mode("autograd"))
+    ranked = 0
+    for call in candidate.of_mode("autograd"):
+        for leaf in call.inputs + call.outputs:
+            same = [b for b in boundaries if b.value.shape == leaf.value.shape]
+            if not same:
+                continue
+            sample = pairing._sample_index(leaf.value.numel())
+            mine = leaf.value.reshape(-1)[sample].double()
+            found = same[0].samples.nearest(mine, same, sample, 4)
+            assert found == _sorted_in_full(mine, same, sample, 4), (call.name, leaf.path)
+            ranked += len(same) > 4
+    assert ranked > 50
+
+
+def test_the_boundaries_inside_a_region_are_the_scan_of_their_holders(faulty_calls):
+    reference, _ = faulty_calls
+    boundaries = pairing.reference_boundaries(reference.of_mode("autograd"))
+    names = {m for b in boundaries for m in b.holders}
+    regions = {"", "encoder.lay", "encoder.layer.1.attention.self.q", "nowhere"} | names | {
+        n.rpartition(".")[0] for n in names}
+    for region in regions:
+        for returned in (False, True):
+            scanned = [b for b in boundaries if any(
+                m == region or not region or m.startswith(f"{region}.")
+                for m in (b.returned_by if returned else b.holders))]
+            assert boundaries.inside(region, returned) == scanned, (region, returned)
+            assert pairing._in_region(list(boundaries), region, returned) == scanned
+    assert boundaries.inside("") == list(boundaries)
+    assert boundaries.inside("encoder.lay") == []  # a name's prefix, no module's path
