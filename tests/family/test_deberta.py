@@ -14,7 +14,8 @@ from introspect.errors import ModelSourceError, TraceError
 from introspect.models.load import load_model
 from tests.fixtures.families import tiny_deberta
 
-REASON = r"DeBERTa-v2 cannot be traced with torch.fx \(its attention makes a tensor of a traced size\)"
+REASON = (r"DeBERTa-v2 cannot be traced with torch.fx \(its attention makes a tensor of a "
+          r"traced size\)")
 
 
 def test_tracing_deberta_v2_raises_a_trace_error_naming_the_reason():
