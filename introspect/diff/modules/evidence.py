@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, module_budget, unit_of
-from introspect.diff.modules.local import NotRerun, local_error
+from introspect.diff.modules.local import Exact, NotRerun, exact_error, with_noise, within_floor
 from introspect.diff.modules.pairing import (
     ModulePair,
     pair_call,
@@ -240,12 +240,39 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
             paired[i], judgement = judgement, None
         judgements.append(judgement)
     reruns = Reruns(p.pair for p in paired.values())
+    # A module over its floor waits for its noise run until every module inside it is
+    # judged (the calls started after it, inside it): where one of them fails, the fault
+    # is blamed there, and its own noise (a run as long as itself: the encoder's is a
+    # forward) would only judge what holds it. At most one waits per level of nesting.
+    waiting: list[tuple[int, Exact]] = []
+    failing: set[tuple[str, str]] = set()  # (mode, module) of the failing rows
+
+    def finish(i: int, exact: Exact) -> None:
+        judgement = judgements[i] = _judged(paired.pop(i), exact, failing)
+        if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
+            failing.add((calls[i].mode, calls[i].name))
+
     for i in sorted(paired, key=lambda i: _started(calls[i])):
+        while waiting and not _within(calls[i], calls[waiting[-1][0]]):
+            finish(*waiting.pop())
         try:
-            judgements[i] = _measure(paired.pop(i), attention_mask, reruns)
+            exact = exact_error(paired[i].pair, attention_mask, reruns)
+        except NotRerun as e:
+            judgements[i] = dataclasses.replace(paired.pop(i).row, status=NOT_COMPARED,
+                                                note=str(e))
+            continue
         except Exception as e:  # noqa: BLE001
-            judgements[i] = e
+            judgements[i], _ = e, paired.pop(i)
+            continue
+        waiting.append((i, exact))
+    while waiting:
+        finish(*waiting.pop())
     return judgements
+
+
+def _within(call: ModuleCall, outer: ModuleCall) -> bool:
+    """``call`` is of a module inside ``outer``'s, in the same plain call."""
+    return call.mode == outer.mode and (not outer.name or call.name.startswith(f"{outer.name}."))
 
 
 def _started(call: ModuleCall) -> tuple[bool, bool, int, int]:
@@ -286,17 +313,27 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
     return pair_call(call, boundaries, region, by, dtype)
 
 
-def _measure(paired: _Paired, attention_mask: torch.Tensor | None, reruns: Reruns,
-             ) -> ModuleDiff:
-    """The row of a paired call: its local error against its budget."""
+def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
+            ) -> ModuleDiff | Exception:
+    """The row of a paired call: its local error against its budget; not compared where
+    it is over its floor and a module inside it fails already (its noise not run)."""
     pair, row, unit = paired.pair, paired.row, paired.unit
+    call = pair.call
+    if not within_floor(exact, FLOOR_UNITS * unit) and any(
+            mode == call.mode and (not call.name or name.startswith(f"{call.name}."))
+            for mode, name in failing):
+        return dataclasses.replace(
+            row, max_abs_err=exact.error, status=NOT_COMPARED,
+            note="a module inside it is over its budget (the fault is blamed there): its "
+                 "own rounding noise was not measured")
     try:
-        local = local_error(pair, unit, attention_mask, floor=FLOOR_UNITS * unit,
-                            reruns=reruns)
+        local = with_noise(pair, unit, exact, floor=FLOOR_UNITS * unit)
     except NotRerun as e:
         return dataclasses.replace(row, status=NOT_COMPARED, note=str(e))
+    except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
+        return e
     first_input = pair.inputs[0].boundary.value
-    budget = module_budget(pair.call.module, local, unit, first_input)
+    budget = module_budget(call.module, local, unit, first_input)
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
     return dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
                                limit=budget.limit, status=status, note=budget.why)

@@ -55,10 +55,21 @@ class Local:
     elements: int
 
 
+@dataclasses.dataclass(frozen=True)
+class Exact:
+    """The module's output run on the reference's inputs, and its gap to the reference's."""
+
+    value: torch.Tensor
+    keep: torch.Tensor  # the elements compared (``_kept``)
+    error: float
+    scale: float
+
+
 def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
                 floor: float = 0.0, reruns: Reruns | None = None) -> Local:
     """Run the candidate module on the reference's inputs (and once more on them rounded
-    once more) and measure its output against the reference's.
+    once more) and measure its output against the reference's: ``exact_error``, then
+    ``with_noise``.
 
     ``real``: the attention mask (B, S); outputs laid out (B, S, ...) are compared at real
     tokens only. ``floor``: an error at most ``floor`` times the output's largest magnitude
@@ -67,6 +78,14 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
     outputs the exact runs of its ancestors gave it (``reuse``; its own exact run feeds its
     submodules'). Raises ``NotRerun``.
     """
+    return with_noise(pair, unit, exact_error(pair, real, reruns), floor)
+
+
+def exact_error(pair: ModulePair, real: torch.Tensor | None = None,
+                reruns: Reruns | None = None) -> Exact:
+    """The candidate module's output on the reference's inputs (its own call's where that
+    took them bit for bit, an ancestor's run's where it gave it them, else a run of its
+    own) and its largest gap to the reference's output. Raises ``NotRerun``."""
     reference = pair.output.boundary.value
     path = pair.output.path
     seen = reruns.take(pair) if reruns is not None else None
@@ -77,17 +96,28 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
         with reruns.watching(pair.call.module) if reruns is not None else nullcontext():
             exact = _rerun(pair, path, lambda t: t)
     keep = _kept(reference, exact, real)
-    error, scale = largest_gap(exact, reference, keep), largest(reference, keep)
-    if error <= floor * scale:
-        return Local(error, None, scale, int(keep.sum()))
+    return Exact(exact, keep, largest_gap(exact, reference, keep), largest(reference, keep))
+
+
+def within_floor(exact: Exact, floor: float) -> bool:
+    """An error no budget can be below (``floor`` roundings of the output's magnitude)."""
+    return exact.error <= floor * exact.scale
+
+
+def with_noise(pair: ModulePair, unit: float, exact: Exact, floor: float = 0.0) -> Local:
+    """``exact`` with the module's noise: its run on the reference's inputs rounded once
+    more, against ``exact`` (left out where the error is within ``floor``)."""
+    if within_floor(exact, floor):
+        return Local(exact.error, None, exact.scale, int(exact.keep.sum()))
     generator = torch.Generator().manual_seed(0)
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         signs = torch.randint(0, 2, t.shape, generator=generator).to(t.device) * 2 - 1
         return t * (1 + unit * signs.to(t.dtype))
 
-    moved = _rerun(pair, path, rounded)
-    return Local(error, largest_gap(moved, exact, keep), scale, int(keep.sum()))
+    moved = _rerun(pair, pair.output.path, rounded)
+    return Local(exact.error, largest_gap(moved, exact.value, exact.keep), exact.scale,
+                 int(exact.keep.sum()))
 
 
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
@@ -144,5 +174,6 @@ def _kept(reference: torch.Tensor, candidate: torch.Tensor,
     return keep
 
 
-__all__ = ["UNIT", "Local", "NotRerun", "local_error"]
+__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "local_error", "with_noise",
+           "within_floor"]
 
