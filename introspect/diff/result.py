@@ -161,6 +161,9 @@ class DiffResult:
     # False: a PASS the outputs and module evidence proved, nothing recorded or replayed
     # (``diff(..., nodes=False)``): no node rows, the layers from the module rows.
     op_level: bool = True
+    # The reference's module op-level evidence was taken inside alone (a FAIL module
+    # evidence proved, ``diff(..., nodes=False)``: ``flow.inside``); "": both whole models.
+    inside: str = ""
 
     @property
     def modules(self) -> pandas.DataFrame:
@@ -275,6 +278,9 @@ class DiffResult:
         coverage = getattr(self.alignment, "coverage_text", None) or \
             f"{self.alignment.coverage:.0%} of the reference's tensor nodes aligned"
         compared = f"{len(self.alignment.pairs)} pairs, {coverage}"
+        if self.inside:
+            compared = (f"{len(self.alignment.pairs)} pairs inside {self.inside} alone, the "
+                        "smallest module over its budget")
         if not self.op_level:
             judged = sum(r.status == STATUS_OK for r in self.module_evidence.rows)
             compared = (f"{judged} module pairs within budget; outputs and module evidence, "

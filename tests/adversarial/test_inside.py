@@ -53,6 +53,8 @@ def test_the_divergence_inside_is_the_full_recordings(tiny, whole_recordings, na
     assert not any("args_" in n for n in inside.notes), inside.notes
     full = _diff(tiny, name, nodes=True)
     assert not inside.passed and not full.passed
+    assert inside.inside.startswith("encoder.layer.1") and full.inside == ""
+    assert f"inside {inside.inside} alone" in inside.summary().splitlines()[0]
     mine, theirs = inside.first_divergence, full.first_divergence
     assert (mine.module, mine.layer, mine.op, mine.hints, mine.candidate_module) == \
         (theirs.module, theirs.layer, theirs.op, theirs.hints, theirs.candidate_module)

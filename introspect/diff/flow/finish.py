@@ -52,7 +52,7 @@ def diff_result(state: DiffState) -> DiffResult:
                       state.candidate_label, noise_budget, backward=gradients,
                       output_rows=verdict.rows if verdict is not None else [],
                       replay=explanation.replay, histograms=explanation.histograms,
-                      module_evidence=state.module_evidence)
+                      module_evidence=state.module_evidence, inside=state.inside)
 
 
 __all__ = ["check_inputs_unchanged", "diff_result"]
