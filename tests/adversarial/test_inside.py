@@ -104,3 +104,22 @@ def test_a_fault_the_recording_cannot_see_fails_as_with_node_tables(tiny, name):
     quick, full = results
     assert not quick.passed and not full.passed
     assert quick.first_divergence.layer == full.first_divergence.layer == "encoder.layer.1"
+
+
+def test_a_compiled_model_fails_as_with_node_tables(tiny, whole_recordings):
+    """The whole candidate compiled (a region the recording cannot see holding every
+    module): the full path runs, and names the layer node tables name."""
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    results = []
+    for nodes in (False, True):
+        torch._dynamo.reset()
+        model = torch.compile(port("fused_encoder.py").faulty_tanh(reference), backend="eager")
+        results.append(introspect.diff(reference.model, model, inputs, nodes=nodes))
+    quick, full = results
+    assert not quick.passed and not full.passed
+    assert quick.first_divergence.layer == full.first_divergence.layer == "encoder.layer.1"
+    assert not quick.inside

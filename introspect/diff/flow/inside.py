@@ -30,9 +30,9 @@ def explain_inside_failing(state: DiffState) -> bool:
 
 def _explain_inside(state: DiffState) -> bool:
     row = state.module_evidence.smallest_failing()[0]
-    blind = [name for name in state.unseen if name == row.candidate_module
-             or name.startswith(f"{row.candidate_module}.")
-             or row.candidate_module.startswith(f"{name}.")]
+    module = row.candidate_module
+    blind = [name for name in state.unseen if not name or name == module
+             or name.startswith(f"{module}.") or module.startswith(f"{name}.")]
     if blind:  # what the recording cannot see: the full path says so, region by region
         return False
     found = pair_of(row, state.ref_calls, state.cand_calls, state.module_evidence.relations)
