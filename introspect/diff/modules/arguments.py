@@ -10,22 +10,36 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 
+def mapped(value: Any, at_leaf: Callable[[Any, str], Any], path: str = "") -> Any:
+    """``value`` rebuilt with each leaf replaced by ``at_leaf(leaf, its path)``: tuples (a
+    named tuple is a leaf), lists and dicts are walked, paths as ``capture.Leaf.path``'s
+    ("args.0.1", "kwargs.mask") from ``path``."""
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(mapped(v, at_leaf, f"{path}.{i}") for i, v in enumerate(value))
+    if isinstance(value, list):
+        return [mapped(v, at_leaf, f"{path}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: mapped(v, at_leaf, f"{path}.{k}") for k, v in value.items()}
+    return at_leaf(value, path)
+
+
 def copied(value: Any) -> Any:
     """``value`` with each tensor in it (in tuples, lists and dicts) a copy."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if not value.is_meta else value
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(copied(v) for v in value)
-    if isinstance(value, list):
-        return [copied(v) for v in value]
-    if isinstance(value, dict):
-        return {k: copied(v) for k, v in value.items()}
-    return value
+    return mapped(value, lambda leaf, _: leaf.clone() if isinstance(leaf, torch.Tensor)
+                  and not leaf.is_meta else leaf)
+
+
+def as_argument(value: torch.Tensor, argument: torch.Tensor) -> torch.Tensor:
+    """A copy of ``value`` (the reference's, paired with ``argument``) as the call held
+    ``argument``: its dtype, device and shape."""
+    return value.detach().to(argument.dtype).to(argument.device, copy=True) \
+        .reshape(argument.shape)
 
 
 def _steps(path: str) -> list[str]:
@@ -78,4 +92,4 @@ def output_at(returned: Any, path: str) -> Any:
     return value
 
 
-__all__ = ["copied", "output_at", "put", "value_at"]
+__all__ = ["as_argument", "copied", "mapped", "output_at", "put", "value_at"]

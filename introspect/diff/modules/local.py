@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.modules.arguments import copied, output_at, put, value_at
+from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
 from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.modules.reuse import Reruns
@@ -128,10 +128,8 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     args: Any = [copied(a) for a in call.args]
     kwargs = {k: copied(v) for k, v in call.kwargs.items()}
     for match in pair.inputs:
-        original = value_at(args, kwargs, match.path)
-        value = match.boundary.value.detach().to(original.dtype).to(original.device,
-                                                                     copy=True)
-        put(args, kwargs, match.path, change(value.reshape(original.shape)))
+        value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
+        put(args, kwargs, match.path, change(value))
     try:
         with torch.set_grad_enabled(call.grad):
             returned = call.module(*args, **kwargs)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.modules.arguments import output_at
+from introspect.diff.modules.arguments import as_argument, mapped, output_at
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.ops.explain import Explanation, record_for_diff
 from introspect.run.capture import ModuleCall
@@ -116,8 +116,7 @@ def scope_of(pair: ModulePair, ref_call: ModuleCall, returner: ModuleCall) -> Sc
         if match is None:  # its own value (a mask, a flag): as its own call had it
             name, value = f"own_{_name(leaf.path)}", leaf.value.clone()
         else:  # the reference's value it was paired with, in its dtype and place
-            value = match.boundary.value.detach().to(leaf.value.dtype).to(
-                leaf.value.device, copy=True).reshape(leaf.value.shape)
+            value = as_argument(match.boundary.value, leaf.value)
             same = next((p for p in ref_call.inputs
                          if same_view(p.value, match.boundary.value)), None)
             name = names[same.path] if same is not None else f"own_{_name(leaf.path)}"
@@ -163,27 +162,16 @@ def _template(args: tuple[Any, ...], kwargs: Mapping[str, Any],
 
 
 def _slotted(value: Any, path: str, names: Mapping[str, str]) -> Any:
-    if isinstance(value, torch.Tensor):  # a copy: a module editing it leaves the kept one
-        return _Slot(names[path]) if path in names else value.detach().clone()
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_slotted(v, f"{path}.{i}", names) for i, v in enumerate(value))
-    if isinstance(value, list):
-        return [_slotted(v, f"{path}.{i}", names) for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {k: _slotted(v, f"{path}.{k}", names) for k, v in value.items()}
-    return value
+    def slot(leaf: Any, at: str) -> Any:  # a copy: a module editing it leaves the kept one
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        return _Slot(names[at]) if at in names else leaf.detach().clone()
+
+    return mapped(value, slot, path)
 
 
 def _filled(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
-    if isinstance(value, _Slot):
-        return tensors[value.name]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_filled(v, tensors) for v in value)
-    if isinstance(value, list):
-        return [_filled(v, tensors) for v in value]
-    if isinstance(value, dict):
-        return {k: _filled(v, tensors) for k, v in value.items()}
-    return value
+    return mapped(value, lambda leaf, _: tensors[leaf.name] if isinstance(leaf, _Slot) else leaf)
 
 
 __all__ = ["OUTPUT", "Scope", "explain_scope", "scope_of"]
