@@ -10,6 +10,7 @@ import functools
 from introspect.diff.flow.state import DiffState, copies
 from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.failing import pair_of
+from introspect.diff.modules.paths import within
 from introspect.diff.ops.explain import Alone, explain
 from introspect.diff.ops.inside import explain_scope, scope_of
 from introspect.diff.records import STATUS_FAIL, Divergence, NodeDiff
@@ -31,8 +32,7 @@ def explain_inside_failing(state: DiffState) -> bool:
 def _explain_inside(state: DiffState) -> bool:
     row = state.module_evidence.smallest_failing()[0]
     module = row.candidate_module
-    blind = [name for name in state.unseen if not name or name == module
-             or name.startswith(f"{module}.") or module.startswith(f"{name}.")]
+    blind = [name for name in state.unseen if within(name, module) or within(module, name)]
     if blind:  # what the recording cannot see: the full path says so, region by region
         return False
     found = pair_of(row, state.ref_calls, state.cand_calls, state.module_evidence.relations)

@@ -31,6 +31,7 @@ from introspect.diff.modules.pairing import (
     region_of,
     relate_parameters,
 )
+from introspect.diff.modules.paths import below
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
@@ -101,7 +102,7 @@ class ModuleEvidence:
         """The failing rows none of whose submodules fails too, in call order."""
         failing = [r for r in self.rows if r.status == STATUS_FAIL]
         return [r for r in failing if not any(
-            o is not r and _below(o.candidate_module, r.candidate_module) for o in failing)]
+            o is not r and below(o.candidate_module, r.candidate_module) for o in failing)]
 
     def divergence(self) -> Divergence | None:
         """The smallest failing module (none of its submodules fails too), first called."""
@@ -253,7 +254,7 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
             failing.add((calls[i].mode, calls[i].name))
 
     for i in sorted(paired, key=lambda i: _started(calls[i])):
-        while waiting and not _within(calls[i], calls[waiting[-1][0]]):
+        while waiting and not _inside_call(calls[i], calls[waiting[-1][0]]):
             finish(*waiting.pop())
         try:
             exact = exact_error(paired[i].pair, attention_mask, reruns)
@@ -270,9 +271,9 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     return judgements
 
 
-def _within(call: ModuleCall, outer: ModuleCall) -> bool:
+def _inside_call(call: ModuleCall, outer: ModuleCall) -> bool:
     """``call`` is of a module inside ``outer``'s, in the same plain call."""
-    return call.mode == outer.mode and (not outer.name or call.name.startswith(f"{outer.name}."))
+    return call.mode == outer.mode and below(call.name, outer.name)
 
 
 def _started(call: ModuleCall) -> tuple[bool, bool, int, int]:
@@ -320,8 +321,7 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     pair, row, unit = paired.pair, paired.row, paired.unit
     call = pair.call
     if not within_floor(exact, FLOOR_UNITS * unit) and any(
-            mode == call.mode and (not call.name or name.startswith(f"{call.name}."))
-            for mode, name in failing):
+            mode == call.mode and below(name, call.name) for mode, name in failing):
         return dataclasses.replace(
             row, max_abs_err=exact.error, status=NOT_COMPARED,
             note="a module inside it is over its budget (the fault is blamed there): its "
@@ -421,12 +421,8 @@ def _tracked(module: torch.nn.Module) -> bool:
 
 def _nearest(name: str, names: set[str]) -> str | None:
     """The deepest of ``names`` that holds module ``name`` (itself excluded)."""
-    holders = [n for n in names if n != name and _below(name, n)]
+    holders = [n for n in names if n != name and below(name, n)]
     return max(holders, key=len) if holders else None
-
-
-def _below(inner: str, outer: str) -> bool:
-    return inner != outer and (outer == "" or inner.startswith(f"{outer}."))
 
 
 @dataclasses.dataclass(frozen=True)

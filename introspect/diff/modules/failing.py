@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from introspect.diff.modules.evidence import ModuleDiff, pair_for
 from introspect.diff.modules.pairing import ModulePair, reference_boundaries
+from introspect.diff.modules.paths import depth, within
 from introspect.run.capture import Calls, ModuleCall
 from introspect.run.truth import AUTOGRAD, NO_GRAD, same_view
 
@@ -45,12 +46,12 @@ def _covering(pair: ModulePair, ref_calls: list[ModuleCall],
     covering = [c for c in ref_calls
                 if all(any(same_view(leaf.value, value) for leaf in c.inputs)
                        for value in inputs)
-                and any(_within(r.name, c.name) for r in returners) and _holds(c, pair)]
-    outer = max(covering, key=lambda c: _depth(c.name), default=None)
+                and any(within(r.name, c.name) for r in returners) and _holds(c, pair)]
+    outer = max(covering, key=lambda c: depth(c.name), default=None)
     if outer is None:
         return None
-    inner = min((r for r in returners if _within(r.name, outer.name)),
-                key=lambda c: _depth(c.name))
+    inner = min((r for r in returners if within(r.name, outer.name)),
+                key=lambda c: depth(c.name))
     return outer, inner
 
 
@@ -61,18 +62,10 @@ def _holds(call: ModuleCall, pair: ModulePair) -> bool:
     also took a value computed before it, as a residual's sum takes the attention's
     output, covers less than the candidate's)."""
     if pair.region:
-        return _within(pair.region, call.name)
+        return within(pair.region, call.name)
     inputs = [m.boundary.value for m in pair.inputs]
     return all(any(same_view(leaf.value, value) for value in inputs)
                for leaf in call.inputs if leaf.value.is_floating_point())
-
-
-def _within(name: str, outer: str) -> bool:
-    return name == outer or not outer or name.startswith(f"{outer}.")
-
-
-def _depth(name: str) -> int:
-    return name.count(".") + 1 if name else 0
 
 
 __all__ = ["pair_of"]

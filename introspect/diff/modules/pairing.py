@@ -27,6 +27,7 @@ from typing import TypeVar
 import torch
 
 from introspect.diff.modules.gaps import flat, largest_gap
+from introspect.diff.modules.paths import depth, within
 from introspect.diff.quantized import is_quantized, quantized_weights
 from introspect.run.capture import Leaf, ModuleCall, probe
 from introspect.run.truth import same_view
@@ -110,7 +111,7 @@ class Boundaries(list[Boundary]):
 
 def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, list[Boundary]]:
     """Each boundary listed, in order, under every module that holds (or returned) it and
-    each of their ancestors ("" too): ``_inside(m, region)`` for the region it is under."""
+    each of their ancestors ("" too): ``within(m, region)`` for the region it is under."""
     index: dict[str, list[Boundary]] = {}
     for b in boundaries:
         modules = b.returned_by if returned else b.holders
@@ -139,7 +140,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
                 if known is None:
                     known = by_tensor[key] = Boundary(call.name, role, t, samples=samples)
                 elif role == "output" and (known.role == "input"
-                                           or _depth(call.name) > _depth(known.module)):
+                                           or depth(call.name) > depth(known.module)):
                     known.module, known.role = call.name, role
                 known.holders.add(call.name)
                 if role == "output":
@@ -150,11 +151,11 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
 def _named_inside(boundary: Boundary, region: str) -> Boundary:
     """``boundary`` named by the deepest module inside ``region`` that returned it (else
     that took it)."""
-    inside = [m for m in boundary.returned_by if _inside(m, region)] or \
-        [m for m in boundary.holders if _inside(m, region)]
+    inside = [m for m in boundary.returned_by if within(m, region)] or \
+        [m for m in boundary.holders if within(m, region)]
     if not inside or boundary.module in inside and boundary.role == "output":
         return boundary
-    name = max(inside, key=_depth)
+    name = max(inside, key=depth)
     return dataclasses.replace(boundary, module=name,
                                role="output" if name in boundary.returned_by else "input")
 
@@ -243,7 +244,7 @@ def _in_region(boundaries: Sequence[Boundary], region: str,
     if isinstance(boundaries, Boundaries):
         return boundaries.inside(region, returned)
     return [b for b in boundaries
-            if any(_inside(m, region) for m in (b.returned_by if returned else b.holders))]
+            if any(within(m, region) for m in (b.returned_by if returned else b.holders))]
 
 
 def _named_match(match: Match, region: str) -> Match:
@@ -521,14 +522,6 @@ def _common(names: Sequence[str]) -> str:
             break
         common.append(column[0])
     return ".".join(common)
-
-
-def _inside(module: str, region: str) -> bool:
-    return not region or module == region or module.startswith(f"{region}.")
-
-
-def _depth(name: str) -> int:
-    return name.count(".") + 1 if name else 0
 
 
 __all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
