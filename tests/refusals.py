@@ -5,6 +5,19 @@ values the user gave whole, or, where the line would be longer, shortened to the
 from __future__ import annotations
 
 import re
+from typing import Any
+
+
+def cli_refusal(argv: list[str], capsys: Any) -> tuple[int, str]:
+    """``introspect ARGV`` run in this process: its exit status (argparse's own refusals
+    included) and what it wrote to stderr."""
+    from introspect.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code
+    return code, capsys.readouterr().err
 
 
 def shows(value: str, line: str) -> bool:

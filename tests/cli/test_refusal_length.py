@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from introspect.cli.main import main
 from introspect.cli.refusal import LINE_LIMIT, one_line
-from tests.refusals import shows
+from tests.refusals import cli_refusal, shows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,11 +32,7 @@ def deep(tmp_path: Path, length: int) -> Path:
 
 def refusal(argv: list[str], capsys) -> str:
     """The one line the CLI refuses ``argv`` with (exit 2, nothing else on stderr)."""
-    try:
-        code = main(argv)
-    except SystemExit as e:  # argparse's own refusals
-        code = e.code
-    err = capsys.readouterr().err
+    code, err = cli_refusal(argv, capsys)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from introspect.cli.main import main
+from tests.refusals import cli_refusal
 
 DIFF = ["diff", "--model", "bert-tiny", "--candidate", "hf", "-q"]
 LONG = "x" * 500
@@ -59,11 +59,7 @@ REFUSALS = {
 def test_a_refusal_is_one_short_line(argv, capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("INTROSPECT_DEBUG", raising=False)
     monkeypatch.chdir(tmp_path)  # a run that is not refused writes its drawing here
-    try:
-        code = main(argv)
-    except SystemExit as e:  # argparse's own refusals
-        code = e.code
-    err = capsys.readouterr().err
+    code, err = cli_refusal(argv, capsys)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert "Traceback" not in err and "internal error" not in err, err
