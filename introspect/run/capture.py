@@ -58,6 +58,17 @@ class Leaf:
     value: torch.Tensor  # detached, not copied
     version: int
     tracked: bool = False  # autograd tracked it in the call (``requires_grad``)
+    # d loss / d value in the user's own backward of that call (``capture_calls``'s
+    # ``gradients``): an output's, where autograd reached it
+    grad: torch.Tensor | None = None
+    grad_version: int = -1
+
+    def held_grad(self) -> torch.Tensor | None:
+        """``grad`` where the backward left it as it came (a backward may edit the
+        gradient it is handed in place); None where none came or it was edited."""
+        if self.grad is None or self.grad._version != self.grad_version:
+            return None
+        return self.grad
 
     def unchanged(self) -> bool:
         """Not edited in place since the hook saw it (views share the counter)."""
@@ -126,7 +137,7 @@ class _Known:
 
 class _Hooks:
     def __init__(self, model: torch.nn.Module, found: Calls,
-                 share: Calls | None = None) -> None:
+                 share: Calls | None = None, gradients: bool = False) -> None:
         self.names = {id(m): name for name, m in model.named_modules()}
         self.root = id(model)
         self.found = found
@@ -140,6 +151,7 @@ class _Hooks:
         self.pending: dict[tuple[int, int], list[tuple[list[Leaf], int]]] = {}
         self.order = 0
         self.begun = 0  # calls started (``ModuleCall.started``)
+        self.gradients = gradients
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # first: dynamo's code stays unchanged
@@ -166,7 +178,9 @@ class _Hooks:
             stack = self.pending.get((key, threading.get_ident()))
             before, started = stack.pop() if stack else (None, -1)
         inputs = _leaves(args, "args") + _leaves(kwargs, "kwargs")
-        outputs = _leaves(output, "output")
+        tracked: dict[str, torch.Tensor] | None = \
+            {} if self.gradients and self.mode == AUTOGRAD else None
+        outputs = _leaves(output, "output", tracked=tracked)
         if any(_wrapped(leaf.value) for leaf in inputs + outputs):
             self.found.vmapped.add(name)  # under vmap: its caller is the boundary
             if key == self.root:
@@ -178,6 +192,11 @@ class _Hooks:
             if not edited:
                 inputs = self._shared(inputs)
             outputs = self._shared(outputs)
+            for leaf in outputs:
+                # the gradient of the value as the module returned it (a hook registered
+                # before an in-place op gets the value's, not the edited tensor's)
+                if tracked and leaf.path in tracked:
+                    tracked[leaf.path].register_hook(functools.partial(_keep_grad, leaf))
             swaps = {leaf.path: leaf.value for leaf in inputs}
             self.order += 1
             self.found.calls.append(ModuleCall(
@@ -209,15 +228,22 @@ class _Hooks:
         self.thread = threading.get_ident()
 
 
+def _keep_grad(leaf: Leaf, grad: torch.Tensor) -> None:
+    leaf.grad, leaf.grad_version = grad.detach(), grad._version
+
+
 @contextlib.contextmanager
-def capture_calls(model: torch.nn.Module, share: Calls | None = None) -> Iterator[Calls]:
+def capture_calls(model: torch.nn.Module, share: Calls | None = None,
+                  gradients: bool = False) -> Iterator[Calls]:
     """Keep what each of ``model``'s modules saw in the plain calls made inside.
 
     ``share``: another model's calls (the reference's): a value equal to one of theirs bit
-    for bit is kept as theirs.
+    for bit is kept as theirs. ``gradients``: each output of the first call with autograd
+    on gets a tensor hook, and a backward of that call fills ``Leaf.grad`` (the hook
+    returns nothing: the gradient flows on unchanged).
     """
     found = Calls(model)
-    hooks = _Hooks(model, found, share)
+    hooks = _Hooks(model, found, share, gradients)
     pre = torch.nn.modules.module.register_module_forward_pre_hook(hooks.pre)
     post = torch.nn.modules.module.register_module_forward_hook(hooks.post, with_kwargs=True)
     try:
@@ -249,8 +275,10 @@ def _picks(numel: int, count: int, device: torch.device) -> torch.Tensor:
     return torch.linspace(0, max(numel - 1, 0), min(numel, count), device=device).long()
 
 
-def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
-    """The floating tensors in ``value``, detached, with their versions."""
+def _leaves(value: Any, path: str, depth: int = 0,
+            tracked: dict[str, torch.Tensor] | None = None) -> list[Leaf]:
+    """The floating tensors in ``value``, detached, with their versions; ``tracked``
+    collects each one autograd tracks as it is (not detached), by path."""
     if isinstance(value, torch.Tensor):
         if not value.is_floating_point() or value.is_meta or value.is_nested \
                 or value.layout != torch.strided:  # (a fast path's nested tensor, sparse)
@@ -259,6 +287,8 @@ def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
             version = value._version
         except RuntimeError:  # an inference tensor
             return []
+        if tracked is not None and value.requires_grad and not _wrapped(value):
+            tracked[path] = value
         return [Leaf(path, value.detach() if not _wrapped(value) else value, version,
                      value.requires_grad)]
     if depth >= _MAX_DEPTH:
@@ -273,7 +303,7 @@ def _leaves(value: Any, path: str, depth: int = 0) -> list[Leaf]:
         return []
     found: list[Leaf] = []
     for key, item in items:
-        found += _leaves(item, f"{path}.{key}", depth + 1)
+        found += _leaves(item, f"{path}.{key}", depth + 1, tracked)
     return found
 
 

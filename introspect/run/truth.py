@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -92,7 +92,8 @@ class Truth:
 
 def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
               keywords: Mapping[str, Any] | None = None, grad_calls: int = 1,
-              inference: bool = False, lean: bool = True) -> Truth:
+              inference: bool = False, lean: bool = True,
+              backward: Callable[[Any], None] | None = None) -> Truth:
     """Call ``model`` plainly ``grad_calls`` times with autograd on, then once under no_grad
     (and, with ``inference``, once under ``torch.inference_mode()``).
 
@@ -108,21 +109,27 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         lean: the calls with autograd on keep nothing for a backward (``_NothingSaved``):
             the same forward, the memory of a ``no_grad`` call. False for compiled and
             scripted models, whose compilers see such hooks.
+        backward: called with what the first call (autograd on) returned, its autograd
+            graph kept: the user's own backward runs on the user's own call
+            (``diff.backward.plain``); that call keeps what a backward reads.
 
     Raises:
         InputError: the model failed on the inputs (the cause is kept).
     """
     calls = []
     modes = [AUTOGRAD] * grad_calls + [NO_GRAD] + ([INFERENCE_MODE] if inference else [])
-    for mode in modes:
+    for number, mode in enumerate(modes):
+        then = backward if number == 0 else None  # (the first call has autograd on)
         try:
             copies, returned = _plain_call(model, inputs, keywords, mode,
-                                           lean and mode == AUTOGRAD)
+                                           lean and mode == AUTOGRAD and then is None)
             outputs = flatten_outputs(returned)  # outside inference mode: plain tensors
         except Exception as e:
             cause = " ".join(str(e).split())
             raise InputError(f"{type(model).__name__} could not run on the inputs: "
                              f"{type(e).__name__}: {cause}") from e
+        if then is not None:  # (outside the try: its errors are its own)
+            then(returned)
         del returned  # its autograd graph goes with it
         changed = [name for name in inputs if not identical(inputs[name], copies[name])]
         calls.append(TruthCall(mode == AUTOGRAD, outputs, changed, mode))

@@ -116,6 +116,16 @@ def _errors(cand: torch.Tensor, ref: torch.Tensor, budget: Budget,
     return float(d.max()), float(rel.max()), bool(over.any()), pad_err
 
 
+def padded_positions(mask: torch.Tensor | None, shape: Sequence[int]) -> torch.Tensor | None:
+    """Padded positions of a (B, S, ...) value where ``mask`` (B, S) says so; None where
+    it pads nothing or the value is not laid out so."""
+    if mask is None or mask.ndim != 2 or bool(mask.all()) or len(shape) < 2 \
+            or tuple(shape[:2]) != tuple(mask.shape):
+        return None
+    pad = (mask == 0).reshape(*mask.shape, *([1] * (len(shape) - 2)))
+    return pad.expand(*shape)
+
+
 def _narrowed(shape: Sequence[int], region: Any) -> tuple[int, ...]:
     """``shape`` narrowed to ``region`` (a ``Region`` or None)."""
     found = list(shape)
@@ -249,12 +259,7 @@ class _Comparer:
 
     def pad_for(self, shape: Sequence[int]) -> torch.Tensor | None:
         """Padded positions of a (B, S, ...) value, where the mask says so."""
-        mask = self.mask
-        if mask is None or mask.ndim != 2 or bool(mask.all()) or len(shape) < 2 \
-                or tuple(shape[:2]) != tuple(mask.shape):
-            return None
-        pad = (mask == 0).reshape(*mask.shape, *([1] * (len(shape) - 2)))
-        return pad.expand(*shape)
+        return padded_positions(self.mask, shape)
 
     def grad(self, side: GradientRecording | _Forming, name: str) -> torch.Tensor | None:
         """The node's gradient; zeros where none flowed into a float value."""
@@ -355,4 +360,4 @@ class _Comparer:
                             rtol=budget.rtol, status=status, hint=hint)
 
 
-__all__ = ["FLOOR", "magnitude_of"]
+__all__ = ["FLOOR", "magnitude_of", "padded_positions"]

@@ -46,6 +46,7 @@ from introspect.diff.backward.measure import (
     _Forming,
     magnitude_of,
 )
+from introspect.diff.backward.plain import PlainGradients
 from introspect.diff.backward.record import (
     GradientRecording,
     GradientRun,
@@ -210,8 +211,8 @@ def _on_copies(loss_fn: LossFn, inputs: Mapping[str, torch.Tensor]) -> LossFn:
     return loss
 
 
-def _loss_notes(kind: str, ref: GradientRecording, cand: GradientRecording,
-                allow_nonfinite: bool) -> list[str]:
+def _loss_notes(kind: str, ref: GradientRecording | PlainGradients,
+                cand: GradientRecording | PlainGradients, allow_nonfinite: bool) -> list[str]:
     """Refuse a loss that leaves nothing to compare; say what fails on the candidate's side.
 
     A NaN or Inf loss makes every gradient NaN or Inf (or zero), and all-zero gradients
@@ -237,7 +238,7 @@ def _loss_notes(kind: str, ref: GradientRecording, cand: GradientRecording,
     return notes
 
 
-def _any_gradient(recording: GradientRecording) -> bool:
+def _any_gradient(recording: GradientRecording | PlainGradients) -> bool:
     grads = [*recording.grads.values(),
              *(g for g in recording.parameter_grads.values() if g is not None)]
     return any(bool((g != 0).any()) for g in grads if g.numel())

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from introspect.diff import devices
+from introspect.diff.flow.gradients import candidate_own_backward
 from introspect.diff.flow.reference import reference_again
 from introspect.diff.flow.state import (
     DiffState,
@@ -57,11 +58,13 @@ def take_candidate_truth(state: DiffState) -> None:
     after the reference's truth and any float64 recording of it."""
     candidate = state.candidate
     sums = weight_sums(candidate)
+    backward = candidate_own_backward(state)  # (with backward, where the reference's was)
     with _switches_named(state.switched, state.candidate_label), \
-            capture_calls(candidate, share=state.ref_calls) as cand_calls:
+            capture_calls(candidate, share=state.ref_calls,
+                          gradients=backward is not None) as cand_calls:
         state.cand_truth = run_truth(candidate, accepted_inputs(candidate, state.cand_tensors),
                                      grad_calls=2, inference=not holds_script(candidate),
-                                     lean=not compiled(candidate))
+                                     lean=not compiled(candidate), backward=backward)
     state.cand_calls = cand_calls
     edited = edited_weights(sums, weight_sums(candidate))
     if edited:  # named as such, not as dropout or a weight left unloaded

@@ -37,7 +37,7 @@ def diff_result(state: DiffState) -> DiffResult:
         return DiffResult(True, None, [], fast.layers, fast.alignment, None, None, tolerance,
                           notes, state.reference_label, state.candidate_label, noise_budget,
                           output_rows=verdict.rows, module_evidence=state.module_evidence,
-                          op_level=False)
+                          op_level=False, backward=state.gradients)
     ref_side, explanation, gradients = state.ref_side, state.explanation, state.gradients
     assert ref_side is not None
     # op evidence inside one module only: the layers module evidence judged stand for all

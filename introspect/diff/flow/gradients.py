@@ -22,6 +22,47 @@ def one_forward_for_both(state: DiffState) -> Any:
     return record_with_gradients
 
 
+def own_backward(state: DiffState, reference: Any) -> Any:
+    """With backward and no node tables: the reference's own backward of its first plain
+    call, on the diff's loss (``backward.plain``), taken clean with its truth; what
+    ``run_truth`` calls with that call's outputs."""
+    mode = state.options.mode
+    _check_loss(mode.loss)
+    from introspect.diff.backward.parity import backward_loss
+    from introspect.diff.backward.plain import PlainGradients
+
+    state.loss_inputs = copies(state.ref_tensors)
+    state.loss = backward_loss(reference, state.ref_accepted, mode.loss, state.loss_inputs)
+    state.ref_plain = PlainGradients()
+    return state.ref_plain.taker(reference, state.loss[1])
+
+
+def candidate_own_backward(state: DiffState) -> Any:
+    """The candidate's own backward of its first plain call, on the same loss, where the
+    reference's was taken (None: not)."""
+    if state.ref_plain is None:
+        return None
+    from introspect.diff.backward.plain import PlainGradients
+
+    state.cand_plain = PlainGradients()
+    return state.cand_plain.taker(state.candidate, state.loss[1], detached_ok=True)
+
+
+def held_to_own_backward(state: DiffState) -> None:
+    """The reference's recorded backward, made after the candidate was built, held to its
+    own backward taken clean: a build that changed how the reference differentiates
+    (a patched backward, a kernel) would otherwise judge the candidate against it."""
+    from introspect.diff.backward.plain_parity import gradients_moved
+    from introspect.run.reference import ReferenceChanged
+
+    moved = gradients_moved(state.ref_gradients, state.ref_plain, state.tolerance)
+    if moved:
+        raise ReferenceChanged(
+            f"the reference's gradient of {moved} changed after the {state.candidate_label} "
+            "was built (its recorded backward against its own, taken before): the "
+            "candidate's build changed how the reference differentiates; no verdict")
+
+
 def gradients_now(state: DiffState) -> None:
     """The reference's backward, on the forward its recording ran; the recording lets go
     of it, and the backward of its values and autograd graph (memory: they would be held
@@ -48,6 +89,13 @@ def compare_gradients(state: DiffState) -> None:
             raise InputError("loss= is used only with backward=True")
         state.gradients = None
         return
+    if explanation.graph is None and state.plain_failing is not None:
+        # weights paired by proof, their gradients over budget in each side's own backward
+        state.gradients = state.plain_failing
+        state.gradients.notes.append(
+            "the candidate could not be recorded with autograd on (see the notes): its "
+            "weights' gradients from its own backward decide, no node gradient compared")
+        return
     if explanation.graph is None:
         raise InputError("backward=True compares gradients node by node, and the candidate "
                          "could not be recorded (see the notes); diff it without backward")
@@ -73,4 +121,5 @@ def _check_loss(loss: Any) -> None:
                          f"{type(loss).__name__}")
 
 
-__all__ = ["compare_gradients", "gradients_now", "one_forward_for_both"]
+__all__ = ["candidate_own_backward", "compare_gradients", "gradients_now",
+           "held_to_own_backward", "one_forward_for_both", "own_backward"]

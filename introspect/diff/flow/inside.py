@@ -23,7 +23,8 @@ def explain_inside_failing(state: DiffState) -> bool:
     they are let go here, whether it is taken or not."""
     if not state.early or state.module_evidence.passed:
         return False  # (judged after the recording: its values wait for it)
-    taken = _explain_inside(state)
+    # (with backward, every node's gradient is compared on both whole recordings)
+    taken = not state.options.mode.backward and _explain_inside(state)
     state.ref_calls.calls.clear()  # the values are let go: memory
     state.cand_calls.calls.clear()
     return taken

@@ -11,7 +11,12 @@ import torch
 
 from introspect.diff import devices
 from introspect.diff.copies import cast_copy
-from introspect.diff.flow.gradients import gradients_now, one_forward_for_both
+from introspect.diff.flow.gradients import (
+    gradients_now,
+    held_to_own_backward,
+    one_forward_for_both,
+    own_backward,
+)
 from introspect.diff.flow.state import DiffState, compiled, copies
 from introspect.diff.ops.align import align_graphs
 from introspect.diff.ops.compare.replay import run_side_by_side
@@ -48,10 +53,24 @@ def take_reference_truth(state: DiffState) -> None:
     # candidate's code is imported or built (``introspect.run.deferred``).
     reference = state.reference
     state.ref_accepted = accepted_inputs(reference, state.ref_tensors)
-    with capture_calls(reference) as ref_calls:  # module evidence: what each module saw
-        state.ref_truth = run_truth(reference, state.ref_accepted,
-                                    lean=not compiled(reference)) if state.truths else None
+    state.later = _left_for_later(state)
+    backward = own_backward(state, reference) if state.later and state.options.mode.backward \
+        else None
+    with capture_calls(reference, gradients=backward is not None) as ref_calls:
+        # module evidence: what each module saw (and, with backward, was handed)
+        state.ref_truth = run_truth(reference, state.ref_accepted, lean=not compiled(reference),
+                                    backward=backward) if state.truths else None
     state.ref_calls = ref_calls
+
+
+def _left_for_later(state: DiffState) -> bool:
+    """Without node tables asked for, the reference is recorded only where a PASS is not
+    proven without it, after checking it still computes what it did clean (with backward,
+    its own backward taken clean proves a PASS's gradients: ``backward.plain``)."""
+    options = state.options
+    return not options.tables.nodes and state.truths and options.mode.recordings is None \
+        and not (options.mode.backward and options.budgets.noise_budget) \
+        and options.devices.device is None and options.devices.candidate_device is None
 
 
 def record_reference_clean(state: DiffState) -> None:
@@ -60,13 +79,9 @@ def record_reference_clean(state: DiffState) -> None:
     gradients too. Where it is left for later, what it computes with is read now."""
     options, reference = state.options, state.reference
     # With backward, one forward per side recorded with autograd on serves both
-    # comparisons; the reference's backward runs now, before the candidate is built.
+    # comparisons; the reference's backward runs now, before the candidate is built
+    # (left for later: its own backward was taken clean, ``own_backward``).
     state.gradients_with = one_forward_for_both(state)
-    # Without node tables asked for, the reference is recorded only where a PASS is not
-    # proven without it, after checking it still computes what it did clean.
-    state.later = not options.tables.nodes and state.truths \
-        and options.mode.recordings is None and not options.mode.backward \
-        and options.devices.device is None and options.devices.candidate_device is None
     # What the reference computes with, read before the candidate's build and calls: a
     # PASS proven without running the reference after them calls it again only where
     # something it reads moved (``run.footprint``; the call adds no evidence there).
@@ -75,7 +90,7 @@ def record_reference_clean(state: DiffState) -> None:
         record_for_diff(reference, copies(state.ref_tensors), state.reference_label,
                         state.keywords[0], state.recorded_already[0],
                         state.gradients_with or record_forward)
-    if state.gradients_with is not None:
+    if state.gradients_with is not None and state.ref_side is not None:
         gradients_now(state)
 
 
@@ -102,7 +117,12 @@ def record_reference_late(state: DiffState) -> None:
     assert state.ref_truth is not None
     reference_again(state)  # what the candidate's calls left behind
     state.ref_side = record_for_diff(state.reference, copies(state.ref_tensors),
-                                     state.reference_label, state.keywords[0])
+                                     state.reference_label, state.keywords[0],
+                                     recorder=state.gradients_with or record_forward)
+    if state.gradients_with is not None:
+        gradients_now(state)
+        if state.ref_plain is not None:  # its backward, now, as it was clean
+            held_to_own_backward(state)
 
 
 def reference_again_where_moved(state: DiffState) -> None:

@@ -70,6 +70,12 @@ class DiffState:
     before_candidate: Footprint | None = None  # what it computes with, before the candidate
     ref_gradients: Any = None  # its backward, run before the candidate is built
     loss_inputs: dict[str, torch.Tensor] | None = None
+    # With backward and no node tables: the loss, and each side's own backward of its
+    # first plain call (``backward.plain``), which may prove the backward's PASS
+    loss: Any = None  # (kind, loss_fn)
+    ref_plain: Any = None
+    cand_plain: Any = None
+    plain_failing: Any = None  # the FAIL they prove, where the candidate cannot be recorded
     noise: dict[str, float] | None = None  # each node's noise, with noise_budget
 
     # Tier 2: module evidence

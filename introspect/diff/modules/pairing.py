@@ -65,6 +65,9 @@ class Boundary:
     # every boundary's sampled values, shared by all of one model's boundaries (and their
     # copies named inside a region): each is read once, not once per comparison
     samples: _Samples | None = dataclasses.field(default=None, repr=False, compare=False)
+    # a leaf that returned it, whose ``grad`` the user's own backward filled (with
+    # ``capture_calls(gradients=True)``; ``backward.plain_parity``)
+    returned_leaf: Leaf | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +148,8 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
                 known.holders.add(call.name)
                 if role == "output":
                     known.returned_by.add(call.name)
+                    if known.returned_leaf is None or known.returned_leaf.grad is None:
+                        known.returned_leaf = leaf
     return Boundaries(by_tensor.values())
 
 

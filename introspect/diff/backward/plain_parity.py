@@ -1,0 +1,267 @@
+"""A backward PASS from the user's own backward, with nothing recorded.
+
+``judge_plain_gradients`` reads the two sides' own backwards (``backward.plain``) and what
+their modules' outputs were handed in them (``Leaf.grad``). It proves a PASS, or says why
+it cannot, and then the recorded path decides (``backward.parity``): it never fails a
+port on its own, since its pairs are only those proven.
+
+- **the loss**: each side's, finite, equal within ``rel_tol`` 1e-4;
+- **each weight**: every candidate weight paired with the one reference weight it holds
+  (equal, or transposed), where several of the reference's hold its values (zero biases,
+  LayerNorms at one) the one that module evidence paired its module with; every
+  reference weight that has a gradient held by exactly one. Each gradient within the
+  budget the recorded path gives it (``measure._budget``: the forward's, relative to its
+  magnitude, at least ``FLOOR`` of the largest);
+- **each module's output**: the gradient the candidate's module output was handed against
+  the one the reference's value it was paired with was handed (module evidence's pairs),
+  within the same kind of budget, padded positions apart.
+
+Anything else (a fused or sliced weight, a frozen one, a gradient over budget, one a
+backward edited in place, a loss that differs) is "not proven": the full path records
+both sides and compares every node's gradient, with its local backwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from introspect.diff.backward.hints import gradient_hints
+from introspect.diff.backward.measure import (
+    FLOOR,
+    _budget,
+    _errors,
+    magnitude_of,
+    padded_positions,
+)
+from introspect.diff.backward.parity import _loss_notes, _sgd_step_error
+from introspect.diff.backward.plain import PlainGradients
+from introspect.diff.backward.results import (
+    STATUS_FAIL,
+    STATUS_OK,
+    BackwardDivergence,
+    BackwardResult,
+    ParameterGradient,
+)
+from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers, pair_for
+from introspect.diff.modules.pairing import reference_boundaries
+from introspect.diff.tolerance import Tolerance
+from introspect.run.capture import Calls, Leaf
+from introspect.run.truth import AUTOGRAD
+
+LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # as ``parity`` notes two losses that differ
+
+
+@dataclasses.dataclass
+class PlainVerdict:
+    """A backward PASS proven from the own backwards (``result``), or why not (``why``);
+    ``failing``: where a weight paired by proof is over its budget, the FAIL those
+    gradients prove, for the case the recorded path cannot record the candidate."""
+
+    result: BackwardResult | None
+    why: str = ""
+    failing: BackwardResult | None = None
+
+
+def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: PlainGradients,
+                          ref_calls: Calls, cand_calls: Calls, evidence: ModuleEvidence,
+                          tolerance: Tolerance, attention_mask: torch.Tensor | None,
+                          allow_nonfinite: bool = False) -> PlainVerdict:
+    """See the module's docstring. Raises ``InputError`` where the reference's loss
+    compares nothing (NaN, or every gradient zero), as the recorded path does."""
+    notes = _loss_notes(kind, reference, candidate, allow_nonfinite)  # (its refusals first)
+    if notes:
+        return PlainVerdict(None, notes[0])
+    if not (math.isfinite(reference.loss) and math.isfinite(candidate.loss)) or \
+            not math.isclose(reference.loss, candidate.loss, rel_tol=LOSS_RTOL,
+                             abs_tol=LOSS_ATOL):
+        return PlainVerdict(None, f"the losses differ ({reference.loss:.6g}, "
+                                  f"{candidate.loss:.6g})")
+    if reference.frozen or candidate.frozen:
+        return PlainVerdict(None, "frozen weights: " + ", ".join(
+            (reference.frozen + candidate.frozen)[:3]))
+    pairs = _weight_pairs(reference, candidate, evidence)
+    if isinstance(pairs, str):
+        return PlainVerdict(None, pairs)
+    rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite)
+    over = [r for r in rows if r.status == STATUS_FAIL]
+    if over:
+        note = (f"gradients from each model's own backward of its first plain call: "
+                f"{len(over)} of {len(rows)} weights over budget")
+        divergence = _divergence(over[-1], ref_calls.model)  # the nearest the loss
+        return PlainVerdict(None, f"{over[0].reference}'s gradient is over its budget",
+                            BackwardResult(False, kind, reference.loss, candidate.loss, [],
+                                           rows, divergence, sgd, [note]))
+    compared, why = _module_outputs(ref_calls, cand_calls, evidence, tolerance, attention_mask,
+                                    allow_nonfinite)
+    if why:
+        return PlainVerdict(None, why)
+    note = (f"gradients from each model's own backward of its first plain call: {len(rows)} "
+            f"weights and {compared} module outputs within budget; no node recorded (for "
+            "node gradients pass nodes=True; introspect diff: --out or --nodes)")
+    return PlainVerdict(BackwardResult(True, kind, reference.loss, candidate.loss, [], rows,
+                                       None, sgd, [note]))
+
+
+@dataclasses.dataclass(frozen=True)
+class _WeightPair:
+    reference: str
+    candidate: str
+    relation: str  # "same" or "transposed"
+
+
+def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
+                  evidence: ModuleEvidence) -> list[_WeightPair] | str:
+    """Each candidate weight with the one reference weight it holds, in the reference's
+    order; a string where a pairing is not proven."""
+    modules = {r.candidate_module: r.reference_module for r in evidence.rows
+               if r.call == AUTOGRAD and r.status == STATUS_OK}
+    found: dict[str, _WeightPair] = {}
+    for name, weight in candidate.parameters.items():
+        held = sorted(evidence.relations.get(name, ()))
+        if len(held) > 1:  # several alike: the one its module's pair owns
+            owner = modules.get(name.rpartition(".")[0])
+            held = [r for r in held if owner is not None
+                    and r.rpartition(".")[0] == owner]
+        if len(held) != 1:
+            return f"the candidate's {name} holds no one reference weight alone"
+        relation = _relation(reference.parameters[held[0]], weight)
+        if relation is None:
+            return f"the candidate's {name} holds {held[0]} otherwise than whole"
+        if held[0] in found:
+            return f"{held[0]} is held by {found[held[0]].candidate} and {name}"
+        found[held[0]] = _WeightPair(held[0], name, relation)
+    for name, grad in reference.parameter_grads.items():
+        if name not in found and grad is not None and bool((grad != 0).any()):
+            return f"the reference's {name} has a gradient and no candidate weight holds it"
+    return [found[name] for name in reference.parameters if name in found]
+
+
+def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:
+    if ref.dtype != cand.dtype:
+        return None
+    if ref.shape == cand.shape and torch.equal(ref, cand):
+        return "same"
+    if ref.ndim == 2 and cand.ndim == 2 and ref.shape == cand.t().shape \
+            and torch.equal(ref, cand.t()):
+        return "transposed"
+    return None
+
+
+def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
+                    pairs: Sequence[_WeightPair], tolerance: Tolerance,
+                    allow_nonfinite: bool) -> tuple[list[ParameterGradient], float]:
+    """The rows ``parity`` makes for these weights, and the SGD step."""
+    grads = {p.reference: _or_zeros(reference.parameter_grads.get(p.reference),
+                                     reference.parameters[p.reference]) for p in pairs}
+    largest = max((magnitude_of(g) for g in grads.values() if g.numel()), default=0.0)
+    rows, sgd = [], 0.0
+    for pair in pairs:
+        g_ref = grads[pair.reference]
+        g_cand = _or_zeros(candidate.parameter_grads.get(pair.candidate),
+                           candidate.parameters[pair.candidate])
+        if pair.relation == "transposed":
+            g_cand = g_cand.t()
+        scale = magnitude_of(g_ref)
+        budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
+        err, rel, over, _ = _errors(g_cand, g_ref, budget, allow_nonfinite=allow_nonfinite,
+                                    ref_magnitude=scale)
+        weight = reference.parameters[pair.reference]
+        step = 0.0
+        if err:  # (the weights are equal: the step differs by the gradients alone)
+            step = _sgd_step_error(weight, g_ref, weight, g_cand)
+            sgd = max(sgd, step)
+        hint = "; ".join(gradient_hints(g_cand, g_ref, None, cut=False,
+                                        where=f"{pair.reference}'s gradient",
+                                        weight=True)) if over else ""
+        rows.append(ParameterGradient(pair.reference, pair.candidate, pair.relation,
+                                      str(tuple(g_ref.shape)), err, rel, scale, step,
+                                      STATUS_FAIL if over else STATUS_OK, hint))
+    return rows, sgd
+
+
+def _divergence(row: ParameterGradient, reference: torch.nn.Module) -> BackwardDivergence:
+    """A failing weight as the recorded path names one: the reference's module and layer,
+    the candidate's module beside them."""
+    module = row.reference.rpartition(".")[0]
+    budget = f"atol x the gradient's magnitude {row.reference_max_abs:.3g}"
+    return BackwardDivergence("", row.candidate, module,
+                              ReferenceLayers.of(reference).of_module(module), "parameter",
+                              row.max_abs_err or 0.0, budget,
+                              tuple(h for h in row.hint.split("; ") if h),
+                              parameter=row.reference,
+                              candidate_module=row.candidate.rpartition(".")[0])
+
+
+def gradients_moved(recorded: PlainGradients | object, own: PlainGradients,
+                    tolerance: Tolerance) -> str:
+    """The first weight whose gradient in ``recorded`` (a recorded backward of the same
+    model, its ``parameter_grads``) is over budget from its own backward's ("": none)."""
+    theirs: Mapping[str, torch.Tensor | None] = getattr(recorded, "parameter_grads", {})
+    grads = {n: g for n, g in own.parameter_grads.items() if g is not None}
+    largest = max((magnitude_of(g) for g in grads.values() if g.numel()), default=0.0)
+    for name, g_own in grads.items():
+        g_rec = _or_zeros(theirs.get(name), g_own)
+        scale = magnitude_of(g_own)
+        budget = _budget(tolerance, g_own.dtype, max(scale, FLOOR * largest), None)
+        if g_rec.shape != g_own.shape or _errors(g_rec, g_own, budget, allow_nonfinite=True,
+                                                 ref_magnitude=scale)[2]:
+            return name
+    return ""
+
+
+def _or_zeros(grad: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(weight) if grad is None else grad
+
+
+def _module_outputs(ref_calls: Calls, cand_calls: Calls, evidence: ModuleEvidence,
+                    tolerance: Tolerance, attention_mask: torch.Tensor | None,
+                    allow_nonfinite: bool) -> tuple[int, str]:
+    """How many module outputs' gradients were compared, all within budget; else a
+    reason."""
+    boundaries = reference_boundaries(ref_calls.of_mode(AUTOGRAD))
+    compared: list[tuple[Leaf, Leaf, str]] = []
+    for call in cand_calls.of_mode(AUTOGRAD):
+        pair = pair_for(call, boundaries, evidence.relations)
+        if pair is None:
+            continue
+        mine, theirs = call.outputs[0], pair.output.boundary.returned_leaf
+        if theirs is None:
+            continue
+        compared.append((mine, theirs, call.name or "the model"))
+    grads = [(_held(mine), _held(theirs), name) for mine, theirs, name in compared]
+    edited = [name for own, other, name in grads if own is False or other is False]
+    if edited:
+        return 0, f"a backward edited the gradient handed to {edited[0]} in place"
+    largest = max((magnitude_of(g) for _, g, _ in grads if isinstance(g, torch.Tensor)),
+                  default=0.0)
+    count = 0
+    for own, other, name in grads:
+        if own is None and other is None:
+            continue  # no gradient reached either
+        value = next(g for g in (own, other) if isinstance(g, torch.Tensor))
+        g_cand = own if isinstance(own, torch.Tensor) else torch.zeros_like(value)
+        g_ref = other if isinstance(other, torch.Tensor) else torch.zeros_like(value)
+        if g_cand.shape != g_ref.shape:
+            return 0, f"the gradient of {name}'s output has another shape"
+        scale = magnitude_of(g_ref)
+        budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
+        pad = padded_positions(attention_mask, g_ref.shape)
+        _, _, over, _ = _errors(g_cand, g_ref, budget, pad, allow_nonfinite,
+                                ref_magnitude=scale)
+        if over:
+            return 0, f"the gradient of {name}'s output is over its budget"
+        count += 1
+    return count, ""
+
+
+def _held(leaf: Leaf) -> torch.Tensor | None | bool:
+    """The leaf's gradient; None where none came; False where a backward edited it."""
+    held = leaf.held_grad()
+    return False if held is None and leaf.grad is not None else held
+
+
+__all__ = ["PlainVerdict", "gradients_moved", "judge_plain_gradients"]

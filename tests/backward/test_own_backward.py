@@ -1,0 +1,153 @@
+"""A backward PASS from each model's own backward, with nothing recorded (issue 41, part 6:
+module gradients from the user's own backward; op-level backwards only where those fail).
+
+Without node tables (``nodes=False``; ``introspect diff --backward`` without a report), the
+first plain call of each side (autograd on) is differentiated on the diff's loss, and the
+gradients its weights and its modules' outputs were handed decide a PASS
+(``backward.plain_parity``). Anything they do not prove goes to the recorded path, which
+names the node; where that path cannot record the candidate, weights paired by proof and
+over budget decide the FAIL.
+
+Ports: ``modular_ports.py`` (imports only torch; ``nn.Linear``/``nn.LayerNorm`` modules of
+its own names, attention by hand), one training bug at a time, each by another route:
+an ``autograd.Function``, a module global, a closure's hook, a full backward hook scaled by
+a private attribute, a detach, ``.data`` in place, a class patched after the build.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import introspect
+from introspect.errors import InputError
+from introspect.models.load import tokenize
+from introspect.run.deferred import Deferred
+from tests.backward import modular_ports
+from tests.backward.test_backward import perturbed
+
+_NOT_RECORDED = {"backward_hook", "class_patch"}  # the recorder cannot run their backward
+
+
+@pytest.fixture(scope="module")
+def base():
+    return perturbed("base")
+
+
+def _diff(base, bug="", nodes=False, **kwargs):
+    hf, tokenizer = base
+    try:
+        return introspect.diff(hf, modular_ports.build(hf, bug), tokenize(tokenizer),
+                               backward=True, nodes=nodes, **kwargs)
+    finally:
+        modular_ports.undo()
+
+
+def test_a_correct_port_passes_on_its_own_backward_with_nothing_recorded(base):
+    result = _diff(base)
+    b = result.backward
+    assert result.passed and b.passed, result.summary()
+    assert not result.op_level and b.rows == []  # no recording, no node gradient
+    assert any(n.startswith("gradients from each model's own backward") for n in b.notes)
+    # every weight of the reference compared, each within its budget (the port has no
+    # pooler: the loss, of the hidden states, hands the reference's no gradient)
+    hf = base[0]
+    assert {r.reference for r in b.parameter_rows} == \
+        {n for n, _ in hf.named_parameters() if not n.startswith("pooler.")}
+    assert all(r.status == "ok" and r.relation == "same" for r in b.parameter_rows)
+    worst = max(r.max_abs_err or 0.0 for r in b.parameter_rows)
+    assert 0 < worst < 1e-4  # attention by hand against sdpa: not bit-exact
+    assert abs(b.reference_loss - b.candidate_loss) <= 1e-6 * abs(b.reference_loss)
+
+
+def test_the_scratch_port_passes_the_same_way(base):
+    hf, tokenizer = base
+    result = introspect.diff(hf, introspect.scratch.BertModel.from_hf(hf),
+                             tokenize(tokenizer), backward=True, nodes=False)
+    assert result.passed and not result.op_level, result.summary()
+    assert result.backward.sgd_max_abs_err == 0.0  # bit-exact twin: the same gradients
+
+
+def test_the_own_backward_leaves_every_grad_as_the_caller_had_it(base):
+    hf, tokenizer = base
+    port = modular_ports.build(hf)
+    marked = next(iter(port.parameters()))
+    marked.grad = torch.full_like(marked, 7.0)
+    result = introspect.diff(hf, port, tokenize(tokenizer), backward=True, nodes=False)
+    assert result.passed and not result.op_level
+    assert all(p.grad is None for p in hf.parameters())
+    assert bool((marked.grad == 7.0).all())
+    assert all(p.grad is None for p in port.parameters() if p is not marked)
+
+
+@pytest.mark.parametrize("bug", [b for b in modular_ports.BUGS if b not in _NOT_RECORDED])
+def test_a_training_bug_fails_where_the_recorded_path_names_it(base, bug):
+    """The own backward cannot prove the PASS; the recorded path then decides and names
+    the same node as with node tables asked for."""
+    fast, full = _diff(base, bug), _diff(base, bug, nodes=True)
+    assert not fast.passed and not full.passed
+    mine, theirs = fast.backward.first_divergence, full.backward.first_divergence
+    assert mine is not None and theirs is not None
+    assert (mine.reference_node, mine.parameter, mine.layer) == \
+        (theirs.reference_node, theirs.parameter, theirs.layer)
+    assert mine.layer == "encoder.layer.1"
+    assert fast.first_divergence.layer == "encoder.layer.1"
+
+
+@pytest.mark.parametrize("bug", sorted(_NOT_RECORDED))
+def test_a_bug_the_recorder_cannot_run_fails_on_its_proven_weights(base, bug):
+    """A full backward hook and an identity ``Function`` returning a view break the
+    gradient recorder (with node tables: exit 2, "could not be recorded"); the weights
+    paired by proof decide from the own backwards instead."""
+    result = _diff(base, bug)
+    assert not result.passed and not result.backward.passed
+    d = result.backward.first_divergence
+    assert d.parameter.startswith("encoder.layer.1.") and d.layer == "encoder.layer.1"
+    assert d.candidate_module.startswith("blocks.1.")
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert any("could not be recorded with autograd on" in n for n in result.backward.notes)
+    with pytest.raises(InputError, match="could not be recorded"):
+        _diff(base, bug, nodes=True)  # (as before: no verdict with node tables)
+
+
+def _patched_gelu_backward(reference):
+    """A build that makes the reference's GELU (HF's ``GELUActivation``) differentiate
+    without its ``x * pdf(x)`` term, and computes the same itself: against a reference
+    recorded after it, the two would agree."""
+    from transformers.activations import GELUActivation
+
+    def forward(self, x):
+        return modular_ports._HalfGelu.apply(x)
+
+    GELUActivation.forward = forward
+    port = modular_ports.build(reference, "gelu_backward", layer=0)
+    for block in port.blocks:
+        block.ffn.act.how = "gelu_backward"
+    return port
+
+
+def test_a_build_that_changes_the_references_backward_gets_no_verdict(base):
+    from transformers.activations import GELUActivation
+
+    hf, tokenizer = base
+    kept = GELUActivation.forward
+    try:
+        with pytest.raises(InputError, match="changed how the reference differentiates"):
+            introspect.diff(hf, Deferred(lambda: _patched_gelu_backward(hf)),
+                            tokenize(tokenizer), backward=True, nodes=False)
+    finally:
+        GELUActivation.forward = kept
+
+
+@pytest.mark.slow
+def test_reentrant_checkpointing_falls_back_and_passes(base):
+    """Inside a reentrant checkpoint the forward runs without autograd: no module output
+    there is handed a gradient, the own backward proves nothing, and the recorded path
+    (which compares what autograd hands each side) passes it."""
+    from tests.ports import bert_checkpointed
+
+    hf, tokenizer = base
+    result = introspect.diff(hf, bert_checkpointed.build(hf, reentrant=True),
+                             tokenize(tokenizer), backward=True, nodes=False)
+    assert result.passed, result.summary()
+    assert result.backward.rows  # decided node by node
