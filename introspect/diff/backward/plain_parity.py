@@ -46,10 +46,9 @@ from introspect.diff.backward.results import (
     BackwardResult,
     ParameterGradient,
 )
-from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers, pair_for
-from introspect.diff.modules.pairing import reference_boundaries
+from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
 from introspect.diff.tolerance import Tolerance
-from introspect.run.capture import Calls, Leaf
+from introspect.run.capture import Leaf
 from introspect.run.truth import AUTOGRAD
 
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # as ``parity`` notes two losses that differ
@@ -67,11 +66,13 @@ class PlainVerdict:
 
 
 def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: PlainGradients,
-                          ref_calls: Calls, cand_calls: Calls, evidence: ModuleEvidence,
+                          evidence: ModuleEvidence, reference_model: torch.nn.Module,
                           tolerance: Tolerance, attention_mask: torch.Tensor | None,
                           allow_nonfinite: bool = False) -> PlainVerdict:
-    """See the module's docstring. Raises ``InputError`` where the reference's loss
-    compares nothing (NaN, or every gradient zero), as the recorded path does."""
+    """See the module's docstring. ``evidence``: module evidence judged with its calls
+    kept (its ``pairs``, whose leaves hold the gradients). Raises ``InputError`` where the
+    reference's loss compares nothing (NaN, or every gradient zero), as the recorded path
+    does."""
     notes = _loss_notes(kind, reference, candidate, allow_nonfinite)  # (its refusals first)
     if notes:
         return PlainVerdict(None, notes[0])
@@ -91,12 +92,11 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
     if over:
         note = (f"gradients from each model's own backward of its first plain call: "
                 f"{len(over)} of {len(rows)} weights over budget")
-        divergence = _divergence(over[-1], ref_calls.model)  # the nearest the loss
+        divergence = _divergence(over[-1], reference_model)  # the nearest the loss
         return PlainVerdict(None, f"{over[0].reference}'s gradient is over its budget",
                             BackwardResult(False, kind, reference.loss, candidate.loss, [],
                                            rows, divergence, sgd, [note]))
-    compared, why = _module_outputs(ref_calls, cand_calls, evidence, tolerance, attention_mask,
-                                    allow_nonfinite)
+    compared, why = _module_outputs(evidence, tolerance, attention_mask, allow_nonfinite)
     if why:
         return PlainVerdict(None, why)
     note = (f"gradients from each model's own backward of its first plain call: {len(rows)} "
@@ -217,16 +217,15 @@ def _or_zeros(grad: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(weight) if grad is None else grad
 
 
-def _module_outputs(ref_calls: Calls, cand_calls: Calls, evidence: ModuleEvidence,
-                    tolerance: Tolerance, attention_mask: torch.Tensor | None,
+def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
+                    attention_mask: torch.Tensor | None,
                     allow_nonfinite: bool) -> tuple[int, str]:
     """How many module outputs' gradients were compared, all within budget; else a
     reason."""
-    boundaries = reference_boundaries(ref_calls.of_mode(AUTOGRAD))
     compared: list[tuple[Leaf, Leaf, str]] = []
-    for call in cand_calls.of_mode(AUTOGRAD):
-        pair = pair_for(call, boundaries, evidence.relations)
-        if pair is None:
+    for pair in evidence.pairs:
+        call = pair.call
+        if call.mode != AUTOGRAD:
             continue
         mine, theirs = call.outputs[0], pair.output.boundary.returned_leaf
         if theirs is None:

@@ -68,8 +68,8 @@ def _gradients_proven(state: DiffState) -> bool:
 
     budgets = state.options.budgets
     judged = judge_plain_gradients(
-        state.loss[0], state.ref_plain, state.cand_plain, state.ref_calls, state.cand_calls,
-        state.module_evidence, state.tolerance, state.tensors.get("attention_mask"),
+        state.loss[0], state.ref_plain, state.cand_plain, state.module_evidence,
+        state.reference, state.tolerance, state.tensors.get("attention_mask"),
         budgets.allow_nonfinite)
     state.gradients, state.plain_failing = judged.result, judged.failing
     return judged.result is not None

@@ -88,6 +88,9 @@ class ModuleEvidence:
     # candidate parameter path -> the reference parameters it holds (``relate_parameters``;
     # ``failing.pair_of`` pairs a failing row again with them)
     relations: dict[str, set[str]] = dataclasses.field(default_factory=dict, repr=False)
+    # each judged call and the reference values paired with it (with ``keep_calls`` only:
+    # they hold the values; ``backward.plain_parity`` reads their gradients)
+    pairs: list[ModulePair] = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -182,7 +185,11 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         elif twin is not None and _same_call(twin, call):
             continue  # the no_grad call saw what the autograd one did: judged once
         judged.append(call)
-    judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding)
+    pairs: list[ModulePair] = []
+    judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
+                            pairs)
+    if keep_calls:
+        evidence.pairs = pairs
     failed: list[str] = []
     for call, judgement in zip(judged, judgements, strict=True):  # rows in the calls' order
         if isinstance(judgement, Exception):
@@ -225,16 +232,21 @@ class _Paired:
 def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                relations: Mapping[str, set[str]], layers: ReferenceLayers,
                attention_mask: torch.Tensor | None, rounding: Sequence[str],
+               pairs: list[ModulePair],
                ) -> list[ModuleDiff | Exception | None]:
     """Each call's row (None: nothing to compare; the exception where it could not be
-    judged). Local errors are measured parents first, in the order the calls started: a
-    parent's run on the reference's inputs gives its submodules theirs (``reuse``)."""
+    judged); each pairing made is added to ``pairs``. Local errors are measured parents
+    first, in the order the calls started: a parent's run on the reference's inputs gives
+    its submodules theirs (``reuse``)."""
     judgements: list[ModuleDiff | Exception | None] = []
     paired: dict[int, _Paired] = {}  # by the call's index
     for i, call in enumerate(calls):
         judgement: ModuleDiff | _Paired | Exception | None
         try:
-            judgement = _pair(call, boundaries, relations, layers, rounding)
+            pair = pair_for(call, boundaries, relations)
+            judgement = _pair(call, pair, layers, rounding)
+            if pair is not None:
+                pairs.append(pair)
         except Exception as e:  # noqa: BLE001  evidence not taken is said, never a failure
             judgement = e
         if isinstance(judgement, _Paired):
@@ -280,11 +292,11 @@ def _started(call: ModuleCall) -> tuple[bool, bool, int, int]:
     return call.mode != AUTOGRAD, call.started < 0, call.started, call.order
 
 
-def _pair(call: ModuleCall, boundaries: Sequence[Any], relations: Mapping[str, set[str]],
-          layers: ReferenceLayers, rounding: Sequence[str] = ()) -> ModuleDiff | _Paired | None:
-    """The row of one module call where pairing decides it; None where it has nothing to
-    compare (no floating input, or no reference value stands for it); else its pair."""
-    pair = pair_for(call, boundaries, relations)
+def _pair(call: ModuleCall, pair: ModulePair | None, layers: ReferenceLayers,
+          rounding: Sequence[str] = ()) -> ModuleDiff | _Paired | None:
+    """The row of one module call where its pairing (``pair_for``) decides it; None where
+    it has nothing to compare (no floating input, or no reference value stands for it);
+    else its pair."""
     if pair is None:
         return None
     output = call.outputs[0].value
