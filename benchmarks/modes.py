@@ -6,7 +6,9 @@
   models' own greedy generation of N tokens through their own caches;
 - **backward**: ``introspect.diff(hf, scratch, inputs, backward=True)`` on BERT-tiny and
   -base at 8 x 128 and BERT-large at 2 x 128 (to stay in this machine's memory and time),
-  over the two models' own forward + backward on the diff's default loss; with
+  with node tables and without (``nodes=False``: ``introspect diff --backward`` with no
+  report, proven from each side's own backward), over the two models' own forward +
+  backward on the diff's default loss; with
   ``memory``, also the peak resident memory of a fresh process running the diff over one
   running the two models' own passes (``peak_rss_mib``, ``rss_ratio``).
 
@@ -34,6 +36,7 @@ from benchmarks.records import OK, Measurement
 MODES = "modes"  # the report's section
 GENERATE = "diff --generate N, GPT-2 124M"
 BACKWARD = "diff --backward"
+BACKWARD_OWN = "diff --backward, no report (nodes=False)"
 STEPS = (16, 64, 256)
 BACKWARD_MODELS = ("bert-tiny", "bert-base", "bert-large")
 BATCH, SEQ = 8, 128
@@ -103,20 +106,29 @@ def backward_rows(models: Sequence[str] = BACKWARD_MODELS, progress: Progress = 
         port = scratch.BertModel.from_hf(hf).eval()
         _own_passes(hf, port, inputs)  # warm-up
         own, _ = cpu_seconds(lambda: _own_passes(hf, port, inputs))  # noqa: B023
-        diffed, result = cpu_seconds(
-            lambda: introspect.diff(hf, port, inputs, backward=True))  # noqa: B023
-        passed = result.passed
+        timed = {}
+        for kind, nodes in (("diff", True), ("plain", False)):  # node tables, then none
+            seconds, result = cpu_seconds(
+                lambda nodes=nodes: introspect.diff(hf, port, inputs, backward=True,  # noqa: B023
+                                                    nodes=nodes))
+            timed[kind] = (seconds, result.passed, result.op_level)
         hf = port = result = None  # freed before the next model loads
-        peaks = {kind: _peak_mib(name, batch, seq, kind) for kind in ("own", "diff")} \
+        peaks = {kind: _peak_mib(name, batch, seq, kind) for kind in ("own", "diff", "plain")} \
             if memory else {}
         before = f"; {BEFORE[name]}" if name in BEFORE else ""
-        rows.append(Measurement(
-            section=MODES, model=name, batch=batch, seq=seq, task=BACKWARD, tool="introspect",
-            status=OK, seconds=diffed, runs=1, baseline="own forward + backward (HF + scratch)",
-            baseline_seconds=own, ratio=diffed / own,
-            peak_rss_mib=peaks.get("diff"),
-            rss_ratio=peaks["diff"] / peaks["own"] if peaks else None,
-            note=f"CPU time, 1 thread, paired; {'passed' if passed else 'FAILED'}{before}"))
+        for kind, task in (("diff", BACKWARD), ("plain", BACKWARD_OWN)):
+            seconds, passed, recorded = timed[kind]
+            how = "" if kind == "diff" else \
+                ("; recorded (the own backward proved nothing)" if recorded
+                 else "; nothing recorded: each side's own backward")
+            rows.append(Measurement(
+                section=MODES, model=name, batch=batch, seq=seq, task=task, tool="introspect",
+                status=OK, seconds=seconds, runs=1,
+                baseline="own forward + backward (HF + scratch)", baseline_seconds=own,
+                ratio=seconds / own, peak_rss_mib=peaks.get(kind),
+                rss_ratio=peaks[kind] / peaks["own"] if peaks else None,
+                note=f"CPU time, 1 thread, paired; {'passed' if passed else 'FAILED'}{how}"
+                     f"{before if kind == 'diff' else ''}"))
     return rows
 
 
@@ -147,8 +159,8 @@ def _peak_job(kind: str, model: str, size: str) -> float:
     port = scratch.BertModel.from_hf(hf).eval()
     if kind == "own":
         _own_passes(hf, port, inputs)
-    else:
-        introspect.diff(hf, port, inputs, backward=True)
+    else:  # "diff": with node tables; "plain": none (each side's own backward)
+        introspect.diff(hf, port, inputs, backward=True, nodes=kind == "diff")
     with open("/proc/self/status") as status:
         return next(float(line.split()[1]) / 1024 for line in status
                     if line.startswith("VmHWM:"))

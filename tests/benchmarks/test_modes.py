@@ -14,14 +14,18 @@ def test_backward_row_is_a_paired_ratio_on_one_thread():
     seen = []
     rows = modes.mode_rows(steps=(), models=("bert-tiny",), progress=seen.append, size=(2, 9))
     assert torch.get_num_threads() == threads  # put back
-    (row,) = rows
+    row, own = rows  # with node tables, then from each side's own backward
     assert row.status == OK and row.task == modes.BACKWARD and row.model == "bert-tiny"
-    assert row.seconds > 0 and row.baseline_seconds > 0
-    assert row.ratio == pytest.approx(row.seconds / row.baseline_seconds)
-    assert "1 thread" in row.note and "passed" in row.note
+    assert own.task == modes.BACKWARD_OWN and own.baseline_seconds == row.baseline_seconds
+    for r in rows:
+        assert r.seconds > 0 and r.baseline_seconds > 0
+        assert r.ratio == pytest.approx(r.seconds / r.baseline_seconds)
+        assert "1 thread" in r.note and "passed" in r.note
+    assert "nothing recorded" in own.note
     assert seen == ["modes: diff --backward, bert-tiny 2x9"]
     table = modes.modes_table(rows)
     assert "| diff --backward | bert-tiny | 2 x 9 |" in table
+    assert "| diff --backward, no report (nodes=False) | bert-tiny | 2 x 9 |" in table
 
 
 @pytest.mark.slow
