@@ -54,3 +54,17 @@ def test_bad_options_exit_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_a_report_the_own_backwards_decide_and_nothing_is_recorded(capsys):
+    """No report asked for: the scratch port's PASS is proven from each side's own
+    backward (exit 0, the note in the terminal); a bug still exits 1 naming its node, from
+    the recorded path the own backward hands over to."""
+    assert main(BASE) == 0
+    out = capsys.readouterr().out
+    assert "gradient parity holds" in out and "0 node gradients" in out
+    assert "gradients from each model's own backward of its first plain call" in out
+    assert main([*BASE, "--candidate", f"{PORTS}:custom_gelu", "--quiet"]) == 1
+    err = capsys.readouterr()
+    assert "first backward divergence: bert_encoder_layer_1_intermediate_intermediate_act_fn" \
+        in err.out + err.err
