@@ -58,9 +58,8 @@ def held_to_own_backward(state: DiffState) -> None:
     moved = gradients_moved(state.ref_gradients, state.ref_plain, state.tolerance)
     if moved:
         raise ReferenceChanged(
-            f"the reference's gradient of {moved} changed after the {state.candidate_label} "
-            "was built (its recorded backward against its own, taken before): the "
-            "candidate's build changed how the reference differentiates; no verdict")
+            f"the reference's gradient of {moved} changed after the {state.candidate_label}'s "
+            "build: it changed how the reference differentiates; no verdict")
 
 
 def gradients_now(state: DiffState) -> None:
