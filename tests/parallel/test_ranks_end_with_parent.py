@@ -78,6 +78,10 @@ def _wait_for(condition, seconds: float) -> bool:
     return condition()
 
 
+def _hang_up_as_a_terminal_does() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGHUP", "SIGKILL", "crash"])
 def test_ranks_and_their_folder_end_with_the_parent(tmp_path, ending):
     marks, temp = tmp_path / "marks", tmp_path / "tmp"
@@ -95,8 +99,12 @@ def test_ranks_and_their_folder_end_with_the_parent(tmp_path, ending):
     else:
         argv = [sys.executable, "-m", "introspect", "diff", "--model", "bert-tiny",
                 "--candidate", f"{port}:build", "--nproc", "2", "-q"]
+    # (a run under nohup ignores SIGHUP, and so would the parent: a nohup'ed run is meant
+    # to outlive a hang-up, and its handler is rightly not installed. The parent here is
+    # one a terminal started.)
     parent = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, start_new_session=True)
+                              stderr=subprocess.PIPE, start_new_session=True,
+                              preexec_fn=_hang_up_as_a_terminal_does)
     pids: list[int] = []
     try:
         assert _wait_for(lambda: (marks / "rank0").exists() and (marks / "rank1").exists(),
