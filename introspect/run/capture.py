@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from introspect.run.truth import AUTOGRAD, NO_GRAD
+from introspect.run.truth import AUTOGRAD, NO_GRAD, same_view
 
 _MAX_DEPTH = 4  # a tuple of a dict of a list of tensors, as ``run.outputs``
 
@@ -62,6 +62,9 @@ class Leaf:
     # ``gradients``): an output's, where autograd reached it
     grad: torch.Tensor | None = None
     grad_version: int = -1
+    # found equal, element by element, to a value held apart (``_Known.keep``): it holds
+    # no NaN (``torch.equal`` is False wherever NaN is), so nothing need read it for one
+    nan_free: bool = False
 
     def held_grad(self) -> torch.Tensor | None:
         """``grad`` where the backward left it as it came (a backward may edit the
@@ -121,15 +124,18 @@ class _Known:
             if leaf.unchanged():
                 self.keep(leaf.value)
 
-    def keep(self, value: torch.Tensor) -> torch.Tensor:
+    def keep(self, value: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """The kept tensor laid out as ``value`` and equal to it bit for bit; ``value``
-        itself, kept from now on, where there is none."""
+        itself, kept from now on, where there is none. The flag: the two were compared
+        element by element (no NaN in either); a view of the same memory is not read."""
         kept = self.by_key.setdefault(self._key(value), [])
         for known in kept:
-            if known is value or torch.equal(known, value):
-                return known
+            if known is value or same_view(known, value):
+                return known, False
+            if torch.equal(known, value):
+                return known, True
         kept.append(value)
-        return value
+        return value, False
 
     def _key(self, t: torch.Tensor) -> tuple[object, ...]:
         return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, probe(t, self._PROBE))
@@ -212,9 +218,9 @@ class _Hooks:
         """``leaves``, each equal to a value kept already holding that value (memory)."""
         kept = []
         for leaf in leaves:
-            same = self.known.keep(leaf.value)
+            same, compared = self.known.keep(leaf.value)
             if same is not leaf.value:
-                leaf = Leaf(leaf.path, same, same._version, leaf.tracked)
+                leaf = Leaf(leaf.path, same, same._version, leaf.tracked, nan_free=compared)
             kept.append(leaf)
         return kept
 

@@ -118,3 +118,37 @@ def test_a_module_run_again_cannot_edit_the_references_values():
     after = [leaf.value for c in ref_calls.calls for leaf in c.outputs]
     assert candidate.act.runs > 3  # it was run again
     assert all(torch.equal(a, b) for a, b in zip(kept, after, strict=True))
+
+
+def test_a_value_found_equal_to_one_held_apart_is_known_free_of_nan():
+    """``Leaf.nan_free``: a candidate value compared element by element with the
+    reference's and found equal holds no NaN (``torch.equal`` is False wherever NaN is),
+    so pairing reads it for none; a NaN value is never found equal, and no boundary is
+    claimed equal to it bit for bit."""
+    from introspect.diff.modules.pairing import _equal_one, reference_boundaries
+    from introspect.diff.modules.pairing import closest as nearest
+
+    reference, x = _Net().eval(), torch.randn(3, 8)
+    candidate = copy.deepcopy(reference)
+    with capture_calls(reference) as ref_calls:
+        run_truth(reference, {"x": x})
+    with capture_calls(candidate, share=ref_calls) as cand_calls:
+        run_truth(candidate, {"x": x}, grad_calls=2)
+    call = next(c for c in cand_calls.calls if c.name == "act" and c.mode == "autograd")
+    assert all(leaf.nan_free for leaf in call.inputs + call.outputs)
+    boundaries = reference_boundaries(ref_calls.of_mode("autograd"))
+    assert nearest(call.outputs[0], boundaries, 1e-3).distance == 0.0
+
+    x[0, 0] = float("nan")  # NaN flows through every value: none is ever found equal
+    with capture_calls(reference) as ref_calls:
+        run_truth(reference, {"x": x})
+    with capture_calls(candidate, share=ref_calls) as cand_calls:
+        run_truth(candidate, {"x": x}, grad_calls=2)
+    call = next(c for c in cand_calls.calls if c.name == "act" and c.mode == "autograd")
+    assert not any(leaf.nan_free for leaf in call.inputs + call.outputs)
+    boundaries = reference_boundaries(ref_calls.of_mode("autograd"))
+    leaf = call.outputs[0]
+    assert _equal_one(leaf.value, list(boundaries), leaf.nan_free) is None
+    # nor where the two share memory: a NaN value read for its NaN is equal to nothing
+    theirs = next(b for b in boundaries if b.module == "act" and b.role == "output")
+    assert _equal_one(theirs.value, [theirs], nan_free=False) is None

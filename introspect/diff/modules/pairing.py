@@ -264,7 +264,7 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
             and b.value.is_floating_point()]
     if not same or value.numel() == 0:
         return None
-    exact = _equal_one(value, same)
+    exact = _equal_one(value, same, leaf.nan_free)
     if exact is not None:  # (most values of a close port): no other boundary can be nearer,
         # and none counts against it (CLEAR x 0)
         return Match(leaf.path, exact, 0.0, _scale_of(exact))
@@ -294,23 +294,25 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     return Match(leaf.path, chosen, best, scale)
 
 
-def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary]) -> Boundary | None:
+def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary],
+               nan_free: bool = False) -> Boundary | None:
     """The first of ``boundaries`` equal to ``value`` bit for bit (a few elements compared
-    first; the capture kept a repeat as the value itself: no elements read at all)."""
+    first; the capture kept a repeat as the value itself: no elements read at all, and
+    not even for NaN where the capture found it free of them: ``Leaf.nan_free``)."""
     key = probe(value)
     for b in boundaries:
         known = b.samples.probe(b.value) if b.samples is not None else probe(b.value)
-        if known == key and _exactly(b.value, value):
+        if known == key and _exactly(b.value, value, nan_free):
             return b
     return None
 
 
-def _exactly(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _exactly(a: torch.Tensor, b: torch.Tensor, nan_free: bool = False) -> bool:
     """Equal element for element, no NaN (NaN never is): a distance of 0 read from no
     float64 copy (one value held twice, ``capture``'s repeat kept as the first, reads
-    nothing but its NaN)."""
+    nothing but its NaN, and nothing at all where it is known free of NaN)."""
     if same_view(a, b):
-        return not (a.is_floating_point() and bool(a.isnan().any()))
+        return nan_free or not (a.is_floating_point() and bool(a.isnan().any()))
     return a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
         and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1))
 
