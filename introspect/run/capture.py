@@ -148,8 +148,15 @@ class _Hooks:
         self.root = id(model)
         self.found = found
         self.known = _Known()
+        # the gradients the other model's outputs were handed, by the value they hold:
+        # one of this model's, equal to it bit for bit, is kept as that one (memory)
+        self.their_grads: dict[int, torch.Tensor] = {}
         for call in share.calls if share is not None else ():
             self.known.add(call.inputs + call.outputs)
+            for leaf in call.outputs:
+                held = leaf.held_grad()
+                if held is not None:
+                    self.their_grads.setdefault(id(leaf.value), held)
         self.lock = threading.Lock()
         self.mode: str | None = None  # the plain call being kept, if any
         self.kept: set[str] = set()
@@ -202,7 +209,7 @@ class _Hooks:
                 # the gradient of the value as the module returned it (a hook registered
                 # before an in-place op gets the value's, not the edited tensor's)
                 if tracked and leaf.path in tracked:
-                    tracked[leaf.path].register_hook(functools.partial(_keep_grad, leaf))
+                    tracked[leaf.path].register_hook(functools.partial(self.keep_grad, leaf))
             swaps = {leaf.path: leaf.value for leaf in inputs}
             self.order += 1
             self.found.calls.append(ModuleCall(
@@ -213,6 +220,16 @@ class _Hooks:
                 threading.get_ident() != self.thread, edited, started))
         if key == self.root:
             self.mode = None
+
+    def keep_grad(self, leaf: Leaf, grad: torch.Tensor) -> None:
+        """A tensor hook's gradient kept on its leaf: the other model's tensor where that
+        one's output holding the same value was handed the same gradient bit for bit (the
+        hook's own is then let go as autograd goes on), else its own."""
+        theirs = self.their_grads.get(id(leaf.value))
+        if theirs is not None and theirs.dtype == grad.dtype and theirs.shape == grad.shape \
+                and torch.equal(theirs, grad):
+            grad = theirs
+        leaf.grad, leaf.grad_version = grad.detach(), grad._version
 
     def _shared(self, leaves: list[Leaf]) -> list[Leaf]:
         """``leaves``, each equal to a value kept already holding that value (memory)."""
@@ -232,10 +249,6 @@ class _Hooks:
         self.mode = None if mode in self.kept else mode
         self.kept.add(mode)
         self.thread = threading.get_ident()
-
-
-def _keep_grad(leaf: Leaf, grad: torch.Tensor) -> None:
-    leaf.grad, leaf.grad_version = grad.detach(), grad._version
 
 
 @contextlib.contextmanager

@@ -152,3 +152,32 @@ def test_a_value_found_equal_to_one_held_apart_is_known_free_of_nan():
     # nor where the two share memory: a NaN value read for its NaN is equal to nothing
     theirs = next(b for b in boundaries if b.module == "act" and b.role == "output")
     assert _equal_one(theirs.value, [theirs], nan_free=False) is None
+
+
+def test_a_candidates_equal_gradients_are_kept_as_the_references():
+    """With ``gradients``, each output's gradient in the first call's backward is kept
+    (``Leaf.grad``); the candidate's, equal bit for bit to the reference's for the same
+    value, is kept as that one tensor (memory), and one that differs as its own."""
+    reference, x = _Net().eval(), torch.randn(3, 8)
+    candidate = copy.deepcopy(reference)
+
+    def backward(returned):
+        (returned * torch.arange(4.0)).sum().backward()
+
+    with capture_calls(reference, gradients=True) as ref_calls:
+        run_truth(reference, {"x": x}, backward=backward)
+    candidate.act.register_full_backward_hook(  # what reaches 'first' is doubled
+        lambda module, grad_in, grad_out: tuple(g * 2 for g in grad_in))
+    with capture_calls(candidate, share=ref_calls, gradients=True) as cand_calls:
+        run_truth(candidate, {"x": x}, grad_calls=2, backward=backward)
+
+    def output(calls, name):
+        return next(c for c in calls.calls if c.name == name and c.mode == "autograd").outputs[0]
+
+    assert output(ref_calls, "last").grad is not None
+    assert same_view(output(cand_calls, "last").grad, output(ref_calls, "last").grad)
+    mine, theirs = output(cand_calls, "first"), output(ref_calls, "first")
+    assert mine.value is theirs.value  # the same value (the forward agrees) ...
+    assert torch.equal(mine.grad, 2 * theirs.grad)  # ... handed another gradient: its own
+    assert not same_view(mine.grad, theirs.grad)
+    assert all(p.grad is not None for p in candidate.parameters())  # (the test's backward)
