@@ -74,8 +74,13 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
     reference's loss compares nothing (NaN, or every gradient zero), as the recorded path
     does."""
     notes = _loss_notes(kind, reference, candidate, allow_nonfinite)  # (its refusals first)
-    if notes:
-        return PlainVerdict(None, notes[0])
+    if notes:  # the candidate's loss NaN, or no gradient reaching it: a FAIL as recorded
+        pairs, _ = _weight_pairs(reference, candidate, evidence)
+        rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite)
+        over = [r for r in rows if r.status == STATUS_FAIL]
+        divergence = _divergence(over[-1], reference_model) if over else None
+        return PlainVerdict(None, notes[0], BackwardResult(
+            False, kind, reference.loss, candidate.loss, [], rows, divergence, sgd, notes))
     if not (math.isfinite(reference.loss) and math.isfinite(candidate.loss)) or \
             not math.isclose(reference.loss, candidate.loss, rel_tol=LOSS_RTOL,
                              abs_tol=LOSS_ATOL):
@@ -84,18 +89,19 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
     if reference.frozen or candidate.frozen:
         return PlainVerdict(None, "frozen weights: " + ", ".join(
             (reference.frozen + candidate.frozen)[:3]))
-    pairs = _weight_pairs(reference, candidate, evidence)
-    if isinstance(pairs, str):
-        return PlainVerdict(None, pairs)
+    pairs, unpaired = _weight_pairs(reference, candidate, evidence)
     rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite)
     over = [r for r in rows if r.status == STATUS_FAIL]
-    if over:
+    if over:  # (a pair proven over budget proves the FAIL, whatever the others)
         note = (f"gradients from each model's own backward of its first plain call: "
-                f"{len(over)} of {len(rows)} weights over budget")
+                f"{len(over)} of {len(rows)} weights paired by proof over budget"
+                + (f"; not all paired ({unpaired})" if unpaired else ""))
         divergence = _divergence(over[-1], reference_model)  # the nearest the loss
         return PlainVerdict(None, f"{over[0].reference}'s gradient is over its budget",
                             BackwardResult(False, kind, reference.loss, candidate.loss, [],
                                            rows, divergence, sgd, [note]))
+    if unpaired:
+        return PlainVerdict(None, unpaired)
     compared, why = _module_outputs(evidence, tolerance, attention_mask, allow_nonfinite)
     if why:
         return PlainVerdict(None, why)
@@ -114,30 +120,35 @@ class _WeightPair:
 
 
 def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
-                  evidence: ModuleEvidence) -> list[_WeightPair] | str:
-    """Each candidate weight with the one reference weight it holds, in the reference's
-    order; a string where a pairing is not proven."""
+                  evidence: ModuleEvidence) -> tuple[list[_WeightPair], str]:
+    """Each candidate weight proven to hold one reference weight, with it, in the
+    reference's order; and why not every weight is so paired ("": every one is)."""
     modules = {r.candidate_module: r.reference_module for r in evidence.rows
                if r.call == AUTOGRAD and r.status == STATUS_OK}
     found: dict[str, _WeightPair] = {}
+    unpaired: list[str] = []
     for name, weight in candidate.parameters.items():
         held = sorted(evidence.relations.get(name, ()))
         if len(held) > 1:  # several alike: the one its module's pair owns
             owner = modules.get(name.rpartition(".")[0])
             held = [r for r in held if owner is not None
                     and r.rpartition(".")[0] == owner]
+        relation = _relation(reference.parameters[held[0]], weight) if len(held) == 1 \
+            else None
         if len(held) != 1:
-            return f"the candidate's {name} holds no one reference weight alone"
-        relation = _relation(reference.parameters[held[0]], weight)
-        if relation is None:
-            return f"the candidate's {name} holds {held[0]} otherwise than whole"
-        if held[0] in found:
-            return f"{held[0]} is held by {found[held[0]].candidate} and {name}"
-        found[held[0]] = _WeightPair(held[0], name, relation)
+            unpaired.append(f"the candidate's {name} holds no one reference weight alone")
+        elif relation is None:
+            unpaired.append(f"the candidate's {name} holds {held[0]} otherwise than whole")
+        elif held[0] in found:  # held twice (untied copies): neither is proven its pair
+            unpaired.append(f"{held[0]} is held by {found.pop(held[0]).candidate} and {name}")
+        else:
+            found[held[0]] = _WeightPair(held[0], name, relation)
     for name, grad in reference.parameter_grads.items():
         if name not in found and grad is not None and bool((grad != 0).any()):
-            return f"the reference's {name} has a gradient and no candidate weight holds it"
-    return [found[name] for name in reference.parameters if name in found]
+            unpaired.append(f"the reference's {name} has a gradient and no candidate weight "
+                            "is proven to hold it")
+    return [found[name] for name in reference.parameters if name in found], \
+        unpaired[0] if unpaired else ""
 
 
 def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:

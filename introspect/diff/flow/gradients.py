@@ -88,12 +88,15 @@ def compare_gradients(state: DiffState) -> None:
             raise InputError("loss= is used only with backward=True")
         state.gradients = None
         return
-    if explanation.graph is None and state.plain_failing is not None:
-        # weights paired by proof, their gradients over budget in each side's own backward
-        state.gradients = state.plain_failing
-        state.gradients.notes.append(
-            "the candidate could not be recorded with autograd on (see the notes): its "
-            "weights' gradients from its own backward decide, no node gradient compared")
+    own = state.own_gradients
+    decided = None if own is None else own.result or own.failing
+    if explanation.graph is None and decided is not None:
+        # the own backwards decide: every weight paired by proof and its gradient within
+        # budget (and every paired module output's), or weights over budget
+        state.gradients = decided
+        decided.notes.append(
+            "the candidate could not be recorded with autograd on (see the notes): each "
+            "side's own backward decides, no node gradient compared")
         return
     if explanation.graph is None:
         raise InputError("backward=True compares gradients node by node, and the candidate "
@@ -112,11 +115,11 @@ def compare_gradients(state: DiffState) -> None:
         allow_nonfinite=budgets.allow_nonfinite, reference_gradients=state.ref_gradients,
         candidate_run=getattr(explanation.recording, "run", None),
         loss_inputs=state.loss_inputs)
-    if state.plain_failing is not None and state.gradients.passed:
+    if own is not None and own.failing is not None and state.gradients.passed:
         # the own backward of the first call proved weights over budget; the recorded one,
         # a later call, agrees: a backward that changes from call to call, and the proof
         # stands (the user's first step trains otherwise)
-        recorded, state.gradients = state.gradients, state.plain_failing
+        recorded, state.gradients = state.gradients, own.failing
         state.gradients.notes.append(
             "the candidate's own backward of its first plain call is over budget on "
             f"weights paired by proof, while its recorded backward, a later call, agrees "

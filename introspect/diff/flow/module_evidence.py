@@ -41,8 +41,11 @@ def pass_without_recording(state: DiffState) -> None:
     state.module_evidence = gather_module_evidence(
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
         rounding=state.device_rounding)
+    _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
+    gradients_proven = not state.options.mode.backward or (
+        state.own_gradients is not None and state.own_gradients.result is not None)
     if not verdict.passed or _unproven(state.module_evidence, ref_calls, cand_calls) \
-            or not _gradients_proven(state):
+            or not gradients_proven:
         # the coverage keeps what it reads of the values; they are let go before any
         # recording (memory: a forward's worth a side), once a failing module's are read
         state.unseen = unseen_regions(cand_calls)
@@ -56,23 +59,23 @@ def pass_without_recording(state: DiffState) -> None:
     cand_calls.calls.clear()
     reference_again_where_moved(state)
     state.fast = modules_only(state.module_evidence)
+    if state.own_gradients is not None:
+        state.gradients = state.own_gradients.result
 
 
-def _gradients_proven(state: DiffState) -> bool:
-    """Without backward, nothing to prove. With it, each side's own backward proves the
-    gradients' PASS (``backward.plain_parity``: ``state.gradients``), or the recorded path
-    decides (why not is kept in a note only there: it compares every node)."""
+def _judge_own_gradients(state: DiffState) -> None:
+    """With backward: what each side's own backward proves (``backward.plain_parity``),
+    while the calls' values are held: a PASS needing no recording, else the recorded path
+    decides; where that path cannot record the candidate, this decides
+    (``flow.gradients.compare_gradients``)."""
     if state.cand_plain is None:
-        return not state.options.mode.backward
+        return
     from introspect.diff.backward.plain_parity import judge_plain_gradients
 
-    budgets = state.options.budgets
-    judged = judge_plain_gradients(
+    state.own_gradients = judge_plain_gradients(
         state.loss[0], state.ref_plain, state.cand_plain, state.module_evidence,
         state.reference, state.tolerance, state.tensors.get("attention_mask"),
-        budgets.allow_nonfinite)
-    state.gradients, state.plain_failing = judged.result, judged.failing
-    return judged.result is not None
+        state.options.budgets.allow_nonfinite)
 
 
 def join_module_evidence(state: DiffState) -> None:

@@ -75,7 +75,8 @@ class DiffState:
     loss: Any = None  # (kind, loss_fn)
     ref_plain: Any = None
     cand_plain: Any = None
-    plain_failing: Any = None  # the FAIL they prove, where the candidate cannot be recorded
+    # what they prove (``backward.plain_parity.PlainVerdict``): a PASS, a FAIL, or nothing
+    own_gradients: Any = None
     noise: dict[str, float] | None = None  # each node's noise, with noise_budget
 
     # Tier 2: module evidence

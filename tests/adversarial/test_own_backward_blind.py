@@ -1,0 +1,60 @@
+"""``--backward`` on ports the gradient recorder cannot run (issue 41, parts 4 and 6): code
+compiled with ``torch.compile``, a worker thread, ``torch.func.vmap``, a LayerNorm in
+NumPy. With node tables each is still refused ("could not be recorded": exit 2); with no
+report, each side's own backward of its first plain call decides (``backward.plain_parity``):
+the correct twin passes, the faulty one fails in the reference's layer, and a NumPy
+region, through which no gradient reaches the weights, fails the backward. Ports:
+``tests/adversarial/ports/modules_evidence.py`` (imports nothing of ours)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from introspect.errors import InputError
+from tests.adversarial.corpus import port
+
+BLIND = ["compiled", "thread", "vmap"]
+
+
+def _diff(tiny, builder, nodes=False):
+    import introspect
+
+    reference, inputs = tiny
+    torch._dynamo.reset()  # each compiled port compiles afresh (dynamo's recompile limit)
+    return introspect.diff(reference.model, builder(reference), inputs, backward=True,
+                           nodes=nodes)
+
+
+@pytest.mark.parametrize("name", BLIND)
+def test_a_correct_port_the_recorder_cannot_run_passes_on_its_own_backward(name, tiny):
+    result = _diff(tiny, getattr(port("modules_evidence.py"), f"correct_{name}"))
+    b = result.backward
+    assert result.passed and b.passed, result.summary()
+    assert b.rows == [] and len(b.parameter_rows) >= 30
+    assert any("each side's own backward decides" in n for n in b.notes)
+
+
+@pytest.mark.parametrize("name", BLIND)
+def test_its_faulty_twin_fails_in_the_reference_layer(name, tiny):
+    result = _diff(tiny, getattr(port("modules_evidence.py"), f"faulty_{name}"))
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert not result.backward.passed  # a tanh GELU or a scale trains otherwise too
+    assert result.backward.first_divergence.layer == "encoder.layer.1"
+
+
+def test_with_node_tables_it_is_still_refused(tiny):
+    with pytest.raises(InputError, match="could not be recorded"):
+        _diff(tiny, port("modules_evidence.py").correct_thread, nodes=True)
+
+
+def test_a_numpy_region_fails_the_backward_where_no_gradient_reaches(tiny):
+    """Its forward agrees (module evidence covers the NumPy LayerNorm), but no gradient
+    flows through NumPy: the candidate's loss reaches none of its weights."""
+    result = _diff(tiny, port("modules_evidence.py").correct_numpy)
+    b = result.backward
+    assert not result.passed and not b.passed
+    assert (result.outputs["status"] == "ok").all()
+    assert any("does not depend on its parameters" in n for n in b.notes)
+    assert b.first_divergence.layer == "encoder.layer.1"
