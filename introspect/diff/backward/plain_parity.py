@@ -2,8 +2,10 @@
 
 ``judge_plain_gradients`` reads the two sides' own backwards (``backward.plain``) and what
 their modules' outputs were handed in them (``Leaf.grad``). It proves a PASS, or says why
-it cannot, and then the recorded path decides (``backward.parity``): it never fails a
-port on its own, since its pairs are only those proven.
+it cannot, and then the recorded path decides (``backward.parity``). It proves a FAIL only
+from weights paired by proof whose gradients are over budget (or a candidate loss that no
+weight's gradient reaches), which stands against the recorded path, and decides where that
+path cannot record the candidate (``flow.gradients.compare_gradients``). For a PASS:
 
 - **the loss**: each side's, finite, equal within ``rel_tol`` 1e-4;
 - **each weight**: every candidate weight paired with the one reference weight it holds
@@ -57,8 +59,8 @@ LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # as ``parity`` notes two losses that differ
 @dataclasses.dataclass
 class PlainVerdict:
     """A backward PASS proven from the own backwards (``result``), or why not (``why``);
-    ``failing``: where a weight paired by proof is over its budget, the FAIL those
-    gradients prove, for the case the recorded path cannot record the candidate."""
+    ``failing``: the FAIL they prove (weights paired by proof over budget, or a candidate
+    loss that reaches no weight), whatever the recorded path finds."""
 
     result: BackwardResult | None
     why: str = ""
