@@ -66,12 +66,15 @@ class Leaf:
     # no NaN (``torch.equal`` is False wherever NaN is), so nothing need read it for one
     nan_free: bool = False
 
+    def grad_edited(self) -> bool:
+        """A gradient came, and a later backward edited it in place (one may edit the
+        gradient it is handed): it no longer says what this output was handed."""
+        return self.grad is not None and self.grad._version != self.grad_version
+
     def held_grad(self) -> torch.Tensor | None:
-        """``grad`` where the backward left it as it came (a backward may edit the
-        gradient it is handed in place); None where none came or it was edited."""
-        if self.grad is None or self.grad._version != self.grad_version:
-            return None
-        return self.grad
+        """``grad`` where the backward left it as it came; None where none came or it was
+        edited."""
+        return None if self.grad_edited() else self.grad
 
     def unchanged(self) -> bool:
         """Not edited in place since the hook saw it (views share the counter)."""

@@ -3,9 +3,9 @@ the diff's loss, as its user trains it, with nothing recorded.
 
 ``PlainGradients.taker`` is handed to ``run.truth.run_truth`` (its ``backward``): the
 loss of what that call returned, and its ``backward()``, each parameter's ``.grad`` read
-and put back as the caller had it. The module
-outputs' gradients come from the same backward, through the tensor hooks
-``run.capture.capture_calls(gradients=True)`` put on them (``Leaf.grad``).
+and put back as the caller had it. The module outputs' gradients come from the same
+backward, through the tensor hooks ``run.capture.capture_calls(gradients=True)`` put on
+them (``Leaf.grad``).
 ``backward.plain_parity`` judges the two sides' gradients.
 """
 

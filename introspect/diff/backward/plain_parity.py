@@ -135,11 +135,11 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
             owner = modules.get(name.rpartition(".")[0])
             held = [r for r in held if owner is not None
                     and r.rpartition(".")[0] == owner]
-        relation = _relation(reference.parameters[held[0]], weight) if len(held) == 1 \
-            else None
         if len(held) != 1:
             unpaired.append(f"the candidate's {name} holds no one reference weight alone")
-        elif relation is None:
+            continue
+        relation = _relation(reference.parameters[held[0]], weight)
+        if relation is None:
             unpaired.append(f"the candidate's {name} holds {held[0]} otherwise than whole")
         elif held[0] in found:  # held twice (untied copies): neither is proven its pair
             unpaired.append(f"{held[0]} is held by {found.pop(held[0]).candidate} and {name}")
@@ -178,10 +178,7 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
                            candidate.parameters[pair.candidate])
         if pair.relation == "transposed":
             g_cand = g_cand.t()
-        scale = magnitude_of(g_ref)
-        budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
-        err, rel, over, _ = _errors(g_cand, g_ref, budget, allow_nonfinite=allow_nonfinite,
-                                    ref_magnitude=scale)
+        err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite)
         weight = reference.parameters[pair.reference]
         step = 0.0
         if err:  # (the weights are equal: the step differs by the gradients alone)
@@ -218,16 +215,27 @@ def gradients_moved(recorded: PlainGradients | object, own: PlainGradients,
     largest = max((magnitude_of(g) for g in grads.values() if g.numel()), default=0.0)
     for name, g_own in grads.items():
         g_rec = _or_zeros(theirs.get(name), g_own)
-        scale = magnitude_of(g_own)
-        budget = _budget(tolerance, g_own.dtype, max(scale, FLOOR * largest), None)
-        if g_rec.shape != g_own.shape or _errors(g_rec, g_own, budget, allow_nonfinite=True,
-                                                 ref_magnitude=scale)[2]:
+        if g_rec.shape != g_own.shape or _measured(g_rec, g_own, tolerance, largest,
+                                                   allow_nonfinite=True)[2]:
             return name
     return ""
 
 
 def _or_zeros(grad: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(weight) if grad is None else grad
+
+
+def _measured(g_cand: torch.Tensor, g_ref: torch.Tensor, tolerance: Tolerance,
+              largest: float, allow_nonfinite: bool, pad: torch.Tensor | None = None,
+              ) -> tuple[float, float, bool, float]:
+    """(max abs, max rel, over budget, the reference's magnitude) of one gradient against
+    the reference's, with the budget the recorded path gives it (``measure._budget``: the
+    forward's relative to its magnitude, at least ``FLOOR`` of ``largest``)."""
+    scale = magnitude_of(g_ref)
+    budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
+    err, rel, over, _ = _errors(g_cand, g_ref, budget, pad, allow_nonfinite,
+                                ref_magnitude=scale)
+    return err, rel, over, scale
 
 
 def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
@@ -244,36 +252,25 @@ def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
         if theirs is None:
             continue
         compared.append((mine, theirs, call.name or "the model"))
-    grads = [(_held(mine), _held(theirs), name) for mine, theirs, name in compared]
-    edited = [name for own, other, name in grads if own is False or other is False]
+    edited = [name for mine, theirs, name in compared
+              if mine.grad_edited() or theirs.grad_edited()]
     if edited:
         return 0, f"a backward edited the gradient handed to {edited[0]} in place"
-    largest = max((magnitude_of(g) for _, g, _ in grads if isinstance(g, torch.Tensor)),
-                  default=0.0)
+    largest = max((magnitude_of(theirs.grad) for _, theirs, _ in compared
+                   if theirs.grad is not None), default=0.0)
     count = 0
-    for own, other, name in grads:
-        if own is None and other is None:
+    for mine, theirs, name in compared:
+        given = [g for g in (mine.grad, theirs.grad) if g is not None]
+        if not given:
             continue  # no gradient reached either
-        value = next(g for g in (own, other) if isinstance(g, torch.Tensor))
-        g_cand = own if isinstance(own, torch.Tensor) else torch.zeros_like(value)
-        g_ref = other if isinstance(other, torch.Tensor) else torch.zeros_like(value)
+        g_cand, g_ref = _or_zeros(mine.grad, given[0]), _or_zeros(theirs.grad, given[0])
         if g_cand.shape != g_ref.shape:
             return 0, f"the gradient of {name}'s output has another shape"
-        scale = magnitude_of(g_ref)
-        budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
         pad = padded_positions(attention_mask, g_ref.shape)
-        _, _, over, _ = _errors(g_cand, g_ref, budget, pad, allow_nonfinite,
-                                ref_magnitude=scale)
-        if over:
+        if _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite, pad)[2]:
             return 0, f"the gradient of {name}'s output is over its budget"
         count += 1
     return count, ""
-
-
-def _held(leaf: Leaf) -> torch.Tensor | None | bool:
-    """The leaf's gradient; None where none came; False where a backward edited it."""
-    held = leaf.held_grad()
-    return False if held is None and leaf.grad is not None else held
 
 
 __all__ = ["PlainVerdict", "gradients_moved", "judge_plain_gradients"]
