@@ -37,60 +37,52 @@ BUGS = ("gelu_backward", "global_switch", "closure_scale", "backward_hook", "det
 EXACT_GELU_BACKWARD = True  # read by ``_SwitchedGelu.backward`` (``global_switch``)
 
 
-def _erf_gelu(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+def _gelu_slope(x: torch.Tensor, whole: bool = True) -> torch.Tensor:
+    """d gelu(x) / dx = cdf(x) + x * pdf(x); without ``whole``, the ``x * pdf(x)`` term
+    forgotten (the bug)."""
+    cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    if not whole:
+        return cdf
+    return cdf + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
-class _HalfGelu(torch.autograd.Function):
-    """GELU forward bit for bit as ``F.gelu``; backward without the ``x * pdf(x)`` term."""
+class _GeluFunction(torch.autograd.Function):
+    """GELU forward bit for bit as ``F.gelu``; each subclass its own backward."""
 
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
         return F.gelu(x)
 
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
-
-class _SwitchedGelu(torch.autograd.Function):
-    """Exact GELU forward; the backward exact only while ``EXACT_GELU_BACKWARD`` holds."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _erf_gelu(x)
+class _HalfGelu(_GeluFunction):
+    """The backward without the ``x * pdf(x)`` term."""
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-        if not EXACT_GELU_BACKWARD:
-            return grad * cdf
-        pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-        return grad * (cdf + x * pdf)
+        return grad * _gelu_slope(x, whole=False)
 
 
-class _FirstWrong(torch.autograd.Function):
-    """GELU bit for bit as ``F.gelu``; its first backward forgets ``x * pdf(x)``."""
+class _SwitchedGelu(_GeluFunction):
+    """The backward whole only while ``EXACT_GELU_BACKWARD`` holds."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * _gelu_slope(x, whole=EXACT_GELU_BACKWARD)
+
+
+class _FirstWrong(_GeluFunction):
+    """Its first backward forgets ``x * pdf(x)`` (a count on the class)."""
 
     backwards = 0
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return F.gelu(x)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         _FirstWrong.backwards += 1
-        cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-        if _FirstWrong.backwards == 1:
-            return grad * cdf
-        return grad * (cdf + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+        return grad * _gelu_slope(x, whole=_FirstWrong.backwards > 1)
 
 
 class _Scaled(torch.autograd.Function):
