@@ -56,7 +56,10 @@ def test_a_correct_port_passes_on_its_own_backward_with_nothing_recorded(base):
         {n for n, _ in hf.named_parameters() if not n.startswith("pooler.")}
     assert all(r.status == "ok" and r.relation == "same" for r in b.parameter_rows)
     worst = max(r.max_abs_err or 0.0 for r in b.parameter_rows)
-    assert 0 < worst < 1e-4  # attention by hand against sdpa: not bit-exact
+    # attention by hand against sdpa: not bit-exact. The noise-model bound is each row's
+    # own status above; 1e-4 is a sanity ceiling, 13x the 7.6e-6 measured with 1 and 2
+    # threads and with ATEN_CPU_CAPABILITY=default
+    assert 0 < worst < 1e-4
     assert abs(b.reference_loss - b.candidate_loss) <= 1e-6 * abs(b.reference_loss)
 
 
