@@ -177,9 +177,11 @@ def layer_table(result: Any, width: int) -> Any:
                for r in getattr(result.alignment, "relations", ()))
     if int8:
         columns.insert(4, Column("sqnr_db", 7, justify="right"))
-    # a PASS with no op-level recording measured no layer's output (NaN): blank, not "nan"
+    # without an op-level recording of a layer (a PASS, or a FAIL recorded only inside its
+    # failing module) nothing measured that layer's output (NaN): blank, not "nan"
     measured = getattr(result, "op_level", True)
-    rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes and measured else "",
+    rows = [(word, r.layer, _num(r.max_abs_err) if r.nodes and measured
+             and not math.isnan(r.max_abs_err) else "",
              _num(r.local_max_abs_err) if r.nodes else "",
              *([_db(r.sqnr_db) if r.nodes else ""] if int8 else []), str(r.nodes),
              str(r.failing), r.worst_node)

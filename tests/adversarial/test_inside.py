@@ -84,6 +84,10 @@ def test_the_cli_names_the_op_and_its_cause(tiny_folder, capsys):
     out = capsys.readouterr().out
     assert code == 1, out
     assert "encoder.layer.1" in out and "tanh approximation of GELU" in out
+    # the layers recorded only inside their failing module: their outputs were not
+    # measured, and the table says nothing there rather than "nan"
+    layers = out.split("\nlayers\n", 1)[1].split("\n\n", 1)[0]
+    assert INSIDE in out and "nan" not in layers, layers
 
 
 @pytest.mark.parametrize("name", ["compiled", "numpy", "thread", "vmap", "custom_op"])
