@@ -215,6 +215,13 @@ def _notes(rows: Sequence[OutputDiff], reference: Truth, candidate: Truth,
                      f"the same inputs, it returned other values for {', '.join(changed)}; "
                      "the diff fails, since no single call can be trusted")
         reasons.append("changes from call to call")
+    if candidate.inference_raised:
+        # (inference mode is per thread: a worker thread runs autograd on its tensors)
+        why = "; a worker thread does not inherit inference mode" \
+            if "Inference tensors" in candidate.inference_raised else ""
+        notes.append(f"the {cand_label} raised under torch.inference_mode() "
+                     f"({_cut(candidate.inference_raised)}{why}), where it ran with autograd "
+                     "on and under no_grad: its outputs there were not compared")
     if candidate.changed_inputs:
         notes.append(f"the {cand_label}'s forward changed its input(s) "
                      f"{', '.join(candidate.changed_inputs)} in place; each model was given "
@@ -248,6 +255,10 @@ def _notes(rows: Sequence[OutputDiff], reference: Truth, candidate: Truth,
         names = ", ".join(r.reference_output for r in nonfinite)
         notes.append(f"NaN or Inf in the outputs ({names}): the diff fails")
     return notes, reasons
+
+
+def _cut(text: str, most: int = 160) -> str:
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
 
 
 def _ratio(row: OutputDiff) -> float:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -55,6 +56,10 @@ class Truth:
     """The truth runs of one model: the calls with autograd on, then the ``no_grad`` one."""
 
     calls: list[TruthCall]
+    # what the ``inference_mode`` call raised, where the others ran ("": it ran or none
+    # was made): a port that cannot run there (grad modes are per thread: a worker thread
+    # computes with autograd on, on inference tensors) gets a verdict from the others
+    inference_raised: str = ""
 
     @property
     def grad_outputs(self) -> dict[str, torch.Tensor]:
@@ -116,24 +121,53 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     Raises:
         InputError: the model failed on the inputs (the cause is kept).
     """
-    calls = []
+    calls: list[TruthCall] = []
+    raised = ""
     modes = [AUTOGRAD] * grad_calls + [NO_GRAD] + ([INFERENCE_MODE] if inference else [])
     for number, mode in enumerate(modes):
         then = backward if number == 0 else None  # (the first call has autograd on)
+        in_threads: list[Any] = []
         try:
-            copies, returned = _plain_call(model, inputs, keywords, mode,
-                                           lean and mode == AUTOGRAD and then is None)
+            with _worker_errors(in_threads) if mode == INFERENCE_MODE else \
+                    contextlib.nullcontext():
+                copies, returned = _plain_call(model, inputs, keywords, mode,
+                                               lean and mode == AUTOGRAD and then is None)
             outputs = flatten_outputs(returned)  # outside inference mode: plain tensors
         except Exception as e:
             cause = " ".join(str(e).split())
+            if mode == INFERENCE_MODE and calls:  # the others ran: said, not refused
+                raised = "; in a worker thread: ".join(
+                    [f"{type(e).__name__}: {cause}", *map(_said, in_threads[:1])])
+                continue
             raise InputError(f"{type(model).__name__} could not run on the inputs: "
                              f"{type(e).__name__}: {cause}") from e
+        for error in in_threads:  # the call ran after all: printed, as they would be
+            threading.excepthook(error)
         if then is not None:  # (outside the try: its errors are its own)
             then(returned)
         del returned  # its autograd graph goes with it
         changed = [name for name in inputs if not identical(inputs[name], copies[name])]
         calls.append(TruthCall(mode == AUTOGRAD, outputs, changed, mode))
-    return Truth(calls)
+    return Truth(calls, raised)
+
+
+@contextlib.contextmanager
+def _worker_errors(found: list[Any]) -> Iterator[None]:
+    """What a worker thread raised during a call, kept rather than printed: where the call
+    then fails (inference mode is per thread: a worker computes with autograd on, on
+    inference tensors), the thread's error is its cause, and the port's own traceback
+    would be the only thing on the terminal."""
+    before = threading.excepthook
+    threading.excepthook = found.append
+    try:
+        yield
+    finally:
+        threading.excepthook = before
+
+
+def _said(error: Any) -> str:
+    """A worker thread's error (``threading.ExceptHookArgs``) in one line."""
+    return f"{error.exc_type.__name__}: {' '.join(str(error.exc_value).split())}"
 
 
 def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
