@@ -129,7 +129,9 @@ class _LocalBackward:
                 g_c_ref = mapped
             scale = max(float(g_ref.abs().max()) if g_ref.numel() else 0.0,
                         FLOOR * float(g_out.abs().max()))
-            budget = _budget(self.comparer.tolerance, g_ref.dtype, scale, None)
+            # (with the reference's rounding noise measured: at least its noise there)
+            budget = _budget(self.comparer.tolerance, g_ref.dtype, scale,
+                             self.comparer.noise.get(name))
             err, _, bad, _ = _errors(g_c_ref, g_ref, budget,
                                      allow_nonfinite=self.comparer.allow_nonfinite)
             worst = max(worst, err)

@@ -84,7 +84,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                   allow_nonfinite: bool = False,
                   reference_gradients: GradientRecording | None = None,
                   candidate_run: GradientRun | None = None,
-                  loss_inputs: Mapping[str, torch.Tensor] | None = None) -> BackwardResult:
+                  loss_inputs: Mapping[str, torch.Tensor] | None = None,
+                  noise: Mapping[str, float] | None = None) -> BackwardResult:
     """Gradient parity on the forward diff's alignment (see the module's docstring).
 
     Args:
@@ -106,6 +107,9 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
             diff (``record_with_gradients``); its backward runs here. None: both run here.
         loss_inputs: what the loss is given (a copy at each call); None: both models'
             inputs.
+        noise: each gradient's rounding noise, measured already (``gradient_noise``):
+            its budget is at least ``tolerance.noise_factor`` times it, as with
+            ``noise_budget``, which measures it here.
 
     Raises:
         InputError: the reference's loss is NaN or Inf, or every gradient of the
@@ -115,9 +119,9 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     kind, loss_fn = backward_loss(reference, ref_inputs, loss, inputs_for_loss)
     ref = reference_gradients if reference_gradients is not None else \
         record_backward(reference, ref_inputs, loss_fn)
-    noise: dict[str, float] = {}
-    if noise_budget:
-        noise = _gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss, ref)
+    if noise is None:
+        noise = gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss,
+                               ref) if noise_budget else {}
     records = {r.name: r for r in ref_graph.records}
     cand_records = {r.name: r for r in cand_graph.records}
     again = None
@@ -189,7 +193,8 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         notes.append(f"the two losses differ: reference {ref.loss:.6g}, candidate "
                      f"{cand.loss:.6g}")
     return BackwardResult(passed, kind, ref.loss, cand.loss, rows, params, divergence, sgd,
-                          notes)
+                          notes, by_budget=math.isfinite(cand.loss) and not cand.detached
+                          and not unexplained)
 
 
 def backward_loss(reference: torch.nn.Module, ref_inputs: Mapping[str, torch.Tensor],
@@ -244,15 +249,16 @@ def _any_gradient(recording: GradientRecording | PlainGradients) -> bool:
     return any(bool((g != 0).any()) for g in grads if g.numel())
 
 
-def _gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
-                    ref_inputs: Mapping[str, torch.Tensor], loss_fn: LossFn,
-                    inputs_for_loss: Mapping[str, torch.Tensor],
-                    ref: GradientRecording) -> dict[str, float]:
+def gradient_noise(reference: torch.nn.Module, candidate: torch.nn.Module,
+                   ref_inputs: Mapping[str, torch.Tensor], loss_fn: LossFn,
+                   inputs_for_loss: Mapping[str, torch.Tensor],
+                   ref: GradientRecording | PlainGradients) -> dict[str, float]:
     """Per node and per parameter: |gradient in the candidate's dtype - in float64|."""
     dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()),
                  torch.float32)
     exact_model = cast_copy(reference, torch.float64, what="backward noise").eval()
-    exact = record_backward(exact_model, ref_inputs, loss_fn)
+    exact = record_backward(exact_model, {name: t.double() if t.is_floating_point() else t
+                                          for name, t in ref_inputs.items()}, loss_fn)
     if dtype != next((p.dtype for p in reference.parameters()), dtype):
         low_model = cast_copy(reference, dtype, what="backward noise").eval()
         ref = record_backward(low_model, ref_inputs, loss_fn)
@@ -531,4 +537,5 @@ def _first_failing(rows: Sequence[GradientDiff], params: Sequence[ParameterGradi
 
 __all__ = ["FLOOR", "SGD_LR", "STATUS_DRIFT", "STATUS_FAIL", "STATUS_NOT_COMPARED",
            "STATUS_OK", "BackwardDivergence", "BackwardResult", "GradientDiff",
-           "ParameterGradient", "backward_diff", "backward_loss", "magnitude_of"]
+           "ParameterGradient", "backward_diff", "backward_loss", "gradient_noise",
+           "magnitude_of"]

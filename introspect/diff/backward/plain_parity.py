@@ -70,19 +70,23 @@ class PlainVerdict:
 def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: PlainGradients,
                           evidence: ModuleEvidence, reference_model: torch.nn.Module,
                           tolerance: Tolerance, attention_mask: torch.Tensor | None,
-                          allow_nonfinite: bool = False) -> PlainVerdict:
+                          allow_nonfinite: bool = False,
+                          noise: Mapping[str, float] | None = None) -> PlainVerdict:
     """See the module's docstring. ``evidence``: module evidence judged with its calls
-    kept (its ``pairs``, whose leaves hold the gradients). Raises ``InputError`` where the
-    reference's loss compares nothing (NaN, or every gradient zero), as the recorded path
-    does."""
+    kept (its ``pairs``, whose leaves hold the gradients). ``noise``: each reference
+    weight's rounding noise (``parity.gradient_noise``, "param:NAME"): its budget is at
+    least ``tolerance.noise_factor`` times it. Raises ``InputError`` where the reference's
+    loss compares nothing (NaN, or every gradient zero), as the recorded path does."""
     notes = _loss_notes(kind, reference, candidate, allow_nonfinite)  # (its refusals first)
     if notes:  # the candidate's loss NaN, or no gradient reaching it: a FAIL as recorded
         pairs, _ = _weight_pairs(reference, candidate, evidence)
-        rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite)
+        rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite,
+                                    noise)
         over = [r for r in rows if r.status == STATUS_FAIL]
         divergence = _divergence(over[-1], reference_model) if over else None
         return PlainVerdict(None, notes[0], BackwardResult(
-            False, kind, reference.loss, candidate.loss, [], rows, divergence, sgd, notes))
+            False, kind, reference.loss, candidate.loss, [], rows, divergence, sgd, notes,
+            by_budget=False))
     if not (math.isfinite(reference.loss) and math.isfinite(candidate.loss)) or \
             not math.isclose(reference.loss, candidate.loss, rel_tol=LOSS_RTOL,
                              abs_tol=LOSS_ATOL):
@@ -92,7 +96,7 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
         return PlainVerdict(None, "frozen weights: " + ", ".join(
             (reference.frozen + candidate.frozen)[:3]))
     pairs, unpaired = _weight_pairs(reference, candidate, evidence)
-    rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite)
+    rows, sgd = _parameter_rows(reference, candidate, pairs, tolerance, allow_nonfinite, noise)
     over = [r for r in rows if r.status == STATUS_FAIL]
     if over:  # (a pair proven over budget proves the FAIL, whatever the others)
         note = (f"gradients from each model's own backward of its first plain call: "
@@ -166,7 +170,8 @@ def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:
 
 def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
                     pairs: Sequence[_WeightPair], tolerance: Tolerance,
-                    allow_nonfinite: bool) -> tuple[list[ParameterGradient], float]:
+                    allow_nonfinite: bool, noise: Mapping[str, float] | None = None,
+                    ) -> tuple[list[ParameterGradient], float]:
     """The rows ``parity`` makes for these weights, and the SGD step."""
     grads = {p.reference: _or_zeros(reference.parameter_grads.get(p.reference),
                                      reference.parameters[p.reference]) for p in pairs}
@@ -178,7 +183,8 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
                            candidate.parameters[pair.candidate])
         if pair.relation == "transposed":
             g_cand = g_cand.t()
-        err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite)
+        err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite,
+                                          noise=(noise or {}).get(f"param:{pair.reference}"))
         weight = reference.parameters[pair.reference]
         step = 0.0
         if err:  # (the weights are equal: the step differs by the gradients alone)
@@ -227,12 +233,13 @@ def _or_zeros(grad: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
 
 def _measured(g_cand: torch.Tensor, g_ref: torch.Tensor, tolerance: Tolerance,
               largest: float, allow_nonfinite: bool, pad: torch.Tensor | None = None,
-              ) -> tuple[float, float, bool, float]:
+              noise: float | None = None) -> tuple[float, float, bool, float]:
     """(max abs, max rel, over budget, the reference's magnitude) of one gradient against
     the reference's, with the budget the recorded path gives it (``measure._budget``: the
-    forward's relative to its magnitude, at least ``FLOOR`` of ``largest``)."""
+    forward's relative to its magnitude, at least ``FLOOR`` of ``largest``; with its
+    ``noise``, at least ``noise_factor`` times that)."""
     scale = magnitude_of(g_ref)
-    budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), None)
+    budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest), noise)
     err, rel, over, _ = _errors(g_cand, g_ref, budget, pad, allow_nonfinite,
                                 ref_magnitude=scale)
     return err, rel, over, scale

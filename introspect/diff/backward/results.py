@@ -85,6 +85,10 @@ class BackwardResult:
     first_divergence: BackwardDivergence | None
     sgd_max_abs_err: float
     notes: list[str] = field(default_factory=list)
+    # a FAIL only by gradients over their budgets, which the reference's own rounding
+    # noise may explain; False where it fails otherwise (a loss NaN or cut from the
+    # weights, a gradient whose local backward could not run)
+    by_budget: bool = True
 
     @property
     def nodes(self) -> pandas.DataFrame:

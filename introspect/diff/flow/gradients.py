@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from introspect.diff.backward.results import STATUS_FAIL
 from introspect.diff.flow.state import DiffState, copies
 from introspect.errors import InputError
 
@@ -93,8 +94,8 @@ def compare_gradients(state: DiffState) -> None:
     if explanation.graph is None and decided is not None:
         # the own backwards decide: every weight paired by proof and its gradient within
         # budget (and every paired module output's), or weights over budget
-        state.gradients = decided
-        decided.notes.append(
+        state.gradients = decided if decided.passed else _own_against_noise(state)
+        state.gradients.notes.append(
             "the candidate could not be recorded with autograd on (see the notes): each "
             "side's own backward decides, no node gradient compared")
         return
@@ -115,7 +116,12 @@ def compare_gradients(state: DiffState) -> None:
         allow_nonfinite=budgets.allow_nonfinite, reference_gradients=state.ref_gradients,
         candidate_run=getattr(explanation.recording, "run", None),
         loss_inputs=state.loss_inputs)
+    if not state.gradients.passed:
+        state.gradients = _recorded_against_noise(state, state.gradients)
     if own is not None and own.failing is not None and state.gradients.passed:
+        own.failing = _own_against_noise(state)
+    if own is not None and own.failing is not None and not own.failing.passed \
+            and state.gradients.passed:
         # the own backward of the first call proved weights over budget; the recorded one,
         # a later call, agrees: a backward that changes from call to call, and the proof
         # stands (the user's first step trains otherwise)
@@ -125,6 +131,125 @@ def compare_gradients(state: DiffState) -> None:
             f"weights paired by proof, while its recorded backward, a later call, agrees "
             f"({len(recorded.rows)} node gradients within budget): its backward changes "
             "from call to call")
+
+
+def _noise_allowed(state: DiffState, result: Any) -> bool:
+    """A failing backward may be judged again against the reference's rounding noise: the
+    budgets were the defaults, and nothing the reference computes with moved since it was
+    taken clean (``run.footprint``; a late float64 run of a changed reference would measure
+    the change as noise), and the forward passes. Where it moved, a note says the FAIL
+    stands unmeasured."""
+    if result.passed or not result.by_budget or state.options.budgets.noise_budget \
+            or state.clean_footprint is None or _forward_fails(state):
+        return False
+    from introspect.run import footprint
+
+    moved = footprint.moved(state.clean_footprint, state.original_reference)
+    if moved:  # (a library loaded, a class patched, a weight edited: anything)
+        result.notes.append(
+            "the gradients over budget were not measured against the reference's own "
+            f"rounding noise: what it computes with moved since it was taken clean ({moved[0]})")
+    return not moved
+
+
+def _forward_fails(state: DiffState) -> bool:
+    """The forward fails already: the diff fails whatever the gradients' budgets, and its
+    backward's gradients are carried from the forward's fault (not judged again: a FAIL's
+    cost stays one backward a side)."""
+    from introspect.diff.records import STATUS_FAIL as FORWARD_FAIL
+
+    return (state.verdict is not None and not state.verdict.passed) \
+        or any(r.status == FORWARD_FAIL for r in state.rows)
+
+
+def _noise(state: DiffState, inputs: Any, loss_fn: Any, reference_gradients: Any,
+           failing: Any) -> Any:
+    """Each reference gradient's rounding noise: its float32 gradient against a float64
+    copy's (``backward.parity.gradient_noise``), per node and per parameter; None where
+    the copy cannot run (said on ``failing``, whose FAIL then stands)."""
+    from introspect.diff.backward.parity import gradient_noise
+
+    try:
+        return gradient_noise(state.original_reference, state.candidate, copies(inputs),
+                              loss_fn, {}, reference_gradients)
+    except InputError as e:
+        failing.notes.append("the gradients over budget could not be measured against the "
+                             f"reference's own rounding noise ({e})")
+        return None
+
+
+def _own_against_noise(state: DiffState) -> Any:
+    """The own backwards' FAIL judged again with each weight's budget at least
+    ``noise_factor`` times the reference's rounding noise of its gradient: a gradient that
+    cancels to nearly nothing (a key's weight: softmax ignores a shift) is as noisy as the
+    terms it sums, not as its size. What it proves then: a PASS, the FAIL (weights still
+    over), or None (the weights within noise, the rest unproven: the recorded path, where
+    there is one, decides; else the FAIL stands, said so)."""
+    own = state.own_gradients
+    failing = own.failing
+    if failing is None or not _noise_allowed(state, failing):
+        return failing
+    from introspect.diff.backward.plain_parity import judge_plain_gradients
+
+    noise = _noise(state, state.ref_accepted, state.loss[1], state.ref_plain, failing)
+    if noise is None:
+        return failing
+    again = judge_plain_gradients(
+        state.loss[0], state.ref_plain, state.cand_plain, state.module_evidence,
+        state.reference, state.tolerance, state.tensors.get("attention_mask"),
+        state.options.budgets.allow_nonfinite, noise=noise)
+    factor = f"{state.tolerance.noise_factor:g}x"
+    if again.failing is not None:
+        again.failing.notes.append(
+            "judged again against the reference's own rounding noise, measured in float64 "
+            f"(each weight's budget at least {factor} it): still over")
+        return again.failing
+    over = sum(r.status == STATUS_FAIL for r in failing.parameter_rows)
+    said = (f"{over} weight gradient(s) over the default budget (atol x the gradient's "
+            "magnitude) are within the reference's own rounding noise, measured in float64 "
+            f"(each budget at least {factor} it)")
+    if again.result is not None:
+        again.result.notes.append(said)
+        return again.result
+    if state.explanation.graph is not None:
+        return None  # (the recorded path decides)
+    failing.notes.append(f"{said}; but {again.why}: the own backwards prove no PASS")
+    return failing
+
+
+def _recorded_against_noise(state: DiffState, failing: Any) -> Any:
+    """The recorded backward's FAIL judged again, the candidate's backward recorded once
+    more, each gradient's budget at least ``noise_factor`` times the reference's own
+    rounding noise (as ``noise_budget`` gives it, measured only where the defaults fail)."""
+    if not _noise_allowed(state, failing) or state.ref_gradients is None:
+        return failing
+    from introspect.diff.backward import backward_diff
+    from introspect.diff.backward.parity import backward_loss
+
+    explanation, mode = state.explanation, state.options.mode
+    ref_inputs = state.ref_side[1]
+    _, loss_fn = backward_loss(state.original_reference, copies(ref_inputs), mode.loss,
+                               state.loss_inputs or {})
+    noise = _noise(state, ref_inputs, loss_fn, state.ref_gradients, failing)
+    if noise is None:
+        return failing
+    again = backward_diff(
+        state.original_reference, state.candidate, copies(ref_inputs),
+        copies(explanation.cand_inputs or {}),
+        explanation.alignment, state.ref_side[0], explanation.graph, state.tolerance,
+        loss=mode.loss, attention_mask=state.tensors.get("attention_mask"),
+        forward_status={r.reference_node: r.status for r in state.rows
+                        if r.reference_node and r.candidate_node},
+        allow_nonfinite=state.options.budgets.allow_nonfinite,
+        reference_gradients=state.ref_gradients, loss_inputs=state.loss_inputs, noise=noise)
+    failed = sum(r.status == STATUS_FAIL for r in failing.rows) + \
+        sum(r.status == STATUS_FAIL for r in failing.parameter_rows)
+    again.notes.append(
+        f"{failed} gradient(s) were over the default budget (atol x the gradient's "
+        "magnitude); " + ("each is within" if again.passed else "judged again against") +
+        " the reference's own rounding noise, measured in float64, each budget at least "
+        f"{state.tolerance.noise_factor:g}x it")
+    return again
 
 
 def _check_loss(loss: Any) -> None:

@@ -86,6 +86,9 @@ def record_reference_clean(state: DiffState) -> None:
     # PASS proven without running the reference after them calls it again only where
     # something it reads moved (``run.footprint``; the call adds no evidence there).
     state.before_candidate = footprint.take(reference) if state.later else None
+    state.clean_footprint = state.before_candidate or (
+        footprint.take(reference) if options.mode.backward and not options.budgets.noise_budget
+        else None)
     state.ref_side = None if options.budgets.noise_budget or state.later else \
         record_for_diff(reference, copies(state.ref_tensors), state.reference_label,
                         state.keywords[0], state.recorded_already[0],

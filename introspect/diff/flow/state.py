@@ -68,6 +68,9 @@ class DiffState:
     gradients_with: Any = None  # the recorder that keeps autograd on, with backward
     later: bool = False  # recorded only where a PASS is not proven without it
     before_candidate: Footprint | None = None  # what it computes with, before the candidate
+    # with backward: the same, taken on every path; a failing backward is judged again
+    # against the reference's rounding noise only where nothing of it moved since
+    clean_footprint: Footprint | None = None
     ref_gradients: Any = None  # its backward, run before the candidate is built
     loss_inputs: dict[str, torch.Tensor] | None = None
     # With backward and no node tables: the loss, and each side's own backward of its
