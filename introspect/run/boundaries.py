@@ -78,8 +78,13 @@ def where_paths_part(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     try:
         plain = module_outputs(model, inputs, keywords)
         moded = module_outputs(model, inputs, keywords, under_mode=True)
-    except Exception:  # the question is a detail of a note: never a new failure
-        return None
+        return _first_parting(model, plain, moded)
+    except Exception:  # the question is a detail of a note: never a new failure (a
+        return None  # module's value under vmap, say, has no storage to compare)
+
+
+def _first_parting(model: torch.nn.Module, plain: Mapping[Any, torch.Tensor],
+                   moded: Mapping[Any, torch.Tensor]) -> tuple[str, str, float] | None:
     modules = dict(model.named_modules())
     first: tuple[str, str, float] | None = None
     for (name, _), value in plain.items():

@@ -234,7 +234,15 @@ def identical(a: Any, b: Any) -> bool:
 
 
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same elements of the same memory (two detached views of one value)."""
+    """The same elements of the same memory (two detached views of one value); False
+    where either has no storage to ask (a functorch tensor under ``vmap``)."""
+    try:
+        return _same_view(a, b)
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.device == b.device and a.dtype == b.dtype and not a.is_meta \
         and a.layout == torch.strided and b.layout == torch.strided \
         and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() \

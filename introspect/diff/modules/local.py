@@ -19,8 +19,10 @@ one, or a value of another shape) is not compared; that is said, never failed.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -131,7 +133,7 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
         value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
         put(args, kwargs, match.path, change(value))
     try:
-        with torch.set_grad_enabled(call.grad):
+        with torch.set_grad_enabled(call.grad), _own_forward_hooks_off(call.module):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
@@ -141,6 +143,23 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
+
+
+@contextlib.contextmanager
+def _own_forward_hooks_off(module: torch.nn.Module) -> Iterator[None]:
+    """``module``'s own forward hooks left out of its run: the capture's global hook saw
+    its output before them (PyTorch runs global forward hooks first), so its output run
+    again is held to that; what a hook of its own returns instead (a GELU applied by a
+    hook on a Linear) is what the next module took, and is judged there."""
+    hooks = module._forward_hooks
+    if not hooks:
+        yield
+        return
+    module._forward_hooks = collections.OrderedDict()
+    try:
+        yield
+    finally:
+        module._forward_hooks = hooks
 
 
 def _own_output(pair: ModulePair) -> torch.Tensor | None:

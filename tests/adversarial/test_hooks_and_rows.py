@@ -1,0 +1,47 @@
+"""Two ports a probe of new hands found judged wrong.
+
+- A GELU applied by a forward hook on the up-projection (the block's own activation the
+  identity) FAILED, correct as it is: module evidence held the Linear's output, which the
+  diff's global hook sees before the module's own hook, to the Linear run again with its
+  hook, which returned the GELU (max abs error 3.83). A module run again now leaves its own
+  forward hooks out, as its output was taken.
+- A layer mapped over rows with ``vmap`` and a fault in it got exit 2 ("Cannot access
+  storage of BatchedTensorImpl"): the search for where the plain and recorded paths part
+  compared values that have no storage. It now fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from introspect.cli.main import main
+from tests.adversarial.corpus import PORTS, port
+
+
+@pytest.mark.parametrize("nodes", [False, True])
+def test_a_gelu_applied_by_a_hook_passes(tiny, nodes):
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("hook_computes.py").correct(reference),
+                             inputs, nodes=nodes)
+    assert result.passed, result.summary()
+
+
+def test_its_faulty_twin_fails_in_the_reference_layer(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("hook_computes.py").faulty(reference),
+                             inputs, nodes=False)
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1", result.first_divergence
+
+
+@pytest.mark.parametrize("builder, code", [("correct", 0), ("faulty", 1)])
+def test_a_layer_mapped_over_rows_gets_a_verdict(tiny_folder, capsys, builder, code):
+    got = main(["diff", "--model", str(tiny_folder), "--candidate",
+                f"{PORTS / 'vmap_rows.py'}:{builder}"])
+    out, err = capsys.readouterr()
+    assert got == code, out + err
+    assert "Traceback" not in out + err
