@@ -237,8 +237,8 @@ def _notes(rows: Sequence[OutputDiff], reference: Truth, candidate: Truth,
              for call in made}
     good = [call for call in made if not fails[call]]
     bad = [call for call in made if fails[call]]
-    if good and bad:
-        worst = max(fails[bad[0]], key=_ratio)
+    if good and bad and not changed:  # (a forward that changes from call to call: its
+        worst = max(fails[bad[0]], key=_ratio)  # calls differ by their number, not a mode)
         shown = {CALL_AUTOGRAD: "with autograd on", CALL_NO_GRAD: "under no_grad",
                  CALL_INFERENCE: "under inference_mode"}
         notes.append(f"the {cand_label}'s outputs depend on the grad mode: "

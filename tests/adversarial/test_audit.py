@@ -145,6 +145,19 @@ def test_notes_name_inference_mode_and_a_later_call(tiny):
     assert "depend on the grad mode" in said["faulty_fourth"]  # its 4th call: inference_mode
 
 
+def test_a_forward_wrong_on_its_first_call_only_is_not_said_to_depend_on_the_grad_mode(tiny):
+    """Its first call (autograd on) is wrong, its no_grad call right: the calls differ by
+    their number, and a note that blamed the grad mode read as a second, wrong cause."""
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model,
+                             port("audit_counters.py").faulty_first(reference), inputs)
+    said = " ".join(result.notes)
+    assert not result.passed
+    assert "changes from call to call" in said and "depend on the grad mode" not in said, said
+
+
 def _fresh_cli(folder, file, builder):
     quiet = [] if builder in SWITCHED else ["-q"]  # a passing switch is named in the notes
     return subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", str(folder),

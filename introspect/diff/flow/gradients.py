@@ -100,8 +100,13 @@ def compare_gradients(state: DiffState) -> None:
             "side's own backward decides, no node gradient compared")
         return
     if explanation.graph is None:
-        raise InputError("backward=True compares gradients node by node, and the candidate "
-                         "could not be recorded (see the notes); diff it without backward")
+        why = " ".join(explanation.failure.split())
+        why = why if len(why) <= 160 else why[:159].rstrip() + "…"
+        raise InputError(
+            "backward=True compares gradients node by node, and the candidate could not be "
+            f"recorded ({why or 'see the notes'}): without node tables each side's own "
+            "backward decides (nodes=False; introspect diff: no --out, --nodes, --json, "
+            "--junit or --repro), or diff it without backward")
     _check_loss(mode.loss)
     from introspect.diff.backward import backward_diff
 

@@ -22,7 +22,7 @@ class RowMappedBlock(adv_bert.Block):
     def forward(self, x, mask):
         if self.index != self.mapped:
             return super().forward(x, mask)
-        one = super(RowMappedBlock, self).forward
+        one = super().forward
         return torch.func.vmap(lambda row, m: one(row[None], m[None])[0])(x, mask)
 
 
