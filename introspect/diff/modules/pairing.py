@@ -263,6 +263,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     shape = tuple(value.shape)
     same = [b for b in boundaries if tuple(b.value.shape) == shape
             and b.value.is_floating_point()]
+    if not same and value.numel():  # another layout, or one row of the batch at a time
+        same = _views(boundaries, shape)
     if not same or value.numel() == 0:
         return None
     exact = _equal_one(value, same, leaf.nan_free)
@@ -293,6 +295,53 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     if others and not min(others) >= CLEAR * best:
         return None
     return Match(leaf.path, chosen, best, scale)
+
+
+_MAX_VIEWS = 64  # views of the reference's values tried for one candidate value
+
+
+def _views(boundaries: Sequence[Boundary], shape: tuple[int, ...]) -> list[Boundary]:
+    """The reference's values laid out as a candidate value of ``shape`` that none has:
+    its dimensions in another order (a port that runs sequence-first, (S, B, H)), one row
+    of the batch (a port that runs its rows one at a time, with or without the batch
+    dimension), or a row cut to its first positions (a row of its real tokens only). Each
+    is a view named as its value; a module run on it is run on the reference's values in
+    the candidate's layout, and its output held to the view its output is nearest."""
+    found: list[Boundary] = []
+    for boundary in boundaries:
+        value = boundary.value
+        if not value.is_floating_point() or not value.numel():
+            continue
+        rows = [value] + ([value[i:i + 1] for i in range(value.shape[0])]
+                          + [value[i] for i in range(value.shape[0])]
+                          if value.ndim >= 2 and value.shape[0] > 1 else [])
+        for row in rows:
+            for view in _laid_out(row, shape):
+                found.append(dataclasses.replace(boundary, value=view, samples=None,
+                                                 returned_leaf=None))
+                if len(found) >= _MAX_VIEWS:
+                    return found
+    return found
+
+
+def _laid_out(value: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """``value`` as ``shape``: its dimensions permuted, then at most one of them cut to
+    its first entries ([]: it cannot be)."""
+    if value.ndim != len(shape) or value.ndim > 4:
+        return []
+    import itertools
+
+    laid = []
+    for order in itertools.permutations(range(value.ndim)):
+        sizes = [value.shape[d] for d in order]
+        cut = [i for i, (a, b) in enumerate(zip(sizes, shape, strict=True)) if a != b]
+        if len(cut) > 1 or (cut and sizes[cut[0]] < shape[cut[0]]):
+            continue
+        view = value.permute(order) if list(order) != sorted(order) else value
+        if cut:
+            view = view.narrow(cut[0], 0, shape[cut[0]])
+        laid.append(view)
+    return laid
 
 
 def _equal_one(value: torch.Tensor, boundaries: Sequence[Boundary],
