@@ -145,17 +145,24 @@ def test_notes_name_inference_mode_and_a_later_call(tiny):
     assert "depend on the grad mode" in said["faulty_fourth"]  # its 4th call: inference_mode
 
 
-def test_a_forward_wrong_on_its_first_call_only_is_not_said_to_depend_on_the_grad_mode(tiny):
+@pytest.mark.parametrize("nodes", [False, True])
+def test_a_forward_wrong_on_its_first_call_only_is_named_where_it_changes(tiny, nodes):
     """Its first call (autograd on) is wrong, its no_grad call right: the calls differ by
-    their number, and a note that blamed the grad mode read as a second, wrong cause."""
+    their number, and a note that blamed the grad mode read as a second, wrong cause. Every
+    module, run again on the reference's inputs (a later call), agreed, so the FAIL named
+    only the outputs; the block that does not reproduce its own first output is named."""
     import introspect
 
     reference, inputs = tiny
     result = introspect.diff(reference.model,
-                             port("audit_counters.py").faulty_first(reference), inputs)
+                             port("audit_counters.py").faulty_first(reference), inputs,
+                             nodes=nodes)
     said = " ".join(result.notes)
     assert not result.passed
     assert "changes from call to call" in said and "depend on the grad mode" not in said, said
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.1", divergence
+    assert "changes from call to call here" in divergence.detail, divergence
 
 
 def _fresh_cli(folder, file, builder):

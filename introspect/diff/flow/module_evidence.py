@@ -40,7 +40,7 @@ def pass_without_recording(state: DiffState) -> None:
     ref_calls, cand_calls = state.ref_calls, state.cand_calls
     state.module_evidence = gather_module_evidence(
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
-        rounding=state.device_rounding)
+        rounding=state.device_rounding, changing=_changing(state))
     _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
     gradients_proven = not state.options.mode.backward or (
         state.own_gradients is not None and state.own_gradients.result is not None)
@@ -92,7 +92,7 @@ def join_module_evidence(state: DiffState) -> None:
     elif state.truths:
         state.module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
-            state.parted, rounding=state.device_rounding)
+            state.parted, rounding=state.device_rounding, changing=_changing(state))
     evidence, explanation = state.module_evidence, state.explanation
     state.notes += evidence.notes
     if explanation.confirm_inside is not None and not evidence.passed \
@@ -104,6 +104,11 @@ def join_module_evidence(state: DiffState) -> None:
             state.rows, state.divergence = confirmed, inside
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful)
+
+
+def _changing(state: DiffState) -> bool:
+    """The candidate's forward changed from call to call in its truth runs."""
+    return bool(state.cand_truth is not None and state.cand_truth.changed_between_calls())
 
 
 def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:

@@ -31,7 +31,8 @@ from introspect.diff.modules.pairing import (
     region_of,
     relate_parameters,
 )
-from introspect.diff.modules.paths import below
+from introspect.diff.modules.paths import below, depth
+from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
@@ -91,6 +92,9 @@ class ModuleEvidence:
     # each judged call and the reference values paired with it (with ``keep_calls`` only:
     # they hold the values; ``backward.plain_parity`` reads their gradients)
     pairs: list[ModulePair] = dataclasses.field(default_factory=list, repr=False)
+    # a forward that changes from call to call: the smallest module that, run again on its
+    # own inputs, does not return what it did (``reproduced``), its row and the difference
+    unreproduced: tuple[ModuleDiff, float] | None = None
 
     @property
     def passed(self) -> bool:
@@ -111,7 +115,7 @@ class ModuleEvidence:
         """The smallest failing module (none of its submodules fails too), first called."""
         smallest = self.smallest_failing()
         if not smallest:
-            return None
+            return self._changing()
         row = smallest[0]
         shown = row.candidate_module or "the model"
         return Divergence(
@@ -122,6 +126,20 @@ class ModuleEvidence:
                     f"on the reference's inputs to it in its {row.call} call, is "
                     f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
                     f"(its budget {row.limit:.3g})"))
+
+    def _changing(self) -> Divergence | None:
+        """Where a forward that changes from call to call changes (``unreproduced``)."""
+        if self.unreproduced is None:
+            return None
+        row, gap = self.unreproduced
+        shown = row.candidate_module or "the model"
+        return Divergence(
+            row.reference_module, row.candidate_module, row.reference_module, row.layer,
+            row.candidate_class, gap, "its own first output, bit for bit", (),
+            detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
+                    "again on its own inputs from its first call with autograd on, returns "
+                    f"other values (by up to {gap:.3g}): its forward changes from call to "
+                    "call here"))
 
     def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
              ) -> tuple[bool, Divergence | None]:
@@ -153,7 +171,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                            attention_mask: torch.Tensor | None = None,
                            faithful: bool = True, parted: Any = None,
                            keep_calls: bool = False, rounding: Sequence[str] = (),
-                           ) -> ModuleEvidence:
+                           changing: bool = False) -> ModuleEvidence:
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
@@ -166,6 +184,9 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             reads them next, ``accounted``); else they are let go.
         rounding: what the devices round to beyond the dtypes ("tfloat32": a GPU's float32
             matmuls), so a module's budget holds that rounding too.
+        changing: the candidate's forward changes from call to call (its truth runs):
+            where every module passes, the smallest that does not reproduce its own first
+            output is found (``reproduced``), to name where.
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
@@ -201,10 +222,30 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                               f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
                               "not compared")
     evidence.uncovered = coverage_of(_unseen(candidate, seen), evidence.rows, faithful, parted)
+    if changing and evidence.passed:
+        evidence.unreproduced = _unreproduced(candidate, evidence.rows)
     if not keep_calls:
         reference.calls.clear()  # the values are let go: memory
         candidate.calls.clear()
     return evidence
+
+
+def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff]) -> tuple[ModuleDiff, float] | None:
+    """The smallest module that does not reproduce its first output, with the row of it
+    (or of its nearest judged ancestor) that names the reference's module."""
+    found = first_unreproduced(candidate.of_mode(AUTOGRAD))
+    if found is None:
+        return None
+    call, gap = found
+    judged = [r for r in rows if r.status != NOT_COMPARED and (
+        r.candidate_module == call.name or below(call.name, r.candidate_module))]
+    if not judged:
+        return None
+    row = max(judged, key=lambda r: depth(r.candidate_module))
+    if row.candidate_module != call.name:
+        row = dataclasses.replace(row, candidate_module=call.name,
+                                  candidate_class=type(call.module).__name__)
+    return row, gap
 
 
 def unseen_regions(candidate: Calls) -> dict[str, str]:

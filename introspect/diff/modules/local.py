@@ -133,7 +133,7 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
         value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
         put(args, kwargs, match.path, change(value))
     try:
-        with torch.set_grad_enabled(call.grad), _own_forward_hooks_off(call.module):
+        with torch.set_grad_enabled(call.grad), own_forward_hooks_off(call.module):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
@@ -146,7 +146,7 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
 
 
 @contextlib.contextmanager
-def _own_forward_hooks_off(module: torch.nn.Module) -> Iterator[None]:
+def own_forward_hooks_off(module: torch.nn.Module) -> Iterator[None]:
     """``module``'s own forward hooks left out of its run: the capture's global hook saw
     its output before them (PyTorch runs global forward hooks first), so its output run
     again is held to that; what a hook of its own returns instead (a GELU applied by a
@@ -191,6 +191,6 @@ def _kept(reference: torch.Tensor, candidate: torch.Tensor,
     return keep
 
 
-__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "local_error", "with_noise",
-           "within_floor"]
+__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "local_error",
+           "own_forward_hooks_off", "with_noise", "within_floor"]
 
