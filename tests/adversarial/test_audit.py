@@ -165,6 +165,23 @@ def test_a_forward_wrong_on_its_first_call_only_is_named_where_it_changes(tiny, 
     assert "changes from call to call here" in divergence.detail, divergence
 
 
+@pytest.mark.parametrize("nodes", [False, True])
+def test_a_forward_wrong_under_inference_mode_only_is_named_where(tiny, nodes):
+    """No kept call ran under inference_mode (its tensors have no versions), so every
+    module agreed and the FAIL named only the outputs: each module of the autograd call is
+    run again there, and the smallest that returns other values is named."""
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model,
+                             port("audit_grad.py").faulty_inference(reference), inputs,
+                             nodes=nodes)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.1", divergence
+    assert "changes under inference_mode here" in divergence.detail, divergence
+
+
 def _fresh_cli(folder, file, builder):
     quiet = [] if builder in SWITCHED else ["-q"]  # a passing switch is named in the notes
     return subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", str(folder),

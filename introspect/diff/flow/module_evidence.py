@@ -14,6 +14,8 @@ from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.quantized import INT8
+from introspect.diff.records import STATUS_FAIL
+from introspect.run.truth import INFERENCE_MODE
 
 MODULES_ONLY_NOTE = (
     "no op-level recording: the outputs and module evidence prove this PASS (every module "
@@ -106,9 +108,16 @@ def join_module_evidence(state: DiffState) -> None:
                                                    state.faithful)
 
 
-def _changing(state: DiffState) -> bool:
-    """The candidate's forward changed from call to call in its truth runs."""
-    return bool(state.cand_truth is not None and state.cand_truth.changed_between_calls())
+def _changing(state: DiffState) -> str:
+    """"calls": the candidate's forward changed from call to call in its truth runs;
+    "inference_mode": its outputs fail under ``torch.inference_mode()`` only (no kept call
+    ran there); "": neither (``modules.reproduced`` names where, for these)."""
+    if state.cand_truth is not None and state.cand_truth.changed_between_calls():
+        return "calls"
+    verdict = state.verdict
+    failing = {r.call for r in verdict.rows if r.status == STATUS_FAIL} \
+        if verdict is not None else set()
+    return INFERENCE_MODE if failing == {INFERENCE_MODE} else ""
 
 
 def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:

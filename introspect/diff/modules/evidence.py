@@ -36,7 +36,7 @@ from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
-from introspect.run.truth import AUTOGRAD, NO_GRAD, identical
+from introspect.run.truth import AUTOGRAD, INFERENCE_MODE, NO_GRAD, identical
 from introspect.tracing.shapes import (
     DEFAULT_LAYER_PREFIX,
     backbone_path,
@@ -95,6 +95,7 @@ class ModuleEvidence:
     # a forward that changes from call to call: the smallest module that, run again on its
     # own inputs, does not return what it did (``reproduced``), its row and the difference
     unreproduced: tuple[ModuleDiff, float] | None = None
+    under_inference: bool = False  # that module was run again under inference_mode
 
     @property
     def passed(self) -> bool:
@@ -137,9 +138,11 @@ class ModuleEvidence:
             row.reference_module, row.candidate_module, row.reference_module, row.layer,
             row.candidate_class, gap, "its own first output, bit for bit", (),
             detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
-                    "again on its own inputs from its first call with autograd on, returns "
-                    f"other values (by up to {gap:.3g}): its forward changes from call to "
-                    "call here"))
+                    "again on its own inputs from its first call with autograd on"
+                    f"{' under inference_mode' if self.under_inference else ''}, returns "
+                    f"other values (by up to {gap:.3g}): its forward changes "
+                    f"{'under inference_mode' if self.under_inference else 'from call to call'}"
+                    " here"))
 
     def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
              ) -> tuple[bool, Divergence | None]:
@@ -171,7 +174,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                            attention_mask: torch.Tensor | None = None,
                            faithful: bool = True, parted: Any = None,
                            keep_calls: bool = False, rounding: Sequence[str] = (),
-                           changing: bool = False) -> ModuleEvidence:
+                           changing: str = "") -> ModuleEvidence:
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
@@ -184,9 +187,11 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             reads them next, ``accounted``); else they are let go.
         rounding: what the devices round to beyond the dtypes ("tfloat32": a GPU's float32
             matmuls), so a module's budget holds that rounding too.
-        changing: the candidate's forward changes from call to call (its truth runs):
-            where every module passes, the smallest that does not reproduce its own first
-            output is found (``reproduced``), to name where.
+        changing: "calls" where the candidate's forward changes from call to call (its
+            truth runs), "inference_mode" where its outputs are wrong under
+            ``torch.inference_mode()`` only: where every module passes, the smallest that
+            does not reproduce its own first output (run again, or run again in inference
+            mode) is found (``reproduced``), to name where.
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
@@ -223,17 +228,20 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                               "not compared")
     evidence.uncovered = coverage_of(_unseen(candidate, seen), evidence.rows, faithful, parted)
     if changing and evidence.passed:
-        evidence.unreproduced = _unreproduced(candidate, evidence.rows)
+        evidence.unreproduced = _unreproduced(candidate, evidence.rows,
+                                              changing == INFERENCE_MODE)
+        evidence.under_inference = changing == INFERENCE_MODE
     if not keep_calls:
         reference.calls.clear()  # the values are let go: memory
         candidate.calls.clear()
     return evidence
 
 
-def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff]) -> tuple[ModuleDiff, float] | None:
+def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff],
+                  inference: bool) -> tuple[ModuleDiff, float] | None:
     """The smallest module that does not reproduce its first output, with the row of it
     (or of its nearest judged ancestor) that names the reference's module."""
-    found = first_unreproduced(candidate.of_mode(AUTOGRAD))
+    found = first_unreproduced(candidate.of_mode(AUTOGRAD), inference)
     if found is None:
         return None
     call, gap = found

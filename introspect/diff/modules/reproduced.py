@@ -30,13 +30,16 @@ from introspect.run.capture import ModuleCall
 from introspect.run.truth import identical
 
 
-def first_unreproduced(calls: Sequence[ModuleCall]) -> tuple[ModuleCall, float] | None:
+def first_unreproduced(calls: Sequence[ModuleCall], inference: bool = False,
+                       ) -> tuple[ModuleCall, float] | None:
     """The deepest module call, first in call order, that does not reproduce its output
     run again on its own inputs, below the model's own call, and the largest difference
-    (None: each reproduces, or none can be run again)."""
+    (None: each reproduces, or none can be run again). ``inference``: run again under
+    ``torch.inference_mode()`` (a forward whose outputs are wrong there only: a branch on
+    ``torch.is_inference_mode_enabled()``, which no kept call ran)."""
     names = {c.name for c in calls}
     root = next((c for c in calls if c.name == ""), None)
-    gap = _gap(root) if root is not None else None
+    gap = _gap(root, inference) if root is not None else None
     if root is None or gap is None:
         return None
     found = (root, gap)
@@ -45,13 +48,14 @@ def first_unreproduced(calls: Sequence[ModuleCall]) -> tuple[ModuleCall, float] 
         inside = sorted((c for c in calls if _called_parent(c.name, names) == outer.name
                          and c is not outer and _within(c, outer)),
                         key=lambda c: c.started if c.started >= 0 else c.order)
-        changing = next(((c, g) for c in inside if (g := _gap(c)) is not None), None)
+        changing = next(((c, g) for c in inside if (g := _gap(c, inference)) is not None),
+                        None)
         if changing is None:
             return None if outer.name == "" else found
         found = changing
 
 
-def _gap(call: ModuleCall) -> float | None:
+def _gap(call: ModuleCall, inference: bool = False) -> float | None:
     """Run again on its own inputs, how far ``call``'s module's output is from its first
     (None where it returns it bit for bit, or cannot be asked: nothing to hold it to, or
     it raises)."""
@@ -59,9 +63,11 @@ def _gap(call: ModuleCall) -> float | None:
     if mine is None or call.edited_inputs or call.thread:
         return None
     try:
-        with torch.set_grad_enabled(call.grad), own_forward_hooks_off(call.module):
+        mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
+        with mode, own_forward_hooks_off(call.module):
             returned = call.module(*copied(list(call.args)), **copied(call.kwargs))
-        again = output_at(returned, mine.path)
+            again = output_at(returned, mine.path)
+            again = again.clone() if isinstance(again, torch.Tensor) else again
     except Exception:  # noqa: BLE001  (the question is where, not whether: no new failure)
         return None
     if not isinstance(again, torch.Tensor) or identical(again.detach(), mine.value):
