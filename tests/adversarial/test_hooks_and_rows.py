@@ -1,4 +1,4 @@
-"""Two ports a probe of new hands found judged wrong.
+"""Ports a probe of new hands found judged wrong.
 
 - A GELU applied by a forward hook on the up-projection (the block's own activation the
   identity) FAILED, correct as it is: module evidence held the Linear's output, which the
@@ -45,3 +45,31 @@ def test_a_layer_mapped_over_rows_gets_a_verdict(tiny_folder, capsys, builder, c
     out, err = capsys.readouterr()
     assert got == code, out + err
     assert "Traceback" not in out + err
+
+
+@pytest.fixture(scope="module")
+def perturbed_mini():
+    """MiniLM (six layers, real weights) of its own, its norms and biases perturbed."""
+    from introspect.models.load import load_model, tokenize
+    from tests.adversarial.corpus import as_reference, perturb
+
+    loaded = load_model("minilm", head="base")
+    perturb(loaded.model)
+    return as_reference(loaded), tokenize(loaded.tokenizer)
+
+
+@pytest.mark.parametrize("model", ["tiny", "perturbed_mini"])
+def test_a_numpy_layernorm_far_off_fails_at_itself(model, request):
+    """Its output is near no reference value, so module evidence paired it with nothing:
+    bert-tiny's FAIL named only the outputs, MiniLM's the next op the recording saw, a
+    layer later. Its weights prove its pair (the reference's LayerNorm), and a failing
+    module before the recording's node names the divergence."""
+    import introspect
+
+    reference, inputs = request.getfixturevalue(model)
+    numpy_norm = port("numpy_norm.py")
+    assert introspect.diff(reference.model, numpy_norm.correct(reference), inputs).passed
+    result = introspect.diff(reference.model, numpy_norm.faulty(reference), inputs)
+    assert not result.passed
+    assert result.first_divergence.module == "encoder.layer.1.output.LayerNorm", \
+        result.first_divergence

@@ -105,7 +105,22 @@ def join_module_evidence(state: DiffState) -> None:
         if inside is not None:
             state.rows, state.divergence = confirmed, inside
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
-                                                   state.faithful)
+                                                   state.faithful, _execution_order(state))
+
+
+def _execution_order(state: DiffState) -> list[str]:
+    """The reference's modules in the order their first op ran (its recording's); where
+    there is none, in the order they were defined (a norm defined after the attention it
+    runs before would come later)."""
+    graph = state.ref_side[0] if state.ref_side is not None else None
+    if graph is None:
+        return [name for name, _ in state.original_reference.named_modules()]
+    first: dict[str, None] = {}
+    for record in graph.records:
+        parts = record.module.split(".") if record.module else []
+        for end in range(len(parts) + 1):
+            first.setdefault(".".join(parts[:end]), None)
+    return list(first)
 
 
 def _changing(state: DiffState) -> str:

@@ -26,12 +26,13 @@ from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, modul
 from introspect.diff.modules.local import Exact, NotRerun, exact_error, with_noise, within_floor
 from introspect.diff.modules.pairing import (
     ModulePair,
+    common_path,
     pair_call,
     reference_boundaries,
     region_of,
     relate_parameters,
 )
-from introspect.diff.modules.paths import below, depth
+from introspect.diff.modules.paths import below, within
 from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
@@ -116,7 +117,7 @@ class ModuleEvidence:
         """The smallest failing module (none of its submodules fails too), first called."""
         smallest = self.smallest_failing()
         if not smallest:
-            return self._changing()
+            return None
         row = smallest[0]
         shown = row.candidate_module or "the model"
         return Divergence(
@@ -145,15 +146,23 @@ class ModuleEvidence:
                     " here"))
 
     def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
-             ) -> tuple[bool, Divergence | None]:
+             order: Sequence[str] = ()) -> tuple[bool, Divergence | None]:
         """The verdict with this evidence: a failing module fails it; where the op-level
         recording is not faithful to the plain call (or names no node), the module names
-        the divergence."""
+        the divergence; so does a failing module that comes before the node the recording
+        names, outside it (a fault the recording cannot see, NumPy, shows there only at
+        the next op it sees, a layer later). ``order``: the reference's modules in order
+        (``named_modules``)."""
         mine = self.divergence()
         if mine is None:
+            changing = self._changing()  # (names a place only where nothing else does)
+            if changing is not None and (divergence is None or divergence.layer == "outputs"
+                                         or not divergence.reference_node):
+                return False, changing
             return passed, divergence
         if divergence is None or not faithful or divergence.layer == "outputs" \
-                or not divergence.reference_node:
+                or not divergence.reference_node \
+                or _comes_first(mine.module, divergence.module, order):
             divergence = mine
         return False, divergence
 
@@ -229,7 +238,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     evidence.uncovered = coverage_of(_unseen(candidate, seen), evidence.rows, faithful, parted)
     if changing and evidence.passed:
         evidence.unreproduced = _unreproduced(candidate, evidence.rows,
-                                              changing == INFERENCE_MODE)
+                                              changing == INFERENCE_MODE, relations, layers)
         evidence.under_inference = changing == INFERENCE_MODE
     if not keep_calls:
         reference.calls.clear()  # the values are let go: memory
@@ -237,23 +246,37 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     return evidence
 
 
-def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff],
-                  inference: bool) -> tuple[ModuleDiff, float] | None:
+def _comes_first(module: str, other: str, order: Sequence[str]) -> bool:
+    """``module`` is not ``other`` nor holds it, and comes before it in ``order``."""
+    if not order or not module or within(other, module):
+        return False
+    index = {name: i for i, name in enumerate(order)}
+    return index.get(module, len(order)) < index.get(other, len(order))
+
+
+def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff], inference: bool,
+                  relations: Mapping[str, set[str]], layers: Any,
+                  ) -> tuple[ModuleDiff, float] | None:
     """The smallest module that does not reproduce its first output, with the row of it
     (or of its nearest judged ancestor) that names the reference's module."""
     found = first_unreproduced(candidate.of_mode(AUTOGRAD), inference)
     if found is None:
         return None
     call, gap = found
-    judged = [r for r in rows if r.status != NOT_COMPARED and (
-        r.candidate_module == call.name or below(call.name, r.candidate_module))]
-    if not judged:
+    row = next((r for r in rows if r.status != NOT_COMPARED and r.candidate_module == call.name),
+               None)
+    if row is not None:
+        return row, gap
+    # not judged itself (its values near none of the reference's): named by the reference
+    # module owning the weights it holds alone (a zero bias holds every zero bias)
+    prefix = f"{call.name}." if call.name else ""
+    owners = [next(iter(found)).rpartition(".")[0] for path, found in relations.items()
+              if path.startswith(prefix) and len(found) == 1]
+    if not owners:
         return None
-    row = max(judged, key=lambda r: depth(r.candidate_module))
-    if row.candidate_module != call.name:
-        row = dataclasses.replace(row, candidate_module=call.name,
-                                  candidate_class=type(call.module).__name__)
-    return row, gap
+    module = common_path(owners)
+    return ModuleDiff(call.name, type(call.module).__name__, module, layers.of_module(module),
+                      AUTOGRAD, "weights", None, None, None, STATUS_FAIL), gap
 
 
 def unseen_regions(candidate: Calls) -> dict[str, str]:
@@ -372,7 +395,14 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
         return None  # weights of its own, none the reference's: nothing stands for it
     by = "value" if region == "" and not _owns_weights(call.module) else "weights"
     dtype = str(call.outputs[0].value.dtype).removeprefix("torch.")
-    return pair_call(call, boundaries, region, by, dtype)
+    prefix = f"{call.name}." if call.name else ""
+    own = [found for path, found in relations.items() if path.startswith(prefix)]
+    # proven: a module of no submodules (a norm, a Linear) each of whose weights holds one
+    # weight of the reference's, and only one (a LoRA's base holds the bias alone; random
+    # init's zero biases hold every bias)
+    proven = bool(own) and all(len(found) == 1 for found in own) \
+        and next(call.module.children(), None) is None
+    return pair_call(call, boundaries, region, by, dtype, proven=proven)
 
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],

@@ -217,12 +217,14 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
     owners = [r.rpartition(".")[0] for refs in mine for r in refs]
     if not owners:
         return None
-    return _common(owners)
+    return common_path(owners)
 
 
 def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
-              dtype: str) -> ModulePair | None:
-    """The reference values for ``call``'s floating inputs and its first output, or None."""
+              dtype: str, proven: bool = False) -> ModulePair | None:
+    """The reference values for ``call``'s floating inputs and its first output, or None.
+    ``proven``: every weight of the module holds one of the reference's (its output may
+    then be paired by them alone: ``_owned_output``)."""
     outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
     if not outputs or not call.inputs:
         return None
@@ -236,11 +238,33 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
             inputs.append(_named_match(match, region))
     if not inputs:
         return None
-    output = closest(outputs[0], _in_region(boundaries, region, returned=True),
-                     OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"]))
+    near = OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"])
+    output = closest(outputs[0], _in_region(boundaries, region, returned=True), near)
+    if output is None and proven and region:
+        output = _owned_output(outputs[0], boundaries, region, near)
     if output is None:
         return None
     return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
+
+
+def _owned_output(leaf: Leaf, boundaries: Sequence[Boundary], region: str,
+                  near: float) -> Match | None:
+    """The output of the reference module owning the weights of a call whose output is
+    near no reference value: the one value that module returned of its shape. Its weights
+    prove the pair (a NumPy LayerNorm adding its bias twice is 0.4 from every value, and
+    was not judged at all). Not where the output is near some other reference value (a
+    module that computes more than the one owning its weights: a Linear whose forward
+    applies the GELU too)."""
+    shape = tuple(leaf.value.shape)
+    owned = [b for b in _in_region(boundaries, region, returned=True)
+             if region in b.returned_by and tuple(b.value.shape) == shape
+             and b.value.is_floating_point()]
+    if len(owned) != 1 or not leaf.value.numel():
+        return None
+    if closest(leaf, _in_region(boundaries, "", returned=True), near) is not None:
+        return None
+    chosen = owned[0]
+    return Match(leaf.path, chosen, distance(leaf.value, chosen.value), _scale_of(chosen))
 
 
 def _in_region(boundaries: Sequence[Boundary], region: str,
@@ -575,7 +599,8 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
                for x, y in zip(a.split(rows), b.split(rows), strict=True))
 
 
-def _common(names: Sequence[str]) -> str:
+def common_path(names: Sequence[str]) -> str:
+    """The longest module path all of ``names`` lie in ("" for none in common)."""
     parts = [n.split(".") if n else [] for n in names]
     common: list[str] = []
     for column in zip(*parts, strict=False):
@@ -585,5 +610,5 @@ def _common(names: Sequence[str]) -> str:
     return ".".join(common)
 
 
-__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "distance", "pair_call",
-           "reference_boundaries", "region_of", "relate_parameters"]
+__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "common_path", "distance",
+           "pair_call", "reference_boundaries", "region_of", "relate_parameters"]
