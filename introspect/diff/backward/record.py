@@ -110,8 +110,10 @@ class GradientSink:
         self.copy = False
         self.consumer: GradientConsumer | None = None
         self.failure: Exception | None = None  # the consumer's own error, raised as it is
+        self.taken: set[str] = set()  # the nodes a gradient came for, this backward
 
     def take(self, name: str, grad: torch.Tensor) -> None:
+        self.taken.add(name)
         grad = grad.detach()
         if self.consumer is not None:
             if self.failure is None:
@@ -214,6 +216,29 @@ class _GradientRecorder(_Recorder):
             sink.take(name, grad)
 
         self.handles.append(tensor.register_hook(keep))
+        self._hook_base(name, tensor)
+
+    def _hook_base(self, name: str, tensor: torch.Tensor) -> None:
+        """A view's gradient from its base's, where its own hook does not fire: an in-place
+        op on a view (``h = linear(x); h += x``: a 3-D input's Linear returns a view of its
+        matmul) replaces the view's function, and a hook registered on the view before it
+        never runs. Its base's function still receives the gradient of the value before the
+        op; this view's part of it is taken (after the view's own hook, where that ran)."""
+        base = tensor._base if tensor._is_view() else None
+        if base is None or base.grad_fn is None or not base.is_contiguous() \
+                or base.dtype != tensor.dtype:
+            return
+        output = get_gradient_edge(base).output_nr
+        size, stride = tuple(tensor.shape), tuple(tensor.stride())
+        offset = tensor.storage_offset() - base.storage_offset()
+        sink = self.sink
+
+        def from_base(grad_outputs: Any) -> None:
+            grad = grad_outputs[output] if output < len(grad_outputs) else None
+            if name not in sink.taken and grad is not None:
+                sink.take(name, grad.contiguous().as_strided(size, stride, offset))
+
+        self.handles.append(base.grad_fn.register_prehook(from_base))
 
     def hook_the_rest(self) -> None:
         """Values that joined autograd's graph after they were made (custom Functions)."""
@@ -366,6 +391,7 @@ class GradientRun:
         saved = {name: (p.requires_grad, p.grad) for name, p in named.items()}
         sink = recorder.sink
         sink.copy, sink.consumer = copy, consumer
+        sink.taken.clear()
         again = False  # a kept gradient changed, and no graph to run the backward again on
         try:
             for p in named.values():
