@@ -45,7 +45,7 @@ def test_its_faulty_twin_fails_in_the_reference_layer(name, tiny):
 
 
 def test_with_node_tables_it_is_still_refused(tiny):
-    with pytest.raises(InputError, match="could not be recorded") as refused:
+    with pytest.raises(InputError, match="could not record the candidate") as refused:
         _diff(tiny, port("modules_evidence.py").correct_thread, nodes=True)
     said = str(refused.value)  # the cause itself (exit 2 prints no notes), and the way out
     assert "see the notes" not in said and "each side's own backward decides" in said, said

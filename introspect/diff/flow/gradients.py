@@ -102,11 +102,10 @@ def compare_gradients(state: DiffState) -> None:
     if explanation.graph is None:
         why = " ".join(explanation.failure.split())
         why = why if len(why) <= 160 else why[:159].rstrip() + "…"
-        raise InputError(
-            "backward=True compares gradients node by node, and the candidate could not be "
-            f"recorded ({why or 'see the notes'}): without node tables each side's own "
-            "backward decides (nodes=False; introspect diff: no --out, --nodes, --json, "
-            "--junit or --repro), or diff it without backward")
+        raise InputError(  # (nodes=False in the API)
+            f"backward=True could not record the candidate ({why or 'see the notes'}): "
+            "each side's own backward decides without node tables (no --out, --nodes, "
+            "--json, --junit, --repro)")
     _check_loss(mode.loss)
     from introspect.diff.backward import backward_diff
 
