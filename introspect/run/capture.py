@@ -286,9 +286,17 @@ def probe(t: torch.Tensor, count: int = 16) -> tuple[float, ...]:
     -0 as 0: values equal bit for bit (``torch.equal``) probe equal; a hit is checked in
     full. Read as Python floats (exact for every float dtype): a few microseconds for each of
     the thousands of values a plain call's hooks and module evidence probe."""
-    flat = t.detach().reshape(-1)
-    values = flat[_picks(flat.numel(), count, flat.device)].tolist()
+    values = picked(t.detach(), _picks(t.numel(), count, t.device)).tolist()
     return tuple(float(v) + 0.0 if math.isfinite(v) else 0.0 for v in values)
+
+
+def picked(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``t.reshape(-1)[index]`` without the copy ``reshape`` makes of a view laid out
+    otherwise (module evidence reads a few elements of the reference's values seen in a
+    port's layout: a copy each was a whole value per look)."""
+    if t.is_contiguous():
+        return t.reshape(-1)[index]
+    return t[torch.unravel_index(index, t.shape)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -351,4 +359,4 @@ def _wrapped(tensor: torch.Tensor) -> bool:
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
-__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls", "probe"]
+__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls", "picked", "probe"]

@@ -29,7 +29,7 @@ import torch
 from introspect.diff.modules.gaps import flat, largest_gap
 from introspect.diff.modules.paths import depth, within
 from introspect.diff.quantized import is_quantized, quantized_weights
-from introspect.run.capture import Leaf, ModuleCall, probe
+from introspect.run.capture import Leaf, ModuleCall, picked, probe
 from introspect.run.same_bytes import same_bytes
 from introspect.run.truth import same_view
 
@@ -303,7 +303,7 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
         rough = same[0].samples.nearest(mine, same, sample, _MEASURED)
         measure = same[0].samples.distance
     else:
-        rough = sorted(same, key=lambda b: _gap(mine, b.value.reshape(-1)[sample].double().cpu()))
+        rough = sorted(same, key=lambda b: _gap(mine, picked(b.value, sample).double().cpu()))
     first = measure(value, rough[0].value)
     if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
         # and none counts against it (CLEAR x 0)
@@ -387,6 +387,8 @@ def _exactly(a: torch.Tensor, b: torch.Tensor, nan_free: bool = False) -> bool:
     nothing but its NaN, and nothing at all where it is known free of NaN)."""
     if same_view(a, b):
         return nan_free or not (a.is_floating_point() and bool(a.isnan().any()))
+    if a.shape == b.shape:  # (no copy of a view laid out otherwise)
+        return a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
     return a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
         and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1))
 
