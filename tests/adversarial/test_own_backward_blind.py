@@ -1,6 +1,6 @@
 """``--backward`` on ports the gradient recorder cannot run (issue 41, parts 4 and 6): code
 compiled with ``torch.compile``, a worker thread, ``torch.func.vmap``, a LayerNorm in
-NumPy. With node tables each is still refused ("could not be recorded": exit 2); with no
+NumPy. With node tables each is still refused ("could not record the candidate": exit 2); with no
 report, each side's own backward of its first plain call decides (``backward.plain_parity``):
 the correct twin passes, the faulty one fails in the reference's layer, and a NumPy
 region, through which no gradient reaches the weights, fails the backward. Ports:
