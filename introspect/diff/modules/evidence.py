@@ -27,6 +27,7 @@ from introspect.diff.modules.local import Exact, NotRerun, exact_error, with_noi
 from introspect.diff.modules.pairing import (
     ModulePair,
     common_path,
+    owned_relations,
     pair_call,
     reference_boundaries,
     region_of,
@@ -135,15 +136,15 @@ class ModuleEvidence:
             return None
         row, gap = self.unreproduced
         shown = row.candidate_module or "the model"
+        run, changes = (" under inference_mode", "under inference_mode") \
+            if self.under_inference else ("", "from call to call")
         return Divergence(
             row.reference_module, row.candidate_module, row.reference_module, row.layer,
             row.candidate_class, gap, "its own first output, bit for bit", (),
             detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
-                    "again on its own inputs from its first call with autograd on"
-                    f"{' under inference_mode' if self.under_inference else ''}, returns "
-                    f"other values (by up to {gap:.3g}): its forward changes "
-                    f"{'under inference_mode' if self.under_inference else 'from call to call'}"
-                    " here"))
+                    f"again on its own inputs from its first call with autograd on{run}, "
+                    f"returns other values (by up to {gap:.3g}): its forward changes "
+                    f"{changes} here"))
 
     def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
              order: Sequence[str] = ()) -> tuple[bool, Divergence | None]:
@@ -151,8 +152,8 @@ class ModuleEvidence:
         recording is not faithful to the plain call (or names no node), the module names
         the divergence; so does a failing module that comes before the node the recording
         names, outside it (a fault the recording cannot see, NumPy, shows there only at
-        the next op it sees, a layer later). ``order``: the reference's modules in order
-        (``named_modules``)."""
+        the next op it sees, a layer later). ``order``: the reference's modules in the
+        order they first ran."""
         mine = self.divergence()
         if mine is None:
             changing = self._changing()  # (names a place only where nothing else does)
@@ -269,9 +270,8 @@ def _unreproduced(candidate: Calls, rows: Sequence[ModuleDiff], inference: bool,
         return row, gap
     # not judged itself (its values near none of the reference's): named by the reference
     # module owning the weights it holds alone (a zero bias holds every zero bias)
-    prefix = f"{call.name}." if call.name else ""
-    owners = [next(iter(found)).rpartition(".")[0] for path, found in relations.items()
-              if path.startswith(prefix) and len(found) == 1]
+    owners = [next(iter(found)).rpartition(".")[0]
+              for found in owned_relations(call.name, relations) if len(found) == 1]
     if not owners:
         return None
     module = common_path(owners)
@@ -395,8 +395,7 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
         return None  # weights of its own, none the reference's: nothing stands for it
     by = "value" if region == "" and not _owns_weights(call.module) else "weights"
     dtype = str(call.outputs[0].value.dtype).removeprefix("torch.")
-    prefix = f"{call.name}." if call.name else ""
-    own = [found for path, found in relations.items() if path.startswith(prefix)]
+    own = owned_relations(call.name, relations)
     # proven: a module of no submodules (a norm, a Linear) each of whose weights holds one
     # weight of the reference's, and only one (a LoRA's base holds the bias alone; random
     # init's zero biases hold every bias)

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
@@ -206,12 +207,18 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     return related
 
 
+def owned_relations(module: str, relations: Mapping[str, set[str]]) -> list[set[str]]:
+    """The reference weights each weight of candidate ``module`` (and its submodules) holds
+    (``relate_parameters``; "" is the whole model)."""
+    return [refs for path, refs in relations.items()
+            if path.startswith(f"{module}.") or not module]
+
+
 def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | None:
     """The reference module owning every weight related to the call's module (its
     parameters' common ancestor); "" when it owns none; None when it owns weights of which
     none relates (nothing to stand for it)."""
-    mine = [refs for path, refs in prefix_params.items()
-            if path.startswith(f"{call.name}.") or not call.name]
+    mine = owned_relations(call.name, prefix_params)
     if not mine:
         return ""
     owners = [r.rpartition(".")[0] for refs in mine for r in refs]
@@ -353,8 +360,6 @@ def _laid_out(value: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]
     its first entries ([]: it cannot be)."""
     if value.ndim != len(shape) or value.ndim > 4:
         return []
-    import itertools
-
     laid = []
     for order in itertools.permutations(range(value.ndim)):
         sizes = [value.shape[d] for d in order]
@@ -387,10 +392,11 @@ def _exactly(a: torch.Tensor, b: torch.Tensor, nan_free: bool = False) -> bool:
     nothing but its NaN, and nothing at all where it is known free of NaN)."""
     if same_view(a, b):
         return nan_free or not (a.is_floating_point() and bool(a.isnan().any()))
+    if a.dtype != b.dtype or a.device != b.device or a.numel() != b.numel():
+        return False
     if a.shape == b.shape:  # (no copy of a view laid out otherwise)
-        return a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
-    return a.dtype == b.dtype and a.device == b.device and a.numel() == b.numel() \
-        and torch.equal(a.detach().reshape(-1), b.detach().reshape(-1))
+        return torch.equal(a, b)
+    return torch.equal(a.detach().reshape(-1), b.detach().reshape(-1))
 
 
 def _scale_of(boundary: Boundary) -> float:
@@ -613,4 +619,5 @@ def common_path(names: Sequence[str]) -> str:
 
 
 __all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "common_path", "distance",
-           "pair_call", "reference_boundaries", "region_of", "relate_parameters"]
+           "owned_relations", "pair_call", "reference_boundaries", "region_of",
+           "relate_parameters"]
