@@ -102,10 +102,13 @@ def node_rows(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
 
 
 def _provenance(pair: Any, propagated: Any, local: Any) -> str:
-    """The pair's provenance, a guess upgraded to ``value`` where its values agree."""
+    """The pair's provenance, a guess upgraded to ``value`` where the candidate's own
+    value agrees with the reference's. Agreeing only locally (the same op on the inputs
+    the pairing gave it) proves nothing where those inputs were paired by a guess: a view
+    of a guessed Linear would vouch for the guess it follows."""
     if pair.provenance != PROVEN_STRUCTURE or propagated is None or local is None:
         return str(pair.provenance)
-    if not (propagated.mismatched or propagated.nonfinite) or not local.mismatched:
+    if not (propagated.mismatched or propagated.nonfinite):
         return PROVEN_VALUE
     return PROVEN_STRUCTURE
 

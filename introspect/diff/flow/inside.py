@@ -57,8 +57,8 @@ def _explain_inside(state: DiffState) -> bool:
     layers = ReferenceLayers.of(state.reference)
     confirm = explanation.confirm_inside
 
-    def confirm_inside(modules):  # a guess inside a failing module, named as here
-        rows, divergence = confirm(modules)
+    def confirm_inside(modules, passing=()):  # a guess inside a failing module, named
+        rows, divergence = confirm(modules, passing)  # as here
         return ([_relabelled(r, layers) for r in rows],
                 _named(divergence, layers, scope.candidate_module))
 

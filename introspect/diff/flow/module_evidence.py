@@ -7,14 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from introspect.diff import devices
+from introspect.diff.flow.op_level import name_from_truth
 from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
+from introspect.diff.modules.paths import within
 from introspect.diff.modules.tables import modules_only
+from introspect.diff.ops.divergence import GROWN_NOTE
 from introspect.diff.quantized import INT8
-from introspect.diff.records import STATUS_FAIL
+from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.truth import INFERENCE_MODE
 
 MODULES_ONLY_NOTE = (
@@ -104,8 +107,35 @@ def join_module_evidence(state: DiffState) -> None:
             {r.reference_module for r in evidence.smallest_failing()})
         if inside is not None:
             state.rows, state.divergence = confirmed, inside
+    _overrule_growth(state)
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful, _execution_order(state))
+
+
+def _overrule_growth(state: DiffState) -> None:
+    """A guess that only the growth of the error around it confirmed
+    (``ops.divergence.GROWN_NOTE``) fails nothing inside a module that module evidence
+    passed: the candidate's module, run on the reference's inputs to it, agrees. The
+    verdict is settled again on the rows left (no FAIL stands on a guess alone); where
+    the outputs fail, the fault is elsewhere, and named there."""
+    explanation, evidence, verdict = state.explanation, state.module_evidence, state.verdict
+    if explanation.confirm_inside is None or state.inside \
+            or not any(r.status == STATUS_FAIL and GROWN_NOTE in r.note for r in state.rows):
+        return
+    failing = [r.candidate_module for r in evidence.rows if r.status == STATUS_FAIL]
+    passing = {r.candidate_module for r in evidence.rows if r.status == STATUS_OK
+               and r.candidate_module and not any(within(f, r.candidate_module)
+                                                  for f in failing)}
+    rows, divergence = explanation.confirm_inside(set(), passing)
+    if rows == state.rows:
+        return
+    state.rows, state.divergence = rows, divergence
+    state.explained_passed = divergence is None \
+        and not any(r.status == STATUS_FAIL for r in rows) and not explanation.unfaithful
+    state.passed = state.explained_passed if verdict is None \
+        else verdict.passed and state.explained_passed
+    if divergence is None and verdict is not None and not verdict.passed:
+        name_from_truth(state)  # (module evidence, joined next, may name a module)
 
 
 def _execution_order(state: DiffState) -> list[str]:

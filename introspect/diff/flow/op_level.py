@@ -108,11 +108,17 @@ def settle_verdict(state: DiffState) -> None:
             and (state.divergence is None or (not state.faithful and not state.random)):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands)
-        if state.parted is None:  # where a plain call leaves the recorded path, if anywhere
-            state.parted = where_paths_part(state.candidate,
-                                            accepted_inputs(state.candidate, state.cand_tensors))
-        state.divergence = truth_divergence(verdict, state.parted,
-                                            explanation.alignment.relations)
+        name_from_truth(state)
+
+
+def name_from_truth(state: DiffState) -> None:
+    """The divergence of failing truth runs the rows cannot name: where the plain call
+    leaves the recorded path, if anywhere, else the outputs (``truth_divergence``)."""
+    if state.parted is None:  # where a plain call leaves the recorded path, if anywhere
+        state.parted = where_paths_part(state.candidate,
+                                        accepted_inputs(state.candidate, state.cand_tensors))
+    state.divergence = truth_divergence(state.verdict, state.parted,
+                                        state.explanation.alignment.relations)
 
 
 def _int8_outputs_note(verdict: Any) -> str:
@@ -125,4 +131,4 @@ def _int8_outputs_note(verdict: Any) -> str:
 
 
 __all__ = ["explain_int8_outputs", "explain_ops", "hold_recordings_to_truth",
-           "settle_verdict"]
+           "name_from_truth", "settle_verdict"]

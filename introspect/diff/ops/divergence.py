@@ -103,7 +103,11 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
         if is_guess(row):
             reason = _guess_reason(row, proven, disagreeing, users, widths)
             if reason and _grown_across(row, carried, users, inputs):
-                reason = ""  # the values changed inside the guess's region: confirmed
+                # the values changed inside the guess's region: confirmed, unless module
+                # evidence passes the module that holds it (``overruled_inside``)
+                reason = ""
+                row = dataclasses.replace(row, note="; ".join(
+                    n for n in (row.note, GROWN_NOTE) if n))
         else:
             reason = _unconfirmed_reason(row, reaches, outputs)
         if reason:
@@ -124,6 +128,29 @@ def confirmed_inside(rows: Sequence[NodeDiff], modules: Collection[str]) -> list
     return [dataclasses.replace(r, status=STATUS_FAIL, note=_confirmed_note(r.note))
             if r.status == STATUS_UNCONFIRMED and is_guess(r) and r.mismatched
             and inside(r.module) else r for r in rows]
+
+
+def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
+                     candidate_module: Mapping[str, str]) -> list[NodeDiff]:
+    """The rows with each guess confirmed only by the growth of the error around it
+    (``GROWN_NOTE``) unconfirmed again where its candidate node sits inside one of the
+    candidate's modules in ``passing``: module evidence ran that module on the
+    reference's own inputs to it and found the reference's output within budget, so the
+    growth is rounding of another grouping (1/sqrt(d) folded into the query weights),
+    not a fault. No FAIL stands on a guess that the evidence around it contradicts.
+    ``candidate_module``: each candidate node's module path."""
+    def inside(node: str) -> bool:
+        module = candidate_module.get(node)
+        return module is not None and any(
+            module == m or module.startswith(f"{m}.") for m in passing if m)
+
+    def overruled(note: str) -> str:
+        kept = [part for part in note.split("; ") if part != GROWN_NOTE]
+        return "; ".join([*kept, OVERRULED_NOTE])
+
+    return [dataclasses.replace(r, status=STATUS_UNCONFIRMED, note=overruled(r.note))
+            if r.status == STATUS_FAIL and GROWN_NOTE in r.note.split("; ")
+            and inside(r.candidate_node) else r for r in rows]
 
 
 def _confirmed_note(note: str) -> str:
@@ -189,6 +216,11 @@ def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[st
 # 1e-12 behind a guess grew it 9.9x (4.8e-7 before, 4.7e-6 after); the deep Llama and the
 # C++-op ports whose guesses pair the wrong partners carry 0 growth (bit-exact values).
 GROWTH = 8.0
+GROWN_NOTE = ("confirmed by growth: the nearest proven pairs after it carry over "
+              f"{GROWTH:g}x the error of those before it")
+OVERRULED_NOTE = ("unconfirmed: paired by structure only; the error grew across it, but "
+                  "module evidence passes the module that holds it (its candidate run on "
+                  "the reference's inputs stays within budget)")
 
 
 def _grown_across(row: NodeDiff, carried: Mapping[str, float],

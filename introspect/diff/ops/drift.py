@@ -71,7 +71,9 @@ def find_drift(alignment: Alignment, run: RunResult, budgets: Sequence[Budget],
         model_dtypes: the floating dtypes the two models hold their weights in (a value
             computed in fp32 from bf16 weights carries bf16's rounding).
         unconfirmed: reference nodes whose pair holds two different quantities (terms
-            regrouped: ``divergence.confirm_failures``): their values may differ freely.
+            regrouped: ``divergence.confirm_failures``), or may (a guess whose values
+            disagree, and the views of one): their values may differ freely. A fault
+            behind them still drifts at the proven pairs it reaches.
     """
     order = sorted(range(len(alignment.pairs)),
                    key=lambda i: reference_order[alignment.pairs[i].reference])

@@ -26,7 +26,13 @@ from introspect.diff.ops.align import Alignment, align_graphs
 from introspect.diff.ops.align.values import pair_by_value
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.replay import run_side_by_side
-from introspect.diff.ops.divergence import confirm_failures, confirmed_inside, first_divergence
+from introspect.diff.ops.divergence import (
+    confirm_failures,
+    confirmed_inside,
+    first_divergence,
+    is_guess,
+    overruled_inside,
+)
 from introspect.diff.ops.drift import find_drift, mark_drift
 from introspect.diff.ops.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.ops.exercised import unexercised_notes
@@ -67,10 +73,11 @@ class Explanation:
     # (reference node, candidate node) -> histograms of the local and the propagated error
     histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
         dataclasses.field(default_factory=dict)
-    # (reference modules that module evidence failed) -> the rows with the guesses inside
-    # them confirmed, and the first divergence among them (``confirmed_inside``)
-    confirm_inside: Callable[[Collection[str]], tuple[list[NodeDiff], Divergence | None]] \
-        | None = None
+    # (reference modules that module evidence failed, the candidate's modules it passed)
+    # -> the rows with the guesses inside the failing ones confirmed, those confirmed by
+    # growth alone inside the passing ones unconfirmed, and the first divergence among them
+    # (``confirmed_inside``, ``overruled_inside``)
+    confirm_inside: Callable[..., tuple[list[NodeDiff], Divergence | None]] | None = None
 
 
 def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording],
@@ -169,7 +176,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
                            {r.name: r.index for r in ref_graph.records},
                            _pair_dtypes(alignment, ref_graph, cand_graph),
                            [*model_dtypes(reference), *candidate_dtypes, *rounding],
-                           {r.reference_node for r in rows if r.status == STATUS_UNCONFIRMED})
+                           {r.reference_node for r in rows if r.status == STATUS_UNCONFIRMED
+                            or is_guess(r)})  # (a guess's values, its view's, prove nothing)
         if drift is not None:
             rows = mark_drift(rows, alignment, drift)
     notes += _nonfinite_notes(rows, allow_nonfinite)
@@ -183,8 +191,10 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
                   for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 
-    def confirm_inside(modules: Collection[str]) -> tuple[list[NodeDiff], Divergence | None]:
-        confirmed = confirmed_inside(rows, modules)
+    def confirm_inside(modules: Collection[str], passing: Collection[str] = ()
+                       ) -> tuple[list[NodeDiff], Divergence | None]:
+        confirmed = overruled_inside(confirmed_inside(rows, modules), passing,
+                                     {r.name: r.module for r in cand_graph.records})
         return confirmed, first_divergence(
             confirmed, alignment, run, ref_graph, cand_graph, padding, budgets,
             context=None if forward_keywords else context, noise_budget=noise_budget)
