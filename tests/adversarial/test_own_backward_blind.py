@@ -1,17 +1,18 @@
 """``--backward`` on ports the gradient recorder cannot run (issue 41, parts 4 and 6): code
 compiled with ``torch.compile``, a worker thread, ``torch.func.vmap``, a LayerNorm in
-NumPy. With node tables each is still refused ("could not record the candidate": exit 2); with no
-report, each side's own backward of its first plain call decides (``backward.plain_parity``):
+NumPy. Each side's own backward of its first plain call decides (``backward.plain_parity``);
+with node tables, taken once the recording failed (``flow.gradients.own_gradients_late``):
 the correct twin passes, the faulty one fails in the reference's layer, and a NumPy
 region, through which no gradient reaches the weights, fails the backward. Ports:
 ``tests/adversarial/ports/modules_evidence.py`` (imports nothing of ours)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from introspect.errors import InputError
 from tests.adversarial.corpus import port
 
 BLIND = ["compiled", "thread", "vmap"]
@@ -44,11 +45,24 @@ def test_its_faulty_twin_fails_in_the_reference_layer(name, tiny):
     assert result.backward.first_divergence.layer == "encoder.layer.1"
 
 
-def test_with_node_tables_it_is_still_refused(tiny):
-    with pytest.raises(InputError, match="could not record the candidate") as refused:
-        _diff(tiny, port("modules_evidence.py").correct_thread, nodes=True)
-    said = str(refused.value)  # the cause itself (exit 2 prints no notes), and the way out
-    assert "see the notes" not in said and "each side's own backward decides" in said, said
+@pytest.mark.parametrize("builder, code", [("correct_thread", 0), ("faulty_vmap", 1)])
+def test_with_a_report_it_gets_the_same_verdict(tiny_folder, tmp_path, capsys, builder, code):
+    """``--backward --out`` was exit 2 ("could not record the candidate"): the report is
+    written, with the own backwards' verdict, the faulty twin named in its layer."""
+    from introspect.cli.main import main
+
+    torch._dynamo.reset()
+    got = main(["diff", "--model", str(tiny_folder), "--candidate",
+                f"{port('modules_evidence.py').__file__}:{builder}", "--backward",
+                "--out", str(tmp_path / "report")])
+    out, err = capsys.readouterr()
+    assert got == code, out + err
+    assert "Traceback" not in out + err and "could not record" not in err
+    assert "0 node gradients, 39 parameters" in out, out
+    if code:
+        assert "first divergence: encoder.layer.1" in out, out
+    written = json.loads((tmp_path / "report" / "diff.json").read_text())
+    assert written["passed"] is (code == 0)
 
 
 def test_a_numpy_region_fails_the_backward_where_no_gradient_reaches(tiny):

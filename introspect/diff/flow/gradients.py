@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from introspect.diff.backward.results import STATUS_FAIL
-from introspect.diff.flow.state import DiffState, copies
+from introspect.diff.flow.state import DiffState, compiled, copies
 from introspect.errors import InputError
 
 
@@ -89,6 +89,8 @@ def compare_gradients(state: DiffState) -> None:
             raise InputError("loss= is used only with backward=True")
         state.gradients = None
         return
+    if explanation.graph is None and state.own_gradients is None and state.truths:
+        own_gradients_late(state)  # (with node tables: not taken with the plain calls)
     own = state.own_gradients
     decided = None if own is None else own.result or own.failing
     if explanation.graph is None and decided is not None:
@@ -101,11 +103,11 @@ def compare_gradients(state: DiffState) -> None:
         return
     if explanation.graph is None:
         why = " ".join(explanation.failure.split())
-        why = why if len(why) <= 160 else why[:159].rstrip() + "…"
-        raise InputError(  # (nodes=False in the API)
-            f"backward=True could not record the candidate ({why or 'see the notes'}): "
-            "each side's own backward decides without node tables (no --out, --nodes, "
-            "--json, --junit, --repro)")
+        why = why if len(why) <= 120 else why[:119].rstrip() + "…"
+        undecided = own.why if own is not None and own.why else "no own backward"
+        raise InputError(
+            f"backward=True could not record the candidate ({why or 'see the notes'}), and "
+            f"each side's own backward proves nothing ({undecided})")
     _check_loss(mode.loss)
     from introspect.diff.backward import backward_diff
 
@@ -135,6 +137,39 @@ def compare_gradients(state: DiffState) -> None:
             f"weights paired by proof, while its recorded backward, a later call, agrees "
             f"({len(recorded.rows)} node gradients within budget): its backward changes "
             "from call to call")
+
+
+def own_gradients_late(state: DiffState) -> None:
+    """Each side's own backward, taken now: with node tables asked for, the plain calls
+    took none, and the candidate turned out not to be recordable (compiled, a worker
+    thread, ``vmap``). One more plain call per side with autograd on, its module calls
+    captured with the gradients they are handed, then ``judge_plain_gradients`` as a
+    PASS without recording judges them. The reference's own backward is held to its
+    recorded one, taken clean before the candidate was built (``held_to_own_backward``):
+    a build that changed how it differentiates is refused, not judged against."""
+    from introspect.diff.backward.plain_parity import judge_plain_gradients
+    from introspect.diff.modules import gather_module_evidence
+    from introspect.diff.ops.explain import accepted_inputs
+    from introspect.run.capture import capture_calls
+    from introspect.run.truth import run_truth
+
+    reference, candidate = state.reference, state.candidate
+    taker = own_backward(state, reference)
+    with capture_calls(reference, gradients=True) as ref_calls:
+        run_truth(reference, state.ref_accepted, lean=not compiled(reference), backward=taker)
+    if state.ref_gradients is not None:
+        held_to_own_backward(state)
+    with capture_calls(candidate, share=ref_calls, gradients=True) as cand_calls:
+        run_truth(candidate, accepted_inputs(candidate, state.cand_tensors),
+                  lean=not compiled(candidate), backward=candidate_own_backward(state))
+    evidence = gather_module_evidence(ref_calls, cand_calls, state.tensors.get("attention_mask"),
+                                      keep_calls=True, rounding=state.device_rounding)
+    state.module_evidence = evidence  # (what the noise's re-judgement reads; the forward's
+    # module evidence is gathered again from the truth runs when it is joined)
+    state.own_gradients = judge_plain_gradients(
+        state.loss[0], state.ref_plain, state.cand_plain, evidence, reference,
+        state.tolerance, state.tensors.get("attention_mask"),
+        state.options.budgets.allow_nonfinite)
 
 
 def _noise_allowed(state: DiffState, result: Any) -> bool:
@@ -263,4 +298,4 @@ def _check_loss(loss: Any) -> None:
 
 
 __all__ = ["candidate_own_backward", "compare_gradients", "gradients_now",
-           "held_to_own_backward", "one_forward_for_both", "own_backward"]
+           "held_to_own_backward", "one_forward_for_both", "own_backward", "own_gradients_late"]
