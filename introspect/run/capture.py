@@ -100,6 +100,8 @@ class ModuleCall:
     thread: bool  # called in another thread than the model's own call
     edited_inputs: bool = False  # the module edited an input in place
     started: int = -1  # in the order calls started (-1: not seen starting)
+    # the state its output hangs on that a caller sets around it (``call_context``)
+    context: tuple[object, ...] = ()
 
 
 @dataclasses.dataclass
@@ -220,7 +222,7 @@ class _Hooks:
                 _detached(args, "args", swaps),
                 dict(_detached(dict(kwargs or {}), "kwargs", swaps)),
                 [] if edited else inputs, outputs, self.order,
-                threading.get_ident() != self.thread, edited, started))
+                threading.get_ident() != self.thread, edited, started, _context()))
         if key == self.root:
             self.mode = None
 
@@ -279,6 +281,37 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
         # ``remove`` leaves the hook's id in the with-kwargs table (PyTorch 2.x): a port's
         # build is checked for global changes, and that one would be ours
         torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _context() -> tuple[object, ...]:
+    """What a caller may set around a module's call that its output hangs on, and that a
+    run of the module alone must set again: autocast on each device (a region in bf16,
+    ``with torch.autocast(...)`` around one layer) and the default dtype."""
+    return (tuple((device, torch.get_autocast_dtype(device))
+                  for device in _AUTOCAST_DEVICES if torch.is_autocast_enabled(device)),
+            torch.get_default_dtype())
+
+
+@contextlib.contextmanager
+def call_context(call: ModuleCall) -> Iterator[None]:
+    """``call``'s context set again (``ModuleCall.context``) around a run of its module
+    alone: module evidence runs it on the reference's inputs as its caller ran it."""
+    if not call.context:
+        yield
+        return
+    autocast, default = call.context
+    before = torch.get_default_dtype()
+    with contextlib.ExitStack() as stack:
+        for device, dtype in autocast:  # type: ignore[attr-defined]
+            stack.enter_context(torch.autocast(device, dtype=dtype))
+        torch.set_default_dtype(default)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(before)
 
 
 def probe(t: torch.Tensor, count: int = 16) -> tuple[float, ...]:
@@ -359,4 +392,4 @@ def _wrapped(tensor: torch.Tensor) -> bool:
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
-__all__ = ["Calls", "Leaf", "ModuleCall", "capture_calls", "picked", "probe"]
+__all__ = ["Calls", "Leaf", "ModuleCall", "call_context", "capture_calls", "picked", "probe"]

@@ -128,7 +128,7 @@ class ModuleEvidence:
             detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
                     f"on the reference's inputs to it in its {row.call} call, is "
                     f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
-                    f"(its budget {row.limit:.3g})"))
+                    f"(its budget {row.limit:.3g})"), candidate_module=row.candidate_module)
 
     def _changing(self) -> Divergence | None:
         """Where a forward that changes from call to call changes (``unreproduced``)."""
@@ -144,7 +144,7 @@ class ModuleEvidence:
             detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
                     f"again on its own inputs from its first call with autograd on{run}, "
                     f"returns other values (by up to {gap:.3g}): its forward changes "
-                    f"{changes} here"))
+                    f"{changes} here"), candidate_module=row.candidate_module)
 
     def join(self, passed: bool, divergence: Divergence | None, faithful: bool,
              order: Sequence[str] = ()) -> tuple[bool, Divergence | None]:

@@ -32,6 +32,7 @@ from introspect.diff.modules.arguments import as_argument, copied, output_at, pu
 from introspect.diff.modules.gaps import flat, largest, largest_gap
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.modules.reuse import Reruns
+from introspect.run.capture import call_context
 from introspect.run.truth import identical
 
 # Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
@@ -133,7 +134,8 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
         value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
         put(args, kwargs, match.path, change(value))
     try:
-        with torch.set_grad_enabled(call.grad), own_forward_hooks_off(call.module):
+        with torch.set_grad_enabled(call.grad), call_context(call), \
+                own_forward_hooks_off(call.module):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e

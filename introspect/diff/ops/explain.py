@@ -276,17 +276,19 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
 
     A recorded graph runs the same kernels in the same order as the model did, so its
     outputs are the model's to the bit, unless the model draws random numbers (dropout
-    left on) or changes its own state as it runs.
+    left on), changes its own state as it runs, or runs a region under a state the ops
+    recorded do not hold (``torch.autocast``: the casts it makes are not recorded).
     """
     notes = []
     for side, recording in zip(("reference", "candidate"), recordings, strict=True):
         replayed = run.outputs.get(side, {})
         differing = outputs_not_replayed(recording, replayed)
         if differing:
-            notes.append(f"the {side} computed other values when run again on the same "
-                         f"inputs ({', '.join(differing)} differ): its forward is not "
-                         "deterministic (dropout or random numbers left on?) or changes its "
-                         "own state as it runs; the diff fails, since no comparison of it "
+            notes.append(f"the {side}'s replay computed other values than its recording on "
+                         f"the same inputs ({', '.join(differing)} differ): its forward is "
+                         "not deterministic (dropout or random numbers left on?), changes "
+                         "its own state as it runs, or runs under a state the replay does "
+                         "not set again (an autocast region); no node-level comparison of it "
                          "can be trusted")
     return notes
 
