@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from introspect.cli.tables import Column, emit, table
+from introspect.cli.tables import Column, emit, prose, table
 
 MAX_PARAMETER_ROWS = 10  # without --nodes; failing and drifting weights first
 MAX_NODE_ROWS = 10
@@ -24,6 +24,11 @@ def print_backward(backward: Any, console: Any, *, all_rows: bool = False) -> No
         emit(console, node_gradient_table(rows, console.width,
                                           None if all_rows else MAX_NODE_ROWS))
     console.print()
+    if not backward.parameter_rows:  # (a table of no rows is all title, wrapped narrow)
+        prose(console, "parameters: no weight's gradient compared (the candidate holds no "
+                       "parameter paired with the reference's: its weights frozen, or "
+                       "buffers)")
+        return
     emit(console, parameter_table(backward.parameter_rows, console.width,
                                   None if all_rows else MAX_PARAMETER_ROWS))
 

@@ -140,9 +140,10 @@ def print_diff(result: Any, stream: TextIO, *, quiet: bool, all_nodes: bool,
         if place and wraps(console, last):  # the last line names the layer and the node
             prose(console, "    " + place.replace(" ", "\xa0"), _verdict_style(last))
     elif backward is not None and not quiet:  # the verdict again, under the tables
-        prose(console, f"{result.verdict}: forward and backward "
-                       f"({len(backward.parameter_rows)} parameters)",
-              _verdict_style("parity holds"))
+        compared = f"{len(backward.parameter_rows)} parameters"
+        again = f"parity holds: forward and backward ({compared})" if result.passed \
+            else f"{result.verdict} ({compared})"
+        prose(console, again, _verdict_style(again))
 
 
 def print_legend(console: Any, words: Any) -> None:

@@ -236,7 +236,11 @@ def _loss_notes(kind: str, ref: GradientRecording | PlainGradients,
         notes.append(f"the candidate's loss is {cand.loss} (the reference's: {ref.loss:.6g})"
                      + ("; allowed by --allow-nonfinite" if allow_nonfinite
                         else ": the backward diff fails"))
-    if cand.detached:
+    if cand.detached and not cand.parameter_grads:
+        notes.append("the candidate holds no parameters (its weights are buffers, which "
+                     "no optimizer trains): its loss reaches no weight, the backward diff "
+                     "fails")
+    elif cand.detached:
         notes.append("the candidate's loss does not depend on its parameters (its forward "
                      "ran under no_grad, or detached its outputs): no gradient reaches it, "
                      "the backward diff fails")
