@@ -62,3 +62,24 @@ def test_a_fault_beside_the_fold_fails_in_its_layer(model, builder, module, requ
     divergence = result.first_divergence
     assert divergence.layer == f"encoder.layer.{layer}", divergence
     assert divergence.module.startswith(module.format(layer)), divergence
+    if builder == "faulty_scale":  # the hint names the fold and how far off it is
+        assert any("a scale folded into it" in h and "+0.01 off it" in h
+                   for h in divergence.hints), divergence.hints
+
+
+def test_a_scaled_copy_is_found_and_named():
+    import math
+
+    import torch
+
+    from introspect.diff.hypotheses.weights import scale_between, scaled_hint
+
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    assert scale_between(w * 0.125, w) == pytest.approx(0.125)
+    assert scale_between(w.clone(), w) is None  # the same values: no fold
+    assert scale_between(w * 0.125 + 1e-3 * torch.rand(8, 8), w) is None
+    assert scale_between(torch.zeros(8, 8), w) is None
+    exact = scaled_hint("q.weight", "blocks.1.q.weight", 1 / math.sqrt(32))
+    assert "times 0.176777:" in exact and "off it" not in exact
+    off = scaled_hint("q.weight", "blocks.1.q.weight", 1.01 / math.sqrt(64))
+    assert "not 1/sqrt(64) = 0.125 (+0.01 off it)" in off

@@ -85,7 +85,12 @@ def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
         found = [r for r in relations if r.candidate == label]
         if _rearranged(gm, label, reference_gm, [r.reference for r in found]):
             continue  # loaded, rearranged by a reshape: the hypotheses say how
-        if not found:
+        scaled = _scaled_reference(gm, label, reference_gm) if not found else None
+        if scaled is not None:
+            from introspect.diff.hypotheses.weights import scaled_hint
+
+            hints.append(scaled_hint(scaled[0], label, scaled[1]))
+        elif not found:
             hints.append(f"weight {label} matches no weight of the reference, by value or "
                          "by name: a weight left unloaded, or loaded from another model")
         for r in found:
@@ -97,6 +102,21 @@ def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
                 hints.append(f"weight {label} is the reference's {r.reference} transposed, but "
                              "a Linear expects (out_features, in_features): a transposed weight")
     return hints
+
+
+def _scaled_reference(gm: torch.fx.GraphModule, label: str,
+                      reference_gm: torch.fx.GraphModule | None) -> tuple[str, float] | None:
+    """(the reference's weight, the factor) that the candidate's ``label`` holds scaled."""
+    from introspect.diff.hypotheses.weights import scale_between
+
+    tensor = _tensor(gm, label)
+    if tensor is None or reference_gm is None:
+        return None
+    for name, value in reference_gm.named_parameters():
+        factor = scale_between(tensor, value)
+        if factor is not None:
+            return name, factor
+    return None
 
 
 def _tensor(gm: torch.nn.Module, label: str) -> torch.Tensor | None:

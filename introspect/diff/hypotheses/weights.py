@@ -10,7 +10,8 @@ as a block of a fused weight.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 
 import torch
@@ -52,7 +53,8 @@ def _path(site: Site, name: str) -> str:
 def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]:
     """Hints for reference weights read up to ``quantity`` that the candidate holds nowhere."""
     hints = []
-    params = [p.detach() for p in candidate.parameters()]
+    named = {label: p.detach() for label, p in candidate.named_parameters()}
+    params = list(named.values())
     for module in READS.get(quantity, ()):
         for kind in ("weight", "bias"):
             name = f"{module}.{kind}"
@@ -61,6 +63,10 @@ def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]
                 continue
             where = (f"encoder.layer.{site.index}." if site.kind == "layer"
                      else "pooler." if site.kind == "pooler" else "embeddings.")
+            scaled = held_scaled(value, named)
+            if scaled is not None:
+                hints.append(scaled_hint(f"{site.prefix}{where}{name}", *scaled))
+                continue
             hints.append(f"weight {site.prefix}{where}{name} has no counterpart in the "
                          "candidate (no parameter holds its values, as they are, transposed, "
                          "reshaped, or as a block of a fused weight): left unloaded, still at "
@@ -118,6 +124,54 @@ def _equal(p: torch.Tensor, value: torch.Tensor) -> bool:
     """Equal after rounding the reference's value to the candidate's dtype."""
     return torch.allclose(p.detach().float(), value.detach().to(p.device, p.dtype).float(),
                           rtol=1e-3, atol=1e-6)
+
+
+# Head sizes whose 1/sqrt a port may fold into its weights: powers of two, multiples of 16.
+_HEAD_SIZES = sorted({2 ** k for k in range(11)} | set(range(16, 513, 16)))
+
+
+def scaled_hint(reference: str, candidate: str, factor: float) -> str:
+    """The hint for a candidate's weight holding a reference weight times ``factor``; one
+    near 1/sqrt(n) (a head size's scale folded in) says how far from it."""
+    n = min(_HEAD_SIZES, key=lambda size: abs(factor * math.sqrt(size) - 1)) \
+        if factor > 0 else 0
+    folded = 1 / math.sqrt(n) if n else 0.0
+    near = ""
+    if folded and abs(factor - folded) > 1e-6 * folded and abs(factor / folded - 1) < 0.05:
+        near = f", not 1/sqrt({n}) = {folded:.6g} ({factor / folded - 1:+.3g} off it)"
+    return (f"weight {candidate} holds the reference's {reference} times {factor:.6g}{near}: "
+            "a scale folded into it (the op that applied the scale must no longer apply it)")
+
+
+def held_scaled(value: torch.Tensor, params: Mapping[str, torch.Tensor]
+                ) -> tuple[str, float] | None:
+    """(the parameter, the factor) where one of ``params`` holds ``value`` times a factor
+    other than 1, to float32's rounding (1/sqrt(d) folded into a query's weights), or None."""
+    for label, p in params.items():
+        factor = scale_between(p, value)
+        if factor is not None:
+            return label, factor
+    return None
+
+
+def scale_between(p: torch.Tensor, value: torch.Tensor) -> float | None:
+    """The factor ``a`` (not 0 or 1) for which ``p`` is ``a * value`` to rounding, or None:
+    read first at a few elements, then in full."""
+    if p.shape != value.shape or not p.is_floating_point() or value.numel() < 2:
+        return None
+    v = value.detach().reshape(-1).double().cpu()
+    q = p.detach().reshape(-1).double().cpu()
+    largest = int(v.abs().argmax())
+    if v[largest] == 0:
+        return None
+    factor = float(q[largest] / v[largest])
+    if factor == 0 or not math.isfinite(factor) or abs(factor - 1) < 1e-6:
+        return None
+    tolerance = 1e-6 * abs(factor) * float(v[largest].abs())  # (float32's rounding, a few)
+    probe = torch.linspace(0, len(v) - 1, min(16, len(v))).long()
+    if not torch.allclose(q[probe], factor * v[probe], rtol=1e-5, atol=tolerance):
+        return None
+    return factor if torch.allclose(q, factor * v, rtol=1e-5, atol=tolerance) else None
 
 
 def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
