@@ -92,6 +92,10 @@ class Pair:
     feature_order: tuple[int, ...] | None = None
     # One of the PROVEN_* words; "" takes the one ``matched_by`` implies (a name map: name)
     provenance: str = ""
+    # A Linear's bias (its parameter path in the reference) that the candidate's node does
+    # not add (``(x + b) + x @ W.T``, a bias added per head): the reference's value less
+    # it is what the candidate's node holds, and what it is compared with
+    reference_bias: str = ""
 
     def __post_init__(self) -> None:
         if not self.provenance:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from introspect.diff.ops.align import Alignment
 from introspect.diff.records import (
+    PROVEN_STRUCTURE,
     STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_OK,
@@ -258,10 +259,14 @@ class DiffResult:
     @property
     def max_abs_err(self) -> float:
         """The largest propagated error over all aligned pairs (real tokens) and the
-        outputs of the truth runs."""
+        outputs of the truth runs; a guessed pair's whose values disagree is left out
+        unless it fails, confirmed (it may hold another quantity: the view of a product
+        compared less its bias)."""
         rows: list[Any] = [*self.rows, *self.output_rows]
         errors = [r.max_abs_err for r in rows
-                  if r.max_abs_err is not None and r.status != STATUS_UNCONFIRMED]
+                  if r.max_abs_err is not None and r.status != STATUS_UNCONFIRMED
+                  and (getattr(r, "provenance", "") != PROVEN_STRUCTURE
+                       or r.status == STATUS_FAIL)]
         return max(errors, default=0.0)
 
     def counts(self) -> dict[str, int]:

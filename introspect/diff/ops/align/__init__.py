@@ -128,6 +128,7 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
         matcher.add(Pair(r_name, c_name, "name map"))
     matcher.inputs()
     matcher.anchors()
+    matcher.biases_apart()
     _check_same_model(matcher)
     notes = matcher.outputs()
     for _ in range(8):

@@ -142,10 +142,11 @@ class Matcher:
             c, relation = max(options, key=lambda o: self.cand.order[o[0]])  # the complete one
             earlier = [p for p in self.pairs if p.reference == r and p.matched_by == BY_WEIGHTS
                        and p.reference_region == ref_region]
-            if earlier:  # a bias added after the matmul: the later node holds the result
+            if earlier:  # a bias added onto the matmul: the later node holds the result
                 if self.cand.order[c] < self.cand.order[earlier[0].candidate] or \
-                        earlier[0].candidate_region != _cand_region(relation):
-                    continue
+                        earlier[0].candidate_region != _cand_region(relation) or \
+                        not self._adds_onto(c, earlier[0].candidate):
+                    continue  # (added elsewhere: ``biases_apart`` compares the product)
                 self.remove(earlier[0])
                 options.append((earlier[0].candidate, relation))
             for other, _ in options:
@@ -279,6 +280,59 @@ class Matcher:
         elif ref_last != cand_last:
             return False
         return math.prod(ref_shape[:-1]) == math.prod(cand_shape[:-1])
+
+    def _adds_onto(self, c: str, product: str) -> bool:
+        """Whether ``c`` takes ``product`` itself as an input: ``x @ W.T + b``, not
+        ``(x @ W.T + r) + b``, which holds a residual too."""
+        return any(n.name == product for n in self.cand.nodes[c].all_input_nodes)
+
+    def biases_apart(self) -> None:
+        """A pair proven by a Linear's weight matrix whose candidate node reads none of the
+        Linear's bias, while the candidate holds that bias elsewhere (added before the
+        product, ``(x + b) + x @ W.T``, or after it through other ops, per head): the node
+        holds the product alone, so it is compared with the reference's output less the
+        bias (``Pair.reference_bias``). A bias the candidate holds nowhere is left in: its
+        absence is the fault."""
+        held = {rel.reference for found in self.relations.values() for rel in found}
+        for pair in list(self.pairs):
+            if pair.matched_by != BY_WEIGHTS or pair.reference_bias:
+                continue
+            bias = self._linear_bias(pair.reference)
+            if bias is None or (bias not in held and not self._read_reshaped(bias)):
+                continue
+            read = {rel.reference for label, _ in self.cand.weights.get(pair.candidate, [])
+                    for rel in self.relations.get(label, [])}
+            if bias in read:
+                continue
+            note = "; ".join(n for n in (pair.note, f"compared less {bias}: the candidate "
+                                         "adds that bias elsewhere") if n)
+            self.remove(pair)
+            self.add(dataclasses.replace(pair, reference_bias=bias, note=note))
+
+    def _read_reshaped(self, label: str) -> bool:
+        """Whether some candidate node reads the reference's weight ``label`` reshaped
+        (``b.view(heads, 1, head_size)``, which no relation names), bit for bit."""
+        value = next((t for found in self.ref.weights.values() for name, t in found
+                      if name == label), None)
+        if value is None:
+            return False
+        flat = value.detach().reshape(-1)
+        return any(t.numel() == flat.numel() and t.dtype == flat.dtype
+                   and torch.equal(t.detach().reshape(-1), flat)
+                   for found in self.cand.weights.values() for _, t in found)
+
+    def _linear_bias(self, r: str) -> str | None:
+        """The bias of the reference's Linear-like node ``r`` (one matrix, one vector as
+        long as one of its sides), or None."""
+        weights = self.ref.weights.get(r, [])
+        matrices = [t for _, t in weights if t.ndim == 2]
+        vectors = [(label, t) for label, t in weights if t.ndim == 1]
+        if len(matrices) != 1 or len(vectors) != 1 or len(weights) != 2:
+            return None
+        label, vector = vectors[0]
+        if vector.shape[0] not in matrices[0].shape or label.endswith("(constant)"):
+            return None
+        return label
 
     def _cut_parts(self) -> None:
         """Nodes that cut a fused output into the parts the other graph computes apart."""

@@ -108,6 +108,9 @@ class Runner:
         self.pair_orders = {i: p.feature_order for i, p in enumerate(self.pairs)
                             if p.feature_order is not None}
         self.quantized: dict[str, torch.nn.Module | None] = {}  # module path -> int8 module
+        # pair index -> the reference's bias its candidate node does not add (``Pair``)
+        self.biases = {i: _parameter(reference, p.reference_bias)
+                       for i, p in enumerate(self.pairs) if p.reference_bias}
 
     # -- driving ----------------------------------------------------------------------
     def run(self, ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
@@ -226,6 +229,7 @@ class Runner:
                 return SAME
             if self.pairs[i].reference_region is not None:
                 ref_value = narrow(ref_value, self.pairs[i].reference_region)
+            ref_value = self._less_bias(i, ref_value)
             if i in self.layouts:
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
@@ -239,6 +243,7 @@ class Runner:
             if ref_value is None:
                 continue
             part = narrow(assembled, self.pairs[i].candidate_region)
+            ref_value = self._less_bias(i, ref_value)
             if i in self.layouts:  # e.g. the candidate's rows flattened: (B*S, H) for (B, S, H)
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
@@ -246,6 +251,19 @@ class Runner:
             if ref_value.shape == part.shape:
                 part.copy_(ref_value)
         return assembled
+
+    def _less_bias(self, i: int, reference: torch.Tensor) -> torch.Tensor:
+        """The reference's value less the bias pair ``i``'s candidate node does not add (its
+        part where the pair compares a region of the features)."""
+        bias = self.biases.get(i)
+        if bias is None or not reference.ndim:
+            return reference
+        region = self.pairs[i].reference_region
+        if region is not None and region.dim in (-1, reference.ndim - 1):
+            bias = bias.narrow(0, region.start, region.stop - region.start)
+        if bias.shape[0] != reference.shape[-1]:
+            return reference
+        return reference - bias.to(reference.device, reference.dtype)
 
     # -- comparing --------------------------------------------------------------------
     def _compare(self, i: int, value: Any, local: Any) -> bool:
@@ -257,6 +275,7 @@ class Runner:
             return False
         if pair.reference_region is not None:
             reference = narrow(reference, pair.reference_region)
+        reference = self._less_bias(i, reference)
         # Values meet on the reference's device, moved there one pair at a time: a GPU
         # never holds a second copy of the graph (introspect.diff.devices).
         value, local = _onto(value, reference.device), _onto(local, reference.device)
@@ -414,6 +433,16 @@ class Runner:
             d = d.masked_fill(pad, 0.0)
         rows = tuple(float(x) for x in d.reshape(d.shape[0], -1).amax(dim=1)) if d.ndim else ()
         self.result.snapshots[i] = Snapshot(i, inputs, local, reference, rows)
+
+
+def _parameter(gm: torch.nn.Module, path: str) -> torch.Tensor | None:
+    """The parameter or buffer at the dotted ``path`` in ``gm``, detached, or None."""
+    value: Any = gm
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value.detach() if isinstance(value, torch.Tensor) else None
 
 
 @contextlib.contextmanager
