@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from introspect.errors import InputError
+from introspect.spread import index_dtype
 
 BY_NAME, BY_VALUE, BY_ORDER, BY_CLOSEST = "name", "value", "order", "closest"
 _UNASSIGNED_COST = 1.0  # the cost of leaving a dumped tensor unpaired, in the DP below
@@ -184,7 +185,8 @@ class _Profile:
         ordered = _finite_view(value).sort().values
         self.numel = ordered.numel()
         self.scale = float(ordered.abs().max()) if self.numel else 0.0
-        points = torch.linspace(0, max(self.numel - 1, 0), _QUANTILES).round().long()
+        points = torch.linspace(0, max(self.numel - 1, 0), _QUANTILES,
+                                dtype=index_dtype(self.numel)).round().long()
         self.quantiles = ordered[points].double() if self.numel else torch.zeros(0)
         self._sorted = ordered if self.numel <= _KEEP_SORTED else None
 
@@ -555,7 +557,7 @@ def _fingerprint(value: torch.Tensor) -> tuple[float, ...]:
     flat = value.detach().reshape(-1)
     if not flat.numel():
         return ()
-    picks = flat[torch.linspace(0, flat.numel() - 1, 16).long()]
+    picks = flat[torch.linspace(0, flat.numel() - 1, 16, dtype=index_dtype(flat.numel())).long()]
     return tuple(float(x) for x in picks.double().nan_to_num(nan=0.5))
 
 

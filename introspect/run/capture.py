@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from introspect.run.truth import AUTOGRAD, NO_GRAD, same_view
+from introspect.spread import spread
 
 _MAX_DEPTH = 4  # a tuple of a dict of a list of tensors, as ``run.outputs``
 
@@ -335,7 +336,7 @@ def picked(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=256)
 def _picks(numel: int, count: int, device: torch.device) -> torch.Tensor:
     """The indices ``probe`` reads: ``count`` spread evenly over ``numel`` (made once)."""
-    return torch.linspace(0, max(numel - 1, 0), min(numel, count), device=device).long()
+    return spread(numel, count, device)
 
 
 def _leaves(value: Any, path: str, depth: int = 0,

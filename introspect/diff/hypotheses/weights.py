@@ -19,6 +19,7 @@ import torch
 from introspect.diff.hypotheses.blocks import READS, LayerOptions
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_layer
 from introspect.diff.hypotheses.site import Site
+from introspect.spread import spread
 
 
 def hypotheses(site: Site) -> Iterator[Hypothesis]:
@@ -168,7 +169,7 @@ def scale_between(p: torch.Tensor, value: torch.Tensor) -> float | None:
     if factor == 0 or not math.isfinite(factor) or abs(factor - 1) < 1e-6:
         return None
     tolerance = 1e-6 * abs(factor) * float(v[largest].abs())  # (float32's rounding, a few)
-    probe = torch.linspace(0, len(v) - 1, min(16, len(v))).long()
+    probe = spread(len(v), 16)
     if not torch.allclose(q[probe], factor * v[probe], rtol=1e-5, atol=tolerance):
         return None
     return factor if torch.allclose(q, factor * v, rtol=1e-5, atol=tolerance) else None

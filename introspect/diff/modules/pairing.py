@@ -33,6 +33,7 @@ from introspect.diff.quantized import is_quantized, quantized_weights
 from introspect.run.capture import Leaf, ModuleCall, picked, probe
 from introspect.run.same_bytes import same_bytes
 from introspect.run.truth import same_view
+from introspect.spread import spread
 
 # The next other value must be this many times as far as the chosen one.
 CLEAR = 4.0
@@ -536,7 +537,7 @@ def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
 def _sample_index(numel: int) -> torch.Tensor:
     if numel <= _SAMPLE:
         return torch.arange(numel)
-    return torch.linspace(0, numel - 1, _SAMPLE).long()
+    return spread(numel, _SAMPLE)
 
 
 def _candidate_weights(candidate: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -568,7 +569,7 @@ def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bool, bytes]:
     sample = t.detach()
     for dim in range(sample.ndim):
         size = sample.shape[dim]
-        picks = torch.linspace(0, size - 1, min(size, 8)).long().to(sample.device)
+        picks = spread(size, 8, sample.device)
         sample = sample.index_select(dim, picks)
     return tuple(t.shape), False, sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
 

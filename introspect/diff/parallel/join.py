@@ -25,6 +25,7 @@ import torch
 from introspect.diff.tolerance import Tolerance
 from introspect.dump.formats import Dump
 from introspect.dump.match import best_layout
+from introspect.spread import spread
 
 REPLICATED, CONCATENATED, SUMMED, PER_RANK = "replicated", "concatenated", "summed", "per rank"
 _PREFERENCE = (REPLICATED, CONCATENATED, SUMMED, PER_RANK)  # among joins that agree
@@ -260,7 +261,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _quantiles(ordered: torch.Tensor, points: int = 257) -> torch.Tensor:
     """``points`` evenly spaced entries of a sorted flat tensor."""
-    index = torch.linspace(0, ordered.numel() - 1, min(points, ordered.numel())).long()
+    index = spread(ordered.numel(), points)
     return ordered[index]
 
 
