@@ -119,6 +119,29 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _raised_in_introspect(error: BaseException) -> bool:
+    """Whether the innermost frame of ``error`` that is neither a library's nor Python's
+    own is introspect's: a bug of ours met while the user's code ran (a hook, module
+    evidence), not the user's code failing."""
+    import sysconfig
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1]
+    libraries = {Path(sysconfig.get_paths()[key]).resolve()
+                 for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    innermost = None
+    trace = error.__traceback__
+    while trace is not None:
+        path = Path(trace.tb_frame.f_code.co_filename)
+        if path.is_absolute():
+            resolved = path.resolve()
+            if resolved.is_relative_to(package) or not any(
+                    resolved.is_relative_to(library) for library in libraries):
+                innermost = resolved
+        trace = trace.tb_next
+    return innermost is not None and innermost.is_relative_to(package)
+
+
 def _unexpected(error: BaseException, user_code: list[str]) -> str:
     """One line for what no handler foresaw: user code's doing, or a bug of ours."""
     from introspect.models.guards import ProcessExitCalled
@@ -130,7 +153,7 @@ def _unexpected(error: BaseException, user_code: list[str]) -> str:
     else:
         text = " ".join(str(error).split())
         what = f"raised {type(error).__name__}" + (f": {text[:200]}" if text else "")
-    if user_code:
+    if user_code and not _raised_in_introspect(error):
         return f"code it ran ({', '.join(user_code)}) {what}; no verdict"
     if isinstance(error, (SystemExit, ProcessExitCalled)):
         return f"code it ran {what}; no verdict"
