@@ -189,6 +189,10 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
                                   noise_budget=noise_budget)
     histograms = {(p.reference, p.candidate): (run.local[i].histogram, run.propagated[i].histogram)
                   for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
+    if run.orders:  # the orders the run found kept on the pairs: the backward reads them
+        alignment = dataclasses.replace(alignment, pairs=[
+            dataclasses.replace(p, feature_order=run.orders[i]) if i in run.orders else p
+            for i, p in enumerate(alignment.pairs)])
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 
     def confirm_inside(modules: Collection[str], passing: Collection[str] = ()

@@ -35,3 +35,6 @@ class RunResult:
     budgets: dict[int, Budget] = field(default_factory=dict)
     # Each side's outputs as replayed ("reference", "candidate"): the only values kept.
     outputs: dict[str, Any] = field(default_factory=dict)
+    # pair index -> the feature order the run found or carried for it (candidate feature j
+    # is reference feature order[j]: ``Pair.feature_order``), where its pair named none
+    orders: dict[int, tuple[int, ...]] = field(default_factory=dict)

@@ -130,6 +130,9 @@ class Runner:
         self.result.outputs = {
             "reference": map_arg(self.ref_output.args[0], self.ref_interp.env.__getitem__),
             "candidate": map_arg(self.cand_output.args[0], self.cand_interp.env.__getitem__)}
+        self.result.orders = {i: tuple(int(j) for j in order.tolist())
+                              for i, order in self.orders.items()
+                              if self.pairs[i].feature_order is None}
         return self.result
 
     def _run_reference(self, node: torch.fx.Node, inputs: Mapping[str, torch.Tensor]) -> None:
