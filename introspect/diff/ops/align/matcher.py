@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 
@@ -300,14 +301,30 @@ class Matcher:
             bias = self._linear_bias(pair.reference)
             if bias is None or (bias not in held and not self._read_reshaped(bias)):
                 continue
-            read = {rel.reference for label, _ in self.cand.weights.get(pair.candidate, [])
-                    for rel in self.relations.get(label, [])}
-            if bias in read:
+            if bias in self._read_through_moves(pair.candidate):
                 continue
             note = "; ".join(n for n in (pair.note, f"compared less {bias}: the candidate "
                                          "adds that bias elsewhere") if n)
             self.remove(pair)
             self.add(dataclasses.replace(pair, reference_bias=bias, note=note))
+
+    def _read_through_moves(self, c: str) -> set[str]:
+        """The reference weights related to what ``c`` reads, or what the node it only
+        cuts or lays out reads (a fused projection's chunk: the fused Linear adds all three
+        biases)."""
+        read: set[str] = set()
+        frontier, seen = [c], {c}
+        while frontier:
+            name = frontier.pop()
+            read |= {rel.reference for label, _ in self.cand.weights.get(name, [])
+                     for rel in self.relations.get(label, [])}
+            node = self.cand.nodes[name]
+            if _moves(node):
+                for source in node.all_input_nodes:
+                    if source.name not in seen and source.op != "get_attr":
+                        seen.add(source.name)
+                        frontier.append(source.name)
+        return read
 
     def _read_reshaped(self, label: str) -> bool:
         """Whether some candidate node reads the reference's weight ``label`` reshaped
@@ -380,6 +397,17 @@ class Matcher:
             )
         return notes
 
+
+
+_MOVES = {"getitem", "chunk", "split", "unbind", "narrow", "view", "reshape", "transpose",
+          "permute", "contiguous", "t", "flatten", "unflatten", "squeeze", "unsqueeze"}
+
+
+def _moves(node: Any) -> bool:
+    """Whether ``node`` only cuts or lays out its input's values."""
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return node.op in ("call_function", "call_method") and name in _MOVES
 
 
 def _ref_region(relation: WeightRelation) -> Region | None:
