@@ -13,12 +13,13 @@ from introspect.diff.flow.state import DiffState
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
+from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.ops.divergence import GROWN_NOTE
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, STATUS_OK
-from introspect.run.truth import INFERENCE_MODE
+from introspect.run.truth import INFERENCE_MODE, NO_GRAD, identical
 
 MODULES_ONLY_NOTE = (
     "no op-level recording: the outputs and module evidence prove this PASS (every module "
@@ -156,13 +157,29 @@ def _execution_order(state: DiffState) -> list[str]:
 def _changing(state: DiffState) -> str:
     """"calls": the candidate's forward changed from call to call in its truth runs;
     "inference_mode": its outputs fail under ``torch.inference_mode()`` only (no kept call
-    ran there); "": neither (``modules.reproduced`` names where, for these)."""
+    ran there); ``INFERENCE_DIFFERS``: they pass there, but are not its ``no_grad``
+    call's; "": none (``modules.reproduced`` names where, ``modules.inference`` judges)."""
     if state.cand_truth is not None and state.cand_truth.changed_between_calls():
         return "calls"
     verdict = state.verdict
     failing = {r.call for r in verdict.rows if r.status == STATUS_FAIL} \
         if verdict is not None else set()
-    return INFERENCE_MODE if failing == {INFERENCE_MODE} else ""
+    if failing == {INFERENCE_MODE}:
+        return INFERENCE_MODE
+    return INFERENCE_DIFFERS if _inference_differs(state) else ""
+
+
+def _inference_differs(state: DiffState) -> bool:
+    """The candidate's outputs under ``inference_mode`` are not its ``no_grad`` call's bit
+    for bit (a correct port's are): a branch there, judged by module evidence
+    (``modules.inference``) beyond the outputs' loose budget."""
+    truth = state.cand_truth
+    if truth is None:
+        return False
+    by_mode = {call.mode: call.outputs for call in truth.calls}
+    there, plain = by_mode.get(INFERENCE_MODE), by_mode.get(NO_GRAD)
+    return there is not None and plain is not None and any(
+        not identical(value, plain.get(name)) for name, value in there.items())
 
 
 def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list[str]:

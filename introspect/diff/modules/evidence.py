@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, module_budget, unit_of
+from introspect.diff.modules.inference import INFERENCE_DIFFERS, judged_under_inference
 from introspect.diff.modules.local import Exact, NotRerun, exact_error, with_noise, within_floor
 from introspect.diff.modules.pairing import (
     ModulePair,
@@ -201,7 +202,10 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             truth runs), "inference_mode" where its outputs are wrong under
             ``torch.inference_mode()`` only: where every module passes, the smallest that
             does not reproduce its own first output (run again, or run again in inference
-            mode) is found (``reproduced``), to name where.
+            mode) is found (``reproduced``), to name where. ``INFERENCE_DIFFERS``: its
+            outputs there pass, but are not its other calls' bit for bit: that module (or
+            its nearest judged ancestor) is judged again under inference mode
+            (``inference.judged_under_inference``).
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
@@ -237,7 +241,12 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                               f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): "
                               "not compared")
     evidence.uncovered = coverage_of(_unseen(candidate, seen), evidence.rows, faithful, parted)
-    if changing and evidence.passed:
+    if changing == INFERENCE_DIFFERS and evidence.passed:
+        judged_there = judged_under_inference(candidate.of_mode(AUTOGRAD), pairs,
+                                              evidence.rows, attention_mask, rounding)
+        if judged_there is not None:
+            evidence.rows.append(judged_there)
+    elif changing and evidence.passed:
         evidence.unreproduced = _unreproduced(candidate, evidence.rows,
                                               changing == INFERENCE_MODE, relations, layers)
         evidence.under_inference = changing == INFERENCE_MODE

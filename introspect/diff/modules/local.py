@@ -107,7 +107,8 @@ def within_floor(exact: Exact, floor: float) -> bool:
     return exact.error <= floor * exact.scale
 
 
-def with_noise(pair: ModulePair, unit: float, exact: Exact, floor: float = 0.0) -> Local:
+def with_noise(pair: ModulePair, unit: float, exact: Exact, floor: float = 0.0,
+               inference: bool = False) -> Local:
     """``exact`` with the module's noise: its run on the reference's inputs rounded once
     more, against ``exact`` (left out where the error is within ``floor``)."""
     if within_floor(exact, floor):
@@ -118,13 +119,25 @@ def with_noise(pair: ModulePair, unit: float, exact: Exact, floor: float = 0.0) 
         signs = torch.randint(0, 2, t.shape, generator=generator).to(t.device) * 2 - 1
         return t * (1 + unit * signs.to(t.dtype))
 
-    moved = _rerun(pair, pair.output.path, rounded)
+    moved = _rerun(pair, pair.output.path, rounded, inference=inference)
     return Local(exact.error, largest_gap(moved, exact.value, exact.keep), exact.scale,
                  int(exact.keep.sum()))
 
 
+def inference_local(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
+                    floor: float = 0.0) -> Local:
+    """``local_error`` with both runs under ``torch.inference_mode()`` (a branch on
+    ``torch.is_inference_mode_enabled()`` that no captured call took). Raises
+    ``NotRerun``."""
+    reference = pair.output.boundary.value
+    value = _rerun(pair, pair.output.path, lambda t: t, inference=True)
+    keep = _kept(reference, value, real)
+    exact = Exact(value, keep, largest_gap(value, reference, keep), largest(reference, keep))
+    return with_noise(pair, unit, exact, floor, inference=True)
+
+
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
-           ) -> torch.Tensor:
+           inference: bool = False) -> torch.Tensor:
     call = pair.call
     # copies: a kept value (its own call's, or the reference's it was kept as, ``capture``)
     # stays as it was, whatever the module does to its arguments when run again
@@ -134,8 +147,8 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
         value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
         put(args, kwargs, match.path, change(value))
     try:
-        with torch.set_grad_enabled(call.grad), call_context(call), \
-                own_forward_hooks_off(call.module):
+        mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
+        with mode, call_context(call), own_forward_hooks_off(call.module):
             returned = call.module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
@@ -193,6 +206,6 @@ def _kept(reference: torch.Tensor, candidate: torch.Tensor,
     return keep
 
 
-__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "local_error",
+__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "inference_local", "local_error",
            "own_forward_hooks_off", "with_noise", "within_floor"]
 
