@@ -24,10 +24,10 @@ def runs(monkeypatch):
     counted: Counter[str] = Counter()
     rerun = local._rerun
 
-    def counting(pair, path, change):
+    def counting(pair, path, change, **options):
         if change.__name__ != "rounded":
             counted[pair.call.name] += 1
-        return rerun(pair, path, change)
+        return rerun(pair, path, change, **options)
 
     monkeypatch.setattr(local, "_rerun", counting)
     return counted

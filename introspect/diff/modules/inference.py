@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -35,19 +35,17 @@ from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.capture import ModuleCall
 from introspect.run.truth import INFERENCE_MODE
 
-if TYPE_CHECKING:
-    from introspect.diff.modules.evidence import ModuleDiff
-
 # ``gather_module_evidence(changing=...)``: the outputs under inference mode pass, yet are
 # not the other calls' bit for bit
 INFERENCE_DIFFERS = "inference_differs"
 
 
 def judged_under_inference(calls: Sequence[ModuleCall], pairs: Sequence[ModulePair],
-                           rows: Sequence[ModuleDiff], real: torch.Tensor | None,
-                           rounding: Sequence[str] = ()) -> ModuleDiff | None:
-    """The row of the module that holds the inference-mode branch, judged there (None:
-    no module changes under inference mode, or none holding it has a budget)."""
+                           rows: Sequence[Any], real: torch.Tensor | None,
+                           rounding: Sequence[str] = ()) -> Any:
+    """The row (an ``evidence.ModuleDiff``, which imports this module) of the module that
+    holds the inference-mode branch, judged there (None: no module changes under
+    inference mode, or none holding it has a budget)."""
     found = first_unreproduced(calls, inference=True)
     if found is None:
         return None
