@@ -157,22 +157,34 @@ def held_scaled(value: torch.Tensor, params: Mapping[str, torch.Tensor]
 
 def scale_between(p: torch.Tensor, value: torch.Tensor) -> float | None:
     """The factor ``a`` (not 0 or 1) for which ``p`` is ``a * value`` to rounding, or None:
-    read first at a few elements, then in full."""
-    if p.shape != value.shape or not p.is_floating_point() or value.numel() < 2:
+    read first at a few elements (most pairs part there, with no copy of either), then in
+    full, in float64."""
+    if p.shape != value.shape or not p.is_floating_point() or not value.is_floating_point() \
+            or value.numel() < 2:
         return None
-    v = value.detach().reshape(-1).double().cpu()
-    q = p.detach().reshape(-1).double().cpu()
-    largest = int(v.abs().argmax())
-    if v[largest] == 0:
+    v, q = value.detach().reshape(-1), p.detach().reshape(-1)
+    picks = spread(len(v), 16, v.device)
+    few, theirs = v[picks].double().cpu(), q[picks.to(q.device)].double().cpu()
+    factor = _factor(few, theirs)
+    if factor is None:
         return None
-    factor = float(q[largest] / v[largest])
+    whole, mine = v.double().cpu(), q.double().cpu()
+    tolerance = 1e-6 * abs(factor) * float(whole.abs().max())  # (float32's rounding, a few)
+    return factor if torch.allclose(mine, factor * whole, rtol=1e-5, atol=tolerance) else None
+
+
+def _factor(value: torch.Tensor, scaled: torch.Tensor) -> float | None:
+    """The factor ``scaled`` holds ``value`` times, read at their largest element, where
+    every element agrees with it (None: no such factor other than 0 or 1)."""
+    largest = int(value.abs().argmax())
+    if value[largest] == 0:
+        return None
+    factor = float(scaled[largest] / value[largest])
     if factor == 0 or not math.isfinite(factor) or abs(factor - 1) < 1e-6:
         return None
-    tolerance = 1e-6 * abs(factor) * float(v[largest].abs())  # (float32's rounding, a few)
-    probe = spread(len(v), 16)
-    if not torch.allclose(q[probe], factor * v[probe], rtol=1e-5, atol=tolerance):
-        return None
-    return factor if torch.allclose(q, factor * v, rtol=1e-5, atol=tolerance) else None
+    tolerance = 1e-6 * abs(factor) * float(value[largest].abs())
+    return factor if torch.allclose(scaled, factor * value, rtol=1e-5, atol=tolerance) \
+        else None
 
 
 def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
