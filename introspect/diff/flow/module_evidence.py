@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from introspect.diff import devices
-from introspect.diff.flow.op_level import name_from_truth
+from introspect.diff.flow.op_level import name_from_truth, passed_with_rows, take_rows
 from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
@@ -130,11 +130,8 @@ def _overrule_growth(state: DiffState) -> None:
     rows, divergence = explanation.confirm_inside(set(), passing)
     if rows == state.rows:
         return
-    state.rows, state.divergence = rows, divergence
-    state.explained_passed = divergence is None \
-        and not any(r.status == STATUS_FAIL for r in rows) and not explanation.unfaithful
-    state.passed = state.explained_passed if verdict is None \
-        else verdict.passed and state.explained_passed
+    take_rows(state, rows, divergence)
+    state.passed = passed_with_rows(state)
     if divergence is None and verdict is not None and not verdict.passed:
         name_from_truth(state)  # (module evidence, joined next, may name a module)
 

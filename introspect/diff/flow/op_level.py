@@ -44,10 +44,16 @@ def explain_ops(state: DiffState) -> None:
     state.notes += explanation.notes
     if state.unpaired is not None:
         raise state.unpaired
-    state.rows = explanation.rows
-    state.divergence = explanation.divergence
-    state.explained_passed = state.divergence is None \
-        and not any(r.status == STATUS_FAIL for r in state.rows) and not explanation.unfaithful
+    take_rows(state, explanation.rows, explanation.divergence)
+
+
+def take_rows(state: DiffState, rows: list[Any], divergence: Any) -> None:
+    """The node rows and their divergence as the verdict's, and whether they alone pass
+    (a replay that did not reproduce its recording never does)."""
+    state.rows, state.divergence = rows, divergence
+    state.explained_passed = divergence is None \
+        and not any(r.status == STATUS_FAIL for r in rows) \
+        and not state.explanation.unfaithful
 
 
 def hold_recordings_to_truth(state: DiffState) -> None:
@@ -96,19 +102,25 @@ def settle_verdict(state: DiffState) -> None:
     run diverges when the rows cannot say (``truth_divergence``; it may run the candidate
     once more to find where the paths part, and so keeps its place after the backward's
     calls). Before module evidence is joined; the gradients' verdict joins in the result."""
-    verdict, explanation, truths = state.verdict, state.explanation, state.truths
-    if verdict is None:
-        state.passed = state.explained_passed
-    elif explanation.graph is not None and state.faithful:
-        state.passed = verdict.passed and state.explained_passed
-    else:
-        state.passed = verdict.passed
+    verdict, truths = state.verdict, state.truths
+    state.passed = passed_with_rows(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
             and (state.divergence is None or (not state.faithful and not state.random)):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands)
         name_from_truth(state)
+
+
+def passed_with_rows(state: DiffState) -> bool:
+    """The outputs' verdict joined with the node rows', where the recordings are faithful
+    to the plain calls (else the rows decide nothing)."""
+    verdict = state.verdict
+    if verdict is None:
+        return state.explained_passed
+    if state.explanation.graph is not None and state.faithful:
+        return verdict.passed and state.explained_passed
+    return verdict.passed
 
 
 def name_from_truth(state: DiffState) -> None:
@@ -131,4 +143,4 @@ def _int8_outputs_note(verdict: Any) -> str:
 
 
 __all__ = ["explain_int8_outputs", "explain_ops", "hold_recordings_to_truth",
-           "name_from_truth", "settle_verdict"]
+           "name_from_truth", "passed_with_rows", "settle_verdict", "take_rows"]

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from introspect.diff.hypotheses.hints import explain
+from introspect.diff.modules.paths import within
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult
@@ -122,12 +123,9 @@ def confirmed_inside(rows: Sequence[NodeDiff], modules: Collection[str]) -> list
     ``modules`` failing again: module evidence (the candidate's module, run on the
     reference's inputs to it, over its own budget) proves the fault is in there, and the
     guess names where inside."""
-    def inside(module: str) -> bool:
-        return any(module == m or module.startswith(f"{m}.") or m == "" for m in modules)
-
     return [dataclasses.replace(r, status=STATUS_FAIL, note=_confirmed_note(r.note))
             if r.status == STATUS_UNCONFIRMED and is_guess(r) and r.mismatched
-            and inside(r.module) else r for r in rows]
+            and any(within(r.module, m) for m in modules) else r for r in rows]
 
 
 def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
@@ -141,8 +139,7 @@ def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
     ``candidate_module``: each candidate node's module path."""
     def inside(node: str) -> bool:
         module = candidate_module.get(node)
-        return module is not None and any(
-            module == m or module.startswith(f"{m}.") for m in passing if m)
+        return module is not None and any(within(module, m) for m in passing if m)
 
     def overruled(note: str) -> str:
         kept = [part for part in note.split("; ") if part != GROWN_NOTE]

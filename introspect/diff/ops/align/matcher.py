@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import torch
 
@@ -310,8 +309,8 @@ class Matcher:
 
     def _read_through_moves(self, c: str) -> set[str]:
         """The reference weights related to what ``c`` reads, or what the node it only
-        cuts or lays out reads (a fused projection's chunk: the fused Linear adds all three
-        biases)."""
+        cuts, lays out or casts reads (a fused projection's chunk: the fused Linear adds
+        all three biases)."""
         read: set[str] = set()
         frontier, seen = [c], {c}
         while frontier:
@@ -319,7 +318,7 @@ class Matcher:
             read |= {rel.reference for label, _ in self.cand.weights.get(name, [])
                      for rel in self.relations.get(label, [])}
             node = self.cand.nodes[name]
-            if _moves(node):
+            if self.cand.transparent(name) or self.cand.kinds[name] in _CUTS:
                 for source in node.all_input_nodes:
                     if source.name not in seen and source.op != "get_attr":
                         seen.add(source.name)
@@ -399,15 +398,9 @@ class Matcher:
 
 
 
-_MOVES = {"getitem", "chunk", "split", "unbind", "narrow", "view", "reshape", "transpose",
-          "permute", "contiguous", "t", "flatten", "unflatten", "squeeze", "unsqueeze"}
-
-
-def _moves(node: Any) -> bool:
-    """Whether ``node`` only cuts or lays out its input's values."""
-    target = node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return node.op in ("call_function", "call_method") and name in _MOVES
+# Kinds of ops that take a part of a value as it is, beside the transparent ones
+# (``GraphView.transparent``): a fused projection's output sliced, ``x[..., :H]``.
+_CUTS = {"getitem", "narrow"}
 
 
 def _ref_region(relation: WeightRelation) -> Region | None:

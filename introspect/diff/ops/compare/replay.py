@@ -439,13 +439,12 @@ class Runner:
 
 
 def _parameter(gm: torch.nn.Module, path: str) -> torch.Tensor | None:
-    """The parameter or buffer at the dotted ``path`` in ``gm``, detached, or None."""
-    value: Any = gm
-    for part in path.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value.detach() if isinstance(value, torch.Tensor) else None
+    """The parameter at the dotted ``path`` in ``gm``, detached, or None (a bias the
+    reference holds otherwise is left in its value: compared whole, as before)."""
+    try:
+        return gm.get_parameter(path).detach()
+    except AttributeError:
+        return None
 
 
 @contextlib.contextmanager
