@@ -17,20 +17,15 @@ import pytest
 import torch
 
 import introspect
-from tests.fixtures.families import tiny_inputs, tiny_model
+from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
 from tests.ports import llama_meta
 
 
 @functools.cache
 def _llama() -> torch.nn.Module:
-    model = tiny_model("llama", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
-                       num_key_value_heads=2, intermediate_size=128, initializer_range=0.1)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:  # the norms off 1, so that a fault shows
-                p.add_(0.2 * torch.randn(p.shape, generator=generator))
-    return model
+    return perturb_vectors(tiny_model("llama", hidden_size=64, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, initializer_range=0.1))
 
 
 def test_the_meta_style_llama_passes_forward_and_backward():

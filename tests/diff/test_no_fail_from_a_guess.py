@@ -26,7 +26,7 @@ from introspect.diff.records import (
     STATUS_FAIL,
     STATUS_UNCONFIRMED,
 )
-from tests.fixtures.families import tiny_inputs, tiny_model
+from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
 from tests.ports import bert_checkpointed, bert_custom_gelu, llama_swapped_halves
 from tests.ports.batch import port_batch
 
@@ -34,18 +34,9 @@ LLAMA_LAYERS = 24
 FAULTY_LAYER = 10
 
 
-def _perturbed(model: torch.nn.Module) -> torch.nn.Module:
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:  # the norms off 1, so that a fault shows
-                p.add_(0.2 * torch.randn(p.shape, generator=generator))
-    return model
-
-
 @functools.cache
 def _llama() -> torch.nn.Module:
-    return _perturbed(tiny_model("llama", hidden_size=64, num_hidden_layers=LLAMA_LAYERS,
+    return perturb_vectors(tiny_model("llama", hidden_size=64, num_hidden_layers=LLAMA_LAYERS,
                                  num_attention_heads=4, num_key_value_heads=4,
                                  intermediate_size=128, initializer_range=0.1))
 

@@ -29,17 +29,12 @@ from introspect.diff.records import (
 )
 from tests.bounds import above, below
 from tests.diff import llama2c_port, nanogpt_gpt2_port
-from tests.fixtures.families import tiny_model
+from tests.fixtures.families import perturb_vectors, tiny_model
 
 
-def _perturb_vectors(model: nn.Module, seed: int = 1) -> nn.Module:
-    """Random-init norms sit at 1 and biases at 0, which hides faults: move them."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-    return model
+def _perturbed(model: nn.Module) -> nn.Module:
+    """Norms and biases moved by N(0, 0.1²) (``perturb_vectors``)."""
+    return perturb_vectors(model, scale=0.1)
 
 
 def _padded_inputs(length: int, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -55,7 +50,7 @@ def _llama() -> nn.Module:
     # 8 heads (as llama-tiny), 2 key/value heads, head size 8; the texts have 8 tokens.
     model = tiny_model("llama", head="causal-lm", hidden_size=64, num_attention_heads=8,
                        num_key_value_heads=2)
-    return _perturb_vectors(model)
+    return _perturbed(model)
 
 
 def _compared(result) -> object:
@@ -134,7 +129,7 @@ def test_attention_probabilities_of_swapped_q_k_fail_in_their_own_layout():
     """(B, nh, S, S) when nh == S: the layout that fits another pair of those shapes (the
     values (B, S, nh, hd)) must not be forced on the probabilities, which differ under
     every layout: they fail as they are, in their layer."""
-    reference = _perturb_vectors(tiny_model("llama", head="causal-lm", attn="eager",
+    reference = _perturbed(tiny_model("llama", head="causal-lm", attn="eager",
                                             hidden_size=64, num_attention_heads=8,
                                             num_key_value_heads=2))
     inputs = _padded_inputs(8)
@@ -154,7 +149,7 @@ def test_attention_probabilities_of_swapped_q_k_fail_in_their_own_layout():
 
 # -- GPT-2: rows flattened to (B*S, F) ----------------------------------------------------
 def _gpt2() -> nn.Module:
-    return _perturb_vectors(tiny_model("gpt2", head="causal-lm"))
+    return _perturbed(tiny_model("gpt2", head="causal-lm"))
 
 
 def test_a_nanogpt_port_on_a_padded_batch_reports_the_real_token_error_only():
@@ -235,7 +230,7 @@ class _Port(nn.Module):
 
 def _toy() -> tuple[_Reference, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
-    reference = _perturb_vectors(_Reference()).eval()
+    reference = _perturbed(_Reference()).eval()
     return reference, {"input_ids": torch.randint(0, 50, (2, 6))}
 
 
@@ -351,7 +346,7 @@ class _Interleaved(_Projected):
 
 def _interleaved_pair(bias_off: float = 0.0) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    reference = _perturb_vectors(_Projected()).eval()
+    reference = _perturbed(_Projected()).eval()
     port = _Interleaved().eval()
     port.load_state_dict(reference.state_dict())
     with torch.no_grad():

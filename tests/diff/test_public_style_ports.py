@@ -34,7 +34,7 @@ import torch
 import introspect
 from introspect.diff.records import STATUS_FAIL
 from tests.bounds import above, below
-from tests.fixtures.families import tiny_inputs, tiny_model
+from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
 from tests.ports.batch import port_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,25 +108,15 @@ def port(name: str):
     return importlib.import_module(f"tests.ports.{name}")
 
 
-def perturb(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
-    """Every 1-D parameter (norm weights, biases) moved by N(0, 0.2²), in place."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(0.2 * torch.randn(p.shape, generator=generator))
-    return model
-
-
 @functools.cache
 def reference(name: str, heads: int | None = None) -> torch.nn.Module:
     """A perturbed tiny reference (``heads`` overrides its number of heads)."""
     if name == "gpt2":
         extra = {"n_head": heads} if heads else {}
-        return perturb(tiny_model("gpt2", head="causal-lm", initializer_range=0.1, **extra))
+        return perturb_vectors(tiny_model("gpt2", head="causal-lm", initializer_range=0.1, **extra))
     if name == "llama":
         extra = {"num_attention_heads": heads} if heads else {}
-        return perturb(tiny_model("llama", initializer_range=0.1, **extra))
+        return perturb_vectors(tiny_model("llama", initializer_range=0.1, **extra))
     from introspect.models.load import load_model
 
     model = load_model(name, head="base").model  # a fresh copy: not the session fixture's
@@ -136,7 +126,7 @@ def reference(name: str, heads: int | None = None) -> torch.nn.Module:
         for p in model.parameters():
             if p.ndim == 2:
                 p.mul_(5.0)
-    return perturb(model)
+    return perturb_vectors(model)
 
 
 @functools.cache
