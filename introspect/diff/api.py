@@ -40,6 +40,7 @@ from introspect.diff.flow.op_level import (
     hold_recordings_to_truth,
     settle_verdict,
 )
+from introspect.diff.flow.other_modes import explain_other_modes
 from introspect.diff.flow.reference import (
     measure_noise_budget,
     place_models,
@@ -169,6 +170,7 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
                 record_reference_late(state)
                 explain_ops(state)
                 hold_recordings_to_truth(state)
+                explain_other_modes(state)
                 explain_int8_outputs(state)
                 compare_gradients(state)
                 settle_verdict(state)

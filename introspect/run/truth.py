@@ -178,7 +178,7 @@ def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
     copies = {name: tensor.clone() for name, tensor in inputs.items()}
     nothing_saved = _NothingSaved() if lean else None
     try:
-        with _mode(mode), nothing_saved or contextlib.nullcontext():
+        with mode_context(mode), nothing_saved or contextlib.nullcontext():
             return copies, model(**copies, **(keywords or {}))
     except Exception:
         if nothing_saved is None or not nothing_saved.read:
@@ -213,7 +213,8 @@ class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
         raise RuntimeError("a value saved for backward was not kept (introspect's truth call)")
 
 
-def _mode(mode: str) -> Any:
+def mode_context(mode: str) -> Any:
+    """The context a call in ``mode`` (AUTOGRAD, NO_GRAD, INFERENCE_MODE) runs in."""
     if mode == INFERENCE_MODE:
         return torch.inference_mode()
     return torch.set_grad_enabled(mode == AUTOGRAD)

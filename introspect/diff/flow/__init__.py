@@ -16,7 +16,9 @@ them; each step reads and fills one ``DiffState`` (``state``).
 6. ``inside``: with no node tables asked for, a FAIL module evidence proves is explained
    inside its smallest failing module alone, each side's module recorded on its own.
    Otherwise ``reference.record_reference_late`` and ``op_level``: the op-level recording and its
-   explanation, the recordings held to the plain calls, int8 outputs explained;
+   explanation, the recordings held to the plain calls, the candidate recorded again in a
+   grad mode whose call its recording did not reproduce (``other_modes``), int8 outputs
+   explained;
    ``gradients`` compared (backward); the verdict settled with the truth divergence.
 7. ``module_evidence.join_module_evidence``; the reference checked once more
    (``reference.reference_again_where_moved``: called, or its footprint read): the

@@ -25,26 +25,32 @@ def explain_ops(state: DiffState) -> None:
     replayed beside it, pair by pair (``ops.explain``): the node rows and their first
     divergence. Once the reference's recording is made; outputs that could not be paired
     are raised only now, after the alignment's notes say why."""
-    options = state.options
-    assert state.ref_side is not None  # (recorded above where the fast path was not taken)
     gradients_with, candidate = state.gradients_with, state.candidate
-    state.explanation = explanation = explain(
-        state.ref_side, candidate, state.tensors, state.candidate_label, state.keywords[1],
-        state.tolerance, state.noise, state.candidate_dtypes, name_map=options.tables.name_map,
-        allow_nonfinite=options.budgets.allow_nonfinite,
-        forward_keywords=options.mode.forward_keywords,
-        noise_budget=options.budgets.noise_budget, reference=state.reference,
-        raise_errors=state.verdict is None,
-        agreeing_outputs=(),  # see docs/verdict.md: not yet sound
-        placement=state.placement, recording=state.recorded_already[1],
-        original_reference=state.original_reference,
-        recorder=gradients_with if gradients_with is not None
-        and getattr(candidate, "_orig_mod", None) is None
-        else record_forward)
+    state.explanation = explanation = explain_with(
+        state, state.recorded_already[1],
+        gradients_with if gradients_with is not None
+        and getattr(candidate, "_orig_mod", None) is None else record_forward)
     state.notes += explanation.notes
     if state.unpaired is not None:
         raise state.unpaired
     take_rows(state, explanation.rows, explanation.divergence)
+
+
+def explain_with(state: DiffState, recording: Any, recorder: Any) -> Any:
+    """``ops.explain`` on this diff's models, inputs and budgets: the candidate's
+    ``recording`` (None: made now by ``recorder``) beside the reference's."""
+    options = state.options
+    assert state.ref_side is not None  # (recorded above where the fast path was not taken)
+    return explain(
+        state.ref_side, state.candidate, state.tensors, state.candidate_label,
+        state.keywords[1], state.tolerance, state.noise, state.candidate_dtypes,
+        name_map=options.tables.name_map, allow_nonfinite=options.budgets.allow_nonfinite,
+        forward_keywords=options.mode.forward_keywords,
+        noise_budget=options.budgets.noise_budget, reference=state.reference,
+        raise_errors=state.verdict is None,
+        agreeing_outputs=(),  # see docs/verdict.md: not yet sound
+        placement=state.placement, recording=recording,
+        original_reference=state.original_reference, recorder=recorder)
 
 
 def take_rows(state: DiffState, rows: list[Any], divergence: Any) -> None:
@@ -142,5 +148,5 @@ def _int8_outputs_note(verdict: Any) -> str:
             "something outside the Linears differs (--atol widens the outputs' budget only)")
 
 
-__all__ = ["explain_int8_outputs", "explain_ops", "hold_recordings_to_truth",
+__all__ = ["explain_int8_outputs", "explain_ops", "explain_with", "hold_recordings_to_truth",
            "name_from_truth", "passed_with_rows", "settle_verdict", "take_rows"]

@@ -44,6 +44,7 @@ from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.errors import InputError
 from introspect.run.outputs import output_items
+from introspect.run.truth import NO_GRAD, mode_context
 from introspect.tracing.fx_module import build_graph_module
 from introspect.tracing.tracer import COMPOSITE_TORCH_MODULES, EXTRA_LEAF_MODULE_PREFIXES
 
@@ -375,7 +376,8 @@ def outputs_as_dict(outputs: Any) -> dict[str, Any]:
 
 def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                    title: str = "", keywords: Mapping[str, Any] | None = None, *,
-                   metadata: bool = True, keep_values: bool = False) -> Recording:
+                   metadata: bool = True, keep_values: bool = False,
+                   mode: str = NO_GRAD) -> Recording:
     """Run ``model(**inputs)`` once, for real, and record every torch call it makes.
 
     Args:
@@ -389,6 +391,9 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
             it); False leaves it to ``write_metadata``, for a recording that may be
             compared from its kept values alone (``generation``'s one-token steps).
         keep_values: keep every node's value and version counter (``Recording.values``).
+        mode: the grad mode it runs in (``introspect.run.truth``'s AUTOGRAD, NO_GRAD or
+            INFERENCE_MODE): a forward may branch on it, and a recording sees the branch
+            its own mode takes.
 
     Returns:
         A ``Recording``: a GraphModule that replays this very call, with tensor
@@ -398,13 +403,13 @@ def record_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         InputError: the model failed on the inputs (the cause is kept).
     """
     recorder = _Recorder(model, metadata=metadata, keep_values=keep_values)
-    outputs = run_recorded(recorder, model, inputs, keywords)
+    outputs = run_recorded(recorder, model, inputs, keywords, mode)
     return finish_recording(recorder, model, tuple(inputs), outputs, title)
 
 
 def run_recorded(recorder: _Recorder, model: torch.nn.Module,
                  inputs: Mapping[str, torch.Tensor],
-                 keywords: Mapping[str, Any] | None = None) -> Any:
+                 keywords: Mapping[str, Any] | None = None, mode: str = NO_GRAD) -> Any:
     """Run ``model(**inputs, **keywords)`` once under ``recorder`` (placeholders first,
     then every call; ``record_forward``'s run, shared with ``generation.call_log``).
 
@@ -414,7 +419,7 @@ def run_recorded(recorder: _Recorder, model: torch.nn.Module,
     for name, tensor in inputs.items():
         recorder.nodes[tensor] = recorder._create("placeholder", name, (), {}, tensor)
     try:
-        with torch.no_grad(), _module_hooks(recorder, model), recorder:
+        with mode_context(mode), _module_hooks(recorder, model), recorder:
             return model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here

@@ -1,0 +1,46 @@
+"""A port with no modules of its own, every weight in one flat Parameter, and a fault
+only one grad mode takes (``ports/flat_modes.py``).
+
+Two wrong verdicts, both PASSes of a faulty port, on bert-tiny:
+
+- the weights were never related: a slice of a Parameter not named ``weight`` or ``bias``
+  was taken for a buffer cut to the input's length, so no node was paired and only the
+  outputs judged (``ops.align.view``);
+- the op-level recording runs under ``no_grad``: a slip taken only with autograd on, or
+  only under ``torch.inference_mode()``, was in no recording, and the outputs it moves
+  stay under their budget. Now, where such a call returns other bits than the recording,
+  the candidate is recorded again in that mode and replayed beside the reference's
+  recording (``flow.other_modes``), and the node where the two part decides.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.adversarial.corpus import port
+
+
+def test_the_flat_port_is_paired_and_passes(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("flat_modes.py").correct(reference), inputs)
+    assert result.passed, result.summary()
+    assert len(result.nodes) > 20  # the weights relate: the nodes pair
+
+
+@pytest.mark.parametrize("builder", ["faulty_everywhere", "faulty_grad", "faulty_inference"])
+@pytest.mark.parametrize("nodes", [False, True])
+def test_a_slip_in_one_grad_mode_fails_in_its_layer(tiny, builder, nodes):
+    import introspect
+
+    reference, inputs = tiny
+    candidate = getattr(port("flat_modes.py"), builder)(reference)
+    result = introspect.diff(reference.model, candidate, inputs, nodes=nodes)
+    assert not result.passed, result.summary()
+    statuses = set(result.outputs["status"])  # (the port returns no pooler_output)
+    assert statuses == {"ok", "unmatched"}, result.outputs  # under the outputs' budget
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.1", divergence
+    if builder != "faulty_everywhere":
+        assert any("recorded again" in note for note in result.notes), result.notes
