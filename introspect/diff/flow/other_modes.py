@@ -18,6 +18,7 @@ Only where the candidate's calls differ by mode: the others pay nothing. Not wit
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -71,7 +72,12 @@ def explain_other_modes(state: DiffState) -> None:
         if failing:  # the path only that call took holds the fault: its rows decide
             state.explanation = again
             state.notes += [n for n in again.notes if n not in state.notes]
-            take_rows(state, again.rows, again.divergence)
+            said = "under inference_mode" if mode == INFERENCE_MODE else "with autograd on"
+            where = (f"on the path its call {_SAID[mode]} takes, recorded again there: its "
+                     f"forward changes {said} here")
+            divergence = dataclasses.replace(again.divergence, detail="; ".join(
+                d for d in (again.divergence.detail, where) if d))
+            take_rows(state, again.rows, divergence)
             return
 
 

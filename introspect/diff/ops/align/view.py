@@ -64,7 +64,9 @@ class GraphView:
         self.records: dict[str, NodeRecord] = {r.name: r for r in records}
         self.order: dict[str, int] = {r.name: r.index for r in records}
         self.modules = dict(gm.named_modules())
-        self.parameters = {name for name, _ in gm.named_parameters()}
+        # 1-D Parameters, whatever their names: slices of one are the weights a port packed
+        # into it (``flat[a:b].view(...)``), not a table cut to the input's length
+        self.packed = {name for name, p in gm.named_parameters() if p.ndim == 1}
         self.users: dict[str, list[str]] = {
             name: [u.name for u in node.users] for name, node in self.nodes.items()}
         backbone = backbone_path(gm)
@@ -140,9 +142,9 @@ class GraphView:
         if not inputs:
             return True  # a tensor made from numbers: arange(S), ones(S, S)
         # a buffer cut to a length: position_ids[:, :S] (inv_freq[None, :, None] is not)
-        # (a parameter by what it is, not by its name: a flat one is called ``flat``)
         return _cut_to_length(node) and any(
-            n.op == "get_attr" and str(n.target) not in self.parameters for n in inputs)
+            n.op == "get_attr" and self.records[n.name].op_type != "parameter"
+            and str(n.target) not in self.packed for n in inputs)
 
     def _evaluate_constants(self) -> dict[str, Any]:
         """Values of the nodes that depend on no input (weights, buffers, their slices)."""
