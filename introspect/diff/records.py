@@ -65,11 +65,14 @@ class WeightRelation:
 
     candidate: str  # parameter path (or expression) in the candidate
     reference: str  # parameter path in the reference
-    kind: str  # "same", "transposed", "slice", "fused", "quantized", "by-name"
+    kind: str  # "same", "transposed", "slice", "fused", "quantized", "folded", "by-name"
     region: Region | None  # rows of the larger of the two that the smaller one is
     max_abs_diff: float  # 0.0 when the values agree (after casting to the lower dtype)
     # "permuted": candidate row j is reference row order[j] (rows permuted within heads)
     order: tuple[int, ...] | None = None
+    # "folded": the reference's 1-D weight each column of the candidate's is scaled by
+    # (a norm's gain folded into the Linear that reads it: W' = W diag(g))
+    scaled_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,8 @@ class _LocalBackward:
             # made again in the backward (a reentrant checkpoint): its functions ran once
             # and are gone; the gradients autograd handed each side are what is compared
             return None
+        if not self._same_frontier(ref_node, cand_node):
+            return None
         ref_grads = self._vjp(ref_node, self.ref, g_out,
                               lambda n: n in self.by_ref)
         g_cand = self.comparer.to_candidate(pair, g_out)
@@ -141,6 +143,17 @@ class _LocalBackward:
                 hints += gradient_hints(g_c_ref, g_ref, pad, cut=g_c is None,
                                         where=f"the gradient into {name}")
         return worst, over, list(dict.fromkeys(hints)), list(ref_grads)
+
+    def _same_frontier(self, ref_node: torch.fx.Node, cand_node: torch.fx.Node) -> bool:
+        """Whether the two nodes read the same aligned values in their forward graphs: a
+        Linear that a norm's gain was folded into reads the norm's output before its gain
+        (paired with nothing), the reference's reads it after (paired with the candidate's
+        residual), so their backwards stop at different nodes and compare nothing. (A
+        gradient cut by ``detach`` or a hook leaves the graphs alike: it is still found.)"""
+        ref_front = self._frontier(ref_node, lambda n: n in self.by_ref)
+        cand_front = self._frontier(cand_node, lambda n: n in self.by_cand)
+        return ref_front is not None and cand_front is not None \
+            and set(ref_front) == {self.by_cand[c].reference for c in cand_front}
 
     @staticmethod
     def _frontier(node: torch.fx.Node, is_frontier: Any) -> list[str] | None:

@@ -321,9 +321,11 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
     cand_alias = _aliases(candidate)
     read_together = {(ref_alias.get(r, r), cand_alias.get(c, c)) for r, c in together or ()}
     by_ref: dict[str, list[tuple[str, WeightRelation]]] = {}
+    refolded = _refolded(alignment.relations, ref_alias)
     for relation in alignment.relations:
         r_name, c_name = ref_alias.get(relation.reference), cand_alias.get(relation.candidate)
-        if r_name is None or c_name is None:
+        if r_name is None or c_name is None or relation.kind == "folded" \
+                or r_name.rpartition(".")[0] in refolded:
             continue
         found = by_ref.setdefault(r_name, [])
         if all(c != c_name for c, _ in found):
@@ -381,6 +383,15 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                                       err, rel, scale, step, STATUS_FAIL if over else STATUS_OK,
                                       hint))
     return rows, sgd
+
+
+def _refolded(relations: Sequence[WeightRelation], ref_alias: Mapping[str, str]) -> set[str]:
+    """The reference's modules whose gain a candidate folded into the Linears reading them
+    (``W' = W diag(g)``): the candidate holds another parametrization there, so neither
+    those Linears' gradients nor the norm's are the reference's (the norm's gradient is
+    spread over the candidate's folded weights), and none is compared."""
+    return {ref_alias.get(r.scaled_by, r.scaled_by).rpartition(".")[0]
+            for r in relations if r.kind == "folded" and r.scaled_by}
 
 
 _STEP_CHUNK = 1 << 20  # values per float64 slice of the SGD step (an embedding: 23M)

@@ -49,6 +49,7 @@ from introspect.diff.backward.results import (
     ParameterGradient,
 )
 from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
+from introspect.diff.ops.align.weights import folds_between
 from introspect.diff.tolerance import Tolerance
 from introspect.run.capture import Leaf
 from introspect.run.truth import AUTOGRAD
@@ -133,8 +134,10 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
                if r.call == AUTOGRAD and r.status == STATUS_OK}
     found: dict[str, _WeightPair] = {}
     unpaired: list[str] = []
+    refolded = _refolded(reference, candidate, evidence)
     for name, weight in candidate.parameters.items():
         held = sorted(evidence.relations.get(name, ()))
+        held = [r for r in held if r.rpartition(".")[0] not in refolded]
         if len(held) > 1:  # several alike: the one its module's pair owns
             owner = modules.get(name.rpartition(".")[0])
             held = [r for r in held if owner is not None
@@ -150,11 +153,26 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
         else:
             found[held[0]] = _WeightPair(held[0], name, relation)
     for name, grad in reference.parameter_grads.items():
-        if name not in found and grad is not None and bool((grad != 0).any()):
+        if name not in found and grad is not None and bool((grad != 0).any()) \
+                and name.rpartition(".")[0] not in refolded:
             unpaired.append(f"the reference's {name} has a gradient and no candidate weight "
                             "is proven to hold it")
     return [found[name] for name in reference.parameters if name in found], \
         unpaired[0] if unpaired else ""
+
+
+def _refolded(reference: PlainGradients, candidate: PlainGradients,
+              evidence: ModuleEvidence) -> set[str]:
+    """The reference's norms whose gain the candidate folded into the Linears reading them
+    (``ops.align.weights.folds_between``): another parametrization, so the norm's gradient
+    is spread over the candidate's folded weights, and its copy of the gain (kept for the
+    residual) holds only part of it. Neither is compared."""
+    unrelated = {name: weight for name, weight in candidate.parameters.items()
+                 if not evidence.relations.get(name)}
+    if not unrelated:
+        return set()
+    return {gain.rpartition(".")[0]
+            for _, _, gain in folds_between(reference.parameters, unrelated)}
 
 
 def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:

@@ -46,7 +46,8 @@ def pass_without_recording(state: DiffState) -> None:
     ref_calls, cand_calls = state.ref_calls, state.cand_calls
     state.module_evidence = gather_module_evidence(
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
-        rounding=state.device_rounding, changing=_changing(state))
+        rounding=state.device_rounding, changing=_changing(state),
+        outputs_failed=not verdict.passed)
     _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
     gradients_proven = not state.options.mode.backward or (
         state.own_gradients is not None and state.own_gradients.result is not None)
@@ -98,7 +99,8 @@ def join_module_evidence(state: DiffState) -> None:
     elif state.truths:
         state.module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
-            state.parted, rounding=state.device_rounding, changing=_changing(state))
+            state.parted, rounding=state.device_rounding, changing=_changing(state),
+            outputs_failed=state.verdict is not None and not state.verdict.passed)
     evidence, explanation = state.module_evidence, state.explanation
     state.notes += evidence.notes
     if explanation.confirm_inside is not None and not evidence.passed \

@@ -185,7 +185,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                            attention_mask: torch.Tensor | None = None,
                            faithful: bool = True, parted: Any = None,
                            keep_calls: bool = False, rounding: Sequence[str] = (),
-                           changing: str = "") -> ModuleEvidence:
+                           changing: str = "", outputs_failed: bool = False) -> ModuleEvidence:
     """Pair the candidate's module calls with the reference's values and judge each.
 
     Args:
@@ -206,6 +206,11 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             outputs there pass, but are not its other calls' bit for bit: that module (or
             its nearest judged ancestor) is judged again under inference mode
             (``inference.judged_under_inference``).
+        outputs_failed: the truth runs fail already: a module paired by the weights it
+            owns may be paired with their owner's output where its output is near no
+            reference value (``pairing.pair_call``'s ``naming``), to name the layer a FAIL
+            on the outputs alone would not (a block whose norm gains are folded into its
+            Linears); with passing outputs only proven pairs may fail a port.
     """
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
@@ -227,7 +232,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         judged.append(call)
     pairs: list[ModulePair] = []
     judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
-                            pairs)
+                            pairs, outputs_failed)
     if keep_calls:
         evidence.pairs = pairs
     failed: list[str] = []
@@ -313,7 +318,7 @@ class _Paired:
 def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                relations: Mapping[str, set[str]], layers: ReferenceLayers,
                attention_mask: torch.Tensor | None, rounding: Sequence[str],
-               pairs: list[ModulePair],
+               pairs: list[ModulePair], outputs_failed: bool = False,
                ) -> list[ModuleDiff | Exception | None]:
     """Each call's row (None: nothing to compare; the exception where it could not be
     judged); each pairing made is added to ``pairs``. Local errors are measured parents
@@ -324,7 +329,7 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     for i, call in enumerate(calls):
         judgement: ModuleDiff | _Paired | Exception | None
         try:
-            pair = pair_for(call, boundaries, relations)
+            pair = pair_for(call, boundaries, relations, outputs_failed)
             judgement = _pair(call, pair, layers, rounding)
             if pair is not None:
                 pairs.append(pair)
@@ -394,9 +399,11 @@ def _pair(call: ModuleCall, pair: ModulePair | None, layers: ReferenceLayers,
 
 
 def pair_for(call: ModuleCall, boundaries: Sequence[Any],
-             relations: Mapping[str, set[str]]) -> ModulePair | None:
+             relations: Mapping[str, set[str]], outputs_failed: bool = False,
+             ) -> ModulePair | None:
     """The reference values standing for ``call``'s inputs and first output, paired by the
-    weights its module's own relate to, else by value; None where none stands for it."""
+    weights its module's own relate to, else by value; None where none stands for it.
+    ``outputs_failed``: see ``gather_module_evidence``."""
     if not call.inputs or not call.outputs:
         return None
     region = region_of(call, relations)
@@ -410,7 +417,8 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
     # init's zero biases hold every bias)
     proven = bool(own) and all(len(found) == 1 for found in own) \
         and next(call.module.children(), None) is None
-    return pair_call(call, boundaries, region, by, dtype, proven=proven)
+    return pair_call(call, boundaries, region, by, dtype, proven=proven,
+                     naming=outputs_failed and by == "weights")
 
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],

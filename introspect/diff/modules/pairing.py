@@ -229,10 +229,12 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
 
 
 def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by: str,
-              dtype: str, proven: bool = False) -> ModulePair | None:
+              dtype: str, proven: bool = False, naming: bool = False) -> ModulePair | None:
     """The reference values for ``call``'s floating inputs and its first output, or None.
     ``proven``: every weight of the module holds one of the reference's (its output may
-    then be paired by them alone: ``_owned_output``)."""
+    then be paired by them alone: ``_owned_output``). ``naming``: the outputs fail already,
+    so a module some of whose weights are the reference's (a block whose other weights are
+    folded) may be paired with their owner's output too: its row can only say where."""
     outputs = [leaf for leaf in call.outputs if leaf.unchanged()]
     if not outputs or not call.inputs:
         return None
@@ -248,7 +250,7 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
         return None
     near = OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"])
     output = closest(outputs[0], _in_region(boundaries, region, returned=True), near)
-    if output is None and proven and region:
+    if output is None and (proven or naming) and region:
         output = _owned_output(outputs[0], boundaries, region, near)
     if output is None:
         return None

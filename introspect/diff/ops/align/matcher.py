@@ -437,6 +437,9 @@ def _relation_note(relation: WeightRelation) -> str:
         return (f"{relation.candidate} is {relation.reference} quantized to int8{how} "
                 f"(every element within one quantization step; up to "
                 f"{relation.max_abs_diff:.3g} apart)")
+    if relation.kind == "folded":
+        return (f"{relation.candidate} is {relation.reference} with each column scaled by "
+                f"{relation.scaled_by} (a norm's gain folded in)")
     if relation.kind == "row block" and relation.region is not None:
         return (f"{relation.candidate} is rows {relation.region.start}:{relation.region.stop} "
                 f"of {relation.reference}: an offset embedding table (entry i of the "

@@ -15,7 +15,7 @@ other relation loosens.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -261,6 +261,7 @@ def _relate_weights(reference: GraphView, candidate: GraphView,
     _relate_permuted(reference, candidate, ref_weights, cand_weights, dtype, relations)
     _relate_reshaped(ref_weights, cand_weights, dtype, relations)
     _relate_quantized(reference, candidate, ref_weights, cand_weights, relations)
+    _relate_folded(ref_weights, cand_weights, relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
     return relations
 
@@ -521,6 +522,85 @@ def _relate_quantized(reference: GraphView, candidate: GraphView,
                 break
 
 
+def _relate_folded(ref_weights: Mapping[str, torch.Tensor],
+                   cand_weights: Mapping[str, torch.Tensor],
+                   relations: dict[str, list[WeightRelation]]) -> None:
+    """A candidate matrix that is a reference matrix with each column scaled by one of the
+    reference's vectors: a norm's gain folded into the Linear that reads the norm
+    (``W' = W diag(g)``, as quantization and rotation tools rewrite a model). The Linear
+    then computes the reference's output from the norm's output without its gain, which
+    the side-by-side run recomputes from the reference's values like any node between
+    pairs.
+
+    Proof, not likeness: the gain read off one row must be one of the reference's vectors,
+    and every element of ``W * g`` must be the candidate's within one rounding of float32
+    (a fold made in float64, then cast). Two rows are read per pair of matrices before
+    any whole matrix is.
+    """
+    pending = [label for label, t in cand_weights.items()
+               if not relations[label] and t.ndim == 2 and t.is_floating_point()]
+    if not pending:
+        return
+    for label, ref, gain in folds_between(ref_weights, {k: cand_weights[k] for k in pending}):
+        relations[label].append(WeightRelation(
+            label, ref, "folded", None, _max_abs_diff(cand_weights[label], ref_weights[ref]),
+            scaled_by=gain))
+
+
+def folds_between(ref_weights: Mapping[str, torch.Tensor],
+                  cand_weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str, str]]:
+    """(candidate matrix, reference matrix, reference gain) for each candidate matrix that
+    is a reference matrix with each column scaled by one of the reference's vectors
+    (``_relate_folded``); also read by the backward's own-gradient pairing, which must not
+    hold a folded norm's gradient to the candidate's copy of its gain."""
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    gains: dict[int, list[str]] = {}
+    for label, tensor in ref_weights.items():
+        if not tensor.is_floating_point():
+            continue
+        if tensor.ndim == 2:
+            by_shape.setdefault(tuple(tensor.shape), []).append(label)
+        elif tensor.ndim == 1:
+            gains.setdefault(tensor.numel(), []).append(label)
+    found = []
+    for label, tensor in cand_weights.items():
+        if tensor.ndim != 2 or not tensor.is_floating_point() or tensor.shape[0] < 2:
+            continue
+        value = tensor.detach().float()
+        for ref in by_shape.get(tuple(value.shape), []):
+            gain = _gain_between(ref_weights[ref].detach().float(), value,
+                                 [(g, ref_weights[g]) for g in gains.get(value.shape[1], [])])
+            if gain is not None:
+                found.append((label, ref, gain))
+    return found
+
+
+_FOLD_ROUNDING = 2.0 ** -22  # one rounding of float32 (2^-24) each side, and slack
+
+
+def _gain_between(reference: torch.Tensor, candidate: torch.Tensor,
+                  gains: Sequence[tuple[str, torch.Tensor]]) -> str | None:
+    """The reference vector ``g`` with ``candidate == reference * g`` column by column, to
+    within float32's rounding; None where there is none (or ``g`` is all ones: that is
+    "same")."""
+    columns = (reference[0].abs() > 0) & (reference[1].abs() > 0)
+    if not bool(columns.any()):
+        return None
+    ratio = candidate[0][columns] / reference[0][columns]
+    if not torch.allclose(candidate[1][columns], reference[1][columns] * ratio,
+                          rtol=4 * _FOLD_ROUNDING, atol=0.0):
+        return None
+    for label, gain in gains:
+        gain = gain.detach().float()
+        if torch.equal(gain, torch.ones_like(gain)) \
+                or not torch.allclose(gain[columns], ratio, rtol=4 * _FOLD_ROUNDING, atol=0.0):
+            continue
+        folded = reference * gain[None, :]
+        if bool(((folded - candidate).abs() <= _FOLD_ROUNDING * folded.abs()).all()):
+            return label
+    return None
+
+
 def _relate_by_name(reference: GraphView, candidate: GraphView,
                     ref_weights: Mapping[str, torch.Tensor],
                     cand_weights: Mapping[str, torch.Tensor],
@@ -553,4 +633,5 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 
-__all__ = ["describe_order", "relate_weights", "relations_remembered", "unique_weights"]
+__all__ = ["describe_order", "folds_between", "relate_weights", "relations_remembered",
+           "unique_weights"]
