@@ -40,6 +40,11 @@ from typing import Any
 import torch
 import torch.fx
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.nn.modules.module import (  # type: ignore[attr-defined]
+    _global_forward_hooks_with_kwargs,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.errors import InputError
@@ -245,11 +250,16 @@ class _Recorder(TorchFunctionMode):
             self._leaf_inputs = (self.as_arguments(args), self.as_arguments(kwargs))
         self.suspended += 1
 
-    def leaf_ends(self, module: torch.nn.Module, result: Any) -> None:
+    def leaf_ends(self, module: torch.nn.Module, result: Any,
+                  kwargs_now: dict[str, Any] | None = None) -> None:
+        """``kwargs_now``: the call's keyword arguments, where a global hook, which has
+        none before the call, reads them after it (they are not a leaf's to change)."""
         self.suspended -= 1
         if self.suspended:
             return
         args, kwargs = self._leaf_inputs
+        if kwargs_now:
+            kwargs = self.as_arguments(kwargs_now)
         node = self._create("call_module", self.paths[module], args, kwargs, result)
         self._claim(result, node)
 
@@ -336,12 +346,19 @@ def _tensor_meta(value: Any) -> Any:
 def _module_hooks(recorder: _Recorder, model: torch.nn.Module) -> Iterator[None]:
     """Hooks that keep the module stack and make torch's leaves single nodes.
 
-    Ours run innermost: the user's pre-hooks run before a module is entered (so what
-    they do is recorded, inside the module), the user's forward hooks after the leaf's
-    node is written (so they are recorded acting on its output). The hooks are added
-    last and removed whatever happens.
+    A module with no hooks of its own is followed by *global* hooks, which leave its
+    ``_forward_hooks`` empty: a forward that asks whether it is hooked takes the path its
+    plain call takes (the module evidence's capture hooks the same way). A module with
+    hooks of the user's gets ours beside them, ours innermost: the user's pre-hooks run
+    before a module is entered (so what they do is recorded, inside the module), the
+    user's forward hooks after the leaf's node is written (so they are recorded acting on
+    its output). The hooks are added last and removed whatever happens.
     """
     handles = []
+    hooked = {module for module in model.modules()
+              if module._forward_pre_hooks or module._forward_hooks}
+    leaves = {module for module in model.modules() if is_leaf(module) and module is not model}
+    followed = {module for module in model.modules() if module not in hooked}
 
     def enter(module: torch.nn.Module, args: Any) -> None:
         recorder.enter(module)
@@ -355,17 +372,35 @@ def _module_hooks(recorder: _Recorder, model: torch.nn.Module) -> Iterator[None]
     def leaf_ends(module: torch.nn.Module, args: Any, output: Any) -> None:
         recorder.leaf_ends(module, output)
 
+    def starts(module: torch.nn.Module, args: Any) -> None:
+        if module in followed:
+            recorder.enter(module)
+            if module in leaves:
+                recorder.leaf_starts(module, args, {})
+
+    def ends(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if module in followed:
+            if module in leaves:
+                recorder.leaf_ends(module, output, kwargs)
+            recorder.leave(module)
+
     try:
-        for module in model.modules():
+        for module in hooked:
             handles.append(module.register_forward_pre_hook(enter, prepend=True))
-            if is_leaf(module) and module is not model:
+            if module in leaves:
                 handles.append(module.register_forward_pre_hook(leaf_starts, with_kwargs=True))
                 handles.append(module.register_forward_hook(leaf_ends, prepend=True))
             handles.append(module.register_forward_hook(leave))
+        if followed:
+            handles.append(register_module_forward_pre_hook(starts))
+            handles.append(register_module_forward_hook(ends, with_kwargs=True))
         yield
     finally:
         for handle in handles:
             handle.remove()
+            # (torch's handle leaves a global hook's with_kwargs flag behind: the
+            # process-wide state would read as changed)
+            _global_forward_hooks_with_kwargs.pop(handle.id, None)
 
 
 def outputs_as_dict(outputs: Any) -> dict[str, Any]:

@@ -12,7 +12,9 @@ LayerNorm is ``F.layer_norm``, the GELU is erf's.
 - ``faulty_grad``: in the second layer, the scores are scaled by 1/sqrt(d + 1), with
   autograd on only (a plain ``model(**x)``);
 - ``faulty_inference``: the same slip under ``torch.inference_mode()`` only;
-- ``faulty_everywhere``: the same slip in every mode.
+- ``faulty_everywhere``: the same slip in every mode;
+- ``faulty_unhooked``: the same slip only where the model has no hooks of its own (a
+  recorder that hooks every module takes the other path).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class PackedBert(nn.Module):
             return False
         return {"grad": torch.is_grad_enabled() and not torch.is_inference_mode_enabled(),
                 "inference": torch.is_inference_mode_enabled(),
-                "everywhere": True}.get(self.slip, False)
+                "everywhere": True,
+                "unhooked": not (self._forward_hooks or self._forward_pre_hooks),
+                }.get(self.slip, False)
 
     def dense(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return torch.addmm(self.w(name + ".bias"), x.flatten(0, -2),
@@ -119,3 +123,7 @@ def faulty_inference(reference: Any) -> PackedBert:
 
 def faulty_everywhere(reference: Any) -> PackedBert:
     return PackedBert(reference, "everywhere").eval()
+
+
+def faulty_unhooked(reference: Any) -> PackedBert:
+    return PackedBert(reference, "unhooked").eval()
