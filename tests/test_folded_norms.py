@@ -13,25 +13,15 @@ stands on proven pairs alone (the correct port passes).
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-import torch
 
 import introspect
-from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
+from tests.fixtures.families import grouped_llama, tiny_inputs
 from tests.ports import llama_folded_norms
 
 
-@functools.cache
-def _llama() -> torch.nn.Module:
-    return perturb_vectors(tiny_model("llama", hidden_size=64, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2,
-                                      intermediate_size=128, initializer_range=0.1))
-
-
 def test_the_folded_llama_passes():
-    reference = _llama()
+    reference = grouped_llama()
     result = introspect.diff(reference, llama_folded_norms.build(reference),
                              tiny_inputs("llama"))
     assert result.passed, result.summary()
@@ -41,7 +31,7 @@ def test_the_folded_llama_passes():
 @pytest.mark.parametrize("layer", [1, 3])
 @pytest.mark.parametrize("nodes", [False, True])
 def test_a_fault_in_a_folded_layer_names_it(fault, layer, nodes):
-    reference = _llama()
+    reference = grouped_llama()
     result = introspect.diff(reference, llama_folded_norms.build(reference, fault, layer),
                              tiny_inputs("llama"), nodes=nodes)
     assert not result.passed
@@ -56,7 +46,7 @@ def test_the_folded_llama_backward(nodes):
     """Its weights are another parametrization: the folded Linears' gradients and the
     norms' are not the reference's, and are not compared (they failed it); a gradient cut
     in its MLP still fails, in its layer."""
-    reference = _llama()
+    reference = grouped_llama()
     passed = introspect.diff(reference, llama_folded_norms.build(reference),
                              tiny_inputs("llama"), backward=True, nodes=nodes)
     assert passed.passed and passed.backward.passed, passed.summary()

@@ -11,25 +11,15 @@ unconfirmed, as in the forward.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-import torch
 
 import introspect
-from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
+from tests.fixtures.families import grouped_llama, tiny_inputs
 from tests.ports import llama_meta
 
 
-@functools.cache
-def _llama() -> torch.nn.Module:
-    return perturb_vectors(tiny_model("llama", hidden_size=64, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2,
-                                      intermediate_size=128, initializer_range=0.1))
-
-
 def test_the_meta_style_llama_passes_forward_and_backward():
-    reference = _llama()
+    reference = grouped_llama()
     result = introspect.diff(reference, llama_meta.build(reference), tiny_inputs("llama"),
                              backward=True, nodes=True)
     assert result.passed, result.summary()
@@ -39,7 +29,7 @@ def test_the_meta_style_llama_passes_forward_and_backward():
 
 @pytest.mark.parametrize("fault", ["eps", "theta"])
 def test_its_faulty_twin_fails_in_its_layer(fault):
-    reference = _llama()
+    reference = grouped_llama()
     result = introspect.diff(reference, llama_meta.build(reference, fault, 1),
                              tiny_inputs("llama"), backward=True, nodes=True)
     assert not result.passed
