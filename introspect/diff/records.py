@@ -99,6 +99,9 @@ class Pair:
     # not add (``(x + b) + x @ W.T``, a bias added per head): the reference's value less
     # it is what the candidate's node holds, and what it is compared with
     reference_bias: str = ""
+    # With ``reference_bias``, where the candidate folded a norm's shift into that bias
+    # (``b + W @ shift``): (the reference's matrix W, the shift), subtracted too
+    reference_shift: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.provenance:

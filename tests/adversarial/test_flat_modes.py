@@ -11,6 +11,8 @@ Two wrong verdicts, both PASSes of a faulty port, on bert-tiny:
   stay under their budget. Now, where such a call returns other bits than the recording,
   the candidate is recorded again in that mode and replayed beside the reference's
   recording (``flow.other_modes``), and the node where the two part decides;
+- ``--backward`` on a port that takes its weights by one ``torch.split`` with a piece the
+  loss never reaches crashed (exit 2): autograd hands that piece's hook None;
 - a slip taken only where the model has no hooks of its own: the recorder hooked every
   module, so its recording took the other path, reproduced no plain call, and decided
   nothing. It follows a module with no hooks of the user's by global hooks now
@@ -49,3 +51,12 @@ def test_a_slip_on_one_path_fails_in_its_layer(tiny, builder, nodes):
     assert divergence.layer == "encoder.layer.1", divergence
     if builder in ("faulty_grad", "faulty_inference"):
         assert any("recorded again" in note for note in result.notes), result.notes
+
+
+def test_a_split_piece_with_no_gradient_is_no_crash(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    candidate = port("flat_modes.py").correct_split(reference)
+    result = introspect.diff(reference.model, candidate, inputs, backward=True)
+    assert result.passed and result.backward.passed, result.summary()

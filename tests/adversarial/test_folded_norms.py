@@ -9,6 +9,14 @@ budget on bert-tiny, PASSED. Now such a weight relates as "folded", by proof (th
 read off it is one of the reference's vectors, and ``W * g`` is the candidate's within
 float32's rounding: ``ops.align.weights.folds_between``); its Linear pairs with the
 reference's, whose output it computes from the norm's output before its gain.
+
+Written other ways (a probe round's ports): applied by ``einsum`` with the folded bias
+added apart, the correct port FAILED (the product was held to the reference's Linear
+output, bias and all, and the weightless norm's output paired with the reference's
+LayerNorm output through the Linears' arguments); stored transposed, nothing paired.
+Now a folded Linear's arguments are its own, its product is compared with the
+reference's output less ``b + W @ shift`` where the candidate holds that bias, and a
+weight stored transposed relates as "folded transposed".
 """
 
 from __future__ import annotations
@@ -18,24 +26,26 @@ import pytest
 from tests.adversarial.corpus import port
 
 
-def test_the_folded_port_pairs_and_passes(tiny):
+@pytest.mark.parametrize("form", ["", "_einsum", "_transposed"])
+def test_the_folded_port_pairs_and_passes(tiny, form):
     import introspect
 
     reference, inputs = tiny
-    result = introspect.diff(reference.model, port("folded_norms.py").correct(reference),
-                             inputs)
+    candidate = getattr(port("folded_norms.py"), "correct" + form)(reference)
+    result = introspect.diff(reference.model, candidate, inputs)
     assert result.passed, result.summary()
     assert any("a norm's gain folded in" in note for note in result.nodes["note"]), \
         result.nodes["note"].unique()
 
 
+@pytest.mark.parametrize("form", ["", "_einsum", "_transposed"])
 @pytest.mark.parametrize("nodes", [False, True])
-def test_a_slip_under_the_outputs_budget_fails_in_its_layer(tiny, nodes):
+def test_a_slip_under_the_outputs_budget_fails_in_its_layer(tiny, nodes, form):
     import introspect
 
     reference, inputs = tiny
-    result = introspect.diff(reference.model, port("folded_norms.py").faulty(reference),
-                             inputs, nodes=nodes)
+    candidate = getattr(port("folded_norms.py"), "faulty" + form)(reference)
+    result = introspect.diff(reference.model, candidate, inputs, nodes=nodes)
     assert not result.passed, result.summary()
     assert set(result.outputs["status"]) == {"ok", "unmatched"}, result.outputs
     assert result.first_divergence.layer == "encoder.layer.1", result.first_divergence

@@ -172,7 +172,7 @@ def _refolded(reference: PlainGradients, candidate: PlainGradients,
     if not unrelated:
         return set()
     return {gain.rpartition(".")[0]
-            for _, _, gain in folds_between(reference.parameters, unrelated)}
+            for _, _, gain, _ in folds_between(reference.parameters, unrelated)}
 
 
 def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:

@@ -112,7 +112,9 @@ class GradientSink:
         self.failure: Exception | None = None  # the consumer's own error, raised as it is
         self.taken: set[str] = set()  # the nodes a gradient came for, this backward
 
-    def take(self, name: str, grad: torch.Tensor) -> None:
+    def take(self, name: str, grad: torch.Tensor | None) -> None:
+        if grad is None:  # a piece of a split the loss never reaches: no gradient came
+            return
         self.taken.add(name)
         grad = grad.detach()
         if self.consumer is not None:

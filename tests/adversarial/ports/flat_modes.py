@@ -14,7 +14,9 @@ LayerNorm is ``F.layer_norm``, the GELU is erf's.
 - ``faulty_inference``: the same slip under ``torch.inference_mode()`` only;
 - ``faulty_everywhere``: the same slip in every mode;
 - ``faulty_unhooked``: the same slip only where the model has no hooks of its own (a
-  recorder that hooks every module takes the other path).
+  recorder that hooks every module takes the other path);
+- ``correct_split``: the weights taken by one ``torch.split`` of the packed Parameter per
+  call, the pooler's packed too and never used (that piece gets no gradient).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ _LAYER = ("attention.self.query", "attention.self.key", "attention.self.value",
 
 
 class PackedBert(nn.Module):
-    def __init__(self, reference: Any, slip: str = "") -> None:
+    def __init__(self, reference: Any, slip: str = "", split: bool = False) -> None:
         super().__init__()
         config = reference.config
         self.heads = config.num_attention_heads
@@ -45,6 +47,9 @@ class PackedBert(nn.Module):
         names += ["embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
         names += [f"encoder.layer.{i}.{part}.{kind}" for i in range(self.depth)
                   for part in _LAYER for kind in ("weight", "bias")]
+        self.split = split
+        if split:
+            names += ["pooler.dense.weight", "pooler.dense.bias"]
         self.where: dict[str, tuple[int, torch.Size]] = {}
         pieces, start = [], 0
         for name in names:
@@ -56,6 +61,8 @@ class PackedBert(nn.Module):
 
     def w(self, name: str) -> torch.Tensor:
         start, shape = self.where[name]
+        if self.split:
+            return self.pieces[name].reshape(shape)
         return self.packed[start:start + shape.numel()].reshape(shape)
 
     def slipped(self, layer: int) -> bool:
@@ -77,6 +84,9 @@ class PackedBert(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         batch, length = input_ids.shape
+        if self.split:
+            sizes = [shape.numel() for _, shape in self.where.values()]
+            self.pieces = dict(zip(self.where, torch.split(self.packed, sizes), strict=True))
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
@@ -127,3 +137,7 @@ def faulty_everywhere(reference: Any) -> PackedBert:
 
 def faulty_unhooked(reference: Any) -> PackedBert:
     return PackedBert(reference, "unhooked").eval()
+
+
+def correct_split(reference: Any) -> PackedBert:
+    return PackedBert(reference, split=True).eval()

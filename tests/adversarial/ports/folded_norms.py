@@ -10,7 +10,11 @@ reference's layer input: module evidence can pair no layer, and the outputs' bud
 hides a slip in one layer's attention scale on bert-tiny.
 
 - ``correct``: the same arithmetic;
-- ``faulty``: in layer 1, scores scaled by 1/sqrt(d + 1).
+- ``faulty``: in layer 1, scores scaled by 1/sqrt(d + 1);
+- ``correct_einsum`` / ``faulty_einsum``: the folded projections applied by
+  ``torch.einsum`` with their folded bias added apart (the product holds neither bias);
+- ``correct_transposed`` / ``faulty_transposed``: their weights stored transposed,
+  applied by ``torch.addmm``.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from torch import nn
 
 
 class FoldedLayer(nn.Module):
-    def __init__(self, width: int, inner: int, heads: int, eps: float, slip: bool) -> None:
+    def __init__(self, width: int, inner: int, heads: int, eps: float, slip: bool,
+                 form: str = "linear") -> None:
         super().__init__()
-        self.heads, self.eps, self.slip = heads, eps, slip
+        self.heads, self.eps, self.slip, self.form = heads, eps, slip, form
         self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
         self.mix = nn.Linear(width, width)
         self.grow, self.shrink = nn.Linear(width, inner), nn.Linear(inner, width)
@@ -44,19 +49,40 @@ class FoldedLayer(nn.Module):
         def split(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(-1, (self.heads, size)).transpose(1, 2)
 
-        q, k, v = split(self.query(n)), split(self.key(n)), split(self.value(n))
+        q, k, v = (split(self.project(n, lin)) for lin in (self.query, self.key, self.value))
         root = math.sqrt(size + 1 if self.slip else size)
         weights = torch.softmax(q @ k.transpose(-1, -2) / root + blocked, dim=-1)
         context = (weights @ v).transpose(1, 2).flatten(2)
         residual = torch.addcmul(self.shift_in, n, self.gain_in)
         n = F.layer_norm(residual + self.mix(context), (width,), eps=self.eps)
         residual = torch.addcmul(self.shift_mid, n, self.gain_mid)
-        return F.layer_norm(residual + self.shrink(F.gelu(self.grow(n))), (width,),
-                            eps=self.eps)
+        return F.layer_norm(residual + self.shrink(F.gelu(self.project(n, self.grow))),
+                            (width,), eps=self.eps)
+
+    def project(self, n: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+        """A folded projection, in the form this port writes it."""
+        if self.form == "einsum":
+            return torch.einsum("bsh,oh->bso", n, linear.weight) + linear.bias
+        if self.form == "transposed":
+            stored = getattr(self, "t_" + next(k for k, m in self.named_children()
+                                                if m is linear))
+            return torch.addmm(linear.bias, n.flatten(0, 1), stored).unflatten(0, n.shape[:2])
+        return linear(n)
+
+    def store_transposed(self) -> None:
+        """Each folded projection's weight kept transposed, as ``x @ W`` reads it (the
+        Linear's own weight is then unused: a zero, so it holds nothing of the
+        reference's)."""
+        for name in ("query", "key", "value", "grow"):
+            linear = getattr(self, name)
+            self.register_parameter("t_" + name,
+                                    nn.Parameter(linear.weight.detach().t().contiguous()))
+            with torch.no_grad():
+                linear.weight.zero_()
 
 
 class FoldedBert(nn.Module):
-    def __init__(self, config: Any, slip_layer: int) -> None:
+    def __init__(self, config: Any, slip_layer: int, form: str = "linear") -> None:
         super().__init__()
         width = config.hidden_size
         self.eps = config.layer_norm_eps
@@ -65,7 +91,7 @@ class FoldedBert(nn.Module):
         self.kinds = nn.Embedding(config.type_vocab_size, width)
         self.layers = nn.ModuleList(
             FoldedLayer(width, config.intermediate_size, config.num_attention_heads, self.eps,
-                        i == slip_layer) for i in range(config.num_hidden_layers))
+                        i == slip_layer, form) for i in range(config.num_hidden_layers))
         self.gain_out = nn.Parameter(torch.ones(width))
         self.shift_out = nn.Parameter(torch.zeros(width))
 
@@ -85,9 +111,9 @@ class FoldedBert(nn.Module):
         return {"last_hidden_state": torch.addcmul(self.shift_out, n, self.gain_out)}
 
 
-def _build(reference: Any, slip_layer: int) -> FoldedBert:
+def _build(reference: Any, slip_layer: int, form: str = "linear") -> FoldedBert:
     config = reference.config
-    model = FoldedBert(config, slip_layer)
+    model = FoldedBert(config, slip_layer, form)
     hf = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
     state = {"words.weight": hf["embeddings.word_embeddings.weight"],
              "places.weight": hf["embeddings.position_embeddings.weight"],
@@ -114,6 +140,9 @@ def _build(reference: Any, slip_layer: int) -> FoldedBert:
         gain, shift = hf[at + "output.LayerNorm.weight"], hf[at + "output.LayerNorm.bias"]
     state["gain_out"], state["shift_out"] = gain, shift
     model.load_state_dict(state)
+    if form == "transposed":
+        for layer in model.layers:
+            layer.store_transposed()
     return model.eval()
 
 
@@ -123,3 +152,19 @@ def correct(reference: Any) -> FoldedBert:
 
 def faulty(reference: Any) -> FoldedBert:
     return _build(reference, 1)
+
+
+def correct_einsum(reference: Any) -> FoldedBert:
+    return _build(reference, -1, "einsum")
+
+
+def faulty_einsum(reference: Any) -> FoldedBert:
+    return _build(reference, 1, "einsum")
+
+
+def correct_transposed(reference: Any) -> FoldedBert:
+    return _build(reference, -1, "transposed")
+
+
+def faulty_transposed(reference: Any) -> FoldedBert:
+    return _build(reference, 1, "transposed")

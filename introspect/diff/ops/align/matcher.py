@@ -162,7 +162,9 @@ class Matcher:
                 note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
             self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
                           relation.order, PROVEN_STRUCTURE if guess else ""))
-            if relation.kind == "row block":
+            if relation.kind == "row block" or relation.kind.startswith("folded"):
+                # (a folded Linear reads the norm's output before its gain: not the
+                # reference Linear's input)
                 self.own_arguments.add((r, c))
 
     def _opaque(self, r: str, c: str) -> bool:
@@ -298,14 +300,57 @@ class Matcher:
             if pair.matched_by != BY_WEIGHTS or pair.reference_bias:
                 continue
             bias = self._linear_bias(pair.reference)
-            if bias is None or (bias not in held and not self._read_reshaped(bias)):
+            if bias is None:
                 continue
-            if bias in self._read_through_moves(pair.candidate):
+            fold = self._folded_bias(pair, bias)
+            if fold is None and bias not in held and not self._read_reshaped(bias):
                 continue
-            note = "; ".join(n for n in (pair.note, f"compared less {bias}: the candidate "
+            if fold is None and bias in self._read_through_moves(pair.candidate):
+                continue
+            if fold is not None and fold[2] in self._cand_vectors_read(pair.candidate):
+                continue  # its folded bias is added in the node itself
+            what = bias if fold is None else f"{bias} + {fold[0]} @ {fold[1]}"
+            note = "; ".join(n for n in (pair.note, f"compared less {what}: the candidate "
                                          "adds that bias elsewhere") if n)
             self.remove(pair)
-            self.add(dataclasses.replace(pair, reference_bias=bias, note=note))
+            self.add(dataclasses.replace(
+                pair, reference_bias=bias, note=note,
+                reference_shift=(fold[0], fold[1]) if fold is not None else None))
+
+    def _folded_bias(self, pair: Pair, bias: str) -> tuple[str, str, str] | None:
+        """For a pair proven by a folded weight (``W * g``, a norm's gain folded in), the
+        reference matrix, the norm's shift, and the candidate's vector that holds
+        ``bias + W @ shift`` (the shift folded into the bias too), within float32's
+        rounding of that sum; None where the pair is not folded or no such vector is
+        held."""
+        relation = next((rel for label, _ in self.cand.weights.get(pair.candidate, [])
+                         for rel in self.relations.get(label, []) if rel.kind.startswith("folded")
+                         and rel.reference in {w for w, _ in self.ref.weights[pair.reference]}),
+                        None)
+        if relation is None:
+            return None
+        shift = relation.scaled_by.rpartition(".")[0] + ".bias"
+        values = {label: t for found in self.ref.weights.values() for label, t in found}
+        vectors = {label: t for found in self.ref.weights.values() for label, t in found
+                   if label == shift}
+        if shift not in vectors or bias not in values or relation.reference not in values:
+            return None
+        matrix = values[relation.reference].detach().double()
+        folded = values[bias].detach().double() + matrix @ vectors[shift].detach().double()
+        # a float32 sum of n products rounds by at most n units of its terms' magnitude
+        slack = matrix.shape[1] * 2.0 ** -23 * (values[bias].detach().double().abs()
+                                                + matrix.abs() @ vectors[shift].detach()
+                                                .double().abs())
+        for found in self.cand.weights.values():
+            for label, t in found:
+                if t.ndim == 1 and t.shape == folded.shape and t.is_floating_point() \
+                        and bool(((t.detach().double() - folded).abs() <= slack).all()):
+                    return relation.reference, shift, label
+        return None
+
+    def _cand_vectors_read(self, c: str) -> set[str]:
+        """The candidate's vectors ``c`` reads itself (an ``nn.Linear``'s bias)."""
+        return {label for label, t in self.cand.weights.get(c, []) if t.ndim == 1}
 
     def _read_through_moves(self, c: str) -> set[str]:
         """The reference weights related to what ``c`` reads, or what the node it only
@@ -437,8 +482,9 @@ def _relation_note(relation: WeightRelation) -> str:
         return (f"{relation.candidate} is {relation.reference} quantized to int8{how} "
                 f"(every element within one quantization step; up to "
                 f"{relation.max_abs_diff:.3g} apart)")
-    if relation.kind == "folded":
-        return (f"{relation.candidate} is {relation.reference} with each column scaled by "
+    if relation.kind.startswith("folded"):
+        how = " (stored transposed)" if relation.kind.endswith("transposed") else ""
+        return (f"{relation.candidate} is {relation.reference}{how} with each column scaled by "
                 f"{relation.scaled_by} (a norm's gain folded in)")
     if relation.kind == "row block" and relation.region is not None:
         return (f"{relation.candidate} is rows {relation.region.start}:{relation.region.stop} "

@@ -541,16 +541,20 @@ def _relate_folded(ref_weights: Mapping[str, torch.Tensor],
                if not relations[label] and t.ndim == 2 and t.is_floating_point()]
     if not pending:
         return
-    for label, ref, gain in folds_between(ref_weights, {k: cand_weights[k] for k in pending}):
+    for label, ref, gain, kind in folds_between(ref_weights,
+                                                {k: cand_weights[k] for k in pending}):
+        value = cand_weights[label]
         relations[label].append(WeightRelation(
-            label, ref, "folded", None, _max_abs_diff(cand_weights[label], ref_weights[ref]),
+            label, ref, kind, None,
+            _max_abs_diff(value.t() if kind == "folded transposed" else value, ref_weights[ref]),
             scaled_by=gain))
 
 
 def folds_between(ref_weights: Mapping[str, torch.Tensor],
-                  cand_weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str, str]]:
-    """(candidate matrix, reference matrix, reference gain) for each candidate matrix that
-    is a reference matrix with each column scaled by one of the reference's vectors
+                  cand_weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str, str, str]]:
+    """(candidate matrix, reference matrix, reference gain, kind) for each candidate matrix
+    that is a reference matrix with each column scaled by one of the reference's vectors,
+    stored as it is ("folded") or transposed ("folded transposed", for ``x @ W``)
     (``_relate_folded``); also read by the backward's own-gradient pairing, which must not
     hold a folded norm's gradient to the candidate's copy of its gain."""
     by_shape: dict[tuple[int, ...], list[str]] = {}
@@ -566,12 +570,15 @@ def folds_between(ref_weights: Mapping[str, torch.Tensor],
     for label, tensor in cand_weights.items():
         if tensor.ndim != 2 or not tensor.is_floating_point() or tensor.shape[0] < 2:
             continue
-        value = tensor.detach().float()
-        for ref in by_shape.get(tuple(value.shape), []):
-            gain = _gain_between(ref_weights[ref].detach().float(), value,
-                                 [(g, ref_weights[g]) for g in gains.get(value.shape[1], [])])
-            if gain is not None:
-                found.append((label, ref, gain))
+        for kind, value in (("folded", tensor.detach().float()),
+                            ("folded transposed", tensor.detach().float().t())):
+            for ref in by_shape.get(tuple(value.shape), []):
+                gain = _gain_between(ref_weights[ref].detach().float(), value,
+                                     [(g, ref_weights[g]) for g in gains.get(value.shape[1], [])])
+                if gain is not None:
+                    found.append((label, ref, gain, kind))
+            if any(f[0] == label for f in found):
+                break
     return found
 
 

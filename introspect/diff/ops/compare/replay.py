@@ -109,8 +109,8 @@ class Runner:
                             if p.feature_order is not None}
         self.quantized: dict[str, torch.nn.Module | None] = {}  # module path -> int8 module
         # pair index -> the reference's bias its candidate node does not add (``Pair``)
-        self.biases = {i: _parameter(reference, p.reference_bias)
-                       for i, p in enumerate(self.pairs) if p.reference_bias}
+        self.biases = {i: _bias(reference, p) for i, p in enumerate(self.pairs)
+                       if p.reference_bias}
 
     # -- driving ----------------------------------------------------------------------
     def run(self, ref_inputs: Mapping[str, torch.Tensor], cand_inputs: Mapping[str, torch.Tensor],
@@ -436,6 +436,18 @@ class Runner:
             d = d.masked_fill(pad, 0.0)
         rows = tuple(float(x) for x in d.reshape(d.shape[0], -1).amax(dim=1)) if d.ndim else ()
         self.result.snapshots[i] = Snapshot(i, inputs, local, reference, rows)
+
+
+def _bias(gm: torch.nn.Module, pair: Pair) -> torch.Tensor | None:
+    """What pair's candidate node does not add: the reference's bias, plus ``W @ shift``
+    where the candidate folded a norm's shift into its bias (``Pair.reference_shift``)."""
+    bias = _parameter(gm, pair.reference_bias)
+    if bias is None or pair.reference_shift is None:
+        return bias
+    matrix, shift = (_parameter(gm, label) for label in pair.reference_shift)
+    if matrix is None or shift is None:
+        return None
+    return bias + matrix @ shift
 
 
 def _parameter(gm: torch.nn.Module, path: str) -> torch.Tensor | None:
