@@ -11,6 +11,8 @@ Two wrong verdicts, both PASSes of a faulty port, on bert-tiny:
   stay under their budget. Now, where such a call returns other bits than the recording,
   the candidate is recorded again in that mode and replayed beside the reference's
   recording (``flow.other_modes``), and the node where the two part decides;
+- weights packed into a 1-D floating buffer (a frozen port) were taken for a buffer cut
+  to the input's length, like ``position_ids[:, :S]`` (2-D, of integers): nothing paired;
 - ``--backward`` on a port that takes its weights by one ``torch.split`` with a piece the
   loss never reaches crashed (exit 2): autograd hands that piece's hook None;
 - a slip taken only where the model has no hooks of its own: the recorder hooked every
@@ -26,17 +28,19 @@ import pytest
 from tests.adversarial.corpus import port
 
 
-def test_the_flat_port_is_paired_and_passes(tiny):
+@pytest.mark.parametrize("builder", ["correct", "correct_buffer"])
+def test_the_flat_port_is_paired_and_passes(tiny, builder):
     import introspect
 
     reference, inputs = tiny
-    result = introspect.diff(reference.model, port("flat_modes.py").correct(reference), inputs)
+    candidate = getattr(port("flat_modes.py"), builder)(reference)
+    result = introspect.diff(reference.model, candidate, inputs)
     assert result.passed, result.summary()
     assert len(result.nodes) > 20  # the weights relate: the nodes pair
 
 
 @pytest.mark.parametrize("builder", ["faulty_everywhere", "faulty_grad", "faulty_inference",
-                                     "faulty_unhooked"])
+                                     "faulty_unhooked", "faulty_buffer"])
 @pytest.mark.parametrize("nodes", [False, True])
 def test_a_slip_on_one_path_fails_in_its_layer(tiny, builder, nodes):
     import introspect

@@ -16,7 +16,9 @@ LayerNorm is ``F.layer_norm``, the GELU is erf's.
 - ``faulty_unhooked``: the same slip only where the model has no hooks of its own (a
   recorder that hooks every module takes the other path);
 - ``correct_split``: the weights taken by one ``torch.split`` of the packed Parameter per
-  call, the pooler's packed too and never used (that piece gets no gradient).
+  call, the pooler's packed too and never used (that piece gets no gradient);
+- ``correct_buffer`` / ``faulty_buffer``: packed into a buffer, not a Parameter (a frozen
+  inference port), the latter with the slip in every mode.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ _LAYER = ("attention.self.query", "attention.self.key", "attention.self.value",
 
 
 class PackedBert(nn.Module):
-    def __init__(self, reference: Any, slip: str = "", split: bool = False) -> None:
+    def __init__(self, reference: Any, slip: str = "", split: bool = False,
+                 buffer: bool = False) -> None:
         super().__init__()
         config = reference.config
         self.heads = config.num_attention_heads
@@ -57,7 +60,10 @@ class PackedBert(nn.Module):
             self.where[name] = (start, value.shape)
             start += value.numel()
             pieces.append(value.flatten())
-        self.packed = nn.Parameter(torch.cat(pieces).clone())
+        if buffer:
+            self.register_buffer("packed", torch.cat(pieces).clone())
+        else:
+            self.packed = nn.Parameter(torch.cat(pieces).clone())
 
     def w(self, name: str) -> torch.Tensor:
         start, shape = self.where[name]
@@ -141,3 +147,11 @@ def faulty_unhooked(reference: Any) -> PackedBert:
 
 def correct_split(reference: Any) -> PackedBert:
     return PackedBert(reference, split=True).eval()
+
+
+def correct_buffer(reference: Any) -> PackedBert:
+    return PackedBert(reference, buffer=True).eval()
+
+
+def faulty_buffer(reference: Any) -> PackedBert:
+    return PackedBert(reference, "everywhere", buffer=True).eval()

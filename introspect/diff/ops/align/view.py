@@ -64,9 +64,12 @@ class GraphView:
         self.records: dict[str, NodeRecord] = {r.name: r for r in records}
         self.order: dict[str, int] = {r.name: r.index for r in records}
         self.modules = dict(gm.named_modules())
-        # 1-D Parameters, whatever their names: slices of one are the weights a port packed
-        # into it (``flat[a:b].view(...)``), not a table cut to the input's length
+        # 1-D Parameters, whatever their names, and 1-D floating buffers: slices of one are
+        # the weights a port packed into it (``flat[a:b].view(...)``), not a table cut to
+        # the input's length (``position_ids[:, :S]`` is 2-D, and of integers)
         self.packed = {name for name, p in gm.named_parameters() if p.ndim == 1}
+        self.packed |= {name for name, b in gm.named_buffers()
+                        if b.ndim == 1 and b.is_floating_point()}
         self.users: dict[str, list[str]] = {
             name: [u.name for u in node.users] for name, node in self.nodes.items()}
         backbone = backbone_path(gm)
