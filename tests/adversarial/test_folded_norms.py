@@ -14,9 +14,11 @@ Written other ways (a probe round's ports): applied by ``einsum`` with the folde
 added apart, the correct port FAILED (the product was held to the reference's Linear
 output, bias and all, and the weightless norm's output paired with the reference's
 LayerNorm output through the Linears' arguments); stored transposed, nothing paired.
-Now a folded Linear's arguments are its own, its product is compared with the
-reference's output less ``b + W @ shift`` where the candidate holds that bias, and a
-weight stored transposed relates as "folded transposed".
+Folded into one fused QKV Linear, nothing related it, and under ``--backward`` the norms'
+gradients were held to the candidate's copies of their gains. Now a folded Linear's
+arguments are its own, its product is compared with the reference's output less
+``b + W @ shift`` where the candidate holds that bias, a weight stored transposed relates
+as "folded transposed", and each block of rows of a fused one as "fused folded".
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 from tests.adversarial.corpus import port
 
 
-@pytest.mark.parametrize("form", ["", "_einsum", "_transposed"])
+@pytest.mark.parametrize("form", ["", "_einsum", "_transposed", "_fused"])
 def test_the_folded_port_pairs_and_passes(tiny, form):
     import introspect
 
@@ -38,7 +40,7 @@ def test_the_folded_port_pairs_and_passes(tiny, form):
         result.nodes["note"].unique()
 
 
-@pytest.mark.parametrize("form", ["", "_einsum", "_transposed"])
+@pytest.mark.parametrize("form", ["", "_einsum", "_transposed", "_fused"])
 @pytest.mark.parametrize("nodes", [False, True])
 def test_a_slip_under_the_outputs_budget_fails_in_its_layer(tiny, nodes, form):
     import introspect
@@ -49,3 +51,12 @@ def test_a_slip_under_the_outputs_budget_fails_in_its_layer(tiny, nodes, form):
     assert not result.passed, result.summary()
     assert set(result.outputs["status"]) == {"ok", "unmatched"}, result.outputs
     assert result.first_divergence.layer == "encoder.layer.1", result.first_divergence
+
+
+def test_the_fused_folded_port_backward(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    candidate = port("folded_norms.py").correct_fused(reference)
+    result = introspect.diff(reference.model, candidate, inputs, backward=True)
+    assert result.passed and result.backward.passed, result.summary()

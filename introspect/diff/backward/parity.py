@@ -324,7 +324,7 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
     refolded = _refolded(alignment.relations, ref_alias)
     for relation in alignment.relations:
         r_name, c_name = ref_alias.get(relation.reference), cand_alias.get(relation.candidate)
-        if r_name is None or c_name is None or relation.kind.startswith("folded") \
+        if r_name is None or c_name is None or "folded" in relation.kind \
                 or r_name.rpartition(".")[0] in refolded:
             continue
         found = by_ref.setdefault(r_name, [])
@@ -391,7 +391,7 @@ def _refolded(relations: Sequence[WeightRelation], ref_alias: Mapping[str, str])
     those Linears' gradients nor the norm's are the reference's (the norm's gradient is
     spread over the candidate's folded weights), and none is compared."""
     return {ref_alias.get(r.scaled_by, r.scaled_by).rpartition(".")[0]
-            for r in relations if r.kind.startswith("folded") and r.scaled_by}
+            for r in relations if "folded" in r.kind and r.scaled_by}
 
 
 _STEP_CHUNK = 1 << 20  # values per float64 slice of the SGD step (an embedding: 23M)

@@ -171,8 +171,8 @@ def _refolded(reference: PlainGradients, candidate: PlainGradients,
                  if not evidence.relations.get(name)}
     if not unrelated:
         return set()
-    return {gain.rpartition(".")[0]
-            for _, _, gain, _ in folds_between(reference.parameters, unrelated)}
+    return {fold.gain.rpartition(".")[0]
+            for fold in folds_between(reference.parameters, unrelated)}
 
 
 def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:

@@ -14,7 +14,9 @@ hides a slip in one layer's attention scale on bert-tiny.
 - ``correct_einsum`` / ``faulty_einsum``: the folded projections applied by
   ``torch.einsum`` with their folded bias added apart (the product holds neither bias);
 - ``correct_transposed`` / ``faulty_transposed``: their weights stored transposed,
-  applied by ``torch.addmm``.
+  applied by ``torch.addmm``;
+- ``correct_fused`` / ``faulty_fused``: query, key and value folded into one fused
+  (3H, H) Linear, chunked.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ class FoldedLayer(nn.Module):
         def split(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(-1, (self.heads, size)).transpose(1, 2)
 
-        q, k, v = (split(self.project(n, lin)) for lin in (self.query, self.key, self.value))
+        if self.form == "fused":
+            q, k, v = (split(t) for t in self.qkv(n).chunk(3, dim=-1))
+        else:
+            q, k, v = (split(self.project(n, lin))
+                       for lin in (self.query, self.key, self.value))
         root = math.sqrt(size + 1 if self.slip else size)
         weights = torch.softmax(q @ k.transpose(-1, -2) / root + blocked, dim=-1)
         context = (weights @ v).transpose(1, 2).flatten(2)
@@ -68,6 +74,19 @@ class FoldedLayer(nn.Module):
                                                 if m is linear))
             return torch.addmm(linear.bias, n.flatten(0, 1), stored).unflatten(0, n.shape[:2])
         return linear(n)
+
+    def fuse(self) -> None:
+        """Query, key and value as one (3H, H) Linear (theirs then unused: zeros)."""
+        width = self.query.in_features
+        self.qkv = nn.Linear(width, 3 * width)
+        with torch.no_grad():
+            self.qkv.weight.copy_(torch.cat([m.weight for m in (self.query, self.key,
+                                                                 self.value)]))
+            self.qkv.bias.copy_(torch.cat([m.bias for m in (self.query, self.key,
+                                                             self.value)]))
+            for m in (self.query, self.key, self.value):
+                m.weight.zero_()
+                m.bias.zero_()
 
     def store_transposed(self) -> None:
         """Each folded projection's weight kept transposed, as ``x @ W`` reads it (the
@@ -140,9 +159,11 @@ def _build(reference: Any, slip_layer: int, form: str = "linear") -> FoldedBert:
         gain, shift = hf[at + "output.LayerNorm.weight"], hf[at + "output.LayerNorm.bias"]
     state["gain_out"], state["shift_out"] = gain, shift
     model.load_state_dict(state)
-    if form == "transposed":
-        for layer in model.layers:
+    for layer in model.layers:
+        if form == "transposed":
             layer.store_transposed()
+        elif form == "fused":
+            layer.fuse()
     return model.eval()
 
 
@@ -168,3 +189,11 @@ def correct_transposed(reference: Any) -> FoldedBert:
 
 def faulty_transposed(reference: Any) -> FoldedBert:
     return _build(reference, 1, "transposed")
+
+
+def correct_fused(reference: Any) -> FoldedBert:
+    return _build(reference, -1, "fused")
+
+
+def faulty_fused(reference: Any) -> FoldedBert:
+    return _build(reference, 1, "fused")

@@ -162,7 +162,7 @@ class Matcher:
                 note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
             self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
                           relation.order, PROVEN_STRUCTURE if guess else ""))
-            if relation.kind == "row block" or relation.kind.startswith("folded"):
+            if relation.kind == "row block" or "folded" in relation.kind:
                 # (a folded Linear reads the norm's output before its gain: not the
                 # reference Linear's input)
                 self.own_arguments.add((r, c))
@@ -324,7 +324,7 @@ class Matcher:
         rounding of that sum; None where the pair is not folded or no such vector is
         held."""
         relation = next((rel for label, _ in self.cand.weights.get(pair.candidate, [])
-                         for rel in self.relations.get(label, []) if rel.kind.startswith("folded")
+                         for rel in self.relations.get(label, []) if "folded" in rel.kind
                          and rel.reference in {w for w, _ in self.ref.weights[pair.reference]}),
                         None)
         if relation is None:
@@ -464,6 +464,12 @@ def _cand_region(relation: WeightRelation) -> Region | None:
 def _relation_note(relation: WeightRelation) -> str:
     if relation.kind == "same":
         return ""
+    if "folded" in relation.kind:
+        how = " (stored transposed)" if relation.kind.endswith("transposed") else \
+            f" (rows {relation.region.start}:{relation.region.stop} of it)" \
+            if relation.region is not None else ""
+        return (f"{relation.candidate}{how} is {relation.reference} with each column scaled "
+                f"by {relation.scaled_by} (a norm's gain folded in)")
     if relation.kind.startswith("by-name"):
         return (f"weights related by name only: {relation.candidate} differs from "
                 f"{relation.reference} by up to {relation.max_abs_diff:.3g}")
@@ -482,10 +488,6 @@ def _relation_note(relation: WeightRelation) -> str:
         return (f"{relation.candidate} is {relation.reference} quantized to int8{how} "
                 f"(every element within one quantization step; up to "
                 f"{relation.max_abs_diff:.3g} apart)")
-    if relation.kind.startswith("folded"):
-        how = " (stored transposed)" if relation.kind.endswith("transposed") else ""
-        return (f"{relation.candidate} is {relation.reference}{how} with each column scaled by "
-                f"{relation.scaled_by} (a norm's gain folded in)")
     if relation.kind == "row block" and relation.region is not None:
         return (f"{relation.candidate} is rows {relation.region.start}:{relation.region.stop} "
                 f"of {relation.reference}: an offset embedding table (entry i of the "

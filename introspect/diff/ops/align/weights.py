@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -541,22 +541,34 @@ def _relate_folded(ref_weights: Mapping[str, torch.Tensor],
                if not relations[label] and t.ndim == 2 and t.is_floating_point()]
     if not pending:
         return
-    for label, ref, gain, kind in folds_between(ref_weights,
-                                                {k: cand_weights[k] for k in pending}):
-        value = cand_weights[label]
-        relations[label].append(WeightRelation(
-            label, ref, kind, None,
-            _max_abs_diff(value.t() if kind == "folded transposed" else value, ref_weights[ref]),
-            scaled_by=gain))
+    for fold in folds_between(ref_weights, {k: cand_weights[k] for k in pending}):
+        value = cand_weights[fold.candidate]
+        if fold.kind == "folded transposed":
+            value = value.t()
+        elif fold.region is not None:
+            value = value[fold.region.start:fold.region.stop]
+        relations[fold.candidate].append(WeightRelation(
+            fold.candidate, fold.reference, fold.kind, fold.region,
+            _max_abs_diff(value, ref_weights[fold.reference]), scaled_by=fold.gain))
+
+
+class Fold(NamedTuple):
+    """A candidate matrix that is a reference matrix with a norm's gain folded in."""
+
+    candidate: str
+    reference: str
+    gain: str  # the reference's vector each column is scaled by
+    kind: str  # "folded", "folded transposed", or "fused folded" (rows ``region`` of it)
+    region: Region | None = None
 
 
 def folds_between(ref_weights: Mapping[str, torch.Tensor],
-                  cand_weights: Mapping[str, torch.Tensor]) -> list[tuple[str, str, str, str]]:
-    """(candidate matrix, reference matrix, reference gain, kind) for each candidate matrix
-    that is a reference matrix with each column scaled by one of the reference's vectors,
-    stored as it is ("folded") or transposed ("folded transposed", for ``x @ W``)
-    (``_relate_folded``); also read by the backward's own-gradient pairing, which must not
-    hold a folded norm's gradient to the candidate's copy of its gain."""
+                  cand_weights: Mapping[str, torch.Tensor]) -> list[Fold]:
+    """Each candidate matrix that is a reference matrix with each column scaled by one of
+    the reference's vectors: stored as it is ("folded"), transposed ("folded transposed",
+    for ``x @ W``), or as a block of rows of a fused projection ("fused folded": a fused
+    QKV) (``_relate_folded``); also read by the backward's own-gradient pairing, which must
+    not hold a folded norm's gradient to the candidate's copy of its gain."""
     by_shape: dict[tuple[int, ...], list[str]] = {}
     gains: dict[int, list[str]] = {}
     for label, tensor in ref_weights.items():
@@ -566,20 +578,52 @@ def folds_between(ref_weights: Mapping[str, torch.Tensor],
             by_shape.setdefault(tuple(tensor.shape), []).append(label)
         elif tensor.ndim == 1:
             gains.setdefault(tensor.numel(), []).append(label)
-    found = []
+    found: list[Fold] = []
     for label, tensor in cand_weights.items():
         if tensor.ndim != 2 or not tensor.is_floating_point() or tensor.shape[0] < 2:
             continue
-        for kind, value in (("folded", tensor.detach().float()),
-                            ("folded transposed", tensor.detach().float().t())):
-            for ref in by_shape.get(tuple(value.shape), []):
-                gain = _gain_between(ref_weights[ref].detach().float(), value,
-                                     [(g, ref_weights[g]) for g in gains.get(value.shape[1], [])])
-                if gain is not None:
-                    found.append((label, ref, gain, kind))
-            if any(f[0] == label for f in found):
+        value = tensor.detach().float()
+        for kind, candidate in (("folded", value), ("folded transposed", value.t())):
+            found += [Fold(label, ref, gain, kind) for ref, gain
+                      in _folds_of(candidate, by_shape, gains, ref_weights)]
+            if found and found[-1].candidate == label:
                 break
+        else:
+            found += _fused_folds(label, value, by_shape, gains, ref_weights)
     return found
+
+
+def _folds_of(value: torch.Tensor, by_shape: Mapping[tuple[int, ...], list[str]],
+              gains: Mapping[int, list[str]], ref_weights: Mapping[str, torch.Tensor],
+              ) -> list[tuple[str, str]]:
+    """(reference matrix, gain) for each reference matrix ``value`` is a fold of."""
+    found = []
+    for ref in by_shape.get(tuple(value.shape), []):
+        gain = _gain_between(ref_weights[ref].detach().float(), value,
+                             [(g, ref_weights[g]) for g in gains.get(value.shape[1], [])])
+        if gain is not None:
+            found.append((ref, gain))
+    return found
+
+
+def _fused_folds(label: str, value: torch.Tensor, by_shape: Mapping[tuple[int, ...], list[str]],
+                 gains: Mapping[int, list[str]], ref_weights: Mapping[str, torch.Tensor],
+                 ) -> list[Fold]:
+    """The blocks of rows of a fused projection that are each a fold of a reference matrix
+    (a fused QKV with the norm's gain folded in); every block must be one."""
+    rows, columns = value.shape
+    for shape in sorted({s for s in by_shape if s[1] == columns and s[0] < rows
+                         and rows % s[0] == 0}, reverse=True):
+        folds = []
+        for start in range(0, rows, shape[0]):
+            block = _folds_of(value[start:start + shape[0]], by_shape, gains, ref_weights)
+            if not block:
+                break
+            folds += [Fold(label, ref, gain, "fused folded",
+                           Region(0, start, start + shape[0])) for ref, gain in block]
+        else:
+            return folds
+    return []
 
 
 _FOLD_ROUNDING = 2.0 ** -22  # one rounding of float32 (2^-24) each side, and slack
