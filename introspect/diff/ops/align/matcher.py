@@ -330,17 +330,15 @@ class Matcher:
         if relation is None:
             return None
         shift = relation.scaled_by.rpartition(".")[0] + ".bias"
-        values = {label: t for found in self.ref.weights.values() for label, t in found}
-        vectors = {label: t for found in self.ref.weights.values() for label, t in found
-                   if label == shift}
-        if shift not in vectors or bias not in values or relation.reference not in values:
+        wanted = {shift, bias, relation.reference}
+        values = {label: t.detach().double() for found in self.ref.weights.values()
+                  for label, t in found if label in wanted}
+        if wanted - values.keys():
             return None
-        matrix = values[relation.reference].detach().double()
-        folded = values[bias].detach().double() + matrix @ vectors[shift].detach().double()
+        matrix, offset = values[relation.reference], values[shift]
+        folded = values[bias] + matrix @ offset
         # a float32 sum of n products rounds by at most n units of its terms' magnitude
-        slack = matrix.shape[1] * 2.0 ** -23 * (values[bias].detach().double().abs()
-                                                + matrix.abs() @ vectors[shift].detach()
-                                                .double().abs())
+        slack = matrix.shape[1] * 2.0 ** -23 * (values[bias].abs() + matrix.abs() @ offset.abs())
         for found in self.cand.weights.values():
             for label, t in found:
                 if t.ndim == 1 and t.shape == folded.shape and t.is_floating_point() \
