@@ -74,8 +74,15 @@ class Truth:
     @property
     def inference_outputs(self) -> dict[str, torch.Tensor] | None:
         """The ``torch.inference_mode()`` call's outputs; None where there was none."""
-        found = [c for c in self.calls if c.mode == INFERENCE_MODE]
-        return found[-1].outputs if found else None
+        return self.outputs_of(INFERENCE_MODE)
+
+    def outputs_of(self, mode: str) -> dict[str, torch.Tensor] | None:
+        """The outputs of the call in ``mode`` (the first with autograd on, as
+        ``grad_outputs``); None where no call ran in it."""
+        found = [c for c in self.calls if c.mode == mode]
+        if not found:
+            return None
+        return (found[0] if mode == AUTOGRAD else found[-1]).outputs
 
     @property
     def changed_inputs(self) -> list[str]:

@@ -175,8 +175,7 @@ def _inference_differs(state: DiffState) -> bool:
     truth = state.cand_truth
     if truth is None:
         return False
-    by_mode = {call.mode: call.outputs for call in truth.calls}
-    there, plain = by_mode.get(INFERENCE_MODE), by_mode.get(NO_GRAD)
+    there, plain = truth.outputs_of(INFERENCE_MODE), truth.outputs_of(NO_GRAD)
     return there is not None and plain is not None and any(
         not identical(value, plain.get(name)) for name, value in there.items())
 

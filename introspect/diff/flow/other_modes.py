@@ -55,7 +55,7 @@ def explain_other_modes(state: DiffState) -> None:
         again = explain_with(state, None, functools.partial(record_forward, mode=mode))
         if again.graph is None or again.recording is None:
             continue
-        call = _outputs_of(state.cand_truth, mode)
+        call = state.cand_truth.outputs_of(mode)
         if call is None or not _reproduces(flatten_outputs(again.recording.recorded_outputs),
                                            call):
             state.notes.append(f"the candidate's call {_SAID[mode]} takes another path than "
@@ -87,7 +87,7 @@ def _modes_not_reproduced(truth: Truth, recorded: Mapping[str, torch.Tensor]) ->
     if not _reproduces(recorded, truth.no_grad_outputs):
         return []
     return [mode for mode in (AUTOGRAD, INFERENCE_MODE)
-            if (outputs := _outputs_of(truth, mode)) is not None
+            if (outputs := truth.outputs_of(mode)) is not None
             and not _reproduces(recorded, outputs)]
 
 
@@ -98,13 +98,6 @@ def _reference_stands(truth: Truth, recorded: Mapping[str, torch.Tensor], mode: 
     as its ``no_grad`` call, and, where not recorded in float64, as its recording."""
     same = _reproduces(truth.no_grad_outputs, truth.grad_outputs) if mode == AUTOGRAD else True
     return same and (noise_budget or _reproduces(recorded, truth.no_grad_outputs))
-
-
-def _outputs_of(truth: Truth, mode: str) -> dict[str, torch.Tensor] | None:
-    if mode == INFERENCE_MODE:
-        return truth.inference_outputs
-    found = [c for c in truth.calls if c.mode == mode]
-    return found[0].outputs if found else None
 
 
 def _reproduces(recorded: Mapping[str, Any], outputs: Mapping[str, Any]) -> bool:

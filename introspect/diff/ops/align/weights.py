@@ -583,13 +583,13 @@ def folds_between(ref_weights: Mapping[str, torch.Tensor],
         if tensor.ndim != 2 or not tensor.is_floating_point() or tensor.shape[0] < 2:
             continue
         value = tensor.detach().float()
+        mine: list[Fold] = []
         for kind, candidate in (("folded", value), ("folded transposed", value.t())):
-            found += [Fold(label, ref, gain, kind) for ref, gain
-                      in _folds_of(candidate, by_shape, gains, ref_weights)]
-            if found and found[-1].candidate == label:
+            mine = [Fold(label, ref, gain, kind) for ref, gain
+                    in _folds_of(candidate, by_shape, gains, ref_weights)]
+            if mine:
                 break
-        else:
-            found += _fused_folds(label, value, by_shape, gains, ref_weights)
+        found += mine or _fused_folds(label, value, by_shape, gains, ref_weights)
     return found
 
 
