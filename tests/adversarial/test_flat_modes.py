@@ -18,7 +18,10 @@ Two wrong verdicts, both PASSes of a faulty port, on bert-tiny:
 - a slip taken only where the model has no hooks of its own: the recorder hooked every
   module, so its recording took the other path, reproduced no plain call, and decided
   nothing. It follows a module with no hooks of the user's by global hooks now
-  (``ops.eager._module_hooks``), as module evidence's capture does.
+  (``ops.eager._module_hooks``), as module evidence's capture does;
+- weights packed as the rows of one 2-D Parameter, each cut out by its rows: a row slice
+  of a Parameter reads like a position table cut to a step's length (``wpe[s:s + T]``),
+  so nothing paired. One cut at two ranges or more is a packing (a table is cut once).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pytest
 from tests.adversarial.corpus import port
 
 
-@pytest.mark.parametrize("builder", ["correct", "correct_buffer"])
+@pytest.mark.parametrize("builder", ["correct", "correct_buffer", "correct_rows"])
 def test_the_flat_port_is_paired_and_passes(tiny, builder):
     import introspect
 
@@ -40,7 +43,8 @@ def test_the_flat_port_is_paired_and_passes(tiny, builder):
 
 
 @pytest.mark.parametrize("builder", ["faulty_everywhere", "faulty_grad", "faulty_inference",
-                                     "faulty_unhooked", "faulty_buffer"])
+                                     "faulty_unhooked", "faulty_buffer",
+                                     "faulty_rows"])
 @pytest.mark.parametrize("nodes", [False, True])
 def test_a_slip_on_one_path_fails_in_its_layer(tiny, builder, nodes):
     import introspect
@@ -62,5 +66,14 @@ def test_a_split_piece_with_no_gradient_is_no_crash(tiny):
 
     reference, inputs = tiny
     candidate = port("flat_modes.py").correct_split(reference)
+    result = introspect.diff(reference.model, candidate, inputs, backward=True)
+    assert result.passed and result.backward.passed, result.summary()
+
+
+def test_a_port_packed_in_rows_passes_its_backward(tiny):
+    import introspect
+
+    reference, inputs = tiny
+    candidate = port("flat_modes.py").correct_rows(reference)
     result = introspect.diff(reference.model, candidate, inputs, backward=True)
     assert result.passed and result.backward.passed, result.summary()

@@ -18,7 +18,10 @@ LayerNorm is ``F.layer_norm``, the GELU is erf's.
 - ``correct_split``: the weights taken by one ``torch.split`` of the packed Parameter per
   call, the pooler's packed too and never used (that piece gets no gradient);
 - ``correct_buffer`` / ``faulty_buffer``: packed into a buffer, not a Parameter (a frozen
-  inference port), the latter with the slip in every mode.
+  inference port), the latter with the slip in every mode;
+- ``correct_rows`` / ``faulty_rows``: packed as the rows of one 2-D Parameter as wide as
+  the hidden size (a matrix wider than that stored transposed, a long vector as several
+  rows), each weight cut back out of it by its rows, the latter with the slip everywhere.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ _LAYER = ("attention.self.query", "attention.self.key", "attention.self.value",
 
 class PackedBert(nn.Module):
     def __init__(self, reference: Any, slip: str = "", split: bool = False,
-                 buffer: bool = False) -> None:
+                 buffer: bool = False, rows: bool = False) -> None:
         super().__init__()
         config = reference.config
         self.heads = config.num_attention_heads
@@ -54,12 +57,20 @@ class PackedBert(nn.Module):
         if split:
             names += ["pooler.dense.weight", "pooler.dense.bias"]
         self.where: dict[str, tuple[int, torch.Size]] = {}
+        self.rows = rows
+        hidden = config.hidden_size
         pieces, start = [], 0
         for name in names:
             value = state[name].detach()
             self.where[name] = (start, value.shape)
-            start += value.numel()
-            pieces.append(value.flatten())
+            if rows:  # (a wide matrix transposed: its rows as wide as the hidden size)
+                value = value.T if value.ndim == 2 and value.shape[1] != hidden else value
+                value = value.reshape(-1, hidden)
+                start += value.shape[0]
+            else:
+                start += value.numel()
+                value = value.flatten()
+            pieces.append(value)
         if buffer:
             self.register_buffer("packed", torch.cat(pieces).clone())
         else:
@@ -69,6 +80,11 @@ class PackedBert(nn.Module):
         start, shape = self.where[name]
         if self.split:
             return self.pieces[name].reshape(shape)
+        if self.rows:
+            count = shape.numel() // self.packed.shape[1]
+            block = self.packed[start:start + count]
+            return block.T if len(shape) == 2 and shape[1] != block.shape[1] \
+                else block.reshape(shape)
         return self.packed[start:start + shape.numel()].reshape(shape)
 
     def slipped(self, layer: int) -> bool:
@@ -155,3 +171,11 @@ def correct_buffer(reference: Any) -> PackedBert:
 
 def faulty_buffer(reference: Any) -> PackedBert:
     return PackedBert(reference, "everywhere", buffer=True).eval()
+
+
+def correct_rows(reference: Any) -> PackedBert:
+    return PackedBert(reference, rows=True).eval()
+
+
+def faulty_rows(reference: Any) -> PackedBert:
+    return PackedBert(reference, "everywhere", rows=True).eval()

@@ -70,6 +70,9 @@ class GraphView:
         self.packed = {name for name, p in gm.named_parameters() if p.ndim == 1}
         self.packed |= {name for name, b in gm.named_buffers()
                         if b.ndim == 1 and b.is_floating_point()}
+        # and a Parameter of any shape cut at two ranges or more: a table cut to a step's
+        # length is cut once, at one range (``wpe[start:start + T]``)
+        self.packed |= _cut_at_ranges(gm, {name for name, _ in gm.named_parameters()})
         self.users: dict[str, list[str]] = {
             name: [u.name for u in node.users] for name, node in self.nodes.items()}
         backbone = backbone_path(gm)
@@ -208,6 +211,17 @@ def _cut_to_length(node: torch.fx.Node) -> bool:
     index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
     return any(isinstance(i, slice) and (i.start is not None or i.stop is not None)
                for i in index)
+
+
+def _cut_at_ranges(gm: torch.fx.GraphModule, parameters: set[str]) -> set[str]:
+    """The ``parameters`` that the graph slices at two different ranges or more."""
+    ranges: dict[str, set[str]] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and str(node.target) in parameters:
+            for user in node.users:
+                if _cut_to_length(user) and user.args and user.args[0] is node:
+                    ranges.setdefault(str(node.target), set()).add(repr(user.args[1:]))
+    return {name for name, found in ranges.items() if len(found) >= 2}
 
 
 def numel(shape: Any) -> int | None:
