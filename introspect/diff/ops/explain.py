@@ -36,6 +36,7 @@ from introspect.diff.ops.divergence import (
 from introspect.diff.ops.drift import find_drift, mark_drift
 from introspect.diff.ops.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.ops.exercised import unexercised_notes
+from introspect.diff.ops.twins import hold_twins, twin_pairs
 from introspect.diff.quantized import INT8, holds_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
 from introspect.diff.repro.capture import ReplaySource
@@ -162,6 +163,10 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             ref_graph.notes.append(MASK_NOTE)
         rows = node_rows(alignment, run, budgets, ref_graph, cand_graph,
                          allow_nonfinite=allow_nonfinite)
+        if noise is None and INT8 not in candidate_dtypes:  # (int8: its own budgets)
+            rows, budgets = hold_twins(rows, alignment, run,
+                                       twin_pairs(alignment, ref_graph, cand_graph),
+                                       _pair_dtypes(alignment, ref_graph, cand_graph), budgets)
         rows = confirm_failures(rows, ref_graph, agreeing_outputs)
         return run, budgets, rows, measured_notes, rounding, unfaithful
 
