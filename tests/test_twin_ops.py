@@ -1,0 +1,37 @@
+"""The same pointwise op on the same values (``ops.twins``): an RMSNorm eps of 1e-5 for
+1e-6 in a Llama with no submodules (``tests/ports/llama_one_function.py``).
+
+It moves ``ms + eps`` by 9e-6, under fp32's atol of 1e-5, and the outputs by less than
+their budget; module evidence sees only the whole model. The op-level pair ``ms + eps``
+runs one ``add`` on the reference's own values on both sides, so only a constant can part
+them: over 16 roundings of its magnitude, it fails, in its layer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import introspect
+from tests.fixtures.families import grouped_llama, tiny_inputs
+from tests.ports import llama_one_function
+
+
+def test_the_one_function_llama_passes():
+    reference = grouped_llama()
+    result = introspect.diff(reference, llama_one_function.build(reference),
+                             tiny_inputs("llama"))
+    assert result.passed, result.summary()
+    assert not any("the same add on the same values" in row for row in result.nodes["note"])
+
+
+@pytest.mark.parametrize("nodes", [False, True])
+def test_an_eps_under_the_budget_fails_at_its_add(nodes):
+    reference = grouped_llama()
+    result = introspect.diff(reference, llama_one_function.build(reference, "eps", 2),
+                             tiny_inputs("llama"), nodes=nodes)
+    assert not result.passed, result.summary()
+    assert (result.outputs["status"] == "ok").all()  # under the outputs' budget
+    divergence = result.first_divergence
+    assert divergence.layer == "layers.2", divergence
+    assert divergence.op == "add", divergence
+    assert 8e-6 < divergence.local_max_abs_err < 1e-5, divergence
