@@ -29,7 +29,8 @@ IN_PROCESS = [
       for how in ("third", "fourth", "first", "lazy", "dropout", "seeded")
       for twin in ("correct", "faulty")],
     *[("audit_outputs", f"{twin}_{how}", (), int(twin == "faulty"))
-      for how in ("tuple", "renamed", "list", "numpy_mid", "extra", "float64", "half_output")
+      for how in ("tuple", "renamed", "list", "numpy_mid", "extra", "float64", "half_output",
+                  "dataclass")
       for twin in ("correct", "faulty")],
     *[("audit_fastpath", f"{twin}_{how}", (), int(twin == "faulty"))
       for how in ("mha", "nested", "callable") for twin in ("correct", "faulty")],
@@ -105,6 +106,22 @@ def test_api_verdict(name, builder, extra, expected, tiny):
     assert all(torch.equal(kept[k], v) for k, v in tensors.items())
     if expected:
         assert result.first_divergence is not None
+
+
+def test_a_dataclass_output_gets_a_backward_verdict(tiny):
+    """Its loss is taken of its first field, as of a dict's first value (it was refused:
+    "the model returned no tensor to take a loss of"); the tanh GELU fails in layer 1."""
+    import introspect
+
+    reference, inputs = tiny
+    ports = port("audit_outputs.py")
+    passed = introspect.diff(reference.model, ports.correct_dataclass(reference),
+                             inputs.tensors, backward=True)
+    assert passed.passed and passed.backward.passed, passed.summary()
+    failed = introspect.diff(reference.model, ports.faulty_dataclass(reference),
+                             inputs.tensors, backward=True)
+    assert not failed.passed
+    assert failed.first_divergence.layer == "encoder.layer.1", failed.first_divergence
 
 
 def _cli(folder, name, builder, capsys, *extra):

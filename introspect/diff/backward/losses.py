@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from introspect.diff.backward.record import LossFn
 from introspect.errors import InputError
+from introspect.run.outputs import output_items
 
 SEED = 1234  # labels, masked positions and projections
 MLM_SHARE = 0.15  # of real tokens, at least one per row
@@ -99,12 +100,10 @@ def default_loss(kind: str) -> LossFn:
 
 
 def _own_loss(outputs: Any) -> torch.Tensor:
-    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
-        return outputs["loss"]
-    items = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs.values()) \
-        if isinstance(outputs, Mapping) else list(outputs) if isinstance(outputs, (tuple, list)) \
-        else []
-    for t in items:
+    named = dict(output_items(outputs))
+    if isinstance(named.get("loss"), torch.Tensor):
+        return named["loss"]
+    for t in named.values():
         if isinstance(t, torch.Tensor) and t.numel() == 1 and t.is_floating_point():
             return t
     raise InputError("the inputs hold labels, but the model returned no loss (no scalar "
@@ -112,10 +111,10 @@ def _own_loss(outputs: Any) -> torch.Tensor:
 
 
 def _output_tensors(outputs: Any) -> list[torch.Tensor]:
-    if isinstance(outputs, torch.Tensor):
-        return [outputs]
-    items = list(outputs.values()) if isinstance(outputs, Mapping) else \
-        list(outputs) if isinstance(outputs, (tuple, list)) else []
+    """The floating outputs of more than one element, in order: a mapping's values, a
+    dataclass's fields (a port's ``@dataclass`` output, as the forward diff reads it), a
+    tuple's items."""
+    items = [value for _, value in output_items(outputs)]
     return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()
             and t.numel() > 1]
 

@@ -9,11 +9,14 @@ NumPy and ``adv_bert``). Each faulty twin takes the tanh GELU in layer 1, unless
 - ``*_extra``: extra outputs besides the two: every layer's hidden state and a Python
   float (``.item()``);
 - ``*_float64``: the whole port in float64;
-- ``*_half_output``: computed in float32, the outputs returned in float16.
+- ``*_half_output``: computed in float32, the outputs returned in float16;
+- ``*_dataclass``: a ``@dataclass`` of the two (``Encoded``), read field by field; its
+  backward takes the loss of its first field, as of a dict's first value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import adv_bert
@@ -27,6 +30,12 @@ class TanhBlock(adv_bert.Block):
 
     def activation(self, h):
         return F.gelu(h, approximate="tanh" if self.tanh and self.index == 1 else "none")
+
+
+@dataclasses.dataclass
+class Encoded:
+    last_hidden_state: torch.Tensor
+    pooler_output: torch.Tensor
 
 
 class ShapedBert(adv_bert.Bert):
@@ -46,6 +55,8 @@ class ShapedBert(adv_bert.Bert):
             return {"hidden": x, "pooled": pooled}
         if self.shape == "list":
             return [x, pooled]
+        if self.shape == "dataclass":
+            return Encoded(x, pooled)
         if self.shape == "extra":
             return {"last_hidden_state": x, "pooler_output": pooled, "hidden_states": states,
                     "mean": x.mean().item()}
@@ -90,6 +101,14 @@ def correct_extra(reference):
 
 def faulty_extra(reference):
     return _shaped(reference, "extra", True)
+
+
+def correct_dataclass(reference):
+    return _shaped(reference, "dataclass", False)
+
+
+def faulty_dataclass(reference):
+    return _shaped(reference, "dataclass", True)
 
 
 def correct_float64(reference):
