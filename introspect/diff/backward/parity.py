@@ -464,6 +464,9 @@ def _to_reference(g: torch.Tensor | None, param: torch.Tensor, relation: WeightR
     if g is None:
         g = torch.zeros_like(param)
     kind = relation.kind
+    if kind == "transposed reshaped" and ref_weight.ndim == 2 \
+            and g.numel() == ref_weight.numel():  # (nh, hd, H) holding W.t()
+        return g.reshape(ref_weight.shape[::-1]).t()
     if "transposed" in kind and g.ndim == 2:
         g = g.t()
     region = relation.region

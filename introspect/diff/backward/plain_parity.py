@@ -123,7 +123,7 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
 class _WeightPair:
     reference: str
     candidate: str
-    relation: str  # "same" or "transposed"
+    relation: str  # "same", "transposed", "reshaped" or "transposed reshaped"
 
 
 def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
@@ -183,7 +183,23 @@ def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:
     if ref.ndim == 2 and cand.ndim == 2 and ref.shape == cand.t().shape \
             and torch.equal(ref, cand.t()):
         return "transposed"
+    if ref.numel() == cand.numel() and ref.shape != cand.shape:  # (nh, hd, H) for einsum
+        if torch.equal(cand.reshape(ref.shape), ref):
+            return "reshaped"
+        if ref.ndim == 2 and torch.equal(cand.reshape(ref.shape[::-1]), ref.t()):
+            return "transposed reshaped"
     return None
+
+
+def _as_reference(g: torch.Tensor, relation: str, shape: torch.Size) -> torch.Tensor:
+    """A candidate weight's gradient laid out as the reference weight it holds."""
+    if relation == "transposed":
+        return g.t()
+    if relation == "reshaped":
+        return g.reshape(shape)
+    if relation == "transposed reshaped":
+        return g.reshape(shape[::-1]).t()
+    return g
 
 
 def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
@@ -199,8 +215,7 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
         g_ref = grads[pair.reference]
         g_cand = _or_zeros(candidate.parameter_grads.get(pair.candidate),
                            candidate.parameters[pair.candidate])
-        if pair.relation == "transposed":
-            g_cand = g_cand.t()
+        g_cand = _as_reference(g_cand, pair.relation, g_ref.shape)
         err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite,
                                           noise=(noise or {}).get(f"param:{pair.reference}"))
         weight = reference.parameters[pair.reference]

@@ -175,7 +175,7 @@ class QuickSteps:
         pair the full diff must see (a value changed in place after it was made, a
         feature order or a layout to find)."""
         pairs = aligned.alignment.pairs
-        proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        proven: dict[tuple[Any, ...], tuple[object, ...]] = {}
         groups: dict[tuple[Any, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
         with torch.no_grad():
             for i, ref_call, cand_call in aligned.measured:
@@ -226,7 +226,7 @@ class QuickSteps:
 
     @staticmethod
     def _in_layout(aligned: _Aligned, i: int, cand: torch.Tensor, ref: torch.Tensor,
-                   budget: Budget, proven: dict[tuple[Any, ...], tuple[int, ...]],
+                   budget: Budget, proven: dict[tuple[Any, ...], tuple[object, ...]],
                    ) -> torch.Tensor | None:
         """``cand`` in the reference's layout, chosen as the replay chooses it (the
         best fit, unless a layout proven on a pair of the same shapes fits nearly as
@@ -234,20 +234,20 @@ class QuickSteps:
         key = (tuple(cand.shape), tuple(ref.shape), None)
         layout = aligned.layouts.get(i)
         if layout is None or (layout.cand_shape, layout.ref_shape) != key[:2] \
-                or proven.get(key, layout.perm) != layout.perm:
+                or proven.get(key, layout.key) != layout.key:
             fits = fit_layouts(cand, ref)
             if not fits:
                 return None
             best_error, layout = fits[0]
             expected = proven.get(key)
-            if expected is not None and layout.perm != expected:
-                fallback = min(((e, lay) for e, lay in fits if lay.perm == expected),
+            if expected is not None and layout.key != expected:
+                fallback = min(((e, lay) for e, lay in fits if lay.key == expected),
                                key=lambda fit: fit[0], default=None)
                 if fallback is not None and not best_error <= _FIT_RATIO * fallback[0]:
                     layout = fallback[1]
             aligned.layouts[i] = layout
         value = layout.to_reference(cand)
-        proven.setdefault(key, layout.perm)
+        proven.setdefault(key, layout.key)
         return value
 
 

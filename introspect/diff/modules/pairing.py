@@ -175,7 +175,8 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     The relations of ``introspect.diff.ops.align.weights`` read a recorded graph; module
     evidence needs none, so the same kinds are found here on the modules' own tensors:
     equal, transposed, a block of rows of the other (one head, one of q/k/v in a fused
-    projection), after casting both to the lower precision; an int8 weight relates to the
+    projection), reshaped (as it is or transposed), after casting both to the lower
+    precision; an int8 weight relates to the
     float weight within one quantization step of it.
     """
     ref = {name: t.detach() for name, t in reference.named_parameters()
@@ -201,6 +202,13 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
                 found |= equal_to(block)
         if not found:  # a block of a larger reference weight (a fused QKV on their side)
             found = {r for r, rt in ref.items() if _holds_rows(rt, t)}
+        if not found:  # another shape of a matrix's or a vector's values, a matrix's as
+            # they are or transposed ((nh, hd, H) for an einsum, a bias as (nh, hd)):
+            # ``keyed`` holds both, under their own shapes
+            shapes = {tuple(v.shape) for rt in ref.values() if rt.ndim in (1, 2)
+                      and rt.numel() == t.numel() for v in _variants(rt)} - {tuple(t.shape)}
+            for shape in shapes:
+                found |= equal_to(t.reshape(shape))
         if not found and t.dtype != torch.float32:
             found = {r for r, rt in ref.items() if rt.shape == t.shape
                      and torch.equal(rt.to(t.dtype), t)}

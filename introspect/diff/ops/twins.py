@@ -99,9 +99,10 @@ def hold_twins(rows: Sequence[NodeDiff], alignment: Alignment, run: RunResult,
             budgets[i] = Budget(limit, 0.0)
     held = []
     for row in rows:
-        limit, apart = limits.get((row.reference_node, row.candidate_node), (None, False))
-        if limit is not None and row.status in (STATUS_OK, STATUS_DRIFT) \
+        found = limits.get((row.reference_node, row.candidate_node))
+        if found is not None and row.status in (STATUS_OK, STATUS_DRIFT) \
                 and not row.nonfinite:
+            limit, apart = found
             note = (f"the same {row.op} on the same values, yet {row.local_max_abs_err:.3g} "
                     f"apart: over {TWIN_UNITS:g} roundings of its largest magnitude "
                     f"({limit:.3g}); one of its other arguments differs (a constant: an eps, "

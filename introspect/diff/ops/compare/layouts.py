@@ -20,30 +20,44 @@ _MAX_LAYOUT_DIMS = 5  # permutations tried when two paired values differ by layo
 
 
 class Layout:
-    """Maps a candidate value to the reference's layout (reshape then permute) and back."""
+    """Maps a candidate value to the reference's layout and back: reshaped to the
+    reference's axes in the order ``perm``, then permuted (``(B*S, H)`` for ``(B, S, H)``);
+    or, ``permute_first``, its own axes permuted by ``perm``, then reshaped (``(B, nh, S,
+    hd)`` for ``(B, S, H)``: heads before tokens, their features split)."""
 
     def __init__(self, perm: tuple[int, ...], cand_shape: tuple[int, ...],
-                 ref_shape: tuple[int, ...]) -> None:
+                 ref_shape: tuple[int, ...], permute_first: bool = False) -> None:
         self.perm = perm
         self.inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         self.cand_shape, self.ref_shape = cand_shape, ref_shape
-        self.shaped = [ref_shape[p] for p in perm]
+        self.permute_first = permute_first
+        self.shaped = [cand_shape[p] for p in perm] if permute_first \
+            else [ref_shape[p] for p in perm]
+        # (a key apart: ``proven`` remembers layouts by this, the two kinds never alike)
+        self.key: tuple[object, ...] = ("permute first", *perm) if permute_first else perm
 
     def to_reference(self, value: torch.Tensor) -> torch.Tensor:
+        if self.permute_first:
+            return value.permute(self.perm).reshape(self.ref_shape)
         return value.reshape(self.shaped).permute(self.inverse)
 
     def to_candidate(self, value: torch.Tensor) -> torch.Tensor:
+        if self.permute_first:
+            return value.reshape(self.shaped).permute(self.inverse)
         return value.permute(self.perm).reshape(self.cand_shape)
 
     def __str__(self) -> str:
         identity = self.perm == tuple(range(len(self.perm)))
+        if self.permute_first:
+            return f"permute {self.perm} and reshape"
         return "reshape" if identity else f"reshape and permute {self.perm}"
 
 
 def fit_layouts(candidate: torch.Tensor, reference: torch.Tensor,
                 pad: torch.Tensor | None = None, *,
                 permutes_only: bool = False) -> list[tuple[float, Layout]]:
-    """Every reshape + permute of ``candidate`` to ``reference``'s shape, best fit first.
+    """Every reshape + permute of ``candidate`` to ``reference``'s shape, and every
+    permute + reshape where the shapes differ, best fit first.
 
     The fit is the mean absolute difference over real tokens (``pad`` True at padding);
     ties keep the order of ``itertools.permutations``, the identity first.
@@ -65,7 +79,18 @@ def fit_layouts(candidate: torch.Tensor, reference: torch.Tensor,
         error = float(d.mean()) if d.numel() else 0.0
         fits.append((0.0 if math.isnan(error) else error, layout))
         if error == 0.0:
-            break
+            return sorted(fits, key=lambda fit: fit[0])
+    if not permutes_only and cand_shape != ref_shape and len(cand_shape) <= _MAX_LAYOUT_DIMS:
+        # the candidate's own axes permuted, then reshaped (the identity is tried above)
+        for perm in list(itertools.permutations(range(len(cand_shape))))[1:]:
+            layout = Layout(perm, cand_shape, ref_shape, permute_first=True)
+            d = (layout.to_reference(candidate).double() - target).abs()
+            if pad is not None:
+                d = d.masked_fill(pad, 0.0)
+            error = float(d.mean()) if d.numel() else 0.0
+            fits.append((0.0 if math.isnan(error) else error, layout))
+            if error == 0.0:
+                break
     return sorted(fits, key=lambda fit: fit[0])
 
 

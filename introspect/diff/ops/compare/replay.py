@@ -100,7 +100,7 @@ class Runner:
         # Layouts that made a pair agree, by (candidate shape, reference shape, reference
         # axes): preferred
         # for the pairs of the same shapes that do not agree under any layout.
-        self.proven: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self.proven: dict[tuple[Any, ...], tuple[object, ...]] = {}
         # Feature orders: pair index -> candidate feature j is reference feature order[j];
         # and the orders each candidate node may carry (from a permuted weight upstream).
         self.orders: dict[int, torch.Tensor] = {}
@@ -312,7 +312,7 @@ class Runner:
         if propagated.nonfinite == 0:
             self.finite.add(pair.candidate)
         if layout is not None and not propagated.mismatched:
-            self.proven[(layout.cand_shape, layout.ref_shape, labels)] = layout.perm
+            self.proven[(layout.cand_shape, layout.ref_shape, labels)] = layout.key
         self.result.propagated[i] = propagated
         if local is SAME:
             self.result.local[i] = propagated
@@ -362,8 +362,8 @@ class Runner:
                     if perm is not None]
         best_error, best = fits[0]
         chosen: Layout | None = best
-        if expected and best.perm not in expected:
-            fallback = min(((e, lay) for e, lay in fits if lay.perm in expected),
+        if expected and best.key not in expected:
+            fallback = min(((e, lay) for e, lay in fits if lay.key in expected),
                            key=lambda fit: fit[0], default=None)
             if fallback is not None and not best_error <= _FIT_RATIO * fallback[0]:
                 chosen = fallback[1]
