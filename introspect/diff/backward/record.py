@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from introspect.diff.ops.eager import (
     Recording,
+    _function_calls,
     _module_hooks,
     _mutates,
     _Recorder,
@@ -481,7 +482,7 @@ def run_forward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         for p in named.values():
             p.requires_grad_(True)
         with torch.enable_grad():
-            with _module_hooks(recorder, model), recorder:
+            with _module_hooks(recorder, model), _function_calls(recorder), recorder:
                 outputs = model(**inputs, **(keywords or {}))
             recorder.hook_the_rest()
     except Exception as e:

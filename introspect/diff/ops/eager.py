@@ -32,6 +32,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import operator
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -263,6 +264,67 @@ class _Recorder(TorchFunctionMode):
         node = self._create("call_module", self.paths[module], args, kwargs, result)
         self._claim(result, node)
 
+    def function_returned(self, function: type[torch.autograd.Function],
+                          args: tuple[Any, ...],
+                          kwargs: dict[str, Any], result: Any) -> None:
+        """A custom ``autograd.Function`` was applied. Where an output it returns comes
+        from no recorded op on the model's inputs while one of its inputs does (its forward
+        left torch: NumPy, a C++ extension), the call is one node of its own, an opaque op,
+        so the values flow through it to what follows, and a replay runs it again."""
+        outputs = [result] if isinstance(result, torch.Tensor) else \
+            [t for t in result if isinstance(t, torch.Tensor)] \
+            if isinstance(result, (tuple, list)) else []
+        given = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if not outputs or not any(self._from_inputs(self.nodes.get(t)) for t in given) \
+                or all(self._from_inputs(self.nodes.get(t)) for t in outputs):
+            return
+        node = self._create("call_function", _applied(function), self.as_arguments(args),
+                            self.as_arguments(kwargs), result)
+        self._claim(result, node)
+
+    @staticmethod
+    def _from_inputs(node: torch.fx.Node | None) -> bool:
+        """Whether ``node`` is computed from a placeholder (the model's inputs)."""
+        seen, frontier = set(), [node] if node is not None else []
+        while frontier:
+            current = frontier.pop()
+            if current.op == "placeholder":
+                return True
+            for n in current.all_input_nodes:
+                if n not in seen:
+                    seen.add(n)
+                    frontier.append(n)
+        return False
+
+
+def _applied(function: type[torch.autograd.Function]) -> Any:
+    """``function.apply`` as a graph's target, named after the Function."""
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        return function.apply(*args, **kwargs)
+
+    apply.__name__ = apply.__qualname__ = function.__name__
+    return apply
+
+
+@contextlib.contextmanager
+def _function_calls(recorder: _Recorder) -> Iterator[None]:
+    """Every custom ``autograd.Function`` applied in this thread told to ``recorder``
+    (``function_returned``); ``Function.apply`` is put back after."""
+    original = torch.autograd.Function.__dict__["apply"]
+    thread = threading.get_ident()
+
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        result = original.__func__(cls, *args, **kwargs)
+        if threading.get_ident() == thread and not recorder.suspended:
+            recorder.function_returned(cls, args, kwargs, result)
+        return result
+
+    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = original  # type: ignore[method-assign]
+
 
 def _holds_tensor(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
@@ -454,7 +516,8 @@ def run_recorded(recorder: _Recorder, model: torch.nn.Module,
     for name, tensor in inputs.items():
         recorder.nodes[tensor] = recorder._create("placeholder", name, (), {}, tensor)
     try:
-        with mode_context(mode), _module_hooks(recorder, model), recorder:
+        with mode_context(mode), _module_hooks(recorder, model), \
+                _function_calls(recorder), recorder:
             return model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
