@@ -48,6 +48,8 @@ from introspect.errors import InputError
 
 # Below this share of weighted reference nodes paired, the models are not the same kind.
 _MIN_WEIGHT_COVERAGE = 0.5
+# ... unless this share of the candidate's recorded weights (by values) are the reference's
+_SEEN_RELATED = 0.9
 
 
 @dataclass
@@ -99,7 +101,8 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
 
     Raises:
         InputError: the two models do not implement the same model: no output in common,
-            or fewer than half of the reference's weighted nodes find a counterpart.
+            or fewer than half of the reference's weighted nodes find a counterpart while
+            the weights the candidate's recording saw are not the reference's either.
 
     Example::
 
@@ -129,7 +132,7 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
     matcher.inputs()
     matcher.anchors()
     matcher.biases_apart()
-    _check_same_model(matcher)
+    partial = _check_same_model(matcher)
     notes = matcher.outputs()
     for _ in range(8):
         if not (forward(matcher) | backward(matcher)):
@@ -143,6 +146,7 @@ def align_graphs(reference: Any, candidate: Any, *, name_map: Mapping[str, str] 
                      f"with other values: {', '.join(r.candidate for r in by_name[:4])}"
                      f"{' ...' if len(by_name) > 4 else ''}")
     notes += _relation_notes(flat, pairs)
+    notes += [partial] if partial else []
     tensors = sum(1 for name in ref.nodes if ref.compared(name))
     return Alignment(pairs, unmatched, skipped, flat, notes, tensors)
 
@@ -166,20 +170,35 @@ def _relation_notes(relations: list[WeightRelation], pairs: list[Pair]) -> list[
     return notes
 
 
-def _check_same_model(matcher: Matcher) -> None:
+def _check_same_model(matcher: Matcher) -> str:
+    """Refuse two models that are not the same kind: fewer than half of the reference's
+    weighted nodes paired, while the candidate's recorded weights do not hold the
+    reference's either. Where they do (``_SEEN_RELATED`` of their values), the recording
+    saw only part of the candidate's computation (a region in another thread, in NumPy,
+    under ``vmap``): the pairs it has stand, and a note says so."""
     weighted = [r for r, found in matcher.ref.weights.items()
                 if matcher.ref.compared(r) and any(t.ndim >= 2 for _, t in found)]
     if not weighted:
-        return
+        return ""
     anchored = sum(1 for r in weighted if r in matcher.ref_paired)
-    if anchored / len(weighted) < _MIN_WEIGHT_COVERAGE:
-        ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
-        cand_params = sum(t.numel() for t in unique_weights(matcher.cand).values())
-        raise InputError(
-            f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
-            f"nodes ({ref_params:,} vs {cand_params:,} weights): another model or size, or "
-            "not loaded from the reference? pass name_map"
-        )
+    if anchored / len(weighted) >= _MIN_WEIGHT_COVERAGE:
+        return ""
+    cand_weights = unique_weights(matcher.cand)
+    cand_params = sum(t.numel() for t in cand_weights.values())
+    related = sum(t.numel() for label, t in cand_weights.items()
+                  if any(not r.kind.startswith("by-name")  # (a name proves no value)
+                         for r in matcher.relations.get(label, ())))
+    if cand_params and related >= _SEEN_RELATED * cand_params:
+        return (f"the candidate's recording paired {anchored} of the reference's {len(weighted)} "
+                "weighted nodes, though the weights it saw are the reference's: it could not "
+                "follow the rest (another thread, NumPy, vmap?); there, module evidence and the "
+                "outputs judge")
+    ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
+    raise InputError(
+        f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
+        f"nodes ({ref_params:,} vs {cand_params:,} weights): another model or size, or "
+        "not loaded from the reference? pass name_map"
+    )
 
 
 __all__ = ["Alignment", "align_graphs", "relate_weights"]
