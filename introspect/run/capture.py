@@ -227,10 +227,12 @@ class _Hooks:
         if key == self.root:
             self.mode = None
 
-    def keep_grad(self, leaf: Leaf, grad: torch.Tensor) -> None:
+    def keep_grad(self, leaf: Leaf, grad: torch.Tensor | None) -> None:
         """A tensor hook's gradient kept on its leaf: the other model's tensor where that
         one's output holding the same value was handed the same gradient bit for bit (the
         hook's own is then let go as autograd goes on), else its own."""
+        if grad is None:  # (an op with no autograd kernel, an int8 Linear's, hands None)
+            return
         theirs = self.their_grads.get(id(leaf.value))
         if theirs is not None and theirs.dtype == grad.dtype and theirs.shape == grad.shape \
                 and torch.equal(theirs, grad):

@@ -124,6 +124,19 @@ def test_a_dataclass_output_gets_a_backward_verdict(tiny):
     assert failed.first_divergence.layer == "encoder.layer.1", failed.first_divergence
 
 
+def test_an_int8_port_is_refused_a_backward(tiny):
+    """``quantize_dynamic``'s Linears have no backward: the run crashed inside a gradient
+    hook handed None (``'NoneType' object has no attribute 'detach'``); it is refused in
+    one line now."""
+    import introspect
+    from introspect.errors import InputError
+
+    reference, inputs = tiny
+    candidate = port("audit_compiled.py").correct_quantized(reference)
+    with pytest.raises(InputError, match="int8 quantized Linears, which autograd"):
+        introspect.diff(reference.model, candidate, inputs.tensors, backward=True)
+
+
 def _cli(folder, name, builder, capsys, *extra):
     code = main(["diff", "--model", str(folder), "--candidate", f"{PORTS / name}.py:{builder}",
                  "-q", *extra])

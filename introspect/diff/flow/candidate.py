@@ -22,6 +22,7 @@ from introspect.diff.flow.state import (
 )
 from introspect.diff.ops.explain import accepted_inputs, model_dtypes
 from introspect.diff.outputs import NoOutputPairs
+from introspect.diff.quantized import holds_quantized
 from introspect.diff.records import STATUS_FAIL
 from introspect.errors import InputError
 from introspect.models.ports import describe_changes
@@ -57,6 +58,12 @@ def take_candidate_truth(state: DiffState) -> None:
     and what each of its modules saw, with a forward that edits its own weights named;
     after the reference's truth and any float64 recording of it."""
     candidate = state.candidate
+    if state.options.mode.backward and holds_quantized(candidate):
+        raise InputError(
+            f"the {state.candidate_label} holds int8 quantized Linears, which autograd does "
+            "not differentiate (PyTorch registers no backward for them): its gradients are "
+            "not its own; diff its forward, or the float model before quantization, with "
+            "--backward")
     sums = weight_sums(candidate)
     backward = candidate_own_backward(state)  # (with backward, where the reference's was)
     with _switches_named(state.switched, state.candidate_label), \
