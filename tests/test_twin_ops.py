@@ -35,3 +35,4 @@ def test_an_eps_under_the_budget_fails_at_its_add(nodes):
     assert divergence.layer == "layers.2", divergence
     assert divergence.op == "add", divergence
     assert 8e-6 < divergence.local_max_abs_err < 1e-5, divergence
+

@@ -7,7 +7,9 @@ on half-split pairs from cos/sin tables computed per call, grouped keys and valu
 ``repeat_interleave``, the attention by ``softmax`` of masked scores.
 
 With no submodules, module evidence sees only the whole model: inside it, only op-level
-evidence can tell where it parts.
+evidence can tell where it parts. ``checkpointed``: each layer under a reentrant
+``torch.utils.checkpoint`` (run without autograd, and again in the backward), its rotary
+tables computed inside.
 
 The fault (in layer ``layer``): ``eps``, the second RMSNorm with eps 1e-5 where the config
 says 1e-6 (Llama 2's against Llama 1's): ``ms + eps`` moves by 9e-6, under fp32's atol of
@@ -22,11 +24,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class OneFunctionLlama(nn.Module):
-    def __init__(self, reference: Any, fault: str = "", layer: int = 2) -> None:
+    def __init__(self, reference: Any, fault: str = "", layer: int = 2,
+                 checkpointed: bool = False) -> None:
         super().__init__()
+        self.checkpointed = checkpointed
         config = reference.config
         self.heads = config.num_attention_heads
         self.groups = config.num_key_value_heads
@@ -57,20 +62,25 @@ class OneFunctionLlama(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.embed_tokens[input_ids]
-        width = x.shape[-1] // self.heads
         allowed = torch.ones(length, length, dtype=torch.bool).tril()
         allowed = allowed[None, None] & attention_mask[:, None, None, :].bool()
         blocked = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(x.dtype).min)
         for i in range(self.depth):
-            cos, sin = _tables(length, width, self.theta)
-            h = _rms(x, self.w(i, "g1"), self.eps)
-            x = x + _attention(h, self.w(i, "wq"), self.w(i, "wk"), self.w(i, "wv"),
-                               self.w(i, "wo"), cos, sin, blocked, self.heads, self.groups)
-            eps = 1e-5 if (self.fault == "eps" and i == self.fault_layer) else self.eps
-            h = _rms(x, self.w(i, "g2"), eps)
-            x = x + F.linear(F.silu(F.linear(h, self.w(i, "w1"))) * F.linear(h, self.w(i, "w3")),
-                             self.w(i, "w2"))
+            if self.checkpointed:
+                x = checkpoint(self.layer, i, x, blocked, use_reentrant=True)
+            else:
+                x = self.layer(i, x, blocked)
         return {"last_hidden_state": _rms(x, self.norm, self.eps)}
+
+    def layer(self, i: int, x: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
+        cos, sin = _tables(x.shape[1], x.shape[-1] // self.heads, self.theta)
+        h = _rms(x, self.w(i, "g1"), self.eps)
+        x = x + _attention(h, self.w(i, "wq"), self.w(i, "wk"), self.w(i, "wv"),
+                           self.w(i, "wo"), cos, sin, blocked, self.heads, self.groups)
+        eps = 1e-5 if (self.fault == "eps" and i == self.fault_layer) else self.eps
+        h = _rms(x, self.w(i, "g2"), eps)
+        return x + F.linear(F.silu(F.linear(h, self.w(i, "w1"))) * F.linear(h, self.w(i, "w3")),
+                            self.w(i, "w2"))
 
 
 def _rms(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
@@ -105,5 +115,6 @@ def _attention(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Te
     return F.linear(mixed.transpose(1, 2).reshape(batch, length, -1), wo)
 
 
-def build(reference: Any, fault: str = "", layer: int = 2) -> OneFunctionLlama:
-    return OneFunctionLlama(reference, fault, layer).eval()
+def build(reference: Any, fault: str = "", layer: int = 2,
+          checkpointed: bool = False) -> OneFunctionLlama:
+    return OneFunctionLlama(reference, fault, layer, checkpointed).eval()

@@ -303,6 +303,11 @@ def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
         given = [g for g in (mine.grad, theirs.grad) if g is not None]
         if not given:
             continue  # no gradient reached either
+        if mine.grad is None and not mine.tracked:
+            # made without autograd (a reentrant checkpoint's region runs under no_grad,
+            # and again in the backward): no gradient is handed to this value; what it
+            # would be shows in the weights' gradients
+            continue
         g_cand, g_ref = _or_zeros(mine.grad, given[0]), _or_zeros(theirs.grad, given[0])
         if g_cand.shape != g_ref.shape:
             return 0, f"the gradient of {name}'s output has another shape"

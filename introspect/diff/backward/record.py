@@ -155,6 +155,7 @@ class _GradientRecorder(_Recorder):
         # a reentrant checkpoint's region (run under no_grad, run again in the backward)
         self.pending: list[str] = []
         self.watched: set[int] = set()  # autograd Functions whose backward is watched
+        self.region_start = 0  # the first pending value of the next watched Function's
         self.outputs_of: dict[int, list[str]] = {}  # such a Function -> its output nodes
         self.recomputed: set[str] = set()  # nodes GradientRecording.recomputed names
         # pending node -> its value's fingerprint (the values may be let go before the
@@ -268,7 +269,10 @@ class _GradientRecorder(_Recorder):
         if id(function) in self.watched:
             return
         self.watched.add(id(function))
-        mode = _Recomputation(self)
+        # its region's values are the ones left pending since the last such Function (the
+        # backward runs the last region first: each search starts at its own region)
+        mode = _Recomputation(self, self.region_start)
+        self.region_start = len(self.pending)
         outputs = self.outputs_of[id(function)]
 
         def enter(_grads: Any) -> None:
@@ -297,10 +301,10 @@ class _Recomputation(TorchFunctionMode):
 
     _LOOKAHEAD = 64  # pending nodes searched past the last one found
 
-    def __init__(self, recorder: _GradientRecorder) -> None:
+    def __init__(self, recorder: _GradientRecorder, start: int = 0) -> None:
         super().__init__()
         self.recorder = recorder
-        self.at = 0
+        self.at = start
         self.found = 0  # values matched to pending nodes
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
