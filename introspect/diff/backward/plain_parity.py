@@ -123,7 +123,8 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
 class _WeightPair:
     reference: str
     candidate: str
-    relation: str  # "same", "transposed", "reshaped" or "transposed reshaped"
+    relation: str  # "same", "transposed", "reshaped", "transposed reshaped", "fused ..."
+    rows: tuple[int, int] | None = None  # "fused": its rows of the candidate's (transposed)
 
 
 def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
@@ -138,6 +139,15 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
     for name, weight in candidate.parameters.items():
         held = sorted(evidence.relations.get(name, ()))
         held = [r for r in held if r.rpartition(".")[0] not in refolded]
+        blocks = _fused_blocks({r: reference.parameters[r] for r in held}, weight) \
+            if len(held) > 1 else None
+        if blocks is not None:  # q, k and v side by side in one weight: each its rows
+            for pair in blocks:
+                if pair.reference in found:
+                    unpaired.append(f"{pair.reference} is held twice")
+                else:
+                    found[pair.reference] = dataclasses.replace(pair, candidate=name)
+            continue
         if len(held) > 1:  # several alike: the one its module's pair owns
             owner = modules.get(name.rpartition(".")[0])
             held = [r for r in held if owner is not None
@@ -191,8 +201,40 @@ def _relation(ref: torch.Tensor, cand: torch.Tensor) -> str | None:
     return None
 
 
-def _as_reference(g: torch.Tensor, relation: str, shape: torch.Size) -> torch.Tensor:
+def _fused_blocks(held: Mapping[str, torch.Tensor],
+                  weight: torch.Tensor) -> list[_WeightPair] | None:
+    """Where ``weight`` is the ``held`` weights side by side, row blocks of it (or of its
+    transpose: a Conv1D's), each equal to one of them and together all of it: their pairs
+    (the candidate's name left blank); else None (alike weights found at one block, an
+    overlap or a gap: no proof of which rows hold which)."""
+    for transposed in (False, True) if weight.ndim == 2 else (False,):
+        rows = weight.t() if transposed else weight
+        blocks = []
+        for name, ref in held.items():
+            size = ref.shape[0] if ref.ndim else 0
+            if ref.dtype != rows.dtype or ref.shape[1:] != rows.shape[1:] or not size:
+                break
+            start = next((at for at in range(0, rows.shape[0] - size + 1, size)
+                          if torch.equal(rows[at:at + size], ref)), None)
+            if start is None:
+                break
+            blocks.append((start, start + size, name))
+        else:
+            blocks.sort()
+            tiled = all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+            if blocks and tiled and blocks[0][0] == 0 and blocks[-1][1] == rows.shape[0]:
+                kind = "fused transposed" if transposed else "fused"
+                return [_WeightPair(name, "", kind, (start, stop))
+                        for start, stop, name in blocks]
+    return None
+
+
+def _as_reference(g: torch.Tensor, relation: str, shape: torch.Size,
+                  rows: tuple[int, int] | None = None) -> torch.Tensor:
     """A candidate weight's gradient laid out as the reference weight it holds."""
+    if relation.startswith("fused") and rows is not None:
+        g = g.t() if relation == "fused transposed" else g
+        return g[rows[0]:rows[1]]
     if relation == "transposed":
         return g.t()
     if relation == "reshaped":
@@ -215,7 +257,7 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
         g_ref = grads[pair.reference]
         g_cand = _or_zeros(candidate.parameter_grads.get(pair.candidate),
                            candidate.parameters[pair.candidate])
-        g_cand = _as_reference(g_cand, pair.relation, g_ref.shape)
+        g_cand = _as_reference(g_cand, pair.relation, g_ref.shape, pair.rows)
         err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite,
                                           noise=(noise or {}).get(f"param:{pair.reference}"))
         weight = reference.parameters[pair.reference]
