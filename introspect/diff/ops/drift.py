@@ -14,6 +14,10 @@ cast to bf16 and fp16): the worst relative error measured anywhere in those grap
 The faults they must catch measured 6e-3 (Llama's RMSNorm eps off by a decade, at its
 output) and 1.6e-3 (BERT's LayerNorm eps at the torch default 1e-5 instead of 1e-12).
 
+That eps is now found at its ``add`` first (``ops.twins``: the same op on the same values
+must agree to a few roundings); drift stays the backstop where the slip sits in no such
+pair.
+
 When drift fails a diff that no local error failed, the first divergence is the node
 where the drift starts: of the pairs up to the first drifting one, the one whose local
 error is largest against its own budget; where no pair has any local error (the
