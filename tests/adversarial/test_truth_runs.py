@@ -185,3 +185,17 @@ def test_inductor_compiled_ports(builder, expected, tiny_folder):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == expected, done.stderr[-2000:]
+
+
+def test_a_numpy_pooler_fault_is_named_in_the_pooler(tiny):
+    """The recording cannot see a pooler computed in NumPy: the FAIL named only
+    ``outputs``. The reference computes ``pooler_output`` from ``last_hidden_state``
+    alone, which agrees: only its pooler lies between (``ops.faithful.output_region``)."""
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("truth_numpy.py").faulty(reference), inputs)
+    d = result.first_divergence
+    assert d.layer == "pooler", d
+    assert "only the reference's pooler lies between" in d.detail
+

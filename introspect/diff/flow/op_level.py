@@ -12,6 +12,7 @@ from introspect.diff.ops.eager import record_forward
 from introspect.diff.ops.explain import accepted_inputs, explain
 from introspect.diff.ops.faithful import (
     faithful_recordings,
+    output_region,
     recorded_call_verdict,
     truth_divergence,
 )
@@ -137,6 +138,8 @@ def name_from_truth(state: DiffState) -> None:
                                         accepted_inputs(state.candidate, state.cand_tensors))
     state.divergence = truth_divergence(state.verdict, state.parted,
                                         state.explanation.alignment.relations)
+    if state.divergence is not None and state.ref_side is not None:
+        state.divergence = output_region(state.divergence, state.verdict, state.ref_side[0])
 
 
 def _int8_outputs_note(verdict: Any) -> str:

@@ -18,14 +18,17 @@ The reference called once more at the end is tier 1's (``introspect.run.referenc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+import torch.fx
 
 from introspect.diff.outputs import TruthVerdict
-from introspect.diff.records import Divergence
+from introspect.diff.records import STATUS_FAIL, Divergence
 from introspect.errors import InputError
+from introspect.graph import IntrospectGraph
 from introspect.run.boundaries import reference_module, where_paths_part
 from introspect.run.outputs import flatten_outputs
 from introspect.run.truth import Truth, TruthCall, identical
@@ -141,6 +144,47 @@ def truth_divergence(verdict: TruthVerdict, parted: tuple[str, str, float] | Non
                       error, budget, hints, detail=detail)
 
 
+def output_region(divergence: Divergence, verdict: TruthVerdict,
+                  reference: IntrospectGraph) -> Divergence:
+    """``divergence`` at a failing output, named in the reference's layer that computes it
+    where that is all that lies between it and outputs that agree: the reference computes
+    ``pooler_output`` from ``last_hidden_state`` alone, so where that one agrees and the
+    pooler's does not, they part in the pooler. Else ``divergence`` as it is."""
+    if divergence.layer != "outputs" or not divergence.reference_node:
+        return divergence
+    failing = {r.reference_output for r in verdict.rows if r.status == STATUS_FAIL}
+    agreeing = {r.reference_output for r in verdict.rows} - failing
+    returned = next((n.args[0] for n in reference.gm.graph.nodes if n.op == "output"), None)
+    if not isinstance(returned, dict) or not agreeing:
+        return divergence
+    node = returned.get(divergence.reference_node)
+    stops = {returned[k] for k in agreeing if isinstance(returned.get(k), torch.fx.Node)}
+    if not isinstance(node, torch.fx.Node) or node in stops:
+        return divergence
+    records = {r.name: r for r in reference.records}
+    layers: set[str] = set()
+    seen, frontier = {node}, [node]
+    while frontier:
+        current = frontier.pop()
+        if current.op == "placeholder":
+            return divergence  # the inputs reach it past every agreeing output
+        if current.op != "get_attr" and current.name in records:
+            layers.add(records[current.name].layer)
+        for n in current.all_input_nodes:
+            if n not in seen and n not in stops:
+                seen.add(n)
+                frontier.append(n)
+    layers -= {"", "inputs", "outputs"}
+    if len(layers) != 1:
+        return divergence
+    layer = layers.pop()
+    record = records.get(node.name)
+    return dataclasses.replace(
+        divergence, reference_node=node.name, module=record.module if record else "",
+        layer=layer, detail=f"{divergence.detail}; the outputs it reads agree: only the "
+                            f"reference's {layer} lies between")
+
+
 def _layer(module: str) -> str:
     parts = module.split(".")
     for i, part in enumerate(parts[:-1]):
@@ -149,4 +193,5 @@ def _layer(module: str) -> str:
     return parts[0] if parts and parts[0] else "outputs"
 
 
-__all__ = ["faithful_recordings", "recorded_call_verdict", "truth_divergence"]
+__all__ = ["faithful_recordings", "output_region", "recorded_call_verdict",
+           "truth_divergence"]

@@ -229,7 +229,9 @@ def numel(shape: Any) -> int | None:
     return math.prod(shape) if isinstance(shape, tuple) else None
 
 
-def graph_outputs(graph: GraphView) -> dict[str, str]:
+def graph_outputs(graph: GraphView, every: bool = False) -> dict[str, str]:
+    """The graph's outputs by key -> node: those computed from the inputs (``every``:
+    also those it returns made from none, a value made outside torch)."""
     node = next(n for n in graph.nodes.values() if n.op == "output")
     returned: Any = node.args[0]
     items: Iterable[tuple[Any, Any]]
@@ -240,7 +242,7 @@ def graph_outputs(graph: GraphView) -> dict[str, str]:
     else:
         items = [("output", returned)]
     return {str(k): v.name for k, v in items
-            if isinstance(v, torch.fx.Node) and graph.compared(v.name)}
+            if isinstance(v, torch.fx.Node) and (graph.compared(v.name) or every)}
 
 
 
