@@ -103,6 +103,9 @@ class ModuleCall:
     started: int = -1  # in the order calls started (-1: not seen starting)
     # the state its output hangs on that a caller sets around it (``call_context``)
     context: tuple[object, ...] = ()
+    # called under ``vmap``: the positional arguments batched (their batch dim first, as
+    # its outputs'); a run of it alone maps it over them again (``modules.local``)
+    batched: frozenset[int] | None = None
 
 
 @dataclasses.dataclass
@@ -200,11 +203,18 @@ class _Hooks:
         tracked: dict[str, torch.Tensor] | None = \
             {} if self.gradients and self.mode == AUTOGRAD else None
         outputs = _leaves(output, "output", tracked=tracked)
+        batched: frozenset[int] | None = None
         if any(_wrapped(leaf.value) for leaf in inputs + outputs):
-            self.found.vmapped.add(name)  # under vmap: its caller is the boundary
-            if key == self.root:
-                self.mode = None
-            return
+            unbatched = unbatch_call(args, kwargs, output)
+            if unbatched is None:
+                self.found.vmapped.add(name)  # under vmap: its caller is the boundary
+                if key == self.root:
+                    self.mode = None
+                return
+            args, kwargs, output, batched = unbatched  # the whole batch, as one call
+            inputs = _leaves(args, "args") + _leaves(kwargs, "kwargs")
+            outputs = _leaves(output, "output")
+            before = None  # (the versions seen were the batched tensors')
         edited = before is not None and any(
             a.version != b.version for a, b in zip(before, inputs, strict=False))
         with self.lock:
@@ -223,7 +233,7 @@ class _Hooks:
                 _detached(args, "args", swaps),
                 dict(_detached(dict(kwargs or {}), "kwargs", swaps)),
                 [] if edited else inputs, outputs, self.order,
-                threading.get_ident() != self.thread, edited, started, _context()))
+                threading.get_ident() != self.thread, edited, started, _context(), batched))
         if key == self.root:
             self.mode = None
 
@@ -388,6 +398,54 @@ def _detached(value: Any, path: str = "", swaps: Mapping[str, torch.Tensor] | No
     if isinstance(value, dict):
         return {k: _detached(v, f"{path}.{k}", swaps) for k, v in value.items()}
     return value
+
+
+def unbatch_call(args: Any, kwargs: Any, output: Any,
+                 ) -> tuple[tuple[Any, ...], dict[str, Any], Any, frozenset[int]] | None:
+    """A module call made under one ``vmap`` (its positional arguments and its output
+    batched tensors of one level, over plain ones), as the whole batch: each batched
+    tensor's underlying value with the batch dim first, and which positional arguments
+    were batched. None for anything else (a keyword argument or a container holding a
+    batched tensor, nested levels, ``grad``'s wrappers): its caller is the boundary then."""
+    functorch = torch._C._functorch
+    levels: set[int] = set()
+
+    def whole(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or not _wrapped(t):
+            return t
+        if not functorch.is_batchedtensor(t):
+            raise ValueError
+        inner = functorch.get_unwrapped(t)
+        bdim = functorch.maybe_get_bdim(t)
+        if _wrapped(inner) or bdim is None or bdim < 0:
+            raise ValueError
+        levels.add(functorch.maybe_get_level(t))
+        return inner.movedim(bdim, 0)
+
+    def holds_batched(value: Any) -> bool:
+        if isinstance(value, torch.Tensor):
+            return _wrapped(value)
+        if isinstance(value, (tuple, list)):
+            return any(holds_batched(v) for v in value)
+        if isinstance(value, dict):
+            return any(holds_batched(v) for v in value.values())
+        return False
+
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    kwargs = dict(kwargs or {})
+    if any(holds_batched(v) for v in kwargs.values()) or any(
+            not isinstance(a, torch.Tensor) and holds_batched(a) for a in args) \
+            or not isinstance(output, torch.Tensor):
+        return None
+    try:
+        wholes = tuple(whole(a) for a in args)
+        out = whole(output)
+    except (ValueError, RuntimeError):
+        return None
+    if len(levels) != 1 or out is output:
+        return None
+    batched = frozenset(i for i, a in enumerate(args) if a is not wholes[i])
+    return wholes, kwargs, out.detach(), batched
 
 
 def _wrapped(tensor: torch.Tensor) -> bool:

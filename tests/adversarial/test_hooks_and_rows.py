@@ -73,3 +73,22 @@ def test_a_numpy_layernorm_far_off_fails_at_itself(model, request):
     assert not result.passed
     assert result.first_divergence.module == "encoder.layer.1.output.LayerNorm", \
         result.first_divergence
+
+
+@pytest.mark.parametrize("nodes", [False, True])
+def test_a_layer_module_called_under_vmap_is_judged_as_one_call(tiny, nodes):
+    """The model maps the layer module itself over the rows: module evidence kept the
+    whole batch's values of that call (``capture.unbatch_call``) and runs it alone under
+    ``vmap`` again on the reference's; it was left to its caller, and the FAIL named only
+    the outputs."""
+    import introspect
+
+    reference, inputs = tiny
+    ports = port("vmap_rows.py")
+    passed = introspect.diff(reference.model, ports.correct_called(reference), inputs,
+                             nodes=nodes)
+    assert passed.passed, passed.summary()
+    failed = introspect.diff(reference.model, ports.faulty_called(reference), inputs,
+                             nodes=nodes)
+    assert not failed.passed
+    assert failed.first_divergence.layer == "encoder.layer.1", failed.first_divergence

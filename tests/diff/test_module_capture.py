@@ -46,18 +46,42 @@ def test_compiled_module_is_seen_at_its_own_boundary_only():
     assert calls.calls[0].outputs[0].value.shape == (2, 4)
 
 
-def test_vmapped_module_is_left_to_its_caller():
+def test_a_vmapped_module_is_one_call_over_the_whole_batch():
+    """A module mapped over the rows by ``vmap`` is kept as one call on the whole batch
+    (each batched value's underlying tensor, its batch dim first), the positional
+    arguments it was mapped over named: a run of it alone maps it again."""
     class PerRow(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.inner = _Inner()
 
         def forward(self, x):
-            return torch.func.vmap(self.inner)(x)
+            return torch.func.vmap(self.inner, in_dims=1)(x)
 
     model = PerRow().eval()
+    x = torch.randn(4, 3)
     with capture_calls(model) as calls:
-        model(torch.randn(3, 4))
+        out = model(x)
+    assert not calls.vmapped
+    inner = next(c for c in calls.calls if c.name == "inner")
+    assert inner.batched == frozenset({0})
+    assert torch.equal(inner.inputs[0].value, x.t())  # the batch dim first
+    assert torch.equal(inner.outputs[0].value, out)
+    assert _names(calls) == ["inner.lin", "inner.act", "inner", ""]
+
+
+def test_a_module_under_nested_vmaps_is_left_to_its_caller():
+    class PerElement(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _Inner()
+
+        def forward(self, x):
+            return torch.func.vmap(torch.func.vmap(self.inner))(x)
+
+    model = PerElement().eval()
+    with capture_calls(model) as calls:
+        model(torch.randn(2, 3, 4))
     assert "inner" in calls.vmapped and "inner.lin" in calls.vmapped
     assert _names(calls) == [""]
 

@@ -146,16 +146,25 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     for match in pair.inputs:
         value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
         put(args, kwargs, match.path, change(value))
+    module: Any = call.module
+    if call.batched is not None:  # called under vmap: mapped over the same arguments again
+        dims = tuple(0 if i in call.batched else None for i in range(len(args)))
+
+        def module(*given: Any, **named: Any) -> Any:
+            return torch.func.vmap(lambda *a: call.module(*a, **named), in_dims=dims)(*given)
     try:
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
         with mode, call_context(call), own_forward_hooks_off(call.module):
-            returned = call.module(*args, **kwargs)
+            returned = module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
     out = output_at(returned, path)
     if not isinstance(out, torch.Tensor):
         raise NotRerun("run again, it returned no tensor where its call returned one")
-    if tuple(out.shape) != tuple(pair.output.boundary.value.shape):
+    wanted = pair.output.boundary.value.shape
+    if call.batched is not None and out.numel() == pair.output.boundary.value.numel():
+        out = out.reshape(wanted)  # (B, 1, S, H) for (B, S, H): one row per map
+    if tuple(out.shape) != tuple(wanted):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
 

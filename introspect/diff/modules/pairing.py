@@ -346,7 +346,8 @@ def _views(boundaries: Sequence[Boundary], shape: tuple[int, ...]) -> list[Bound
     """The reference's values laid out as a candidate value of ``shape`` that none has:
     its dimensions in another order (a port that runs sequence-first, (S, B, H)), one row
     of the batch (a port that runs its rows one at a time, with or without the batch
-    dimension), or a row cut to its first positions (a row of its real tokens only). Each
+    dimension), a unit dimension added (its rows mapped by ``vmap``, each as a batch of
+    one), or a row cut to its first positions (a row of its real tokens only). Each
     is a view named as its value; a module run on it is run on the reference's values in
     the candidate's layout, and its output held to the view its output is nearest."""
     found: list[Boundary] = []
@@ -354,6 +355,11 @@ def _views(boundaries: Sequence[Boundary], shape: tuple[int, ...]) -> list[Bound
         value = boundary.value
         if not value.is_floating_point() or not value.numel():
             continue
+        for unit in range(len(shape)) if len(shape) == value.ndim + 1 else ():
+            # a unit dimension added (``layer(row[None])`` mapped over the rows by vmap)
+            if shape[unit] == 1 and tuple(value.unsqueeze(unit).shape) == shape:
+                found.append(dataclasses.replace(boundary, value=value.unsqueeze(unit),
+                                                 samples=None, returned_leaf=None))
         rows = [value] + ([value[i:i + 1] for i in range(value.shape[0])]
                           + [value[i] for i in range(value.shape[0])]
                           if value.ndim >= 2 and value.shape[0] > 1 else [])

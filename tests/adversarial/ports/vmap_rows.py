@@ -2,7 +2,11 @@
 ``adv_bert``): each row runs the layer as a batch of one.
 
 - ``correct``: layer ``fault_layer`` under ``vmap`` over rows;
-- ``faulty``: the same, with the tanh GELU in that layer.
+- ``faulty``: the same, with the tanh GELU in that layer;
+- ``correct_called`` / ``faulty_called``: the model maps the layer module itself over the
+  rows (``vmap(lambda row: block(row[None])[0])``): the layer's call is made under
+  ``vmap``, not its insides. Module evidence left such a call to its caller (the whole
+  model), and the FAIL named only the outputs.
 """
 
 from __future__ import annotations
@@ -40,3 +44,40 @@ def correct(reference):
 
 def faulty(reference):
     return _mapped(reference, "tanh")
+
+
+class RowMappedBert(adv_bert.Bert):
+    mapped = -1
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        mask = attention_mask[:, None, None, :].bool()
+        x = self.embed(input_ids, token_type_ids)
+        for block in self.blocks:
+            if block.index == self.mapped:
+                x = torch.func.vmap(lambda row, m, b=block: b(row[None], m[None])[0])(x, mask)
+            else:
+                x = block(x, mask)
+        return {"last_hidden_state": x, "pooler_output": torch.tanh(self.pool(x[:, 0]))}
+
+
+class TanhBlock(adv_bert.Block):
+    tanh_layer = -1
+
+    def activation(self, h):
+        return F.gelu(h, approximate="tanh" if self.index == self.tanh_layer else "none")
+
+
+def _called(reference, approximate):
+    model = adv_bert.load(RowMappedBert(reference.config, TanhBlock), reference)
+    model.mapped = adv_bert.fault_layer(reference)
+    for block in model.blocks:
+        block.tanh_layer = model.mapped if approximate == "tanh" else -1
+    return model
+
+
+def correct_called(reference):
+    return _called(reference, "none")
+
+
+def faulty_called(reference):
+    return _called(reference, "tanh")
