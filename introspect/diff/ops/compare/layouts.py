@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -69,29 +70,29 @@ def fit_layouts(candidate: torch.Tensor, reference: torch.Tensor,
         return []
     fits: list[tuple[float, Layout]] = []
     target = reference.double()
-    for perm in itertools.permutations(range(len(ref_shape))):
-        layout = Layout(perm, cand_shape, ref_shape)
-        if permutes_only and tuple(layout.shaped) != cand_shape:
-            continue
+    for layout in _layouts(cand_shape, ref_shape, permutes_only):
         d = (layout.to_reference(candidate).double() - target).abs()
         if pad is not None:
             d = d.masked_fill(pad, 0.0)
         error = float(d.mean()) if d.numel() else 0.0
         fits.append((0.0 if math.isnan(error) else error, layout))
         if error == 0.0:
-            return sorted(fits, key=lambda fit: fit[0])
-    if not permutes_only and cand_shape != ref_shape and len(cand_shape) <= _MAX_LAYOUT_DIMS:
-        # the candidate's own axes permuted, then reshaped (the identity is tried above)
-        for perm in list(itertools.permutations(range(len(cand_shape))))[1:]:
-            layout = Layout(perm, cand_shape, ref_shape, permute_first=True)
-            d = (layout.to_reference(candidate).double() - target).abs()
-            if pad is not None:
-                d = d.masked_fill(pad, 0.0)
-            error = float(d.mean()) if d.numel() else 0.0
-            fits.append((0.0 if math.isnan(error) else error, layout))
-            if error == 0.0:
-                break
+            break
     return sorted(fits, key=lambda fit: fit[0])
+
+
+def _layouts(cand_shape: tuple[int, ...], ref_shape: tuple[int, ...],
+             permutes_only: bool) -> Iterator[Layout]:
+    """The layouts ``fit_layouts`` tries, in its order: reshaped to the reference's axes
+    in every order (the identity first), then, where the shapes differ, the candidate's
+    own axes in every other order, then reshaped."""
+    for perm in itertools.permutations(range(len(ref_shape))):
+        layout = Layout(perm, cand_shape, ref_shape)
+        if not permutes_only or tuple(layout.shaped) == cand_shape:
+            yield layout
+    if not permutes_only and cand_shape != ref_shape and len(cand_shape) <= _MAX_LAYOUT_DIMS:
+        for perm in list(itertools.permutations(range(len(cand_shape))))[1:]:
+            yield Layout(perm, cand_shape, ref_shape, permute_first=True)
 
 
 def fit_layout(candidate: torch.Tensor, reference: torch.Tensor) -> Layout | None:
