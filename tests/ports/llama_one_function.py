@@ -9,7 +9,9 @@ on half-split pairs from cos/sin tables computed per call, grouped keys and valu
 With no submodules, module evidence sees only the whole model: inside it, only op-level
 evidence can tell where it parts. ``checkpointed``: each layer under a reentrant
 ``torch.utils.checkpoint`` (run without autograd, and again in the backward), its rotary
-tables computed inside.
+tables computed inside. ``gain_first``: each RMSNorm applies its gain before the
+normalization (``g * x * rsqrt(ms + eps)``), as many ports write it: the node reading the
+gain holds ``g * x``, not the reference's ``g * normed``.
 
 The fault (in layer ``layer``): ``eps``, the second RMSNorm with eps 1e-5 where the config
 says 1e-6 (Llama 2's against Llama 1's): ``ms + eps`` moves by 9e-6, under fp32's atol of
@@ -29,9 +31,9 @@ from torch.utils.checkpoint import checkpoint
 
 class OneFunctionLlama(nn.Module):
     def __init__(self, reference: Any, fault: str = "", layer: int = 2,
-                 checkpointed: bool = False) -> None:
+                 checkpointed: bool = False, gain_first: bool = False) -> None:
         super().__init__()
-        self.checkpointed = checkpointed
+        self.checkpointed, self.gain_first = checkpointed, gain_first
         config = reference.config
         self.heads = config.num_attention_heads
         self.groups = config.num_key_value_heads
@@ -70,20 +72,23 @@ class OneFunctionLlama(nn.Module):
                 x = checkpoint(self.layer, i, x, blocked, use_reentrant=True)
             else:
                 x = self.layer(i, x, blocked)
-        return {"last_hidden_state": _rms(x, self.norm, self.eps)}
+        return {"last_hidden_state": _rms(x, self.norm, self.eps, self.gain_first)}
 
     def layer(self, i: int, x: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
         cos, sin = _tables(x.shape[1], x.shape[-1] // self.heads, self.theta)
-        h = _rms(x, self.w(i, "g1"), self.eps)
+        h = _rms(x, self.w(i, "g1"), self.eps, self.gain_first)
         x = x + _attention(h, self.w(i, "wq"), self.w(i, "wk"), self.w(i, "wv"),
                            self.w(i, "wo"), cos, sin, blocked, self.heads, self.groups)
         eps = 1e-5 if (self.fault == "eps" and i == self.fault_layer) else self.eps
-        h = _rms(x, self.w(i, "g2"), eps)
+        h = _rms(x, self.w(i, "g2"), eps, self.gain_first)
         return x + F.linear(F.silu(F.linear(h, self.w(i, "w1"))) * F.linear(h, self.w(i, "w3")),
                             self.w(i, "w2"))
 
 
-def _rms(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+def _rms(x: torch.Tensor, gain: torch.Tensor, eps: float, gain_first: bool = False,
+         ) -> torch.Tensor:
+    if gain_first:  # the gain on x, then the normalization: ``g * x * rsqrt(ms + eps)``
+        return gain * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return gain * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
@@ -115,6 +120,6 @@ def _attention(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Te
     return F.linear(mixed.transpose(1, 2).reshape(batch, length, -1), wo)
 
 
-def build(reference: Any, fault: str = "", layer: int = 2,
-          checkpointed: bool = False) -> OneFunctionLlama:
-    return OneFunctionLlama(reference, fault, layer, checkpointed).eval()
+def build(reference: Any, fault: str = "", layer: int = 2, checkpointed: bool = False,
+          gain_first: bool = False) -> OneFunctionLlama:
+    return OneFunctionLlama(reference, fault, layer, checkpointed, gain_first).eval()

@@ -33,6 +33,7 @@ from introspect.diff.records import (
     PROVEN_STRUCTURE,
     STATUS_DRIFT,
     STATUS_FAIL,
+    STATUS_OK,
     STATUS_UNCONFIRMED,
     WEIGHT_EDIT,
     Divergence,
@@ -87,8 +88,9 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     widths: dict[str, float] = {}  # each proven pair's budget (the widest of its rows)
     for r in rows:
         if r.candidate_node and r.max_abs_err is not None and not is_guess(r):
-            proven[r.reference_node] = proven.get(r.reference_node, False) or \
-                r.reference_node in over
+            # (its own row's: a guess beside it, over budget, says nothing of it)
+            proven[r.reference_node] = proven.get(r.reference_node, False) or bool(
+                r.status in (STATUS_FAIL, STATUS_DRIFT) and r.mismatched)
             widths[r.reference_node] = max(widths.get(r.reference_node, 0.0), r.atol or 0.0)
     disagreeing = ((over & outputs) - agreeing) | unseen_outputs
     users = {n.name: [u.name for u in n.users] for n in reference.gm.graph.nodes}
@@ -96,14 +98,27 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     carried = {r.reference_node: r.max_abs_err or 0.0 for r in rows
                if r.reference_node in proven}  # each proven pair's propagated error
     reaches = _reaching(reference, over | unseen_outputs)
+    # reference values a proven pair holds within budget: a guess pairing one of them with
+    # another candidate value is refuted by it, however that guess's error grew
+    held = {r.reference_node for r in rows if r.candidate_node and not is_guess(r)
+            and r.status == STATUS_OK and not r.mismatched and not r.local_mismatched
+            and "[dim" not in r.shape}  # (a region holds part of it only)
     confirmed: list[NodeDiff] = []
     for row in rows:
         if row.status != STATUS_FAIL or (row.nonfinite or 0) > 0:
             confirmed.append(row)
             continue
-        if is_guess(row):
+        if is_guess(row) and row.reference_node in held:
+            reason = ("unconfirmed: a proven pair holds the reference's value within budget "
+                      "at another candidate node; this guess pairs it with another value")
+        elif is_guess(row):
             reason = _guess_reason(row, proven, disagreeing, users, widths)
-            if reason and _grown_across(row, carried, users, inputs):
+            settled = _settled_by(row, proven, users, widths) if reason else None
+            if reason and settled is not None and (row.max_abs_err or 0.0) > REFUTED * settled:
+                reason += (f"; the proven pairs it feeds agree within {settled:.2g}, where a "
+                           f"difference of {row.max_abs_err:.2g} would show: it pairs "
+                           "another quantity")
+            elif reason and _grown_across(row, carried, users, inputs):
                 # the values changed inside the guess's region: confirmed, unless module
                 # evidence passes the module that holds it (``overruled_inside``)
                 reason = ""
@@ -206,6 +221,35 @@ def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[st
     return ("unconfirmed: paired by structure only (no weight or value proves the two hold "
             "the same quantity), and its difference reaches no output or proven pair that "
             "disagrees")
+
+
+# A guess whose own error is this many times the budgets of the agreeing proven pairs it
+# feeds (and no disagreeing one) holds another quantity than its partner: a difference
+# that large would show there (a Llama's RMSNorm in float64 paired a cast with the
+# reference's ``x * rsqrt``: 1.81 against pairs agreeing within 1e-5).
+REFUTED = 1000.0
+
+
+def _settled_by(row: NodeDiff, proven: Mapping[str, bool], users: Mapping[str, list[str]],
+                widths: Mapping[str, float]) -> float | None:
+    """The widest budget of the proven pairs nearest down the data flow from ``row``,
+    where every one of them agrees (None where one disagrees, or none is reached)."""
+    seen, frontier, found = {row.reference_node}, [row.reference_node], []
+    while frontier:
+        nxt = []
+        for name in frontier:
+            for user in users.get(name, ()):
+                if user in seen:
+                    continue
+                seen.add(user)
+                if user in proven:
+                    if proven[user]:
+                        return None
+                    found.append(widths.get(user, 0.0))
+                    continue
+                nxt.append(user)
+        frontier = nxt
+    return max(found) if found and max(found) > 0 else None
 
 
 # How much the error carried in may grow across a guessed region before the growth says

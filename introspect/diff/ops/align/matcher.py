@@ -31,6 +31,9 @@ POSITION_NOTE = ("several of the reference's nodes read these weights alike; pai
                  "graph position")
 OPAQUE_NOTE = ("the candidate's op is its own library's (opaque): which value it returns "
                "is not proven by the weights it reads")
+SCALING_NOTE = ("a gain multiplied in: it may be applied before or after the values it "
+                "scales are normalized (``g * x * rsqrt(ms)``), so the weight does not prove "
+                "which value the node holds")
 _TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "torchvision")
 # How far a vector's reader looks upstream for paired nodes, and downstream from them.
 _SETTLE_DEPTH = 10
@@ -160,12 +163,22 @@ class Matcher:
             elif self._opaque(r, c):
                 guess = True
                 note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
+            elif self._scaling(c):
+                guess = True
+                note = "; ".join(n for n in (note, SCALING_NOTE) if n)
             self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),
                           relation.order, PROVEN_STRUCTURE if guess else ""))
             if relation.kind == "row block" or "folded" in relation.kind:
                 # (a folded Linear reads the norm's output before its gain: not the
                 # reference Linear's input)
                 self.own_arguments.add((r, c))
+
+    def _scaling(self, c: str) -> bool:
+        """Whether ``c`` multiplies (or divides) by a vector, no matrix: a norm's gain,
+        which commutes with the row's normalization, so where it is applied is the port's
+        choice."""
+        return self.cand.kinds[c] in ("mul", "div") and \
+            all(t.ndim < 2 for _, t in self.cand.weights.get(c, []))
 
     def _opaque(self, r: str, c: str) -> bool:
         """Whether ``c`` is an op of the port's own library (``torch.library``, a C++ or

@@ -27,6 +27,7 @@ import torch.fx
 from introspect.diff.records import (
     BY_VALUE,
     PROVEN_STRUCTURE,
+    STATUS_DRIFT,
     STATUS_FAIL,
     STATUS_UNCONFIRMED,
     NodeDiff,
@@ -42,7 +43,7 @@ def guesses_to_check(rows: Sequence[NodeDiff]) -> list[NodeDiff]:
     """The guessed pairs whose values disagree: over budget (failing or unconfirmed) with
     the candidate's own value over budget too."""
     return [r for r in rows if r.provenance == PROVEN_STRUCTURE and r.candidate_node
-            and r.reference_node and r.status in (STATUS_FAIL, STATUS_UNCONFIRMED)
+            and r.reference_node and r.status in (STATUS_FAIL, STATUS_UNCONFIRMED, STATUS_DRIFT)
             and r.mismatched]
 
 
@@ -72,6 +73,14 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
     cand_by_index = sorted(cand_shapes, key=cand_order.__getitem__)
     wanted_ref: set[str] = set()
     wanted_cand: set[str] = set()
+    # each reference node's partners by proof, whole (a guess beside one that agrees is
+    # refuted by it: let go, and its wrong values are no longer handed on in the replay)
+    held: dict[str, list[str]] = {}
+    for p in alignment.pairs:
+        if p.provenance != PROVEN_STRUCTURE and p.reference_region is None \
+                and p.candidate_region is None and p.feature_order is None \
+                and not p.reference_bias:
+            held.setdefault(p.reference, []).append(p.candidate)
     options: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for row in checks:
         r, c = row.reference_node, row.candidate_node
@@ -83,7 +92,7 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
                     if ref_shapes[n] == cand_shapes[c] and n != r]
         options[(r, c)] = (near_cand, near_ref)
         wanted_ref |= {r, *near_ref}
-        wanted_cand |= {c, *near_cand}
+        wanted_cand |= {c, *near_cand, *held.get(r, ())}
     if not options:
         return None
     try:
@@ -98,6 +107,10 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
     added: list[Pair] = []
     for (r, c), (near_cand, near_ref) in options.items():
         atol = budgets[(r, c)]
+        if _closest(ref_values.get(r), [(n, cand_values.get(n)) for n in held.get(r, ())],
+                    atol, cand_order, c) is not None:
+            dropped.add((r, c))  # held already, by proof, at a candidate node that agrees
+            continue
         found = _closest(ref_values.get(r), [(n, cand_values.get(n)) for n in near_cand
                                              if n not in proven_cand], atol, cand_order, c)
         if found is not None:
@@ -112,7 +125,7 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
             dropped.add((r, c))
             added.append(Pair(found, c, BY_VALUE, f"re-paired by value: the candidate's "
                               f"{c} holds the reference's {found}, not {r}"))
-    if not added:
+    if not added and not dropped:
         return None
     return _replaced(alignment, dropped, added, ref_order, cand_order)
 
