@@ -61,9 +61,7 @@ def take_candidate_truth(state: DiffState) -> None:
     if state.options.mode.backward and holds_quantized(candidate):
         raise InputError(
             f"the {state.candidate_label} holds int8 quantized Linears, which autograd does "
-            "not differentiate (PyTorch registers no backward for them): its gradients are "
-            "not its own; diff its forward, or the float model before quantization, with "
-            "--backward")
+            "not differentiate: diff its forward, or its float model with --backward")
     sums = weight_sums(candidate)
     backward = candidate_own_backward(state)  # (with backward, where the reference's was)
     with _switches_named(state.switched, state.candidate_label), \
