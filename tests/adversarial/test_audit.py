@@ -133,8 +133,23 @@ def test_an_int8_port_is_refused_a_backward(tiny):
 
     reference, inputs = tiny
     candidate = port("audit_compiled.py").correct_quantized(reference)
-    with pytest.raises(InputError, match="int8 quantized Linears, which autograd"):
+    with pytest.raises(InputError, match="runs int8 quantized Linears, which autograd"):
         introspect.diff(reference.model, candidate, inputs.tensors, backward=True)
+
+
+def test_an_int8_module_never_called_is_no_refusal(tiny):
+    """Only int8 Linears the forward runs have no backward: a quantized head the model
+    never calls (a classifier kept beside an encoder) leaves its gradients its own."""
+    import torch
+
+    import introspect
+
+    reference, inputs = tiny
+    candidate = port("audit_outputs.py").correct_tuple(reference)
+    candidate.unused_head = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(torch.nn.Linear(4, 2)), {torch.nn.Linear}, dtype=torch.qint8)
+    result = introspect.diff(reference.model, candidate, inputs.tensors, backward=True)
+    assert result.passed and result.backward.passed, result.summary()
 
 
 def _cli(folder, name, builder, capsys, *extra):

@@ -22,7 +22,7 @@ from introspect.diff.flow.state import (
 )
 from introspect.diff.ops.explain import accepted_inputs, model_dtypes
 from introspect.diff.outputs import NoOutputPairs
-from introspect.diff.quantized import holds_quantized
+from introspect.diff.quantized import holds_quantized, is_quantized
 from introspect.diff.records import STATUS_FAIL
 from introspect.errors import InputError
 from introspect.models.ports import describe_changes
@@ -58,10 +58,6 @@ def take_candidate_truth(state: DiffState) -> None:
     and what each of its modules saw, with a forward that edits its own weights named;
     after the reference's truth and any float64 recording of it."""
     candidate = state.candidate
-    if state.options.mode.backward and holds_quantized(candidate):
-        raise InputError(
-            f"the {state.candidate_label} holds int8 quantized Linears, which autograd does "
-            "not differentiate: diff its forward, or its float model with --backward")
     sums = weight_sums(candidate)
     backward = candidate_own_backward(state)  # (with backward, where the reference's was)
     with _switches_named(state.switched, state.candidate_label), \
@@ -71,6 +67,11 @@ def take_candidate_truth(state: DiffState) -> None:
                                      grad_calls=2, inference=not holds_script(candidate),
                                      lean=not compiled(candidate), backward=backward)
     state.cand_calls = cand_calls
+    if state.options.mode.backward and holds_quantized(candidate) and any(
+            is_quantized(call.module) for call in cand_calls.calls):  # (an unused head: no)
+        raise InputError(
+            f"the {state.candidate_label} runs int8 quantized Linears, which autograd does "
+            "not differentiate: diff its forward, or its float model with --backward")
     edited = edited_weights(sums, weight_sums(candidate))
     if edited:  # named as such, not as dropout or a weight left unloaded
         shown = describe_changes(edited, most=3)
