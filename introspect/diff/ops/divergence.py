@@ -19,7 +19,7 @@ that holds them is named.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -199,25 +199,17 @@ def _guess_reason(row: NodeDiff, proven: Mapping[str, bool], disagreeing: set[st
     if not row.mismatched:
         return ("unconfirmed: the local error is over budget but the candidate's own value "
                 "agrees here; the two nodes hold different quantities, not a bug")
-    seen, frontier = {row.reference_node}, [row.reference_node]
     if row.reference_node in disagreeing:
         return ""
-    while frontier:
-        nxt = []
-        for name in frontier:
-            for user in users.get(name, ()):
-                if user in seen:
-                    continue
-                seen.add(user)
-                if user in proven:
-                    if proven[user]:
-                        return ""
-                    if widths.get(user, 0.0) <= (row.atol or 0.0) * 1.001:
-                        continue  # the values agree again here: this branch is settled
-                if user in disagreeing:
-                    return ""
-                nxt.append(user)
-        frontier = nxt
+    atol = (row.atol or 0.0) * 1.001
+    # (a proven pair that agrees within a budget no wider than the guess's settles its
+    # branch: the values agree again there)
+    for user in _flow(row.reference_node, users,
+                      lambda u: u not in proven or widths.get(u, 0.0) > atol):
+        if user in proven and not proven[user] and widths.get(user, 0.0) <= atol:
+            continue  # settled
+        if proven.get(user) or user in disagreeing:
+            return ""
     return ("unconfirmed: paired by structure only (no weight or value proves the two hold "
             "the same quantity), and its difference reaches no output or proven pair that "
             "disagrees")
@@ -234,22 +226,29 @@ def _settled_by(row: NodeDiff, proven: Mapping[str, bool], users: Mapping[str, l
                 widths: Mapping[str, float]) -> float | None:
     """The widest budget of the proven pairs nearest down the data flow from ``row``,
     where every one of them agrees (None where one disagrees, or none is reached)."""
-    seen, frontier, found = {row.reference_node}, [row.reference_node], []
+    found = []
+    for user in _flow(row.reference_node, users, lambda u: u not in proven):
+        if user in proven:
+            if proven[user]:
+                return None
+            found.append(widths.get(user, 0.0))
+    return max(found) if found and max(found) > 0 else None
+
+
+def _flow(start: str, users: Mapping[str, list[str]], onward: Any) -> Iterator[str]:
+    """The nodes down the data flow from ``start``, each once, nearest first; the walk goes
+    on past a node only where ``onward(node)``."""
+    seen, frontier = {start}, [start]
     while frontier:
         nxt = []
         for name in frontier:
             for user in users.get(name, ()):
-                if user in seen:
-                    continue
-                seen.add(user)
-                if user in proven:
-                    if proven[user]:
-                        return None
-                    found.append(widths.get(user, 0.0))
-                    continue
-                nxt.append(user)
+                if user not in seen:
+                    seen.add(user)
+                    yield user
+                    if onward(user):
+                        nxt.append(user)
         frontier = nxt
-    return max(found) if found and max(found) > 0 else None
 
 
 # How much the error carried in may grow across a guessed region before the growth says
