@@ -275,7 +275,6 @@ def _position_offset_llama(reference):
 
 @pytest.mark.parametrize(("family", "build", "consumer"), [
     ("gpt2", _position_offset_gpt2, "wpe (Embedding)"),
-    ("llama", _position_offset_llama, "rotary_emb (LlamaRotaryEmbedding)"),
 ])
 def test_a_decoder_position_offset_names_the_module_taking_the_positions(
         monkeypatch, family, build, consumer):
@@ -288,10 +287,25 @@ def test_a_decoder_position_offset_names_the_module_taking_the_positions(
     )
 
 
-@pytest.mark.parametrize(("family", "build"), [("gpt2", _position_offset_gpt2),
-                                               ("llama", _position_offset_llama)])
+@pytest.mark.parametrize(("family", "build"), [("gpt2", _position_offset_gpt2)])
 def test_a_decoder_position_offset_is_not_blamed_in_the_mask(monkeypatch, family, build):
     monkeypatch.setenv("INTROSPECT_NO_CACHE", "1")
     reference = tiny_model(family)
     first = _first(reference, build(reference), tiny_inputs(family))
     assert first.layer != "mask"
+
+
+def test_rotary_positions_shifted_alike_fail_nothing(monkeypatch):
+    """Llama's rotary attention sees only differences of positions: ids counted from 1
+    leave every output and every proven pair as the reference's (within 2.4e-7). The ids
+    themselves differ by 1, but only a guess pairs them, and a guess fails no port whose
+    outputs and proven pairs all agree (issue 41): it is unconfirmed, with a note saying
+    its difference reaches none of them (it FAILED, confirmed by the growth around it)."""
+    monkeypatch.setenv("INTROSPECT_NO_CACHE", "1")
+    reference = tiny_model("llama")
+    result = introspect.diff(reference, _position_offset_llama(reference),
+                             tiny_inputs("llama"))
+    assert result.passed, result.summary()
+    shifted = result.nodes[result.nodes["status"] == "unconfirmed"]
+    assert (shifted["max_abs_err"] == 1.0).any()  # the ids, by one
+    assert all("does not reach them" in note for note in shifted["note"])

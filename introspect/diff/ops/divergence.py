@@ -115,9 +115,10 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
             reason = _guess_reason(row, proven, disagreeing, users, widths)
             settled = _settled_by(row, proven, users, widths) if reason else None
             if reason and settled is not None and (row.max_abs_err or 0.0) > REFUTED * settled:
-                reason += (f"; the proven pairs it feeds agree within {settled:.2g}, where a "
-                           f"difference of {row.max_abs_err:.2g} would show: it pairs "
-                           "another quantity")
+                reason += (f"; the proven pairs it feeds agree within {settled:.2g}: a "
+                           f"difference of {row.max_abs_err:.2g} here does not reach them (it "
+                           "pairs another quantity, or one whose difference cancels, as "
+                           "rotary positions shifted alike)")
             elif reason and _grown_across(row, carried, users, inputs):
                 # the values changed inside the guess's region: confirmed, unless module
                 # evidence passes the module that holds it (``overruled_inside``)

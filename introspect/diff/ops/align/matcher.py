@@ -163,7 +163,8 @@ class Matcher:
             elif self._opaque(r, c):
                 guess = True
                 note = "; ".join(n for n in (note, OPAQUE_NOTE) if n)
-            elif self._scaling(c):
+            elif self._scaling(c) and not relation.kind.startswith("by-name"):
+                # (a gain held with other values is paired by its name: that is the fault)
                 guess = True
                 note = "; ".join(n for n in (note, SCALING_NOTE) if n)
             self.add(Pair(r, c, BY_WEIGHTS, note, ref_region, _cand_region(relation),

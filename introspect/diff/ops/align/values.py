@@ -43,7 +43,7 @@ def guesses_to_check(rows: Sequence[NodeDiff]) -> list[NodeDiff]:
     """The guessed pairs whose values disagree: over budget (failing or unconfirmed) with
     the candidate's own value over budget too."""
     return [r for r in rows if r.provenance == PROVEN_STRUCTURE and r.candidate_node
-            and r.reference_node and r.status in (STATUS_FAIL, STATUS_UNCONFIRMED, STATUS_DRIFT)
+            and r.reference_node and r.status in (STATUS_FAIL, STATUS_UNCONFIRMED)
             and r.mismatched]
 
 
@@ -63,7 +63,11 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
         measure again).
     """
     checks = guesses_to_check(rows)
-    if not checks:
+    # (a drifting guess, whose error came in from before, is only let go where a proven
+    # pair holds its value: re-pairing it by value would find any node near it)
+    drifting = [r for r in rows if r.provenance == PROVEN_STRUCTURE and r.candidate_node
+                and r.reference_node and r.status == STATUS_DRIFT and r.mismatched]
+    if not checks and not drifting:
         return None
     ref_order = {r.name: r.index for r in reference.records}
     cand_order = {r.name: r.index for r in candidate.records}
@@ -93,6 +97,12 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
         options[(r, c)] = (near_cand, near_ref)
         wanted_ref |= {r, *near_ref}
         wanted_cand |= {c, *near_cand, *held.get(r, ())}
+    for row in drifting:
+        r, c = row.reference_node, row.candidate_node
+        if held.get(r) and r in ref_shapes and c in cand_shapes:
+            options.setdefault((r, c), ([], []))  # no partner sought: held, or kept
+            wanted_ref.add(r)
+            wanted_cand |= set(held[r])
     if not options:
         return None
     try:
@@ -102,7 +112,8 @@ def pair_by_value(alignment: Any, rows: Sequence[NodeDiff], reference: Any, cand
         return None  # guesses then stay as measured (unconfirmed unless confirmed)
     proven_cand = {p.candidate for p in alignment.pairs if p.provenance != PROVEN_STRUCTURE}
     proven_ref = {p.reference for p in alignment.pairs if p.provenance != PROVEN_STRUCTURE}
-    budgets = {(row.reference_node, row.candidate_node): row.atol or 0.0 for row in checks}
+    budgets = {(row.reference_node, row.candidate_node): row.atol or 0.0
+               for row in [*checks, *drifting]}
     dropped: set[tuple[str, str]] = set()
     added: list[Pair] = []
     for (r, c), (near_cand, near_ref) in options.items():
