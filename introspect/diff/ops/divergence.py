@@ -33,7 +33,6 @@ from introspect.diff.records import (
     PROVEN_STRUCTURE,
     STATUS_DRIFT,
     STATUS_FAIL,
-    STATUS_OK,
     STATUS_UNCONFIRMED,
     WEIGHT_EDIT,
     Divergence,
@@ -98,20 +97,12 @@ def confirm_failures(rows: list[NodeDiff], reference: IntrospectGraph,
     carried = {r.reference_node: r.max_abs_err or 0.0 for r in rows
                if r.reference_node in proven}  # each proven pair's propagated error
     reaches = _reaching(reference, over | unseen_outputs)
-    # reference values a proven pair holds within budget: a guess pairing one of them with
-    # another candidate value is refuted by it, however that guess's error grew
-    held = {r.reference_node for r in rows if r.candidate_node and not is_guess(r)
-            and r.status == STATUS_OK and not r.mismatched and not r.local_mismatched
-            and "[dim" not in r.shape}  # (a region holds part of it only)
     confirmed: list[NodeDiff] = []
     for row in rows:
         if row.status != STATUS_FAIL or (row.nonfinite or 0) > 0:
             confirmed.append(row)
             continue
-        if is_guess(row) and row.reference_node in held:
-            reason = ("unconfirmed: a proven pair holds the reference's value within budget "
-                      "at another candidate node; this guess pairs it with another value")
-        elif is_guess(row):
+        if is_guess(row):
             reason = _guess_reason(row, proven, disagreeing, users, widths)
             settled = _settled_by(row, proven, users, widths) if reason else None
             if reason and settled is not None and (row.max_abs_err or 0.0) > REFUTED * settled:
