@@ -39,7 +39,7 @@ from introspect.diff.backward.measure import (
     magnitude_of,
     padded_positions,
 )
-from introspect.diff.backward.parity import _loss_notes, _sgd_step_error
+from introspect.diff.backward.parity import _loss_notes, _sgd_step_error, _to_reference
 from introspect.diff.backward.plain import PlainGradients
 from introspect.diff.backward.results import (
     STATUS_FAIL,
@@ -50,6 +50,7 @@ from introspect.diff.backward.results import (
 )
 from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
 from introspect.diff.ops.align.weights import folds_between
+from introspect.diff.records import Region, WeightRelation
 from introspect.diff.tolerance import Tolerance
 from introspect.run.capture import Leaf
 from introspect.run.truth import AUTOGRAD
@@ -124,7 +125,7 @@ class _WeightPair:
     reference: str
     candidate: str
     relation: str  # "same", "transposed", "reshaped", "transposed reshaped", "fused ..."
-    rows: tuple[int, int] | None = None  # "fused": its rows of the candidate's (transposed)
+    rows: Region | None = None  # "fused": its rows of the candidate's (transposed)
 
 
 def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
@@ -224,24 +225,9 @@ def _fused_blocks(held: Mapping[str, torch.Tensor],
             tiled = all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
             if blocks and tiled and blocks[0][0] == 0 and blocks[-1][1] == rows.shape[0]:
                 kind = "fused transposed" if transposed else "fused"
-                return [_WeightPair(name, "", kind, (start, stop))
+                return [_WeightPair(name, "", kind, Region(0, start, stop))
                         for start, stop, name in blocks]
     return None
-
-
-def _as_reference(g: torch.Tensor, relation: str, shape: torch.Size,
-                  rows: tuple[int, int] | None = None) -> torch.Tensor:
-    """A candidate weight's gradient laid out as the reference weight it holds."""
-    if relation.startswith("fused") and rows is not None:
-        g = g.t() if relation == "fused transposed" else g
-        return g[rows[0]:rows[1]]
-    if relation == "transposed":
-        return g.t()
-    if relation == "reshaped":
-        return g.reshape(shape)
-    if relation == "transposed reshaped":
-        return g.reshape(shape[::-1]).t()
-    return g
 
 
 def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
@@ -257,7 +243,10 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
         g_ref = grads[pair.reference]
         g_cand = _or_zeros(candidate.parameter_grads.get(pair.candidate),
                            candidate.parameters[pair.candidate])
-        g_cand = _as_reference(g_cand, pair.relation, g_ref.shape, pair.rows)
+        # laid out as the reference's weight, as the recorded path lays it out
+        laid = _to_reference(g_cand, g_cand, WeightRelation(
+            pair.candidate, pair.reference, pair.relation, pair.rows, 0.0), g_ref)
+        g_cand = g_cand if laid is None else laid  # (None for a slice: none is paired here)
         err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite,
                                           noise=(noise or {}).get(f"param:{pair.reference}"))
         weight = reference.parameters[pair.reference]
