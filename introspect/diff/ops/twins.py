@@ -21,8 +21,10 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
+import torch
 import torch.fx
 
+from introspect.diff.modules.local import UNIT
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.align.view import OP_KINDS
 from introspect.diff.ops.compare.records import RunResult
@@ -33,8 +35,6 @@ from introspect.graph import IntrospectGraph
 # Roundings of a twin pair's largest magnitude that its local error may reach: a kernel
 # computes a transcendental within a few ulps; the same correctly rounded op, within none.
 TWIN_UNITS = 16.0
-_UNIT = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11,
-         "bfloat16": 2.0 ** -8}
 # Pointwise ops: each output element from the same elements of the inputs.
 _POINTWISE = {"add", "sub", "mul", "div", "rsqrt", "sqrt", "pow", "exp", "log", "tanh",
               "sigmoid", "neg", "reciprocal", "clamp", "clamp_min", "clamp_max", "relu",
@@ -87,7 +87,7 @@ def hold_twins(rows: Sequence[NodeDiff], alignment: Alignment, run: RunResult,
     limits: dict[tuple[str, str], tuple[float, bool]] = {}
     for i in twins:
         local = run.local.get(i)
-        unit = max(_UNIT.get(d, 0.0) for d in dtypes[i])
+        unit = max(_unit(d) for d in dtypes[i])
         if local is None or unit == 0.0 or local.max_abs == 0.0:
             continue
         limit = TWIN_UNITS * unit * local.reference_max_abs
@@ -113,6 +113,12 @@ def hold_twins(rows: Sequence[NodeDiff], alignment: Alignment, run: RunResult,
                                       note=f"{row.note}; {note}" if row.note else note)
         held.append(row)
     return held, budgets
+
+
+def _unit(dtype: str) -> float:
+    """One rounding of the dtype named (``modules.local.UNIT``); 0 for none it knows."""
+    found = getattr(torch, dtype, None)
+    return UNIT.get(found, 0.0) if isinstance(found, torch.dtype) else 0.0
 
 
 def _plain(pair: Pair) -> bool:
