@@ -289,11 +289,17 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
             warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
             yield found
     finally:
-        pre.remove()
-        post.remove()
-        # ``remove`` leaves the hook's id in the with-kwargs table (PyTorch 2.x): a port's
-        # build is checked for global changes, and that one would be ours
-        torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
+        remove_hook(pre)
+        remove_hook(post)
+
+
+def remove_hook(handle: Any) -> None:
+    """A hook taken off, and a global one's with-kwargs flag with it: torch's ``remove``
+    leaves the hook's id in that table (PyTorch 2.x), and a port's build is checked for
+    global changes, where that one would be ours."""
+    handle.remove()
+    torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(  # type: ignore[attr-defined]
+        handle.id, None)
 
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -453,4 +459,5 @@ def _wrapped(tensor: torch.Tensor) -> bool:
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
-__all__ = ["Calls", "Leaf", "ModuleCall", "call_context", "capture_calls", "picked", "probe"]
+__all__ = ["Calls", "Leaf", "ModuleCall", "call_context", "capture_calls", "picked", "probe",
+           "remove_hook"]

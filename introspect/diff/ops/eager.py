@@ -41,14 +41,11 @@ from typing import Any
 import torch
 import torch.fx
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
-from torch.nn.modules.module import (  # type: ignore[attr-defined]
-    _global_forward_hooks_with_kwargs,
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.errors import InputError
+from introspect.run.capture import remove_hook
 from introspect.run.outputs import output_items
 from introspect.run.truth import NO_GRAD, mode_context
 from introspect.tracing.fx_module import build_graph_module
@@ -459,10 +456,7 @@ def _module_hooks(recorder: _Recorder, model: torch.nn.Module) -> Iterator[None]
         yield
     finally:
         for handle in handles:
-            handle.remove()
-            # (torch's handle leaves a global hook's with_kwargs flag behind: the
-            # process-wide state would read as changed)
-            _global_forward_hooks_with_kwargs.pop(handle.id, None)
+            remove_hook(handle)
 
 
 def outputs_as_dict(outputs: Any) -> dict[str, Any]:
