@@ -272,8 +272,9 @@ class _Recorder(TorchFunctionMode):
             [t for t in result if isinstance(t, torch.Tensor)] \
             if isinstance(result, (tuple, list)) else []
         given = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        if not outputs or not any(self._from_inputs(self.nodes.get(t)) for t in given) \
-                or all(self._from_inputs(self.nodes.get(t)) for t in outputs):
+        # (outputs first: a checkpoint's region, the common Function, returns from there)
+        if not outputs or all(self._from_inputs(self.nodes.get(t)) for t in outputs) \
+                or not any(self._from_inputs(self.nodes.get(t)) for t in given):
             return
         node = self._create("call_function", _applied(function), self.as_arguments(args),
                             self.as_arguments(kwargs), result)
