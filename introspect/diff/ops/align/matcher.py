@@ -426,6 +426,7 @@ class Matcher:
     def outputs(self) -> list[str]:
         notes = []
         ref_out, cand_out = graph_outputs(self.ref), graph_outputs(self.cand)
+        cand_returned = graph_outputs(self.cand, every=True)  # (made outside torch too)
         unpaired_cand = dict(cand_out)
         found = 0
         for key, r in ref_out.items():
@@ -433,7 +434,7 @@ class Matcher:
             if c is None or self.ref.shape(r) != self.cand.shape(c):
                 c = next((n for k, n in unpaired_cand.items() if k not in ref_out
                           and self.ref.shape(r) == self.cand.shape(n)), None)
-            if c is None and key in graph_outputs(self.cand, every=True):
+            if c is None and key in cand_returned:
                 notes.append(f"the candidate's output {key!r} comes from no op its recording saw "
                              "on the inputs (made outside torch: NumPy, another thread?): "
                              "only its plain calls compare it")
