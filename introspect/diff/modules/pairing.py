@@ -106,19 +106,41 @@ class Boundaries(list[Boundary]):
 
     def __init__(self, boundaries: Iterable[Boundary]) -> None:
         super().__init__(boundaries)
-        self._index: tuple[dict[str, list[Boundary]], dict[str, list[Boundary]]] | None = None
+        self._index: tuple[dict[str, _Shaped], dict[str, _Shaped]] | None = None
 
     def inside(self, region: str, returned: bool = False) -> list[Boundary]:
         """``[b for b in self if a module in b.holders (b.returned_by) is inside region]``."""
         if self._index is None:
             self._index = (_by_region(self, returned=False), _by_region(self, returned=True))
-        return self._index[returned].get(region, [])
+        return self._index[returned].get(region, _NONE)
 
 
-def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, list[Boundary]]:
+class _Shaped(list[Boundary]):
+    """The boundaries inside one region, those of each shape found by one lookup:
+    ``closest`` asks for a shape once per candidate value, each of a thousand calls
+    scanned the whole region for it."""
+
+    def __init__(self, boundaries: Iterable[Boundary]) -> None:
+        super().__init__(boundaries)
+        self._by_shape: dict[tuple[int, ...], list[Boundary]] | None = None
+
+    def floating_of_shape(self, shape: tuple[int, ...]) -> list[Boundary]:
+        """``[b for b in self if b.value's shape is shape and it is floating]``, in order."""
+        if self._by_shape is None:
+            self._by_shape = {}
+            for b in self:
+                if b.value.is_floating_point():
+                    self._by_shape.setdefault(tuple(b.value.shape), []).append(b)
+        return self._by_shape.get(shape, [])
+
+
+_NONE = _Shaped(())
+
+
+def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, _Shaped]:
     """Each boundary listed, in order, under every module that holds (or returned) it and
     each of their ancestors ("" too): ``within(m, region)`` for the region it is under."""
-    index: dict[str, list[Boundary]] = {}
+    index: dict[str, _Shaped] = {}
     for b in boundaries:
         modules = b.returned_by if returned else b.holders
         regions = {""} if modules else set()  # (a value no module returned is under none)
@@ -126,7 +148,10 @@ def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, list
             parts = m.split(".") if m else []
             regions.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
         for region in regions:
-            index.setdefault(region, []).append(b)
+            held = index.get(region)
+            if held is None:
+                held = index[region] = _Shaped(())
+            held.append(b)
     return index
 
 
@@ -169,7 +194,7 @@ def _named_inside(boundary: Boundary, region: str) -> Boundary:
 
 
 def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
-                      ) -> dict[str, set[str]]:
+                      ) -> Relations:
     """Candidate parameter path -> the reference parameters it holds by value.
 
     The relations of ``introspect.diff.ops.align.weights`` read a recorded graph; module
@@ -213,12 +238,40 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
             found = {r for r, rt in ref.items() if rt.shape == t.shape
                      and torch.equal(rt.to(t.dtype), t)}
         related[name] = found
-    return related
+    return Relations(related)
+
+
+class Relations(dict[str, set[str]]):
+    """``relate_parameters``' answer, the weights under each candidate module found by one
+    lookup (each of a thousand module calls scanned every weight for its own)."""
+
+    def __init__(self, found: Mapping[str, set[str]]) -> None:
+        super().__init__(found)
+        self._owned: dict[str, list[set[str]]] | None = None
+        self._regions: dict[str, str | None] = {}
+
+    def owned(self, module: str) -> list[set[str]]:
+        """``owned_relations(module, self)``, in the weights' order."""
+        if self._owned is None:
+            self._owned = {"": list(self.values())}
+            for path, refs in self.items():
+                parts = path.split(".")
+                for n in range(1, len(parts)):  # every module holding it, not itself
+                    self._owned.setdefault(".".join(parts[:n]), []).append(refs)
+        return self._owned.get(module, [])
+
+    def region(self, module: str) -> str | None:
+        """``region_of`` a call of ``module``, found once per module."""
+        if module not in self._regions:
+            self._regions[module] = _region(self.owned(module))
+        return self._regions[module]
 
 
 def owned_relations(module: str, relations: Mapping[str, set[str]]) -> list[set[str]]:
     """The reference weights each weight of candidate ``module`` (and its submodules) holds
     (``relate_parameters``; "" is the whole model)."""
+    if isinstance(relations, Relations):
+        return relations.owned(module)
     return [refs for path, refs in relations.items()
             if path.startswith(f"{module}.") or not module]
 
@@ -227,7 +280,12 @@ def region_of(call: ModuleCall, prefix_params: Mapping[str, set[str]]) -> str | 
     """The reference module owning every weight related to the call's module (its
     parameters' common ancestor); "" when it owns none; None when it owns weights of which
     none relates (nothing to stand for it)."""
-    mine = owned_relations(call.name, prefix_params)
+    if isinstance(prefix_params, Relations):
+        return prefix_params.region(call.name)
+    return _region(owned_relations(call.name, prefix_params))
+
+
+def _region(mine: list[set[str]]) -> str | None:
     if not mine:
         return ""
     owners = [r.rpartition(".")[0] for refs in mine for r in refs]
@@ -303,8 +361,8 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
     """The boundary value of ``leaf``'s shape closest to it, if clearly so and near."""
     value = leaf.value
     shape = tuple(value.shape)
-    same = [b for b in boundaries if tuple(b.value.shape) == shape
-            and b.value.is_floating_point()]
+    same = boundaries.floating_of_shape(shape) if isinstance(boundaries, _Shaped) else \
+        [b for b in boundaries if tuple(b.value.shape) == shape and b.value.is_floating_point()]
     if not same and value.numel():  # another layout, or one row of the batch at a time
         same = _views(boundaries, shape)
     if not same or value.numel() == 0:
@@ -635,6 +693,6 @@ def common_path(names: Sequence[str]) -> str:
     return ".".join(common)
 
 
-__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "closest", "common_path", "distance",
-           "owned_relations", "pair_call", "reference_boundaries", "region_of",
+__all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "Relations", "closest", "common_path",
+           "distance", "owned_relations", "pair_call", "reference_boundaries", "region_of",
            "relate_parameters"]
