@@ -131,3 +131,44 @@ def test_the_boundaries_inside_a_region_are_the_scan_of_their_holders(faulty_cal
             assert pairing._in_region(list(boundaries), region, returned) == scanned
     assert boundaries.inside("") == list(boundaries)
     assert boundaries.inside("encoder.lay") == []  # a name's prefix, no module's path
+
+
+def test_the_boundaries_of_a_shape_are_the_scan_of_the_region(faulty_calls):
+    reference, _ = faulty_calls
+    boundaries = pairing.reference_boundaries(reference.of_mode("autograd"))
+    shapes = {tuple(b.value.shape) for b in boundaries} | {(3, 5)}
+    for region in ("", "encoder.layer.0", "encoder.layer.1.intermediate", "nowhere"):
+        inside = boundaries.inside(region)
+        for shape in shapes:
+            scanned = [b for b in inside if tuple(b.value.shape) == shape
+                       and b.value.is_floating_point()]
+            assert inside.floating_of_shape(shape) == scanned, (region, shape)
+    assert any(len(boundaries.inside("").floating_of_shape(s)) > 1 for s in shapes)
+
+
+def test_the_weights_under_a_module_are_the_scan_of_every_path(tiny, port):
+    relations = pairing.relate_parameters(tiny, port)
+    plain = dict(relations)  # a mapping without the index: the scan
+    modules = {name for name, _ in port.named_modules()} | {"encoder.lay", "nowhere"}
+    for module in modules:
+        assert relations.owned(module) == pairing.owned_relations(module, plain), module
+        assert pairing.region_of(_Named(module), relations) == \
+            pairing.region_of(_Named(module), plain), module
+    assert relations.owned("encoder.lay") == []  # a name's prefix, no module's path
+    assert len(relations.owned("")) == len(plain)
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_probed_elements_are_read_where_they_lie():
+    from introspect.run.capture import picked
+
+    value = torch.arange(24.0, requires_grad=True).reshape(2, 3, 4)
+    for view in (value, value.transpose(0, 2), value[:, 1:], value.permute(1, 2, 0)[::2]):
+        index = torch.tensor([0, 3, view.numel() - 1])
+        taken = picked(view, index)
+        assert torch.equal(taken, view.detach().reshape(-1)[index])
+        assert not taken.requires_grad
