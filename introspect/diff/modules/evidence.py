@@ -17,14 +17,29 @@ its budget is what rounding explains for that module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from introspect.diff.modules.budget import FLOOR_UNITS, holds_int8_inside, module_budget, unit_of
+from introspect.diff.modules.budget import (
+    FLOOR_UNITS,
+    NOISE_FACTOR,
+    holds_int8_inside,
+    module_budget,
+    unit_of,
+)
+from introspect.diff.modules.handovers import HANDED, HandOver, HandOvers
 from introspect.diff.modules.inference import INFERENCE_DIFFERS, judged_under_inference
-from introspect.diff.modules.local import Exact, NotRerun, exact_error, with_noise, within_floor
+from introspect.diff.modules.local import (
+    Exact,
+    NotRerun,
+    exact_error,
+    handed_noise,
+    with_noise,
+    within_floor,
+)
 from introspect.diff.modules.pairing import (
     ModulePair,
     common_path,
@@ -122,14 +137,18 @@ class ModuleEvidence:
             return None
         row = smallest[0]
         shown = row.candidate_module or "the model"
+        detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}), run on "
+                  f"the reference's inputs to it in its {row.call} call, is "
+                  f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
+                  f"(its budget {row.limit:.3g})")
+        if row.note.startswith(HANDED):  # (what it hands a module inside it failed)
+            detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
+                      f"its {row.call} call: {row.note}")
         return Divergence(
             row.reference_module, row.candidate_module, row.reference_module, row.layer,
             row.candidate_class, row.max_abs_err or 0.0,
             f"{row.limit:.3g} (module evidence: its rounding noise)", (),
-            detail=(f"module evidence: the candidate's {shown} ({row.candidate_class}), run "
-                    f"on the reference's inputs to it in its {row.call} call, is "
-                    f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
-                    f"(its budget {row.limit:.3g})"), candidate_module=row.candidate_module)
+            detail=detail, candidate_module=row.candidate_module)
 
     def _changing(self) -> Divergence | None:
         """Where a forward that changes from call to call changes (``unreproduced``)."""
@@ -339,23 +358,30 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
             paired[i], judgement = judgement, None
         judgements.append(judgement)
     reruns = Reruns(p.pair for p in paired.values())
+    nearest = _nearest_ancestors(calls, paired)
     # A module over its floor waits for its noise run until every module inside it is
     # judged (the calls started after it, inside it): where one of them fails, the fault
     # is blamed there, and its own noise (a run as long as itself: the encoder's is a
     # forward) would only judge what holds it. At most one waits per level of nesting.
     waiting: list[tuple[int, Exact]] = []
     failing: set[tuple[str, str]] = set()  # (mode, module) of the failing rows
+    handed: dict[int, HandOvers] = {}  # what each run handed the calls nearest inside it
 
     def finish(i: int, exact: Exact) -> None:
-        judgement = judgements[i] = _judged(paired.pop(i), exact, failing)
+        judgement = judgements[i] = _judged(paired.pop(i), exact, failing,
+                                            handed.pop(i, None), reruns)
         if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
             failing.add((calls[i].mode, calls[i].name))
 
     for i in sorted(paired, key=lambda i: _started(calls[i])):
         while waiting and not _inside_call(calls[i], calls[waiting[-1][0]]):
             finish(*waiting.pop())
+        children = [paired[j].pair for j, outer in nearest.items() if outer == i]
+        if children:
+            handed[i] = HandOvers(paired[i].pair, calls, children, attention_mask,
+                                  functools.partial(_within_floor, unit=paired[i].unit))
         try:
-            exact = exact_error(paired[i].pair, attention_mask, reruns)
+            exact = exact_error(paired[i].pair, attention_mask, reruns, handed.get(i))
         except NotRerun as e:
             judgements[i] = dataclasses.replace(paired.pop(i).row, status=NOT_COMPARED,
                                                 note=str(e))
@@ -367,6 +393,29 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     while waiting:
         finish(*waiting.pop())
     return judgements
+
+
+def _within_floor(gap: float, scale: float, unit: float) -> bool:
+    """A gap no budget can be below: ``FLOOR_UNITS`` roundings of ``scale``."""
+    return gap <= FLOOR_UNITS * unit * scale
+
+
+def _nearest_ancestors(calls: Sequence[ModuleCall], paired: Mapping[int, _Paired],
+                       ) -> dict[int, int]:
+    """Each paired call of the first plain call (autograd on) -> the paired call it ran
+    nearest inside (by their indices), where it ran inside one: what that one's run on the
+    reference's inputs hands it is its hand-over (``handovers``)."""
+    ordered = sorted((i for i in paired if calls[i].mode == AUTOGRAD and calls[i].started >= 0),
+                     key=lambda i: calls[i].started)
+    nearest: dict[int, int] = {}
+    open_calls: list[int] = []  # the calls started and not yet finished, outermost first
+    for i in ordered:
+        while open_calls and calls[open_calls[-1]].order < calls[i].order:
+            open_calls.pop()  # finished before this one finished: it is not inside it
+        if open_calls:
+            nearest[i] = open_calls[-1]
+        open_calls.append(i)
+    return nearest
 
 
 def _inside_call(call: ModuleCall, outer: ModuleCall) -> bool:
@@ -422,9 +471,11 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
 
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
+            handing: HandOvers | None = None, reruns: Reruns | None = None,
             ) -> ModuleDiff | Exception:
     """The row of a paired call: its local error against its budget; not compared where
-    it is over its floor and a module inside it fails already (its noise not run)."""
+    it is over its floor and a module inside it fails already (its noise not run); failed
+    where what its run hands a judged call inside it is over that hand-over's budget."""
     pair, row, unit = paired.pair, paired.row, paired.unit
     call = pair.call
     if not within_floor(exact, FLOOR_UNITS * unit) and any(
@@ -442,8 +493,44 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     first_input = pair.inputs[0].boundary.value
     budget = module_budget(call.module, local, unit, first_input)
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
-    return dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
-                               limit=budget.limit, status=status, note=budget.why)
+    judged = dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
+                                 limit=budget.limit, status=status, note=budget.why)
+    if status == STATUS_OK and handing is not None and reruns is not None \
+            and not any(mode == call.mode and below(name, call.name) for mode, name in failing):
+        return _handed_over(judged, pair, unit, handing, reruns)
+    return judged
+
+
+def _handed_over(row: ModuleDiff, pair: ModulePair, unit: float, handing: HandOvers,
+                 reruns: Reruns) -> ModuleDiff:
+    """``row`` failed where what its module's run on the reference's inputs handed a
+    judged call inside it is over that hand-over's budget (``handovers``): the worst such."""
+    try:
+        handed_noise(pair, unit, reruns, handing)
+    except NotRerun:
+        return row  # (its own run was made: a noise run that raises tells nothing)
+    worst: tuple[float, HandOver, float] | None = None
+    for over in handing.over_floor():
+        if over.noise is None or over.handed is None:  # its noise run did not hand it
+            continue  # (another path): not told
+        # in the lower precision of the two modules and the two values (a bf16 child)
+        lowest = max(unit, unit_of(over.child.call.module, over.handed,
+                                   over.match.boundary.value))
+        limit = NOISE_FACTOR * over.noise + FLOOR_UNITS * lowest * over.scale
+        if over.error > limit and (worst is None or over.error / limit > worst[0]):
+            worst = (over.error / limit, over, limit)
+    if worst is None:
+        return row
+    _, over, limit = worst
+    reference = over.match.boundary
+    return dataclasses.replace(
+        row, max_abs_err=over.error, noise=over.noise, limit=limit, status=STATUS_FAIL,
+        note=f"{HANDED} {over.child.call.name} ({over.match.path}), run on the "
+             f"reference's inputs, is {over.error:.3g} from the reference's "
+             f"{reference.module or 'model'} {reference.role} (budget {limit:.3g}: "
+             f"{NOISE_FACTOR:g}x its noise {over.noise:.2g} + {FLOOR_UNITS:g} roundings of "
+             f"{over.scale:.3g}); its own output {row.max_abs_err:.3g} (budget "
+             f"{row.limit:.3g})")
 
 
 def _row(call: ModuleCall, pair: ModulePair, layers: ReferenceLayers) -> ModuleDiff:

@@ -30,6 +30,9 @@ _NEAR_TOP = 1 - 2.0**-16
 _SMALLEST = 2.0**-100
 _WIDENED = (torch.float32, torch.float16, torch.bfloat16)
 _CHUNK = 4096  # elements whose largest difference is taken at once
+# Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
+# side's own: left out of the comparison, as padding is.
+_FILLER = 1e20
 
 
 def largest_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = None) -> float:
@@ -58,6 +61,20 @@ def flat(t: torch.Tensor) -> torch.Tensor:
     float32 or float64 tensor there already)."""
     t = t.detach().cpu().reshape(-1)
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def kept(reference: torch.Tensor, candidate: torch.Tensor,
+          real: torch.Tensor | None) -> torch.Tensor:
+    """Elements compared: real tokens, finite and not a mask's filler on both sides."""
+    # (in float32 or float64, as ``gaps.flat`` holds them: no float32 value lies between
+    # _FILLER and its float32 rounding, so the test is the float64 copies')
+    r, c = flat(reference), flat(candidate)
+    keep = torch.isfinite(r) & torch.isfinite(c) & (r.abs() < _FILLER) & (c.abs() < _FILLER)
+    shape = reference.shape
+    if real is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(real.shape):
+        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (len(shape) - 2)))
+        keep = keep & tokens.expand(shape).reshape(-1)
+    return keep
 
 
 def _read_in_float32(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None,
@@ -92,4 +109,4 @@ def _gradual_underflow() -> bool:
     return bool(torch.tensor([2.0**-126]) / 2 != 0)
 
 
-__all__ = ["flat", "largest", "largest_gap"]
+__all__ = ["flat", "kept", "largest", "largest_gap"]

@@ -29,15 +29,12 @@ from typing import Any
 import torch
 
 from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
-from introspect.diff.modules.gaps import flat, largest, largest_gap
+from introspect.diff.modules.gaps import kept, largest, largest_gap
+from introspect.diff.modules.handovers import HandOvers
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.modules.reuse import Reruns
 from introspect.run.capture import call_context
 from introspect.run.truth import identical
-
-# Values this large on either side are a mask's filler (-1e4, finfo.min, -inf), each
-# side's own: left out of the comparison, as padding is.
-_FILLER = 1e20
 
 # The unit roundoff of each dtype: one rounding of a value moves it by this much, relative.
 UNIT = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
@@ -85,20 +82,28 @@ def local_error(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
 
 
 def exact_error(pair: ModulePair, real: torch.Tensor | None = None,
-                reruns: Reruns | None = None) -> Exact:
+                reruns: Reruns | None = None, handing: HandOvers | None = None) -> Exact:
     """The candidate module's output on the reference's inputs (its own call's where that
     took them bit for bit, an ancestor's run's where it gave it them, else a run of its
-    own) and its largest gap to the reference's output. Raises ``NotRerun``."""
+    own) and its largest gap to the reference's output; with ``handing``, what that run
+    handed the judged calls inside it. Raises ``NotRerun``."""
     reference = pair.output.boundary.value
     path = pair.output.path
     seen = reruns.take(pair) if reruns is not None else None
     exact = _own_output(pair)
+    if exact is not None and handing is not None:
+        handing.own_call()
+    if exact is None and seen is not None:
+        exact, handing = seen, None  # (not run: nothing handed that can be told)
     if exact is None:
-        exact = seen
-    if exact is None:
-        with reruns.watching(pair.call.module) if reruns is not None else nullcontext():
+        if handing is not None:
+            handing.start()
+        with reruns.watching(pair.call.module, handing) if reruns is not None \
+                else nullcontext():
             exact = _rerun(pair, path, lambda t: t)
-    keep = _kept(reference, exact, real)
+    if handing is not None:
+        handing.finish()
+    keep = kept(reference, exact, real)
     return Exact(exact, keep, largest_gap(exact, reference, keep), largest(reference, keep))
 
 
@@ -113,15 +118,34 @@ def with_noise(pair: ModulePair, unit: float, exact: Exact, floor: float = 0.0,
     more, against ``exact`` (left out where the error is within ``floor``)."""
     if within_floor(exact, floor):
         return Local(exact.error, None, exact.scale, int(exact.keep.sum()))
+    moved = _rerun(pair, pair.output.path, _rounding(unit), inference=inference)
+    return Local(exact.error, largest_gap(moved, exact.value, exact.keep), exact.scale,
+                 int(exact.keep.sum()))
+
+
+def handed_noise(pair: ModulePair, unit: float, reruns: Reruns,
+                 handing: HandOvers) -> None:
+    """The noise of what ``pair``'s module hands the calls inside it, where a hand-over
+    is over its floor: its run on the reference's inputs rounded once more, watched.
+    Raises ``NotRerun``."""
+    if not handing.over_floor():
+        return
+    handing.start(noise=True)
+    with reruns.watching(pair.call.module, handing, reuse=False):
+        _rerun(pair, pair.output.path, _rounding(unit))
+    handing.finish()
+
+
+def _rounding(unit: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Each input rounded once more: moved by one ``unit``, a random sign per element (the
+    same signs in every run)."""
     generator = torch.Generator().manual_seed(0)
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         signs = torch.randint(0, 2, t.shape, generator=generator).to(t.device) * 2 - 1
         return t * (1 + unit * signs.to(t.dtype))
 
-    moved = _rerun(pair, pair.output.path, rounded, inference=inference)
-    return Local(exact.error, largest_gap(moved, exact.value, exact.keep), exact.scale,
-                 int(exact.keep.sum()))
+    return rounded
 
 
 def inference_local(pair: ModulePair, unit: float, real: torch.Tensor | None = None,
@@ -131,7 +155,7 @@ def inference_local(pair: ModulePair, unit: float, real: torch.Tensor | None = N
     ``NotRerun``."""
     reference = pair.output.boundary.value
     value = _rerun(pair, pair.output.path, lambda t: t, inference=True)
-    keep = _kept(reference, value, real)
+    keep = kept(reference, value, real)
     exact = Exact(value, keep, largest_gap(value, reference, keep), largest(reference, keep))
     return with_noise(pair, unit, exact, floor, inference=True)
 
@@ -201,20 +225,6 @@ def _own_output(pair: ModulePair) -> torch.Tensor | None:
     return own.value if own is not None and own.unchanged() else None
 
 
-def _kept(reference: torch.Tensor, candidate: torch.Tensor,
-          real: torch.Tensor | None) -> torch.Tensor:
-    """Elements compared: real tokens, finite and not a mask's filler on both sides."""
-    # (in float32 or float64, as ``gaps.flat`` holds them: no float32 value lies between
-    # _FILLER and its float32 rounding, so the test is the float64 copies')
-    r, c = flat(reference), flat(candidate)
-    keep = torch.isfinite(r) & torch.isfinite(c) & (r.abs() < _FILLER) & (c.abs() < _FILLER)
-    shape = reference.shape
-    if real is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(real.shape):
-        tokens = (real.cpu() != 0).reshape(*real.shape, *([1] * (len(shape) - 2)))
-        keep = keep & tokens.expand(shape).reshape(-1)
-    return keep
-
-
-__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "inference_local", "local_error",
-           "own_forward_hooks_off", "with_noise", "within_floor"]
+__all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "handed_noise", "inference_local",
+           "local_error", "own_forward_hooks_off", "with_noise", "within_floor"]
 

@@ -70,6 +70,10 @@ class Reruns:
         self.seen: dict[int, tuple[torch.Tensor, int, tuple[object, ...]]] = {}
         self.started: dict[tuple[int, int], list[_Start | None]] = {}
         self.ambient: tuple[object, ...] = ()
+        # what the run hands the judged calls inside it (``handovers.HandOvers``), and
+        # whether its outputs may be reused (never from a noise run)
+        self.handing: Any = None
+        self.reusing = True
 
     def take(self, pair: ModulePair) -> torch.Tensor | None:
         """``pair``'s output seen in an ancestor's exact run, as it was then (None where
@@ -84,14 +88,20 @@ class Reruns:
         return output if _version(output) == version and _ambient() == ambient else None
 
     @contextlib.contextmanager
-    def watching(self, module: torch.nn.Module) -> Iterator[None]:
+    def watching(self, module: torch.nn.Module, handing: Any = None,
+                 reuse: bool = True) -> Iterator[None]:
         """Around the exact run of ``module``: keep what the calls still to be judged
-        return inside it, where they took exactly what their own runs would."""
-        if not any(self.waiting.values()) or any(
+        return inside it, where they took exactly what their own runs would; and, with
+        ``handing`` (``handovers.HandOvers``), show it each call's arguments. ``reuse``
+        False: a run on other values (the noise run), whose outputs are never kept."""
+        reusing = reuse and any(self.waiting.values())
+        handed = handing is not None and handing.expects()
+        if not (reusing or handed) or any(
                 getattr(m, "_orig_mod", None) is not None for m in module.modules()):
             yield
             return
         self.ambient = _ambient()
+        self.handing, self.reusing = handing if handed else None, reusing
         pre = nn_module.register_module_forward_pre_hook(self._pre)
         post = nn_module.register_module_forward_hook(self._post, with_kwargs=True)
         try:
@@ -102,12 +112,16 @@ class Reruns:
             # ``remove`` leaves the id in the with-kwargs table (PyTorch 2.x), as ``capture``
             nn_module._global_forward_hooks_with_kwargs.pop(post.id, None)
             self.started.clear()
+            self.handing, self.reusing = None, True
 
     def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if torch.compiler.is_compiling():  # first: dynamo's code stays unchanged
             return
-        if not self.waiting.get(id(module)):  # (never refilled while watching: the post-hook
-            return  # of a call left out here pops nothing)
+        if self.handing is not None:
+            self.handing.saw(module, args)
+        if not self.reusing or not self.waiting.get(id(module)):
+            return  # (never refilled while watching: the post-hook of a call left out
+            # here pops nothing)
         start = None
         if _alone(module):
             tensors = _tensors(args)
@@ -120,7 +134,7 @@ class Reruns:
               returned: Any) -> None:
         if torch.compiler.is_compiling():
             return
-        calls = self.waiting.get(id(module))
+        calls = self.waiting.get(id(module)) if self.reusing else None
         if not calls:
             return
         stack = self.started.get((id(module), threading.get_ident()))
