@@ -20,7 +20,7 @@ import torch
 
 import introspect
 from tests.fixtures.families import grouped_llama, tiny_inputs
-from tests.ports import llama_block_norms
+from tests.ports import bert_rows_vmapped, llama_block_norms
 
 evidence = importlib.import_module("introspect.diff.modules.evidence")
 
@@ -69,3 +69,34 @@ def test_without_the_handovers_the_block_passes(loud_llama, monkeypatch):
     modules = result.modules
     block = modules[modules["candidate_module"] == "blocks.2"].iloc[0]
     assert block["status"] == "ok", block.to_dict()
+
+
+@pytest.fixture(scope="module")
+def perturbed_tiny(tiny_models):
+    """bert-tiny of its own, norms and biases perturbed, and the tutorial's inputs."""
+    from introspect.models.load import tokenize
+    from tests.fixtures.families import perturb_vectors
+
+    loaded = tiny_models("base", "sdpa")
+    return perturb_vectors(copy.deepcopy(loaded.model)), tokenize(loaded.tokenizer).tensors
+
+
+@pytest.mark.parametrize("handovers", [True, False])
+def test_an_eps_in_a_row_mapped_by_vmap(perturbed_tiny, monkeypatch, handovers):
+    """``tests/ports/bert_rows_vmapped.py``: each layer written for one sequence, mapped
+    over the rows by ``vmap``, its LayerNorms by hand. The layer's run hands its Linears
+    batched tensors, read as the whole batch (as the capture kept their calls): what it
+    hands ``fc1`` after the attention LayerNorm's eps of 1e-5 for 1e-12 fails the layer,
+    whose own output is within its rounding. Without the hand-overs the diff PASSED."""
+    reference, inputs = perturbed_tiny
+    if not handovers:
+        monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
+    assert introspect.diff(reference, bert_rows_vmapped.build(reference), inputs,
+                           nodes=False).passed
+    result = introspect.diff(reference, bert_rows_vmapped.build(reference, "eps"), inputs,
+                             nodes=False)
+    assert result.passed is not handovers, result.summary()
+    if handovers:
+        divergence = result.first_divergence
+        assert divergence.layer == "encoder.layer.1", divergence
+        assert "what it hands layers.1.fc1 (args.0)" in divergence.detail, divergence.detail

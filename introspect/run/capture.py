@@ -430,20 +430,16 @@ def unbatch_call(args: Any, kwargs: Any, output: Any,
     tensor's underlying value with the batch dim first, and which positional arguments
     were batched. None for anything else (a keyword argument or a container holding a
     batched tensor, nested levels, ``grad``'s wrappers): its caller is the boundary then."""
-    functorch = torch._C._functorch
     levels: set[int] = set()
 
     def whole(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or not _wrapped(t):
             return t
-        if not functorch.is_batchedtensor(t):
+        found = whole_batch(t)
+        if found is None:
             raise ValueError
-        inner = functorch.get_unwrapped(t)
-        bdim = functorch.maybe_get_bdim(t)
-        if _wrapped(inner) or bdim is None or bdim < 0:
-            raise ValueError
-        levels.add(functorch.maybe_get_level(t))
-        return inner.movedim(bdim, 0)
+        levels.add(torch._C._functorch.maybe_get_level(t))
+        return found
 
     def holds_batched(value: Any) -> bool:
         if isinstance(value, torch.Tensor):
@@ -471,10 +467,23 @@ def unbatch_call(args: Any, kwargs: Any, output: Any,
     return wholes, kwargs, out.detach(), batched
 
 
+def whole_batch(t: torch.Tensor) -> torch.Tensor | None:
+    """A batched tensor of one ``vmap`` level as the whole batch: its underlying value, the
+    batch dim first; None for anything else (nested levels, ``grad``'s wrappers)."""
+    functorch = torch._C._functorch
+    if not functorch.is_batchedtensor(t):
+        return None
+    inner = functorch.get_unwrapped(t)
+    bdim = functorch.maybe_get_bdim(t)
+    if _wrapped(inner) or bdim is None or bdim < 0:
+        return None
+    return inner.movedim(bdim, 0)
+
+
 def _wrapped(tensor: torch.Tensor) -> bool:
     """A functorch tensor (``vmap``'s batched tensor, ``grad``'s wrapper)."""
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
 __all__ = ["Calls", "Leaf", "ModuleCall", "call_context", "capture_calls", "picked", "probe",
-           "remove_hook"]
+           "remove_hook", "unbatch_call", "whole_batch"]

@@ -34,7 +34,7 @@ import torch
 from introspect.diff.modules.arguments import value_at
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.pairing import Match, ModulePair
-from introspect.run.capture import ModuleCall
+from introspect.run.capture import ModuleCall, whole_batch
 from introspect.run.truth import AUTOGRAD
 
 FloorCheck = Callable[[float, float], bool]  # (gap, scale) -> within the floor
@@ -112,6 +112,9 @@ class HandOvers:
                 value = value_at(list(args), {}, over.match.path)
             except (IndexError, KeyError, TypeError):
                 continue
+            if isinstance(value, torch.Tensor) and _functorch_wrapped(value) \
+                    and over.child.call.batched is not None:
+                value = whole_batch(value)  # (a call under vmap, kept as the whole batch)
             if _comparable(value, over.match.boundary.value):
                 self._hand(over, value.detach())
 
@@ -169,9 +172,12 @@ def _inside(call: ModuleCall, outer: ModuleCall) -> bool:
 
 def _comparable(value: Any, reference: torch.Tensor) -> bool:
     return type(value) is torch.Tensor and value.is_floating_point() \
-        and value.layout == torch.strided \
-        and not torch._C._functorch.is_functorch_wrapped_tensor(value) \
+        and value.layout == torch.strided and not _functorch_wrapped(value) \
         and tuple(value.shape) == tuple(reference.shape) and value.device == reference.device
+
+
+def _functorch_wrapped(value: torch.Tensor) -> bool:
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(value))
 
 
 __all__ = ["HANDED", "HandOver", "HandOvers"]
