@@ -113,3 +113,26 @@ def _ancestors(node):
                 seen.add(parent)
                 stack.append(parent)
     return seen
+
+
+def test_torchs_fake_tensor_log_is_quiet_while_we_trace(capsys):
+    """A forward running work in worker threads shares the trace's fake mode with them;
+    torch logs the failure it meets there with a whole traceback before raising it, and
+    the trace falls back as for any other failure. The log is quiet while we trace (here
+    the forward logs as torch would), and as it was afterwards."""
+    import logging
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    seen = []
+
+    class LogsAsTorchDoes(torch.nn.Module):
+        def forward(self, input_ids):
+            seen.append(logger.getEffectiveLevel())
+            logger.error("Traceback (most recent call last): AssertionError: False, True")
+            return input_ids.float() * 2
+
+    before = logger.level
+    trace_module(LogsAsTorchDoes(), {"input_ids": torch.ones(2, 3, dtype=torch.long)})
+    assert seen and all(level > logging.ERROR for level in seen)
+    assert logger.level == before
+    assert "Traceback" not in capsys.readouterr().err

@@ -51,6 +51,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -375,7 +376,8 @@ class MetaTracer(torch.fx.Tracer):
     # -- entry point ------------------------------------------------------------------------
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
-        with TRACE_LOCK, _patches_restored(), factories_take_traced_sizes():
+        with TRACE_LOCK, _patches_restored(), factories_take_traced_sizes(), \
+                _fake_tensor_log_quiet():
             self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             try:
                 return super().trace(root, concrete_args)
@@ -383,6 +385,21 @@ class MetaTracer(torch.fx.Tracer):
                 self._fake_mode = None
                 self._layers.clear()  # records hold the user's modules; drop them
                 self._names = None
+
+
+@contextlib.contextmanager
+def _fake_tensor_log_quiet() -> Iterator[None]:
+    """torch's FakeTensor log kept quiet while we trace: a forward that runs its work in
+    worker threads shares our fake mode with them, torch logs the failure it meets there
+    with a full traceback before raising it, and the trace then falls back as for any
+    other failure (the user would read a traceback beside a verdict)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class ReloadableTracer(torch.fx.Tracer):
