@@ -20,7 +20,8 @@ budget smaller).
 Only the first plain call's submodule calls are held (autograd on: every one of its calls
 is judged, so each call's place among its module's calls inside the block is known), each
 by that place: where the run calls a module another number of times than the plain call
-did, nothing is said of it.
+did, nothing is said of it, nor of a module called in a worker thread (the threads' race
+orders its calls).
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ class HandOvers:
         self.totals: dict[int, int] = {}
         for call in inside:
             self.totals[id(call.module)] = self.totals.get(id(call.module), 0) + 1
+        # a module called in a worker thread: its calls' order is the threads' race, in
+        # the plain call and in the run alike, so no place tells which call is which
+        threaded = {id(c.module) for c in inside if c.thread}
         self.expected: dict[int, list[HandOver]] = {}
         for child in children:
             call = child.call
-            if child is ancestor or not _inside(call, outer):
+            if child is ancestor or not _inside(call, outer) or id(call.module) in threaded:
                 continue
             place = sum(1 for c in inside if c.module is call.module and c.started < call.started)
             for match in child.inputs:
