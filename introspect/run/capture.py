@@ -142,12 +142,11 @@ class _Known:
         element by element (no NaN in either); a view of the same memory is not read."""
         view = _view_of(value)
         seen = self.by_view.get(view)
-        if seen is not None and same_view(seen, value):
+        if seen is not None and (seen is value or same_view(seen, value)):
             return seen, False
         kept = self.by_key.setdefault(self._key(value), [])
-        for known in kept:
-            if known is value or same_view(known, value):
-                return known, False
+        for known in kept:  # (a view of kept memory was found above: every kept value
+            # is under its view)
             if torch.equal(known, value):
                 return known, True
         kept.append(value)
@@ -222,7 +221,7 @@ class _Hooks:
             {} if self.gradients and self.mode == AUTOGRAD else None
         outputs = _leaves(output, "output", tracked=tracked)
         batched: frozenset[int] | None = None
-        if any(_wrapped(leaf.value) for leaf in inputs + outputs):
+        if any(wrapped(leaf.value) for leaf in inputs + outputs):
             unbatched = unbatch_call(args, kwargs, output)
             if unbatched is None:
                 self.found.vmapped.add(name)  # under vmap: its caller is the boundary
@@ -386,9 +385,9 @@ def _leaves(value: Any, path: str, depth: int = 0,
             version = value._version
         except RuntimeError:  # an inference tensor
             return []
-        if tracked is not None and value.requires_grad and not _wrapped(value):
+        if tracked is not None and value.requires_grad and not wrapped(value):
             tracked[path] = value
-        return [Leaf(path, value.detach() if not _wrapped(value) else value, version,
+        return [Leaf(path, value.detach() if not wrapped(value) else value, version,
                      value.requires_grad)]
     if depth >= _MAX_DEPTH:
         return []
@@ -413,7 +412,7 @@ def _detached(value: Any, path: str = "", swaps: Mapping[str, torch.Tensor] | No
     if isinstance(value, torch.Tensor):
         if swaps and path in swaps:
             return swaps[path]
-        return value if _wrapped(value) else value.detach()
+        return value if wrapped(value) else value.detach()
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(_detached(v, f"{path}.{i}", swaps) for i, v in enumerate(value))
     if isinstance(value, list):
@@ -433,7 +432,7 @@ def unbatch_call(args: Any, kwargs: Any, output: Any,
     levels: set[int] = set()
 
     def whole(t: Any) -> Any:
-        if not isinstance(t, torch.Tensor) or not _wrapped(t):
+        if not isinstance(t, torch.Tensor) or not wrapped(t):
             return t
         found = whole_batch(t)
         if found is None:
@@ -443,7 +442,7 @@ def unbatch_call(args: Any, kwargs: Any, output: Any,
 
     def holds_batched(value: Any) -> bool:
         if isinstance(value, torch.Tensor):
-            return _wrapped(value)
+            return wrapped(value)
         if isinstance(value, (tuple, list)):
             return any(holds_batched(v) for v in value)
         if isinstance(value, dict):
@@ -475,15 +474,15 @@ def whole_batch(t: torch.Tensor) -> torch.Tensor | None:
         return None
     inner = functorch.get_unwrapped(t)
     bdim = functorch.maybe_get_bdim(t)
-    if _wrapped(inner) or bdim is None or bdim < 0:
+    if wrapped(inner) or bdim is None or bdim < 0:
         return None
     return inner.movedim(bdim, 0)
 
 
-def _wrapped(tensor: torch.Tensor) -> bool:
+def wrapped(tensor: torch.Tensor) -> bool:
     """A functorch tensor (``vmap``'s batched tensor, ``grad``'s wrapper)."""
     return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
 
 
 __all__ = ["Calls", "Leaf", "ModuleCall", "call_context", "capture_calls", "picked", "probe",
-           "remove_hook", "unbatch_call", "whole_batch"]
+           "remove_hook", "unbatch_call", "whole_batch", "wrapped"]

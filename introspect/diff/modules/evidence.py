@@ -17,7 +17,6 @@ its budget is what rounding explains for that module.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -358,7 +357,9 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
             paired[i], judgement = judgement, None
         judgements.append(judgement)
     reruns = Reruns(p.pair for p in paired.values())
-    nearest = _nearest_ancestors(calls, paired)
+    nearest_inside: dict[int, list[ModulePair]] = {}  # each paired call's nearest inner ones
+    for inner, outer in _nearest_ancestors(calls, paired).items():
+        nearest_inside.setdefault(outer, []).append(paired[inner].pair)
     # A module over its floor waits for its noise run until every module inside it is
     # judged (the calls started after it, inside it): where one of them fails, the fault
     # is blamed there, and its own noise (a run as long as itself: the encoder's is a
@@ -376,10 +377,9 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     for i in sorted(paired, key=lambda i: _started(calls[i])):
         while waiting and not _inside_call(calls[i], calls[waiting[-1][0]]):
             finish(*waiting.pop())
-        children = [paired[j].pair for j, outer in nearest.items() if outer == i]
-        if children:
-            handed[i] = HandOvers(paired[i].pair, calls, children, attention_mask,
-                                  functools.partial(_within_floor, unit=paired[i].unit))
+        if i in nearest_inside:
+            handed[i] = HandOvers(paired[i].pair, calls, nearest_inside[i], attention_mask,
+                                  FLOOR_UNITS * paired[i].unit)
         try:
             exact = exact_error(paired[i].pair, attention_mask, reruns, handed.get(i))
         except NotRerun as e:
@@ -393,11 +393,6 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     while waiting:
         finish(*waiting.pop())
     return judgements
-
-
-def _within_floor(gap: float, scale: float, unit: float) -> bool:
-    """A gap no budget can be below: ``FLOOR_UNITS`` roundings of ``scale``."""
-    return gap <= FLOOR_UNITS * unit * scale
 
 
 def _nearest_ancestors(calls: Sequence[ModuleCall], paired: Mapping[int, _Paired],
@@ -478,8 +473,8 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     where what its run hands a judged call inside it is over that hand-over's budget."""
     pair, row, unit = paired.pair, paired.row, paired.unit
     call = pair.call
-    if not within_floor(exact, FLOOR_UNITS * unit) and any(
-            mode == call.mode and below(name, call.name) for mode, name in failing):
+    inside_fails = any(mode == call.mode and below(name, call.name) for mode, name in failing)
+    if not within_floor(exact, FLOOR_UNITS * unit) and inside_fails:
         return dataclasses.replace(
             row, max_abs_err=exact.error, status=NOT_COMPARED,
             note="a module inside it is over its budget (the fault is blamed there): its "
@@ -495,8 +490,7 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
     judged = dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
                                  limit=budget.limit, status=status, note=budget.why)
-    if status == STATUS_OK and handing is not None and reruns is not None \
-            and not any(mode == call.mode and below(name, call.name) for mode, name in failing):
+    if status == STATUS_OK and handing is not None and reruns is not None and not inside_fails:
         return _handed_over(judged, pair, unit, handing, reruns)
     return judged
 

@@ -27,7 +27,7 @@ orders its calls).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -35,10 +35,9 @@ import torch
 from introspect.diff.modules.arguments import value_at
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.pairing import Match, ModulePair
-from introspect.run.capture import ModuleCall, whole_batch
+from introspect.run.capture import ModuleCall, whole_batch, wrapped
 from introspect.run.truth import AUTOGRAD
 
-FloorCheck = Callable[[float, float], bool]  # (gap, scale) -> within the floor
 HANDED = "what it hands"  # how a row failed by a hand-over begins its note
 
 
@@ -60,10 +59,9 @@ class HandOvers:
 
     def __init__(self, ancestor: ModulePair, calls: Sequence[ModuleCall],
                  children: Sequence[ModulePair], real: torch.Tensor | None,
-                 within_floor: FloorCheck) -> None:
-        self.ancestor = ancestor
+                 floor: float) -> None:
         self.real = real
-        self.within_floor = within_floor
+        self.floor = floor  # roundings of a value's largest magnitude no budget is below
         outer = ancestor.call
         inside = [c for c in calls if _inside(c, outer)]
         self.totals: dict[int, int] = {}
@@ -116,7 +114,7 @@ class HandOvers:
                 value = value_at(list(args), {}, over.match.path)
             except (IndexError, KeyError, TypeError):
                 continue
-            if isinstance(value, torch.Tensor) and _functorch_wrapped(value) \
+            if isinstance(value, torch.Tensor) and wrapped(value) \
                     and over.child.call.batched is not None:
                 value = whole_batch(value)  # (a call under vmap, kept as the whole batch)
             if _comparable(value, over.match.boundary.value):
@@ -163,7 +161,7 @@ class HandOvers:
             return
         over.error = largest_gap(value, reference, keep)
         over.scale = largest(reference, keep)
-        if not self.within_floor(over.error, over.scale):
+        if over.error > self.floor * over.scale:
             over.handed = value.clone()
         self.seen.append(over)
 
@@ -176,12 +174,8 @@ def _inside(call: ModuleCall, outer: ModuleCall) -> bool:
 
 def _comparable(value: Any, reference: torch.Tensor) -> bool:
     return type(value) is torch.Tensor and value.is_floating_point() \
-        and value.layout == torch.strided and not _functorch_wrapped(value) \
+        and value.layout == torch.strided and not wrapped(value) \
         and tuple(value.shape) == tuple(reference.shape) and value.device == reference.device
-
-
-def _functorch_wrapped(value: torch.Tensor) -> bool:
-    return bool(torch._C._functorch.is_functorch_wrapped_tensor(value))
 
 
 __all__ = ["HANDED", "HandOver", "HandOvers"]

@@ -41,7 +41,9 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from introspect.diff.modules.arguments import output_at
+from introspect.diff.modules.handovers import HandOvers
 from introspect.diff.modules.pairing import ModulePair
+from introspect.run.capture import wrapped
 
 # Off: every module is run again on its own (tests compare the rows both ways).
 REUSE = True
@@ -72,7 +74,7 @@ class Reruns:
         self.ambient: tuple[object, ...] = ()
         # what the run hands the judged calls inside it (``handovers.HandOvers``), and
         # whether its outputs may be reused (never from a noise run)
-        self.handing: Any = None
+        self.handing: HandOvers | None = None
         self.reusing = True
 
     def take(self, pair: ModulePair) -> torch.Tensor | None:
@@ -88,11 +90,11 @@ class Reruns:
         return output if _version(output) == version and _ambient() == ambient else None
 
     @contextlib.contextmanager
-    def watching(self, module: torch.nn.Module, handing: Any = None,
+    def watching(self, module: torch.nn.Module, handing: HandOvers | None = None,
                  reuse: bool = True) -> Iterator[None]:
         """Around the exact run of ``module``: keep what the calls still to be judged
         return inside it, where they took exactly what their own runs would; and, with
-        ``handing`` (``handovers.HandOvers``), show it each call's arguments. ``reuse``
+        ``handing``, show it each call's arguments. ``reuse``
         False: a run on other values (the noise run), whose outputs are never kept."""
         reusing = reuse and any(self.waiting.values())
         handed = handing is not None and handing.expects()
@@ -213,8 +215,7 @@ def _took(seen: Any, value: torch.Tensor, like: torch.Tensor) -> bool:
 
 
 def _plain_tensor(t: torch.Tensor) -> bool:
-    return t.layout == torch.strided and not t.is_meta \
-        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    return t.layout == torch.strided and not t.is_meta and not wrapped(t)
 
 
 def _bits(a: torch.Tensor, b: torch.Tensor) -> bool:
