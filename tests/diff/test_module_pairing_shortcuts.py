@@ -172,3 +172,28 @@ def test_probed_elements_are_read_where_they_lie():
         taken = picked(view, index)
         assert torch.equal(taken, view.detach().reshape(-1)[index])
         assert not taken.requires_grad
+
+
+def _common_path_column_by_column(names):
+    """Every name's parts compared column by column (``common_path`` before it took the
+    first and last path of the unique names)."""
+    parts = [n.split(".") if n else [] for n in names]
+    common: list[str] = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return ".".join(common)
+
+
+def test_common_path_is_the_column_by_column_scan():
+    import random
+
+    draw = random.Random(0)
+    pool = ["", "a", "a.b", "a.b.c", "a.c", "a.b.d", "b", "a.bc", "a.b.c.d", "ab", "a.b.c"]
+    for _ in range(5000):
+        names = [draw.choice(pool) for _ in range(draw.randint(0, 6))]
+        assert pairing.common_path(names) == _common_path_column_by_column(names), names
+    # a weight related to every weight of its value repeats its owners: one read each
+    owners = ["encoder.layer.3.output.LayerNorm"] * 400 + ["encoder.layer.3.attention.output"]
+    assert pairing.common_path(owners) == "encoder.layer.3"

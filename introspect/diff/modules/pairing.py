@@ -684,12 +684,17 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def common_path(names: Sequence[str]) -> str:
     """The longest module path all of ``names`` lie in ("" for none in common)."""
-    parts = [n.split(".") if n else [] for n in names]
+    unique = set(names)  # a weight related to many of one value repeats its owners
+    if len(unique) <= 1:
+        return next(iter(unique), "")
+    # the lexicographically first and last paths share exactly the prefix all share
+    parts = [tuple(n.split(".")) if n else () for n in unique]
+    first, last = min(parts), max(parts)
     common: list[str] = []
-    for column in zip(*parts, strict=False):
-        if len(set(column)) != 1:
+    for a, b in zip(first, last, strict=False):
+        if a != b:
             break
-        common.append(column[0])
+        common.append(a)
     return ".".join(common)
 
 
