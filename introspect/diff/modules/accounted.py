@@ -114,25 +114,33 @@ def _replayed(autograd: Sequence[ModuleCall], no_grad: Sequence[ModuleCall]) -> 
 
 
 class _Values:
-    """Values known to be accounted for, found again by a probe of a few elements."""
+    """Values known to be accounted for, found again by the memory they view, else by a
+    probe of a few elements. The probes are read only once a value is not found by its
+    memory: a close port's values are the reference's own tensors (``capture``'s
+    ``share``), and probing every value the reference's modules saw cost more than the
+    rule's other checks together."""
 
     def __init__(self) -> None:
         self.by_key: dict[tuple[object, ...], list[torch.Tensor]] = {}
         self.memory: set[tuple[object, ...]] = set()
         self.storages: set[tuple[int, object]] = set()
+        self.unkeyed: list[torch.Tensor] = []  # added, not yet probed
 
     def add(self, leaves: Iterable[Leaf]) -> None:
         for leaf in leaves:
             value = leaf.value
             self.memory.add(_where(value))
             self.storages.add((value.untyped_storage().data_ptr(), value.device))
-            self.by_key.setdefault(_key(value), []).append(value)
+            self.unkeyed.append(value)
 
     def holds(self, value: torch.Tensor) -> bool:
         if _where(value) in self.memory:  # the same tensor: the same values
             return True
         if (value.untyped_storage().data_ptr(), value.device) in self.storages:
             return True  # a view of one (``x[:, 0]``): some of its elements, unchanged
+        for known in self.unkeyed:
+            self.by_key.setdefault(_key(known), []).append(known)
+        self.unkeyed.clear()
         return any(identical(value, known) for known in self.by_key.get(_key(value), []))
 
 
