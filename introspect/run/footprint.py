@@ -64,7 +64,11 @@ def take(reference: torch.nn.Module) -> Footprint:
 def moved(before: Footprint, reference: torch.nn.Module) -> list[str]:
     """What differs from ``before`` now, one phrase each (a platform that does not list
     its libraries always gives one: nothing can be told there)."""
-    now = take(reference)
+    return differences(before, take(reference))
+
+
+def differences(before: Footprint, now: Footprint) -> list[str]:
+    """What differs between two footprints of one reference (``moved``)."""
     changes = what_changed(before.model, now.model)
     changes += [name for name, value in before.sums.items() if now.sums.get(name) != value]
     if now.storages != before.storages:
@@ -99,4 +103,4 @@ def _libraries() -> frozenset[str] | None:
     return frozenset(f[5] for f in fields if len(f) == 6 and ".so" in f[5].rsplit("/", 1)[-1])
 
 
-__all__ = ["Footprint", "moved", "take"]
+__all__ = ["Footprint", "differences", "moved", "take"]

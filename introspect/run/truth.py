@@ -263,7 +263,7 @@ def _order(outputs: Mapping[str, Any], name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-def weight_sums(model: torch.nn.Module) -> dict[str, int]:
+def weight_sums(model: torch.nn.Module, only: set[str] | None = None) -> dict[str, int]:
     """Each parameter's checksum: read again after calls, it shows a forward that edits its
     own weights (``weight.data *= 1.001``, which no version counter sees).
 
@@ -271,10 +271,11 @@ def weight_sums(model: torch.nn.Module) -> dict[str, int]:
     one element changed changes it (a float sum may round a change away), NaN is a bit
     pattern like any other, and it reads each weight once at integer speed (about 6x a
     float64 sum on one core). Buffers are left out: a cache a forward fills on its first
-    call is no edit."""
+    call is no edit. ``only``: those parameters alone."""
     with torch.no_grad():
         return {name: checksum(t.detach()) for name, t in model.named_parameters()
-                if t.is_floating_point() and t.device.type != "meta"}
+                if t.is_floating_point() and t.device.type != "meta"
+                and (only is None or name in only)}
 
 
 _CHUNK = 1 << 20  # elements summed at a time: no wider copy of a whole weight

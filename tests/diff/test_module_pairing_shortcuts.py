@@ -197,3 +197,20 @@ def test_common_path_is_the_column_by_column_scan():
     # a weight related to every weight of its value repeats its owners: one read each
     owners = ["encoder.layer.3.output.LayerNorm"] * 400 + ["encoder.layer.3.attention.output"]
     assert pairing.common_path(owners) == "encoder.layer.3"
+
+
+def test_a_weight_holding_minus_zero_where_the_reference_holds_zero_is_related():
+    """``torch.equal`` reads -0.0 as 0.0, and so does the key on a large weight's grid: a
+    weight equal to the reference's was related to nothing where the grid met a zero."""
+    reference = torch.nn.Linear(300, 200)
+    with torch.no_grad():
+        reference.weight[0, 0] = 0.0  # (the first element is on every grid)
+        reference.weight[199, 299] = 0.0
+    candidate = copy.deepcopy(reference)
+    with torch.no_grad():
+        candidate.weight[0, 0] = -0.0
+        candidate.weight[199, 299] = -0.0
+    relations = pairing.relate_parameters(reference, candidate)
+    assert relations["weight"] == {"weight"} and relations["bias"] == {"bias"}
+    assert "weight" not in relations.same_bytes  # equal values, not the same bytes
+    assert relations.same_bytes == {}  # (the bias, small, is related by its key alone)

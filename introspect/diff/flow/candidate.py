@@ -20,6 +20,7 @@ from introspect.diff.flow.state import (
     training_modes,
     training_note,
 )
+from introspect.diff.modules.pairing import Relations
 from introspect.diff.ops.explain import accepted_inputs, model_dtypes
 from introspect.diff.outputs import NoOutputPairs
 from introspect.diff.quantized import holds_quantized, is_quantized
@@ -72,7 +73,39 @@ def take_candidate_truth(state: DiffState) -> None:
         raise InputError(
             f"the {state.candidate_label} runs int8 quantized Linears, which autograd does "
             "not differentiate: diff its forward, or its float model with --backward")
-    edited = edited_weights(sums, weight_sums(candidate))
+    state.candidate_sums = sums  # held to the weights after its calls once they are read
+    # for the pairing (``note_edited_weights``)
+
+
+def note_edited_weights(state: DiffState,
+                        relations: Mapping[str, set[str]] | None = None) -> None:
+    """A forward that edits its own weights (``weight.data *= 1.001``, which no version
+    counter sees), named as such in a note: each weight's checksum before the candidate's
+    calls held to its checksum after them. Once, after the calls and before any other run
+    of the candidate's whole forward.
+
+    ``relations``, proven after the calls, and the reference's footprint read at the end
+    (``state.reference_now``) spare reading the weights again: a weight found holding a
+    reference weight's bytes then (``Relations.same_bytes``) has that weight's checksum,
+    and where the reference's checksum is what it was before the candidate was built, the
+    footprint read it after the proof (nothing of the candidate ran in between)."""
+    before, state.candidate_sums = state.candidate_sums, None
+    if before is None:
+        return
+    theirs_before = state.before_candidate.sums if state.before_candidate else {}
+    theirs_now = state.reference_now.sums if state.reference_now else {}
+    proven = relations.same_bytes if isinstance(relations, Relations) else {}
+    after: dict[str, int] = {}
+    unread = []
+    for name in before:
+        ref = proven.get(name)
+        if ref is not None and ref in theirs_now and theirs_before.get(ref) == theirs_now[ref]:
+            after[name] = theirs_now[ref]
+        else:
+            unread.append(name)
+    if unread:
+        after.update(weight_sums(state.candidate, only=set(unread)))
+    edited = edited_weights(before, after)
     if edited:  # named as such, not as dropout or a weight left unloaded
         shown = describe_changes(edited, most=3)
         state.notes.append(f"the {state.candidate_label}'s forward edits its own weights "
@@ -138,4 +171,4 @@ def _switches_named(switched: Mapping[str, Any], label: str) -> Iterator[None]:
                          f"process-wide, and it cannot run so: {cause}") from e
 
 
-__all__ = ["build_candidate", "judge_outputs", "take_candidate_truth"]
+__all__ = ["build_candidate", "judge_outputs", "note_edited_weights", "take_candidate_truth"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from introspect.diff import devices
+from introspect.diff.flow.candidate import note_edited_weights
 from introspect.diff.flow.op_level import name_from_truth, passed_with_rows, take_rows
 from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
@@ -40,6 +41,7 @@ def pass_without_recording(state: DiffState) -> None:
     state.early = state.later and verdict is not None \
         and not state.switched and INT8 not in state.candidate_dtypes
     if not state.early:
+        note_edited_weights(state)
         return
     # module evidence first: with it, a PASS may need no recording, and a FAIL a recording
     # of its failing module alone (``flow.inside``)
@@ -59,12 +61,14 @@ def pass_without_recording(state: DiffState) -> None:
         if state.module_evidence.passed:
             ref_calls.calls.clear()
             cand_calls.calls.clear()
+        note_edited_weights(state)
         return
     state.notes += state.module_evidence.notes
     state.notes.append(MODULES_ONLY_NOTE)
     ref_calls.calls.clear()  # the values are let go: memory
     cand_calls.calls.clear()
     reference_again_where_moved(state)
+    note_edited_weights(state, state.module_evidence.relations)
     state.fast = modules_only(state.module_evidence)
     if state.own_gradients is not None:
         state.gradients = state.own_gradients.result

@@ -68,6 +68,10 @@ class DiffState:
     gradients_with: Any = None  # the recorder that keeps autograd on, with backward
     later: bool = False  # recorded only where a PASS is not proven without it
     before_candidate: Footprint | None = None  # what it computes with, before the candidate
+    reference_now: Footprint | None = None  # the same, read again at the end (``state.later``)
+    # the candidate's weights' checksums before its calls, until they are held to theirs
+    # after (``candidate.note_edited_weights``)
+    candidate_sums: dict[str, int] | None = None
     # with backward: the same, taken on every path; a failing backward is judged again
     # against the reference's rounding noise only where nothing of it moved since
     clean_footprint: Footprint | None = None

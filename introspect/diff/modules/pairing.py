@@ -211,17 +211,25 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
         for variant in _variants(t):
             keyed.setdefault(_key(variant), []).append((name, variant))
 
-    def equal_to(value: torch.Tensor) -> set[str]:
+    same_memory: dict[str, str] = {}  # (``Relations.same_bytes``)
+
+    def equal_to(value: torch.Tensor, name: str = "") -> set[str]:
         key = _key(value)
-        return {name for name, other in keyed.get(key, [])
-                if key[1] or _equal(other, value)}
+        found = set()
+        for ref_name, other in keyed.get(key, []):
+            how = "values" if key[1] else _equal_how(other, value)
+            if how == "bytes" and name and other is ref[ref_name]:
+                same_memory.setdefault(name, ref_name)
+            if how is not None:
+                found.add(ref_name)
+        return found
 
     related: dict[str, set[str]] = {}
     for name, t in _candidate_weights(candidate):
         # ``t`` alone: ``keyed`` holds each reference weight and its transpose, and
         # ``t.t()`` equals ``r`` (or ``r.t()``) exactly where ``t`` equals ``r.t()`` (or
         # ``r``), their keys alike (a key's grid and values are transposed with it)
-        found = equal_to(t)
+        found = equal_to(t, name)
         for variant in _variants(t) if not found else []:  # a fused projection on ours
             for block in _row_blocks(variant, ref.values()):
                 found |= equal_to(block)
@@ -238,15 +246,22 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
             found = {r for r, rt in ref.items() if rt.shape == t.shape
                      and torch.equal(rt.to(t.dtype), t)}
         related[name] = found
-    return Relations(related)
+    return Relations(related, same_memory)
 
 
 class Relations(dict[str, set[str]]):
     """``relate_parameters``' answer, the weights under each candidate module found by one
-    lookup (each of a thousand module calls scanned every weight for its own)."""
+    lookup (each of a thousand module calls scanned every weight for its own).
 
-    def __init__(self, found: Mapping[str, set[str]]) -> None:
+    ``same_bytes``: each candidate weight found holding a reference weight's bytes, laid
+    out alike (``run.same_bytes``), by the reference weight's name: its checksum is that
+    weight's at the moment of the proof, read from no memory again
+    (``flow.candidate.note_edited_weights``)."""
+
+    def __init__(self, found: Mapping[str, set[str]],
+                 same_bytes: Mapping[str, str] | None = None) -> None:
         super().__init__(found)
+        self.same_bytes = dict(same_bytes or {})
         self._owned: dict[str, list[set[str]]] | None = None
         self._regions: dict[str, str | None] = {}
 
@@ -632,8 +647,8 @@ def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bool, bytes]:
     """Shape and a few values on a grid (8 per axis), in float32: equal tensors share it,
     and it reads a few elements of a large weight, not all (equality is checked on a hit).
 
-    A small tensor without NaN is keyed by all its values (-0.0 read as 0.0, as
-    ``torch.equal`` does): the key is the equality, marked exact, and no check is needed
+    -0.0 is read as 0.0, as ``torch.equal`` does. A small tensor without NaN is keyed by
+    all its values: the key is the equality, marked exact, and no check is needed
     (a model's many equal biases and norms, all zeros or ones, would be compared pairwise).
     """
     if t.numel() <= _EXACT_KEY:
@@ -645,7 +660,10 @@ def _key(t: torch.Tensor) -> tuple[tuple[int, ...], bool, bytes]:
         size = sample.shape[dim]
         picks = spread(size, 8, sample.device)
         sample = sample.index_select(dim, picks)
-    return tuple(t.shape), False, sample.to(torch.float32).cpu().contiguous().numpy().tobytes()
+    # -0.0 read as 0.0 here too: the key of a weight equal to the reference's must be
+    # the reference weight's (a -0.0 on the grid left a weight related to nothing)
+    return tuple(t.shape), False, \
+        (sample.to(torch.float32) + 0.0).cpu().contiguous().numpy().tobytes()
 
 
 def _row_blocks(t: torch.Tensor, references: Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -669,17 +687,25 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     cast whole (a vocabulary's embedding) would hold a second model at the peak. The same
     bytes are equal at once, NaN included (``run.same_bytes``: a weight holding the
     reference's NaN bit for bit holds the reference's weight)."""
+    return _equal_how(a, b) is not None
+
+
+def _equal_how(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """``_equal``, saying how: "bytes" (the same bytes, laid out alike), "values" (equal in
+    float32, other bytes or another layout), None (not equal)."""
     if a.shape != b.shape:
-        return False
+        return None
     if same_bytes(a, b):  # (most weights of a port: at the memory's speed)
-        return True
+        return "bytes"
     if a.dtype == b.dtype and a.dtype in _EXACT_IN_FLOAT32:
-        return torch.equal(a, b)  # float32 holds every value of these: the same test
+        # float32 holds every value of these: the same test
+        return "values" if torch.equal(a, b) else None
     if a.ndim == 0:
-        return torch.equal(a.to(torch.float32), b.to(torch.float32))
+        return "values" if torch.equal(a.to(torch.float32), b.to(torch.float32)) else None
     rows = max(1, _CHUNK // max(1, a[:1].numel()))  # a block of rows at a time
-    return all(torch.equal(x.to(torch.float32), y.to(torch.float32))
-               for x, y in zip(a.split(rows), b.split(rows), strict=True))
+    return "values" if all(torch.equal(x.to(torch.float32), y.to(torch.float32))
+                           for x, y in zip(a.split(rows), b.split(rows), strict=True)) \
+        else None
 
 
 def common_path(names: Sequence[str]) -> str:
