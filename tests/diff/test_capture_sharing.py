@@ -181,3 +181,28 @@ def test_a_candidates_equal_gradients_are_kept_as_the_references():
     assert torch.equal(mine.grad, 2 * theirs.grad)  # ... handed another gradient: its own
     assert not same_view(mine.grad, theirs.grad)
     assert all(p.grad is not None for p in candidate.parameters())  # (the test's backward)
+
+
+def test_a_large_repeat_is_shared_by_its_bytes_and_known_free_of_nan():
+    """From ``_BY_BYTES_FROM`` elements a repeat is found by memcmp: the kept tensor is
+    shared, flagged free of NaN where its sum is finite; a NaN at the same place (the
+    same bytes) is shared but not flagged; -0.0 for 0.0 (other bytes, equal values) is
+    shared as ``torch.equal`` finds it."""
+    import importlib
+
+    capture = importlib.import_module("introspect.run.capture")
+    size = capture._BY_BYTES_FROM
+    known = capture._Known()
+    first = torch.randn(size)
+    assert known.keep(first) == (first, False)
+    same, flagged = known.keep(first.clone())
+    assert same is first and flagged
+    with_nan = torch.randn(size)
+    with_nan[7] = float("nan")
+    known.keep(with_nan)
+    same, flagged = known.keep(with_nan.clone())
+    assert same is with_nan and not flagged
+    zeros = torch.zeros(size)
+    known.keep(zeros)
+    same, flagged = known.keep(-zeros.clone())
+    assert same is zeros and flagged
