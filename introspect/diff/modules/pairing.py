@@ -104,15 +104,37 @@ class Boundaries(list[Boundary]):
     boundary for each call cost more than the pairing). Indexed on first use; the list is
     complete by then and never changed."""
 
-    def __init__(self, boundaries: Iterable[Boundary]) -> None:
+    def __init__(self, boundaries: Iterable[Boundary],
+                 weights: Iterable[str] = ()) -> None:
         super().__init__(boundaries)
         self._index: tuple[dict[str, _Shaped], dict[str, _Shaped]] | None = None
+        self.weights = frozenset(weights)  # the reference's parameter paths
 
     def inside(self, region: str, returned: bool = False) -> list[Boundary]:
         """``[b for b in self if a module in b.holders (b.returned_by) is inside region]``."""
         if self._index is None:
             self._index = (_by_region(self, returned=False), _by_region(self, returned=True))
         return self._index[returned].get(region, _NONE)
+
+    def widened(self, region: str) -> str:
+        """The outermost reference module around ``region`` that owns no weight outside it
+        (``pooler`` around ``pooler.dense``: its tanh has none): a module owning the same
+        weights may return what that module returns (``nn.Sequential(Linear, Tanh)``).
+        ``region`` itself where it owns none, or the weights are not known."""
+        mine = self._under(region) if region else frozenset()
+        if not mine:
+            return region
+        while region:
+            parent = region.rpartition(".")[0]
+            if self._under(parent) != mine:
+                break
+            region = parent
+        return region
+
+    def _under(self, module: str) -> frozenset[str]:
+        if not module:
+            return self.weights
+        return frozenset(w for w in self.weights if w.startswith(f"{module}."))
 
 
 class _Shaped(list[Boundary]):
@@ -178,7 +200,9 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
                     known.returned_by.add(call.name)
                     if known.returned_leaf is None or known.returned_leaf.grad is None:
                         known.returned_leaf = leaf
-    return Boundaries(by_tensor.values())
+    root = next((call.module for call in calls if call.name == ""), None)
+    weights = [name for name, _ in root.named_parameters()] if root is not None else []
+    return Boundaries(by_tensor.values(), weights)
 
 
 def _named_inside(boundary: Boundary, region: str) -> Boundary:
@@ -330,11 +354,20 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
     if not inputs:
         return None
     near = OUTPUT_NEAR.get(dtype, OUTPUT_NEAR["float32"])
-    output = closest(outputs[0], _in_region(boundaries, region, returned=True), near)
+    # what a reference module owning the same weights returned, around the region too
+    wide = boundaries.widened(region) if isinstance(boundaries, Boundaries) else region
+    output = closest(outputs[0], _in_region(boundaries, wide, returned=True), near)
     if output is None and (proven or naming) and region:
         output = _owned_output(outputs[0], boundaries, region, near)
     if output is None:
         return None
+    if wide != region and not any(within(m, region) for m in output.boundary.returned_by):
+        # returned around the region only: named by the outermost module returning it
+        # (``pooler``, not its weightless ``pooler.activation``)
+        named = min((m for m in output.boundary.returned_by if within(m, wide)), key=depth)
+        boundary = dataclasses.replace(output.boundary, module=named, role="output")
+        return ModulePair(call, wide, by, tuple(inputs),
+                          dataclasses.replace(output, boundary=boundary))
     return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
 
 
