@@ -74,3 +74,16 @@ def test_a_numpy_region_fails_the_backward_where_no_gradient_reaches(tiny):
     assert (result.outputs["status"] == "ok").all()
     assert any("does not depend on its parameters" in n for n in b.notes)
     assert b.first_divergence.layer == "encoder.layer.1"
+
+
+def test_a_scripted_faulty_port_fails_its_forward_with_gradients_not_compared(tiny):
+    """TorchScript blocks: the gradient recorder cannot run them, and each side's own
+    backward proves nothing where the losses differ. Its forward fails on its own evidence
+    (the outputs, module evidence in encoder.layer.1): that FAIL is the verdict, where the
+    diff raised (exit 2, "could not record the candidate") for a port it fails without
+    ``--backward`` (probe round g)."""
+    result = _diff(tiny, port("audit_compiled.py").faulty_scripted_scale)
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert result.backward is None
+    assert any("gradients not compared" in n for n in result.notes)

@@ -49,7 +49,7 @@ def _perturbed(model):
     model = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     return model.eval()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-import torch
 from torch import nn
 
 import introspect

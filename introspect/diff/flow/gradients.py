@@ -63,6 +63,15 @@ def held_to_own_backward(state: DiffState) -> None:
             "build: it changed how the reference differentiates; no verdict")
 
 
+def _forward_fails(state: DiffState) -> bool:
+    """The forward fails on evidence of its own: the plain calls' outputs, or a module over
+    its budget."""
+    if state.verdict is not None and not state.verdict.passed:
+        return True
+    evidence = state.module_evidence
+    return evidence is not None and not evidence.passed
+
+
 def gradients_now(state: DiffState) -> None:
     """The reference's backward, on the forward its recording ran; the recording lets go
     of it, and the backward of its values and autograd graph (memory: they would be held
@@ -100,6 +109,14 @@ def compare_gradients(state: DiffState) -> None:
         state.gradients.notes.append(
             "the candidate could not be recorded with autograd on (see the notes): each "
             "side's own backward decides, no node gradient compared")
+        return
+    if explanation.graph is None and _forward_fails(state):
+        # the verdict is a FAIL already, taken on the forward's own evidence: said, with
+        # the gradients not compared, rather than no verdict
+        state.gradients = None
+        state.notes.append(
+            "gradients not compared: the candidate could not be recorded with autograd on "
+            "(see the notes), and its forward fails already")
         return
     if explanation.graph is None:
         why = " ".join(explanation.failure.split())

@@ -3,6 +3,7 @@
 
 - ``*_scripted``: every block ``torch.jit.script``-ed inside an eager model; the faulty
   one takes the tanh GELU in layer 1;
+- ``faulty_scripted_scale``: the same, layer 1's scores scaled by 1/head_dim;
 - ``*_compiled_layer``: ``torch.compile(backend="eager")`` on layer 1's block only;
 - ``*_module_compile``: ``nn.Module.compile(backend="eager")`` (in place) on layer 1;
 - ``*_quantized``: ``quantize_dynamic`` int8; the faulty one adds 0.5 to layer 1's FFN
@@ -61,6 +62,23 @@ def correct_scripted(reference):
 
 def faulty_scripted(reference):
     return _scripted(reference, True)
+
+
+class ScriptedScaleBlock(TanhBlock):
+    """Scores scaled by 1/head_dim, not its square root: a fault that moves the loss."""
+
+    def scale(self) -> float:
+        return 1.0 / self.head_dim
+
+
+def faulty_scripted_scale(reference):
+    """Scripted blocks, layer 1's scores scaled by 1/head_dim (its loss moves by more than
+    the own backwards' tolerance: they prove nothing)."""
+    model = adv_bert.build(reference, TanhBlock)
+    scaled = adv_bert.build(reference, ScriptedScaleBlock)
+    model.blocks[1] = scaled.blocks[1]
+    model.blocks = nn.ModuleList(torch.jit.script(b) for b in model.blocks)
+    return model
 
 
 def _compiled_layer(reference, tanh):
