@@ -63,15 +63,6 @@ def held_to_own_backward(state: DiffState) -> None:
             "build: it changed how the reference differentiates; no verdict")
 
 
-def _forward_fails(state: DiffState) -> bool:
-    """The forward fails on evidence of its own: the plain calls' outputs, or a module over
-    its budget."""
-    if state.verdict is not None and not state.verdict.passed:
-        return True
-    evidence = state.module_evidence
-    return evidence is not None and not evidence.passed
-
-
 def gradients_now(state: DiffState) -> None:
     """The reference's backward, on the forward its recording ran; the recording lets go
     of it, and the backward of its values and autograd graph (memory: they would be held
@@ -214,8 +205,10 @@ def _forward_fails(state: DiffState) -> bool:
     cost stays one backward a side)."""
     from introspect.diff.records import STATUS_FAIL as FORWARD_FAIL
 
+    evidence = state.module_evidence
     return (state.verdict is not None and not state.verdict.passed) \
-        or any(r.status == FORWARD_FAIL for r in state.rows)
+        or any(r.status == FORWARD_FAIL for r in state.rows) \
+        or (evidence is not None and not evidence.passed)
 
 
 def _noise(state: DiffState, inputs: Any, loss_fn: Any, reference_gradients: Any,
