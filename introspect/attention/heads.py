@@ -176,7 +176,10 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
         try:
             probs, note = local_probabilities(reference, candidate, inputs)
         except (TraceError, RuntimeError, KeyError, TypeError, ValueError, IndexError) as e:
-            probs, note = None, f"the reference's inputs could not be put in ({e})"
+            # (the error's own words are torch's about the port's internals: a size
+            # mismatch of its hand-written heads, nothing a user of the verdict acts on)
+            probs, note = None, ("the reference's inputs could not be put in the candidate's "
+                                 f"layers ({type(e).__name__})")
         if probs is not None and probs.shape == cand.probs.shape:
             cand = replace(cand, probs=probs)
         elif probs is not None:

@@ -207,3 +207,23 @@ def test_llama_attention_faults_are_local_to_their_layer(fault):
     parity = compare_heads(model, faulty_llama_attention(model, 1, fault), tiny_inputs("llama"))
     assert parity.local and parity.first_divergence is not None
     assert {layer for layer, _ in (~parity.passed).nonzero().tolist()} == {1}
+
+
+def test_a_port_that_cannot_take_the_references_inputs_gets_a_note_not_torchs_words(
+        eight_heads, inputs, monkeypatch):
+    """The local run fails inside the port's own code (its hand-written heads reshape what
+    they are given): the parity falls back to each model's own run, and its note names
+    that, not torch's words about the port's tensor sizes (probe round g)."""
+    import importlib
+
+    heads = importlib.import_module("introspect.attention.heads")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("The size of tensor a (32) must match the size of tensor b (256) "
+                           "at non-singleton dimension 2")
+
+    monkeypatch.setattr(heads, "local_probabilities", fails)
+    parity = compare_heads(eight_heads, HandPort(eight_heads), inputs)
+    assert not parity.local
+    assert parity.note == ("the reference's inputs could not be put in the candidate's "
+                           "layers (RuntimeError)")
