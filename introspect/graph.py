@@ -24,6 +24,7 @@ import torch.fx
 
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
+from introspect.run.modes import set_mode
 from introspect.tracing.records import KIND_SHAPE, KIND_TENSOR, NodeRecord
 from introspect.tracing.tracer import (
     CACHE_OFF_NOTE,
@@ -219,11 +220,11 @@ def trace(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, torch.T
     if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         raise InputError("trace needs a non-empty mapping of input names to tensors")
     was_training = model.training
-    model.eval()  # train/eval is fixed at trace time; trace what people run
+    set_mode(model, False)  # train/eval is fixed at trace time; trace what people run
     try:
         result = trace_module(model, tensors, cache=cache)  # ShapeProp ran on trace values
     finally:
-        model.train(was_training)
+        set_mode(model, was_training)
     records = result.records
     if any(r.layer == "mask" for r in records):
         notes.append(MASK_NOTE)

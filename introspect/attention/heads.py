@@ -46,6 +46,7 @@ from introspect.attention.views import parity_svg
 from introspect.diff.tolerance import Budget, Tolerance, compare_dtype
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
+from introspect.run.modes import set_mode
 
 if TYPE_CHECKING:
     import pandas
@@ -220,8 +221,8 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     tensors = _unpack(inputs)[0]
     ref_taken, cand_taken = _accepted(reference, tensors), _accepted(candidate, tensors)
     modes = reference.training, candidate.training
-    reference.eval()
-    candidate.eval()
+    set_mode(reference, False)
+    set_mode(candidate, False)
     try:
         ref_gm = trace_module(reference, ref_taken).gm
         cand_gm = trace_module(candidate, cand_taken).gm
@@ -255,8 +256,8 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
         with torch.no_grad():
             per_layer = _substituted_run(cand_gm, plan, cand_taken)
     finally:
-        reference.train(modes[0])
-        candidate.train(modes[1])
+        set_mode(reference, modes[0])
+        set_mode(candidate, modes[1])
     return torch.stack([p.float() for p in per_layer]), ""
 
 

@@ -41,6 +41,7 @@ from introspect.attention.stats import head_stats
 from introspect.attention.views import render_view
 from introspect.errors import InputError, TraceError
 from introspect.models.load import TokenizedInputs
+from introspect.run.modes import set_mode
 from introspect.tracing.tracer import holds_trace_lock
 
 if TYPE_CHECKING:
@@ -278,14 +279,14 @@ def attention(model: torch.nn.Module, inputs: TokenizedInputs | Mapping[str, tor
              if n.op == "placeholder" and n.target in tensors} if traced \
         else _accepted(model, tensors)
     was_training = model.training
-    model.eval()  # maps are read in eval mode: no dropout on the probabilities
+    set_mode(model, False)  # maps are read in eval mode: no dropout on the probabilities
     try:
         gm = model if traced else trace_module(model, taken).gm
         rewritten, modules, scales = probability_graph(gm)  # type: ignore[arg-type]
         with torch.no_grad():  # the rewritten graph calls the model's own modules
             per_layer = rewritten(**taken)
     finally:
-        model.train(was_training)
+        set_mode(model, was_training)
     queries = keys = None
     if scales is not None:
         L = len(modules)

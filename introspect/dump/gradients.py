@@ -47,6 +47,7 @@ from introspect.diff.backward.parity import (
 from introspect.diff.backward.record import LossFn, record_backward
 from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
+from introspect.run.modes import set_mode
 
 NODE, PARAM, LOSS = "node.", "param.", "loss"
 
@@ -64,11 +65,11 @@ def capture_gradients(model: torch.nn.Module, inputs: Any, *, nodes: set[str] | 
     kind = "user" if loss is not None else loss_kind(model, tensors)
     loss_fn = loss if loss is not None else default_loss(kind)
     was_training = model.training
-    model.eval()
+    set_mode(model, False)
     try:
         recording = record_backward(model, tensors, loss_fn, keep_graph=False)
     finally:
-        model.train(was_training)
+        set_mode(model, was_training)
     out: dict[str, torch.Tensor] = {}
     for name, grad in recording.grads.items():
         if nodes is None or name in nodes:

@@ -29,6 +29,7 @@ from introspect.errors import InputError
 from introspect.models.ports import describe_changes
 from introspect.run import switches
 from introspect.run.capture import capture_calls
+from introspect.run.modes import set_mode
 from introspect.run.truth import edited_weights, run_truth, weight_sums
 
 
@@ -50,7 +51,7 @@ def build_candidate(state: DiffState) -> None:
     state.modes["candidate"] = training_modes(state.candidate)
     state.notes = [training_note(side, training) for side, training in state.modes.items()
                    if any(training.values())]
-    state.candidate.eval()
+    set_mode(state.candidate, False)
     state.candidate_dtypes = sorted(model_dtypes(state.candidate))  # qint8: int8 Linears
 
 

@@ -55,6 +55,7 @@ from introspect.diff.tables import layer_rows as table_of_layers
 from introspect.diff.tolerance import Tolerance, compare_dtype
 from introspect.errors import InputError
 from introspect.models.load import TokenizedInputs
+from introspect.run.modes import set_mode
 from introspect.tracing.tracer import CACHE_OFF_NOTE
 
 
@@ -102,8 +103,8 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
               "(dropout off) and put it back"
               for side, saved in zip(("reference", "candidate"), modes, strict=True)
               if any(saved.values())]
-    reference.eval()
-    candidate.eval()
+    set_mode(reference, False)
+    set_mode(candidate, False)
     try:
         # the prefill and the first one-token step relate the same weights: once, while
         # every weight is proven the same (``align.weights.relations_remembered``); the

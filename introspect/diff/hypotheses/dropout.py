@@ -10,6 +10,7 @@ import torch
 from introspect.diff.hypotheses.site import model_kwargs
 from introspect.diff.records import WEIGHT_EDIT
 from introspect.models.ports import describe_changes
+from introspect.run.modes import set_mode
 from introspect.run.truth import edited_weights, weight_sums
 
 
@@ -44,7 +45,7 @@ def _two_runs(candidate: torch.nn.Module,
     if device is not None:  # the candidate may run on a device of its own (--candidate-device)
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                   for k, v in inputs.items()}
-    candidate.eval()
+    set_mode(candidate, False)
     try:
         with torch.no_grad():
             state = torch.random.get_rng_state()
@@ -58,7 +59,7 @@ def _two_runs(candidate: torch.nn.Module,
                 torch.random.set_rng_state(state)  # leave the caller's random stream alone
             edited = edited_weights(sums, weight_sums(candidate))
     finally:
-        candidate.train(was_training)
+        set_mode(candidate, was_training)
     if edited:  # two runs differ because the weights moved, not through a dropout
         return [f"{WEIGHT_EDIT} ({describe_changes(edited, most=3)}): they change on "
                 "every call (e.g. weight.data *= ... or an in-place update in forward)"]

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from introspect.run.modes import set_mode
+
 # Environment variables torchrun sets for each rank; a port may read them.
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                 "MASTER_ADDR", "MASTER_PORT")
@@ -139,7 +141,7 @@ def _build(spec: str, reference: Any) -> Any:
     from introspect.models.ports import build_port, resolve_builder
 
     model = build_port(spec, resolve_builder(spec), reference)
-    model.eval()
+    set_mode(model, False)
     return model
 
 

@@ -25,6 +25,7 @@ from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.replay import SAME, Runner
 from introspect.diff.records import Pair, Region
 from introspect.diff.tolerance import Budget
+from introspect.run.modes import set_mode
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def evaluating(*models: torch.nn.Module) -> Iterator[None]:
     (the diff put back a model it found in training mode)."""
     modes = [(m, m.training) for model in models for m in model.modules()]
     for model in models:
-        model.eval()
+        set_mode(model, False)
     try:
         yield
     finally:
