@@ -8,7 +8,10 @@ switches PyTorch's fast paths off, a global one does not. Each hook asks
 ``torch.compiler.is_compiling()`` first and does nothing inside a compiled region, so
 dynamo's code is unchanged and a ``torch.compile``d module (``OptimizedModule``) is seen at
 its own boundary only; a scripted module runs its submodules in TorchScript, where no hook
-fires. A module called under ``torch.func.vmap`` sees wrapped tensors and is left out (the
+fires. PyTorch runs a module's own forward hooks after the global ones, and one may return
+another output (a port scaling a layer's output in a hook): such a module's call is taken
+by a hook of ours registered on it after theirs, so its output is what its caller got.
+A module called under ``torch.func.vmap`` sees wrapped tensors and is left out (the
 module that called ``vmap`` is seen); one called in a worker thread is seen like any other,
 marked with the thread.
 
@@ -211,6 +214,10 @@ class _Hooks:
         self.order = 0
         self.begun = 0  # calls started (``ModuleCall.started``)
         self.gradients = gradients
+        # modules with forward hooks of their own: those run after every global hook and
+        # may return another output, so such a module's call is taken by a hook of ours
+        # registered on it after theirs (``late``), not by the global one
+        self.late: set[int] = set()
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # first: dynamo's code stays unchanged
@@ -226,10 +233,13 @@ class _Hooks:
             self.pending.setdefault((key, threading.get_ident()), []).append((leaves,
                                                                                self.begun))
 
-    def post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+    def post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any,
+             late: bool = False) -> None:
         if torch.compiler.is_compiling():
             return
         key = id(module)
+        if key in self.late and not late:
+            return  # (taken by its own hook, after the module's hooks: what it returned)
         name = self.names.get(key)
         if self.mode is None or name is None:
             return
@@ -320,6 +330,12 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
     hooks = _Hooks(model, found, share, gradients)
     pre = torch.nn.modules.module.register_module_forward_pre_hook(hooks.pre)
     post = torch.nn.modules.module.register_module_forward_hook(hooks.post, with_kwargs=True)
+    # a module's own forward hooks run after the global ones and may replace its output
+    # (a port scaling a layer's output in a hook): its call is taken after them
+    hooked = [module for _, module in model.named_modules() if module._forward_hooks]
+    hooks.late = {id(module) for module in hooked}
+    late = [module.register_forward_hook(functools.partial(hooks.post, late=True),
+                                         with_kwargs=True) for module in hooked]
     try:
         with warnings.catch_warnings():  # "global hooks fire an extra time for the
             # OptimizedModule": that extra call is the compiled module's own boundary
@@ -328,6 +344,8 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
     finally:
         remove_hook(pre)
         remove_hook(post)
+        for handle in late:
+            handle.remove()
 
 
 def remove_hook(handle: Any) -> None:

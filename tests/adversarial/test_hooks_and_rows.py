@@ -3,8 +3,12 @@
 - A GELU applied by a forward hook on the up-projection (the block's own activation the
   identity) FAILED, correct as it is: module evidence held the Linear's output, which the
   diff's global hook sees before the module's own hook, to the Linear run again with its
-  hook, which returned the GELU (max abs error 3.83). A module run again now leaves its own
-  forward hooks out, as its output was taken.
+  hook, which returned the GELU (max abs error 3.83). A module run again then left its own
+  forward hooks out, as its output was taken. Since probe round g a module with hooks of
+  its own is taken by a hook of ours registered after theirs (what it returned), and run
+  again with them.
+- A hook scaling a layer's output by 1 + 1e-4 was blamed on the next layer (its first
+  module took the scaled value from no judged module); it fails in its own layer.
 - A layer mapped over rows with ``vmap`` and a fault in it got exit 2 ("Cannot access
   storage of BatchedTensorImpl"): the search for where the plain and recorded paths part
   compared values that have no storage. It now fails.
@@ -92,3 +96,27 @@ def test_a_layer_module_called_under_vmap_is_judged_as_one_call(tiny, nodes):
                              nodes=nodes)
     assert not failed.passed
     assert failed.first_divergence.layer == "encoder.layer.1", failed.first_divergence
+
+
+@pytest.mark.parametrize("factor", [1.0 + 1e-4, 1.0])
+def test_a_hook_scaling_a_layers_output_is_blamed_on_that_layer(mini, factor):
+    """On MiniLM (the fault in layer 3 of 6): the hook's edit is what layer 3 returned."""
+    import copy
+
+    import introspect
+
+    reference, inputs = mini
+    port = copy.deepcopy(reference.model).eval()
+
+    def scale(module, args, output):
+        return (output[0] * factor, *output[1:]) if isinstance(output, tuple) \
+            else output * factor
+
+    port.encoder.layer[3].register_forward_hook(scale)
+    result = introspect.diff(reference.model, port, inputs, nodes=False)
+    if factor == 1.0:
+        assert result.passed, result.summary()
+        return
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.3", result.first_divergence
+

@@ -19,10 +19,8 @@ one, or a value of another shape) is not compared; that is said, never failed.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -178,7 +176,7 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
             return torch.func.vmap(lambda *a: call.module(*a, **named), in_dims=dims)(*given)
     try:
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
-        with mode, call_context(call), own_forward_hooks_off(call.module):
+        with mode, call_context(call):  # (its own hooks too: the capture took what they returned)
             returned = module(*args, **kwargs)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
@@ -191,23 +189,6 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     if tuple(out.shape) != tuple(wanted):
         raise NotRerun("run again, it returned a value of another shape")
     return out.detach()
-
-
-@contextlib.contextmanager
-def own_forward_hooks_off(module: torch.nn.Module) -> Iterator[None]:
-    """``module``'s own forward hooks left out of its run: the capture's global hook saw
-    its output before them (PyTorch runs global forward hooks first), so its output run
-    again is held to that; what a hook of its own returns instead (a GELU applied by a
-    hook on a Linear) is what the next module took, and is judged there."""
-    hooks = module._forward_hooks
-    if not hooks:
-        yield
-        return
-    module._forward_hooks = collections.OrderedDict()
-    try:
-        yield
-    finally:
-        module._forward_hooks = hooks
 
 
 def _own_output(pair: ModulePair) -> torch.Tensor | None:
@@ -226,5 +207,5 @@ def _own_output(pair: ModulePair) -> torch.Tensor | None:
 
 
 __all__ = ["UNIT", "Exact", "Local", "NotRerun", "exact_error", "handed_noise", "inference_local",
-           "local_error", "own_forward_hooks_off", "with_noise", "within_floor"]
+           "local_error", "with_noise", "within_floor"]
 

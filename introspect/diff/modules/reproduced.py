@@ -25,7 +25,6 @@ from collections.abc import Sequence
 import torch
 
 from introspect.diff.modules.arguments import copied, output_at
-from introspect.diff.modules.local import own_forward_hooks_off
 from introspect.run.capture import ModuleCall, call_context
 from introspect.run.truth import identical
 
@@ -64,7 +63,7 @@ def _gap(call: ModuleCall, inference: bool = False) -> float | None:
         return None
     try:
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
-        with mode, call_context(call), own_forward_hooks_off(call.module):
+        with mode, call_context(call):
             returned = call.module(*copied(list(call.args)), **copied(call.kwargs))
             again = output_at(returned, mine.path)
             again = again.clone() if isinstance(again, torch.Tensor) else again
