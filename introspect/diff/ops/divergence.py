@@ -37,6 +37,7 @@ from introspect.diff.records import (
     WEIGHT_EDIT,
     Divergence,
     NodeDiff,
+    Pair,
 )
 from introspect.diff.tolerance import Budget
 from introspect.graph import IntrospectGraph
@@ -351,9 +352,64 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     if layer == "mask" and context is not None and snapshot is not None:
         module, layer = _where_positions_go(context, snapshot, reference) or (module, layer)
     cand_record = next((r for r in candidate.records if r.name == cand_node), None)
+    later = _fed_from_a_later_layer(pair, layer, alignment, reference, candidate)
+    if later is not None:  # the weights' values are another layer's: where it sits is later
+        where = cand_record.module if cand_record and cand_record.module else cand_node
+        hints = (f"the candidate's {where} reads the values of {layer}'s weights where it "
+                 f"takes {later}'s values: a weight loaded from {layer} into {later}", *hints)
+        # the same module of the later layer (``encoder.layer.3.output.dense``)
+        module, layer = _moved(module, layer, later), later
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
                       detail, candidate_module=cand_record.module if cand_record else "")
+
+
+def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
+                            reference: IntrospectGraph, candidate: IntrospectGraph,
+                            ) -> str | None:
+    """The reference layer every paired input of the candidate's node is from, where that
+    layer comes after ``layer``, the one its pair names (paired by the values of the
+    weights it reads). Values flow forward: a node reading layer 2's weights on layer 3's
+    values sits in layer 3, and holds layer 2's weights by a loading slip (an off-by-one in
+    a key mapping). None otherwise."""
+    order: dict[str, int] = {}
+    for record in reference.records:
+        order.setdefault(record.layer, len(order))
+    if layer in _NOT_BLOCKS:
+        return None
+    cand = next((r for r in candidate.records if r.name == pair.candidate), None)
+    if cand is None or not cand.inputs:
+        return None
+    paired = {p.candidate: p.reference for p in alignment.pairs}
+    by_name = {r.name: r for r in reference.records}
+    layers = set()
+    for name in cand.inputs:
+        ref = paired.get(name)
+        if ref is None or ref not in by_name:
+            continue
+        layers.add(by_name[ref].layer)
+    if len(layers) != 1:
+        return None
+    (later,) = layers
+    if later == layer or later in _NOT_BLOCKS or later not in order or layer not in order \
+            or order[later] <= order[layer]:
+        return None
+    return later
+
+
+def _moved(module: str, layer: str, later: str) -> str:
+    """``module``, a module of ``layer`` (``transformer.h.1.ln_2`` of ``h.1``), as the same
+    module of ``later``; ``later`` itself where it is none of ``layer``'s."""
+    parts, inner = module.split("."), layer.split(".")
+    for start in range(len(parts) - len(inner) + 1):
+        if parts[start:start + len(inner)] == inner:
+            return ".".join(parts[:start] + later.split(".") + parts[start + len(inner):])
+    return later
+
+
+# the layers that are no block of a stack (``NodeRecord.layer``): a value read there after
+# a block is no sign of weights loaded into the wrong block
+_NOT_BLOCKS = frozenset({"", "inputs", "embeddings", "mask", "pooler", "head", "outputs"})
 
 
 def distinct_hints(hints: Sequence[str]) -> tuple[str, ...]:
