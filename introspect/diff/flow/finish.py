@@ -32,7 +32,6 @@ def diff_result(state: DiffState) -> DiffResult:
     tolerance, notes = state.tolerance, state.notes
     noise_budget = state.options.budgets.noise_budget
     verdict, fast = state.verdict, state.fast
-    _weights_compared(state)
     if fast is not None:  # a PASS the outputs and module evidence prove: no node rows
         assert verdict is not None
         return DiffResult(True, None, [], fast.layers, fast.alignment, None, None, tolerance,
@@ -54,24 +53,6 @@ def diff_result(state: DiffState) -> DiffResult:
                       output_rows=verdict.rows if verdict is not None else [],
                       replay=explanation.replay, histograms=explanation.histograms,
                       module_evidence=state.module_evidence, inside=state.inside)
-
-
-def _weights_compared(state: DiffState) -> None:
-    """A gradient PASS compares the gradient of some weight: where none of the candidate's
-    trainable parameters was paired with a reference weight (views of one flat buffer,
-    each a slice of it), node gradients alone cannot show a weight that gets no gradient
-    (a view sliced from ``.data``), and a PASS would rest on what nobody compared."""
-    gradients = state.gradients
-    if gradients is None or not gradients.passed or gradients.parameter_rows:
-        return
-    trainable = [name for name, p in state.candidate.named_parameters()
-                 if p.requires_grad and p.is_floating_point()]
-    if not trainable:
-        return
-    raise InputError(
-        "backward=True compared no weight's gradient: none of the candidate's trainable "
-        f"parameters ({len(trainable)}) holds a reference weight as it is; no verdict on "
-        "gradients")
 
 
 __all__ = ["check_inputs_unchanged", "diff_result"]
