@@ -394,6 +394,13 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     if later == layer or later in _NOT_BLOCKS or later not in order or layer not in order \
             or order[later] <= order[layer]:
         return None
+    # ... and the later layer's own module stands unread: a port running its layers out of
+    # order also feeds an earlier layer a later one's values, each weight read where it is
+    own = by_name.get(pair.reference)
+    twin = _moved(own.module, layer, later) if own is not None else later
+    if any(by_name[p.reference].module == twin for p in alignment.pairs
+           if p.reference in by_name):
+        return None
     return later
 
 
