@@ -134,10 +134,11 @@ def reference_again_where_moved(state: DiffState) -> None:
     none of it moved since, calling it again adds no evidence (``run.footprint``: its
     weights, attributes, classes, globals, torch's functions, kernels, libraries and
     environment); otherwise it is called again (``reference_again``)."""
-    if state.before_candidate is not None:
-        state.reference_now = footprint.take(state.original_reference)
-    if state.before_candidate is None or state.reference_now is None or \
-            footprint.differences(state.before_candidate, state.reference_now):
+    if state.before_candidate is None:
+        reference_again(state)
+        return
+    state.reference_now = footprint.take(state.original_reference)
+    if footprint.differences(state.before_candidate, state.reference_now):
         reference_again(state)
 
 

@@ -109,6 +109,7 @@ class Boundaries(list[Boundary]):
         super().__init__(boundaries)
         self._index: tuple[dict[str, _Shaped], dict[str, _Shaped]] | None = None
         self.weights = frozenset(weights)  # the reference's parameter paths
+        self._widened: dict[str, str] = {}  # (``widened``, once a region: every call asks)
 
     def inside(self, region: str, returned: bool = False) -> list[Boundary]:
         """``[b for b in self if a module in b.holders (b.returned_by) is inside region]``."""
@@ -121,6 +122,11 @@ class Boundaries(list[Boundary]):
         (``pooler`` around ``pooler.dense``: its tanh has none): a module owning the same
         weights may return what that module returns (``nn.Sequential(Linear, Tanh)``).
         ``region`` itself where it owns none, or the weights are not known."""
+        if region not in self._widened:
+            self._widened[region] = self._widen(region)
+        return self._widened[region]
+
+    def _widen(self, region: str) -> str:
         mine = self._under(region) if region else frozenset()
         if not mine:
             return region

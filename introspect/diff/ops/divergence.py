@@ -372,11 +372,11 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     weights it reads). Values flow forward: a node reading layer 2's weights on layer 3's
     values sits in layer 3, and holds layer 2's weights by a loading slip (an off-by-one in
     a key mapping). None otherwise."""
+    if layer in _NOT_BLOCKS:
+        return None
     order: dict[str, int] = {}
     for record in reference.records:
         order.setdefault(record.layer, len(order))
-    if layer in _NOT_BLOCKS:
-        return None
     cand = next((r for r in candidate.records if r.name == pair.candidate), None)
     if cand is None or not cand.inputs:
         return None
