@@ -63,6 +63,7 @@ from introspect.diff.backward.results import (
     GradientDiff,
     ParameterGradient,
 )
+from introspect.diff.backward.slices import Slice, find_slices
 from introspect.diff.copies import cast_copy
 from introspect.diff.records import WeightRelation
 from introspect.diff.tolerance import Tolerance
@@ -333,11 +334,12 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
     rows, sgd = [], 0.0
     largest = max((magnitude_of(g) for g in ref.parameter_grads.values()
                    if g is not None and g.numel()), default=0.0)
+    sliced = _sliced(ref, cand, by_ref, refolded)
     for r_name in ref.parameters:
         related = by_ref.get(r_name)
         g_ref = ref.parameter_grads.get(r_name)
         weight = ref.parameters[r_name]
-        if not related:
+        if not related and r_name not in sliced:
             continue
         if g_ref is None:
             g_ref = torch.zeros_like(weight)
@@ -345,10 +347,17 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         budget = _budget(tolerance, g_ref.dtype, max(scale, FLOOR * largest),
                          noise.get(f"param:{r_name}"))
         mapped: list[tuple[str, WeightRelation, torch.Tensor]] = []
-        for c, relation in related:
+        for c, relation in related or ():
             g = _to_reference(cand.parameter_grads.get(c), cand.parameters[c], relation, weight)
             if g is not None:
                 mapped.append((c, relation, g))
+        if r_name in sliced:  # a slice of a flat Parameter (``slices``): its part of the grad
+            piece = sliced[r_name]
+            g = cand.parameter_grads.get(piece.candidate)
+            mapped.append((piece.candidate, WeightRelation(
+                piece.candidate, r_name, "slice of", None, 0.0),
+                piece.of(torch.zeros_like(cand.parameters[piece.candidate]) if g is None
+                         else g, weight.shape)))
         if not mapped:
             continue
         confirmed = [m for m in mapped if (r_name, m[0]) in read_together]
@@ -372,8 +381,10 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])
                     names = " + ".join(m[0] for m in copies)
-        w_cand = _to_reference(cand.parameters[c_name], cand.parameters[c_name], relation,
-                               weight) if err else None
+        w_cand = (sliced[r_name].of(cand.parameters[c_name], weight.shape)
+                  if relation.kind == "slice of" else
+                  _to_reference(cand.parameters[c_name], cand.parameters[c_name], relation,
+                                weight)) if err else None
         step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
             and torch.equal(cand.parameters[c_name], weight) else None
         if w_cand is not None:
@@ -383,6 +394,18 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                                       err, rel, scale, step, STATUS_FAIL if over else STATUS_OK,
                                       hint))
     return rows, sgd
+
+
+def _sliced(ref: GradientRecording, cand: GradientRecording,
+            by_ref: Mapping[str, list[tuple[str, WeightRelation]]],
+            refolded: set[str]) -> dict[str, Slice]:
+    """The reference weights no candidate weight holds whole, each found as a slice of a
+    candidate Parameter that holds none whole (a flat Parameter of weights: ``slices``)."""
+    wanted = {r for r in ref.parameters
+              if r not in by_ref and r.rpartition(".")[0] not in refolded}
+    holding = {c for found in by_ref.values() for c, _ in found}
+    holders = {c: p for c, p in cand.parameters.items() if c not in holding}
+    return find_slices(ref.parameters, holders, wanted) if wanted and holders else {}
 
 
 def _refolded(relations: Sequence[WeightRelation], ref_alias: Mapping[str, str]) -> set[str]:

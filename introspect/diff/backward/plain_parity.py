@@ -48,6 +48,7 @@ from introspect.diff.backward.results import (
     BackwardResult,
     ParameterGradient,
 )
+from introspect.diff.backward.slices import Slice, find_slices
 from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
 from introspect.diff.ops.align.weights import folds_between
 from introspect.diff.records import Region, WeightRelation
@@ -126,6 +127,7 @@ class _WeightPair:
     candidate: str
     relation: str  # "same", "transposed", "reshaped", "transposed reshaped", "fused ..."
     rows: Region | None = None  # "fused": its rows of the candidate's (transposed)
+    start: int = -1  # "slice of": its first element in the candidate's, flat (``slices``)
 
 
 def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
@@ -136,6 +138,7 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
                if r.call == AUTOGRAD and r.status == STATUS_OK}
     found: dict[str, _WeightPair] = {}
     unpaired: list[str] = []
+    holds_none: list[str] = []  # candidate weights holding no one reference weight whole
     refolded = _refolded(reference, candidate, evidence)
     for name, weight in candidate.parameters.items():
         held = sorted(evidence.relations.get(name, ()))
@@ -154,7 +157,7 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
             held = [r for r in held if owner is not None
                     and r.rpartition(".")[0] == owner]
         if len(held) != 1:
-            unpaired.append(f"the candidate's {name} holds no one reference weight alone")
+            holds_none.append(name)
             continue
         relation = _relation(reference.parameters[held[0]], weight)
         if relation is None:
@@ -163,11 +166,25 @@ def _weight_pairs(reference: PlainGradients, candidate: PlainGradients,
             unpaired.append(f"{held[0]} is held by {found.pop(held[0]).candidate} and {name}")
         else:
             found[held[0]] = _WeightPair(held[0], name, relation)
-    for name, grad in reference.parameter_grads.items():
-        if name not in found and grad is not None and bool((grad != 0).any()) \
-                and name.rpartition(".")[0] not in refolded:
-            unpaired.append(f"the reference's {name} has a gradient and no candidate weight "
-                            "is proven to hold it")
+    wanted = {name for name, grad in reference.parameter_grads.items()
+              if name not in found and grad is not None and bool((grad != 0).any())
+              and name.rpartition(".")[0] not in refolded}
+    held_whole = set().union(*evidence.relations.values()) if evidence.relations else set()
+    covered: dict[str, int] = {}
+    if wanted and holds_none:  # a flat Parameter of weights: each its slice (``slices``)
+        sliced = find_slices(reference.parameters,
+                             {n: candidate.parameters[n] for n in holds_none},
+                             wanted - held_whole)
+        for name, piece in sliced.items():
+            found[name] = _WeightPair(name, piece.candidate, "slice of", start=piece.start)
+            covered[piece.candidate] = covered.get(piece.candidate, 0) \
+                + reference.parameters[name].numel()
+        wanted -= set(sliced)
+    unpaired = [f"the candidate's {name} holds no one reference weight alone"
+                for name in holds_none
+                if covered.get(name) != candidate.parameters[name].numel()] + unpaired
+    unpaired += [f"the reference's {name} has a gradient and no candidate weight is proven "
+                 "to hold it" for name in reference.parameter_grads if name in wanted]
     return [found[name] for name in reference.parameters if name in found], \
         unpaired[0] if unpaired else ""
 
@@ -244,8 +261,9 @@ def _parameter_rows(reference: PlainGradients, candidate: PlainGradients,
         g_cand = _or_zeros(candidate.parameter_grads.get(pair.candidate),
                            candidate.parameters[pair.candidate])
         # laid out as the reference's weight, as the recorded path lays it out
-        laid = _to_reference(g_cand, g_cand, WeightRelation(
-            pair.candidate, pair.reference, pair.relation, pair.rows, 0.0), g_ref)
+        laid = Slice(pair.reference, pair.candidate, pair.start).of(g_cand, g_ref.shape) \
+            if pair.relation == "slice of" else _to_reference(g_cand, g_cand, WeightRelation(
+                pair.candidate, pair.reference, pair.relation, pair.rows, 0.0), g_ref)
         g_cand = g_cand if laid is None else laid  # (None for a slice: none is paired here)
         err, rel, over, scale = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite,
                                           noise=(noise or {}).get(f"param:{pair.reference}"))
