@@ -49,6 +49,7 @@ from introspect.diff.modules.pairing import (
     relate_parameters,
 )
 from introspect.diff.modules.paths import below, within
+from introspect.diff.modules.precise import CONFIRM_SHARE, ReferenceCalls, float64_check
 from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
@@ -250,7 +251,7 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         judged.append(call)
     pairs: list[ModulePair] = []
     judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
-                            pairs, outputs_failed)
+                            pairs, outputs_failed, ReferenceCalls(ref_calls))
     if keep_calls:
         evidence.pairs = pairs
     failed: list[str] = []
@@ -337,6 +338,7 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                relations: Mapping[str, set[str]], layers: ReferenceLayers,
                attention_mask: torch.Tensor | None, rounding: Sequence[str],
                pairs: list[ModulePair], outputs_failed: bool = False,
+               references: ReferenceCalls | None = None,
                ) -> list[ModuleDiff | Exception | None]:
     """Each call's row (None: nothing to compare; the exception where it could not be
     judged); each pairing made is added to ``pairs``. Local errors are measured parents
@@ -370,7 +372,7 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
 
     def finish(i: int, exact: Exact) -> None:
         judgement = judgements[i] = _judged(paired.pop(i), exact, failing,
-                                            handed.pop(i, None), reruns)
+                                            handed.pop(i, None), reruns, references)
         if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
             failing.add((calls[i].mode, calls[i].name))
 
@@ -467,10 +469,12 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
             handing: HandOvers | None = None, reruns: Reruns | None = None,
-            ) -> ModuleDiff | Exception:
+            references: ReferenceCalls | None = None) -> ModuleDiff | Exception:
     """The row of a paired call: its local error against its budget; not compared where
     it is over its floor and a module inside it fails already (its noise not run); failed
-    where what its run hands a judged call inside it is over that hand-over's budget."""
+    where what its run hands a judged call inside it is over that hand-over's budget, or
+    where, passing with more than ``CONFIRM_SHARE`` of its budget, its run in float64 on
+    the same inputs is still apart from the reference's (``precise``)."""
     pair, row, unit = paired.pair, paired.row, paired.unit
     call = pair.call
     inside_fails = any(mode == call.mode and below(name, call.name) for mode, name in failing)
@@ -490,9 +494,27 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
     judged = dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
                                  limit=budget.limit, status=status, note=budget.why)
+    if status == STATUS_OK and not inside_fails and references is not None \
+            and local.max_abs > CONFIRM_SHARE * budget.limit:
+        judged = _in_float64(judged, pair, exact, references)
+        if judged.status == STATUS_FAIL:
+            return judged
     if status == STATUS_OK and handing is not None and reruns is not None and not inside_fails:
         return _handed_over(judged, pair, unit, handing, reruns)
     return judged
+
+
+def _in_float64(row: ModuleDiff, pair: ModulePair, exact: Exact,
+                references: ReferenceCalls) -> ModuleDiff:
+    """``row`` failed where the pair, run again in float64, is still apart (``precise``)."""
+    reference = references.computing(pair)
+    if reference is None:
+        return row
+    check = float64_check(pair, reference, exact.keep, exact.scale)
+    if check is None or not check.failed:
+        return row
+    return dataclasses.replace(row, max_abs_err=check.error, limit=check.limit,
+                               status=STATUS_FAIL, note=check.why)
 
 
 def _handed_over(row: ModuleDiff, pair: ModulePair, unit: float, handing: HandOvers,

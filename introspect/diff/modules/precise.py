@@ -1,0 +1,210 @@
+"""A module pair run again in float64: a slip that rounding cannot hide.
+
+A module's float32 budget (``budget``) has to hold every way a correct port rounds (its
+sums regrouped, a norm written by hand), so a slip of a few times its rounding noise (an
+RMSNorm's eps 1e-5 for 1e-6 deep in a model: 5.7e-6 against a budget of 1e-5) passes
+there. Run in float64, the rounding that budget holds is gone and the slip is not: both
+modules are run again on the same inputs (the reference's own, exactly), every op's
+floating arguments, the dtypes it is asked for and its results held in float64
+(``_InFloat64``); the candidate's output there is held against the reference's, against a
+budget of the reference's own float32 error (how far its float32 output, the one the hooks
+saw, is from its float64 one): ``CONFIRM_FACTOR`` times that, plus ``CONFIRM_UNITS``
+float32 roundings of the output's largest magnitude (a quantity one side computes and the
+other is handed rounded: a rotary table).
+
+The check only adds a FAIL to a pair that passed its float32 budget, never a PASS (a fault
+that lives in float32 alone, a softmax rounded to bfloat16, is gone in float64 and judged
+by the float32 budget), and only where it proves something: where either run saw a value
+of less than float64 from outside the run (NumPy in float32, a worker thread, a constant
+kept in float32), an op writing into one, an autocast region, or the run raises, it says
+nothing (``None``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
+from introspect.diff.modules.gaps import largest_gap
+from introspect.diff.modules.local import UNIT
+from introspect.diff.modules.pairing import ModulePair
+from introspect.run.capture import ModuleCall
+
+# The float32 budget's share over which a passing pair is run again in float64: correct
+# ports measure at most 0.23 of it (``budget``'s calibration), so they are not run again.
+CONFIRM_SHARE = 0.25
+CONFIRM_FACTOR = 4.0
+CONFIRM_UNITS = 2.0
+
+_HIGHER = {torch.float32: torch.float64, torch.float16: torch.float64,
+           torch.bfloat16: torch.float64, torch.complex64: torch.complex128,
+           torch.complex32: torch.complex128}
+
+
+@dataclasses.dataclass(frozen=True)
+class Float64Check:
+    """The pair's outputs run again in float64, and what rounding explains of their gap."""
+
+    error: float  # the candidate's float64 output against the reference's
+    reference_error: float  # the reference's float32 output against its float64 one
+    limit: float
+
+    @property
+    def failed(self) -> bool:
+        return self.error > self.limit
+
+    @property
+    def why(self) -> str:
+        return (f"run again in float64 on the same inputs, its output is {self.error:.3g} "
+                f"from the reference's (budget {self.limit:.3g}: {CONFIRM_FACTOR:g}x the "
+                f"reference's own float32 error {self.reference_error:.2g} + "
+                f"{CONFIRM_UNITS:g} float32 roundings): not rounding")
+
+
+class _Unproven(Exception):
+    """The float64 run cannot prove anything (why, in words)."""
+
+
+class _InFloat64(TorchDispatchMode):
+    """Every op run in float64: floating arguments of less precision taken up (those the
+    run was given: its inputs, the modules' weights and buffers; any other is a value
+    rounded outside the run, and the run proves nothing), float dtypes asked for made
+    float64, and results of less precision (a factory's default dtype) taken up."""
+
+    def __init__(self, given: Iterable[torch.Tensor]) -> None:
+        super().__init__()
+        self._given = {_storage(t) for t in given}
+        self.unproven = ""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func._schema.is_mutable:
+            leaves, _ = tree_flatten((args, kwargs))
+            if any(_lower(t) for t in leaves):
+                self.unproven = self.unproven or f"{func} writes into a float32 value"
+            return func(*args, **kwargs)
+        args, kwargs = tree_map(self._taken_up, (args, kwargs))
+        kwargs = {k: _HIGHER.get(v, v) if k == "dtype" else v for k, v in kwargs.items()}
+        return tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t,
+                        func(*args, **kwargs))
+
+    def _taken_up(self, value: Any) -> Any:
+        if not _lower(value):
+            return value
+        if _storage(value) not in self._given:
+            self.unproven = self.unproven or "a value of less than float64 came from " \
+                "outside the run (NumPy, a thread, a constant)"
+        return value.to(_HIGHER[value.dtype])
+
+
+class ReferenceCalls:
+    """The reference's module calls by the values they returned: the call that computed
+    a pair's reference output, run again in float64."""
+
+    def __init__(self, calls: Iterable[ModuleCall]) -> None:
+        self._returned: dict[tuple[object, ...], list[tuple[ModuleCall, str]]] = {}
+        for call in calls:
+            for leaf in call.outputs:
+                self._returned.setdefault(_key(leaf.value), []).append((call, leaf.path))
+
+    def computing(self, pair: ModulePair) -> tuple[ModuleCall, str] | None:
+        """A reference call that returned ``pair``'s reference output from the values
+        ``pair``'s inputs stand for: it took each of them, and every value it took that a
+        reference module computed is one of them (the block around a LayerNorm, not the
+        LayerNorm alone, which takes the attention's output too); the deepest such, and
+        its output's path there. None where none did."""
+        boundary = pair.output.boundary
+        given = {_key(m.boundary.value) for m in pair.inputs}
+        found = sorted(self._returned.get(_key(boundary.value), []),
+                       key=lambda c: -c[0].name.count(".") if c[0].name else 1)
+        for call, path in found:
+            taken = {_key(leaf.value) for leaf in call.inputs if leaf.unchanged()}
+            computed = {k for k in taken if k in self._returned}
+            if given <= taken and computed <= given:
+                return call, path
+        return None
+
+
+def float64_check(pair: ModulePair, reference: tuple[ModuleCall, str], keep: torch.Tensor,
+                  scale: float) -> Float64Check | None:
+    """Both modules of ``pair`` run again in float64 on the reference's inputs (the
+    reference's, ``ReferenceCalls.computing``, on its own call's, which are those): the
+    check, or None where it proves nothing. ``keep``: the elements compared; ``scale``:
+    the reference output's largest magnitude there."""
+    call = pair.call
+    reference_call, reference_path = reference
+    if call.context and call.context[0] or reference_call.context and reference_call.context[0]:
+        return None  # under autocast: its dtypes are the region's, not the values'
+    if call.batched is not None or call.thread:
+        return None
+    try:
+        reference_out = _run(reference_call, list(reference_call.args),
+                             dict(reference_call.kwargs), reference_path)
+        args: Any = [copied(a) for a in call.args]
+        kwargs = {k: copied(v) for k, v in call.kwargs.items()}
+        for match in pair.inputs:
+            put(args, kwargs, match.path,
+                as_argument(match.boundary.value, value_at(args, kwargs, match.path)))
+        candidate = _run(call, args, kwargs, pair.output.path)
+    except _Unproven:
+        return None
+    wanted = pair.output.boundary
+    if not isinstance(reference_out, torch.Tensor) or not isinstance(candidate, torch.Tensor) \
+            or reference_out.shape != wanted.value.shape \
+            or candidate.numel() != reference_out.numel():
+        return None
+    candidate = candidate.reshape(reference_out.shape)
+    error = largest_gap(candidate, reference_out, keep)
+    reference_error = largest_gap(wanted.value.double(), reference_out, keep)
+    limit = CONFIRM_FACTOR * reference_error + CONFIRM_UNITS * UNIT[torch.float32] * scale
+    return Float64Check(error, reference_error, limit)
+
+
+def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
+    """``call``'s module run on ``args``/``kwargs`` under ``_InFloat64``: what it returned
+    (at ``path`` where one is given). Raises ``_Unproven``."""
+    given = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    given += list(call.module.parameters()) + list(call.module.buffers())
+    mode = _InFloat64(given)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        # compiled code runs as written, dynamo out of the way ("force_eager"): a call it
+        # saw with float64 values would stay in its cache (``config.disable`` too marks the
+        # code), and the user's own float32 calls then run eagerly, rounding where the
+        # compiled graph did not
+        with torch.set_grad_enabled(call.grad), torch.compiler.set_stance("force_eager"), \
+                mode:
+            returned = call.module(*copied(args), **copied(kwargs))
+    except Exception as e:  # noqa: BLE001  a run that raises proves nothing
+        raise _Unproven(type(e).__name__) from e
+    finally:
+        torch.set_default_dtype(before)
+    if mode.unproven:
+        raise _Unproven(mode.unproven)
+    out = output_at(returned, path)
+    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+
+
+def _key(t: torch.Tensor) -> tuple[object, ...]:
+    """A value by the memory it views (as ``pairing.reference_boundaries`` finds them)."""
+    return (_storage(t), int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
+
+
+def _lower(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in _HIGHER
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+__all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "Float64Check",
+           "ReferenceCalls", "float64_check"]
