@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import introspect
-from introspect.diff.modules.precise import _InFloat64
+from introspect.diff.modules.precise import _InFloat64, float64_check
 from tests.adversarial.corpus import port as adversarial_port
 from tests.fixtures.families import grouped_llama, tiny_inputs
 
@@ -63,6 +63,10 @@ def test_an_eps_slip_under_the_float32_budget_fails_in_float64(llama):
     row = _row(result, f"layers.{SLIP_LAYER}.attention_norm")
     assert row.status == "fail" and "float64" in row.note
     assert row.max_abs_err > 2 * row.limit
+    assert "in float64" in result.first_divergence.budget
+    assert result.first_divergence.detail.startswith(
+        f"module evidence: the candidate's layers.{SLIP_LAYER}.attention_norm (RMSNorm) and "
+        f"the reference's layers.{SLIP_LAYER}.input_layernorm, run again in float64")
     assert (result.outputs["status"] == "ok").all(), "the slip must stay under the outputs' budget"
 
 
@@ -71,14 +75,46 @@ CORRECT_LLAMA = [("llama2c", "build"), ("llama2c", "build_half_split"),
                  ("llama_swapped_halves", "build")]
 
 
+def _every_check(monkeypatch) -> list:
+    """Every module with an error checked in float64; the checks made, as they come."""
+    checks: list = []
+
+    def kept(*args, **kwargs):
+        check = float64_check(*args, **kwargs)
+        if check is not None:
+            checks.append(check)
+        return check
+
+    monkeypatch.setattr(evidence, "CONFIRM_SHARE", 0.0)
+    monkeypatch.setattr(evidence, "float64_check", kept)
+    return checks
+
+
 @pytest.mark.parametrize("name, builder", CORRECT_LLAMA)
 def test_correct_llama_ports_hold_in_float64_everywhere(name, builder, llama, monkeypatch):
     reference, inputs = llama
-    monkeypatch.setattr(evidence, "CONFIRM_SHARE", 0.0)  # every module with an error
+    checks = _every_check(monkeypatch)
     result = introspect.diff(reference, getattr(_ports(name), builder)(reference), inputs,
                              nodes=False)
     assert result.passed, result.first_divergence
     assert not result.modules["note"].str.contains("float64").any()
+    # far within: a correct port's float64 output is the reference's but for float64
+    # rounding (no quantity one side computes and the other is handed rounded)
+    assert all(c.error < 0.05 * c.limit for c in checks), checks
+
+
+BERT_STYLES = ["pytorchic_bert", "functional", "torch_layers", "hf_like", "nanogpt_style",
+               "seq_first", "torch_builtin"]
+
+
+@pytest.mark.parametrize("name", BERT_STYLES)
+def test_correct_bert_ports_hold_in_float64_everywhere(name, tiny, monkeypatch):
+    reference, inputs = tiny
+    checks = _every_check(monkeypatch)
+    model = reference.model
+    result = introspect.diff(model, _ports(name).build(model), inputs, nodes=False)
+    assert result.passed, result.first_divergence
+    assert all(c.error < 0.05 * c.limit for c in checks), checks
 
 
 MECHANISMS = ["compiled", "compiling", "numpy", "grad", "thread", "vmap", "custom_op"]
@@ -87,12 +123,13 @@ MECHANISMS = ["compiled", "compiling", "numpy", "grad", "thread", "vmap", "custo
 @pytest.mark.parametrize("name", MECHANISMS)
 def test_correct_twins_of_the_blind_mechanisms_hold_in_float64(name, tiny, monkeypatch):
     reference, inputs = tiny
-    monkeypatch.setattr(evidence, "CONFIRM_SHARE", 0.0)
+    checks = _every_check(monkeypatch)
     torch._dynamo.reset()
     builder = getattr(adversarial_port("modules_evidence.py"), f"correct_{name}")
     result = introspect.diff(reference.model, builder(reference), inputs, nodes=False)
     assert result.passed, result.first_divergence
     assert not result.modules["note"].str.contains("float64").any()
+    assert all(c.error < 0.05 * c.limit for c in checks), checks
 
 
 def test_a_float32_value_from_outside_the_run_proves_nothing():
@@ -150,3 +187,21 @@ def test_the_float64_run_leaves_compiled_code_as_it_was():
         out = _run(call, [x], {}, "output")
         assert out.dtype == torch.float64
         assert torch.equal(compiled(x), before)
+
+
+def test_a_gelu_constant_typed_short_fails_on_minilm(mini, monkeypatch):
+    """``erf(x * 0.7071)`` for ``erf(x / sqrt(2))`` in layer 3 of MiniLM
+    (``ports/gelu_constant.py``): within the layer's float32 budget, apart in float64."""
+    reference, inputs = mini
+    ports = adversarial_port("gelu_constant.py")
+    monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
+    assert introspect.diff(reference.model, ports.faulty(reference), inputs,
+                           nodes=False).passed
+    monkeypatch.undo()
+    result = introspect.diff(reference.model, ports.faulty(reference), inputs, nodes=False)
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.3"
+    assert result.first_divergence.candidate_node == "blocks.3"
+    assert (result.outputs["status"] == "ok").all()
+    assert introspect.diff(reference.model, ports.correct(reference), inputs,
+                           nodes=False).passed

@@ -49,7 +49,12 @@ from introspect.diff.modules.pairing import (
     relate_parameters,
 )
 from introspect.diff.modules.paths import below, within
-from introspect.diff.modules.precise import CONFIRM_SHARE, ReferenceCalls, float64_check
+from introspect.diff.modules.precise import (
+    CONFIRM_SHARE,
+    IN_FLOAT64,
+    ReferenceCalls,
+    float64_check,
+)
 from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
@@ -141,13 +146,18 @@ class ModuleEvidence:
                   f"the reference's inputs to it in its {row.call} call, is "
                   f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
                   f"(its budget {row.limit:.3g})")
+        budget = "its rounding noise"
         if row.note.startswith(HANDED):  # (what it hands a module inside it failed)
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
+        elif row.note.startswith(IN_FLOAT64):  # (within its float32 budget)
+            detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) and "
+                      f"the reference's {row.reference_module}, {row.note}")
+            budget = "the reference's float32 error, in float64"
         return Divergence(
             row.reference_module, row.candidate_module, row.reference_module, row.layer,
             row.candidate_class, row.max_abs_err or 0.0,
-            f"{row.limit:.3g} (module evidence: its rounding noise)", (),
+            f"{row.limit:.3g} (module evidence: {budget})", (),
             detail=detail, candidate_module=row.candidate_module)
 
     def _changing(self) -> Divergence | None:

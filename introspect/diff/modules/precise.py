@@ -41,6 +41,7 @@ from introspect.run.capture import ModuleCall
 CONFIRM_SHARE = 0.25
 CONFIRM_FACTOR = 4.0
 CONFIRM_UNITS = 2.0
+IN_FLOAT64 = "run again in float64"  # how a row failed here begins its note
 
 _HIGHER = {torch.float32: torch.float64, torch.float16: torch.float64,
            torch.bfloat16: torch.float64, torch.complex64: torch.complex128,
@@ -61,10 +62,11 @@ class Float64Check:
 
     @property
     def why(self) -> str:
-        return (f"run again in float64 on the same inputs, its output is {self.error:.3g} "
-                f"from the reference's (budget {self.limit:.3g}: {CONFIRM_FACTOR:g}x the "
-                f"reference's own float32 error {self.reference_error:.2g} + "
-                f"{CONFIRM_UNITS:g} float32 roundings): not rounding")
+        return (f"{IN_FLOAT64} on the same inputs, the candidate's output is "
+                f"{self.error:.3g} from the reference's (budget {self.limit:.3g}: "
+                f"{CONFIRM_FACTOR:g}x the reference's own float32 error "
+                f"{self.reference_error:.2g} + {CONFIRM_UNITS:g} float32 roundings): not "
+                "rounding")
 
 
 class _Unproven(Exception):
@@ -206,5 +208,5 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-__all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "Float64Check",
+__all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "IN_FLOAT64", "Float64Check",
            "ReferenceCalls", "float64_check"]
