@@ -359,9 +359,61 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
                  f"takes {later}'s values: a weight loaded from {layer} into {later}", *hints)
         # the same module of the later layer (``encoder.layer.3.output.dense``)
         module, layer = _moved(module, layer, later), later
+    skipped = _skipped_before(pair, layer, alignment, reference, candidate) \
+        if later is None else None
+    if skipped is not None:  # fed a value from before a layer of which nothing was found
+        skipped_layer, fed_from = skipped
+        hints = (f"no op of {skipped_layer} is found in the candidate, and its {layer} is "
+                 f"handed what {fed_from} returns where the reference's is handed what "
+                 f"{skipped_layer} returns: {skipped_layer} skipped", *hints)
+        module, layer = _moved_layer(module, layer, skipped_layer), skipped_layer
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
                       detail, candidate_module=cand_record.module if cand_record else "")
+
+
+def _skipped_before(pair: Pair, layer: str, alignment: Alignment,
+                    reference: IntrospectGraph, candidate: IntrospectGraph,
+                    ) -> tuple[str, str] | None:
+    """(the first layer skipped, the layer the node's values come from), where every
+    paired input of the candidate's node is from one layer before ``layer``'s block, and
+    every block between the two has no paired node at all: the candidate never computes
+    them (a loop started at 1, a block dropped from its list), and its ``layer`` is handed
+    what the reference hands the first of them. None otherwise."""
+    if layer in _NOT_BLOCKS:
+        return None
+    order: dict[str, int] = {}
+    for record in reference.records:
+        order.setdefault(record.layer, len(order))
+    by_name = {r.name: r for r in reference.records}
+    cand = next((r for r in candidate.records if r.name == pair.candidate), None)
+    if cand is None or not cand.inputs or layer not in order:
+        return None
+    paired = {p.candidate: p.reference for p in alignment.pairs}
+    fed = {by_name[paired[name]].layer for name in cand.inputs
+           if paired.get(name) in by_name}
+    if len(fed) != 1:
+        return None
+    (source,) = fed
+    if source not in order or order[source] >= order[layer]:
+        return None
+    between = [name for name, at in sorted(order.items(), key=lambda kv: kv[1])
+               if order[source] < at < order[layer] and name not in _NOT_BLOCKS]
+    found = {by_name[p.reference].layer for p in alignment.pairs if p.reference in by_name}
+    if not between or any(name in found for name in between):
+        return None
+    return between[0], source
+
+
+def _moved_layer(module: str, layer: str, other: str) -> str:
+    """The module of layer ``other`` that ``layer``'s module sits in: ``encoder.layer.0``
+    for ``encoder.layer.1.attention.self.query``; ``other`` where ``module`` is none of
+    ``layer``'s."""
+    parts, inner = module.split("."), layer.split(".")
+    for start in range(len(parts) - len(inner) + 1):
+        if parts[start:start + len(inner)] == inner:
+            return ".".join(parts[:start] + other.split("."))
+    return other
 
 
 def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
