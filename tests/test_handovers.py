@@ -87,10 +87,12 @@ def test_an_eps_in_a_row_mapped_by_vmap(perturbed_tiny, monkeypatch, handovers):
     over the rows by ``vmap``, its LayerNorms by hand. The layer's run hands its Linears
     batched tensors, read as the whole batch (as the capture kept their calls): what it
     hands ``fc1`` after the attention LayerNorm's eps of 1e-5 for 1e-12 fails the layer,
-    whose own output is within its rounding. Without the hand-overs the diff PASSED."""
+    whose own output is within its rounding. Without the hand-overs (and without the
+    float64 run, which fails the layer too: below) the diff PASSED."""
     reference, inputs = perturbed_tiny
     if not handovers:
         monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
+        monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
     assert introspect.diff(reference, bert_rows_vmapped.build(reference), inputs,
                            nodes=False).passed
     result = introspect.diff(reference, bert_rows_vmapped.build(reference, "eps"), inputs,
@@ -100,3 +102,15 @@ def test_an_eps_in_a_row_mapped_by_vmap(perturbed_tiny, monkeypatch, handovers):
         divergence = result.first_divergence
         assert divergence.layer == "encoder.layer.1", divergence
         assert "what it hands layers.1.fc1 (args.0)" in divergence.detail, divergence.detail
+
+
+def test_an_eps_in_a_row_mapped_by_vmap_fails_in_float64_too(perturbed_tiny, monkeypatch):
+    """The same slip with the hand-overs off: the layer, within its float32 budget, run
+    again in float64 is apart from the reference's (``modules.precise``)."""
+    reference, inputs = perturbed_tiny
+    monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
+    result = introspect.diff(reference, bert_rows_vmapped.build(reference, "eps"), inputs,
+                             nodes=False)
+    assert not result.passed
+    assert result.first_divergence.layer == "encoder.layer.1"
+    assert "run again in float64" in result.first_divergence.detail

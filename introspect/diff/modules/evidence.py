@@ -504,13 +504,11 @@ def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],
     status = STATUS_OK if local.max_abs <= budget.limit else STATUS_FAIL
     judged = dataclasses.replace(row, max_abs_err=local.max_abs, noise=local.noise,
                                  limit=budget.limit, status=status, note=budget.why)
-    if status == STATUS_OK and not inside_fails and references is not None \
+    if status == STATUS_OK and handing is not None and reruns is not None and not inside_fails:
+        judged = _handed_over(judged, pair, unit, handing, reruns)  # (finer: said first)
+    if judged.status == STATUS_OK and not inside_fails and references is not None \
             and local.max_abs > CONFIRM_SHARE * budget.limit:
         judged = _in_float64(judged, pair, exact, references)
-        if judged.status == STATUS_FAIL:
-            return judged
-    if status == STATUS_OK and handing is not None and reruns is not None and not inside_fails:
-        return _handed_over(judged, pair, unit, handing, reruns)
     return judged
 
 
