@@ -113,7 +113,7 @@ def settle_verdict(state: DiffState) -> None:
     state.passed = passed_with_rows(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
-            and (state.divergence is None or (not state.faithful and not state.random)):
+            and (state.divergence is None or (not rows_trusted(state) and not state.random)):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands)
         name_from_truth(state)
@@ -125,9 +125,18 @@ def passed_with_rows(state: DiffState) -> bool:
     verdict = state.verdict
     if verdict is None:
         return state.explained_passed
-    if state.explanation.graph is not None and state.faithful:
+    if rows_trusted(state):
         return verdict.passed and state.explained_passed
     return verdict.passed
+
+
+def rows_trusted(state: DiffState) -> bool:
+    """The node rows can say something: both recordings reproduce their models' plain
+    calls, and their replays reproduce the recordings. A replay that does not (a region
+    its recorded ops run otherwise than the call did: compiled code, an autocast region)
+    proves nothing either way: the plain calls and module evidence decide."""
+    return state.explanation.graph is not None and state.faithful \
+        and not state.explanation.unfaithful
 
 
 def name_from_truth(state: DiffState) -> None:
@@ -152,4 +161,5 @@ def _int8_outputs_note(verdict: Any) -> str:
 
 
 __all__ = ["explain_int8_outputs", "explain_ops", "explain_with", "hold_recordings_to_truth",
-           "name_from_truth", "passed_with_rows", "settle_verdict", "take_rows"]
+           "name_from_truth", "passed_with_rows", "rows_trusted", "settle_verdict",
+           "take_rows"]

@@ -296,9 +296,10 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
             notes.append(f"the {side}'s replay computed other values than its recording on "
                          f"the same inputs ({', '.join(differing)} differ): its forward is "
                          "not deterministic (dropout or random numbers left on?), changes "
-                         "its own state as it runs, or runs under a state the replay does "
-                         "not set again (an autocast region); no node-level comparison of it "
-                         "can be trusted")
+                         "its own state as it runs, or runs a region the replay runs "
+                         "otherwise (an autocast region, compiled code); no node-level "
+                         "comparison of it can be trusted, and the plain calls and module "
+                         "evidence decide")
     return notes
 
 
