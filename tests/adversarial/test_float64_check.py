@@ -143,7 +143,7 @@ def test_a_float32_value_from_outside_the_run_proves_nothing():
 def test_the_run_holds_every_value_in_float64():
     given = torch.randn(4)
     with _InFloat64([given]) as mode:
-        third = torch.ones(4) / 3  # a factory of the default dtype, then an op on it
+        third = torch.ones(4, dtype=torch.float32) / 3  # asked for float32, then an op
         out = (given.to(torch.float32) * third).float()  # asked for float32, twice
     assert mode.unproven == ""
     assert out.dtype == torch.float64
@@ -205,3 +205,4 @@ def test_a_gelu_constant_typed_short_fails_on_minilm(mini, monkeypatch):
     assert (result.outputs["status"] == "ok").all()
     assert introspect.diff(reference.model, ports.correct(reference), inputs,
                            nodes=False).passed
+

@@ -11,6 +11,7 @@ from introspect.diff.flow.candidate import note_edited_weights
 from introspect.diff.flow.op_level import name_from_truth, passed_with_rows, take_rows
 from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
+from introspect.diff.flow.whole_models import judge_whole_models
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
@@ -50,6 +51,7 @@ def pass_without_recording(state: DiffState) -> None:
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
         rounding=state.device_rounding, changing=_changing(state),
         outputs_failed=not verdict.passed)
+    judge_whole_models(state)  # (where some computation is in no judged module)
     _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
     gradients_proven = not state.options.mode.backward or (
         state.own_gradients is not None and state.own_gradients.result is not None)
@@ -105,6 +107,7 @@ def join_module_evidence(state: DiffState) -> None:
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
             state.parted, rounding=state.device_rounding, changing=_changing(state),
             outputs_failed=state.verdict is not None and not state.verdict.passed)
+        judge_whole_models(state)
     evidence, explanation = state.module_evidence, state.explanation
     state.notes += evidence.notes
     if explanation.confirm_inside is not None and not evidence.passed \

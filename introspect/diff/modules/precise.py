@@ -23,18 +23,19 @@ nothing (``None``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeGuard
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
-from introspect.diff.modules.gaps import largest_gap
+from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.local import UNIT
 from introspect.diff.modules.pairing import ModulePair
 from introspect.run.capture import ModuleCall
+from introspect.run.outputs import flatten_outputs
 
 # The float32 budget's share over which a passing pair is run again in float64: correct
 # ports measure at most 0.23 of it (``budget``'s calibration), so they are not run again.
@@ -77,7 +78,8 @@ class _InFloat64(TorchDispatchMode):
     """Every op run in float64: floating arguments of less precision taken up (those the
     run was given: its inputs, the modules' weights and buffers; any other is a value
     rounded outside the run, and the run proves nothing), float dtypes asked for made
-    float64, and results of less precision (a factory's default dtype) taken up."""
+    float64 (the default dtype is float64 meanwhile: ``_run``). An op that still returns
+    less computes in less inside: the run proves nothing."""
 
     def __init__(self, given: Iterable[torch.Tensor]) -> None:
         super().__init__()
@@ -94,8 +96,12 @@ class _InFloat64(TorchDispatchMode):
             return func(*args, **kwargs)
         args, kwargs = tree_map(self._taken_up, (args, kwargs))
         kwargs = {k: _HIGHER.get(v, v) if k == "dtype" else v for k, v in kwargs.items()}
-        return tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t,
-                        func(*args, **kwargs))
+        returned = func(*args, **kwargs)
+        if any(_lower(t) for t in tree_flatten(returned)[0]):
+            # every argument and dtype asked for float64, and less came back: the op
+            # computes in less inside (a custom op casting to float32 runs below this mode)
+            self.unproven = self.unproven or f"{func} returned less than float64"
+        return tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t, returned)
 
     def _taken_up(self, value: Any) -> Any:
         if not _lower(value):
@@ -116,39 +122,63 @@ class ReferenceCalls:
             for leaf in call.outputs:
                 self._returned.setdefault(_key(leaf.value), []).append((call, leaf.path))
 
-    def computing(self, pair: ModulePair) -> tuple[ModuleCall, str] | None:
-        """A reference call that returned ``pair``'s reference output from the values
+    def computing(self, pair: ModulePair) -> ReferenceRun | None:
+        """The reference call that returned ``pair``'s reference output from the values
         ``pair``'s inputs stand for: it took each of them, and every value it took that a
         reference module computed is one of them (the block around a LayerNorm, not the
-        LayerNorm alone, which takes the attention's output too); the deepest such, and
-        its output's path there. None where none did."""
+        LayerNorm alone, which takes the attention's output too); the deepest such. Else
+        the deepest that took each of them, where each other value it took that a module
+        computed is run again in float64 by that module's call, on what that call took (a
+        Llama layer's rotary tables, computed once for all layers from the positions: the
+        candidate's layer computes its own in float64, and the reference's must too). None
+        where none did."""
         boundary = pair.output.boundary
         given = {_key(m.boundary.value) for m in pair.inputs}
         found = sorted(self._returned.get(_key(boundary.value), []),
                        key=lambda c: -c[0].name.count(".") if c[0].name else 1)
+        candidates = []
         for call, path in found:
-            taken = {_key(leaf.value) for leaf in call.inputs if leaf.unchanged()}
-            computed = {k for k in taken if k in self._returned}
-            if given <= taken and computed <= given:
-                return call, path
-        return None
+            taken = {_key(leaf.value): leaf.path for leaf in call.inputs if leaf.unchanged()}
+            if not given <= set(taken):
+                continue
+            missing = [(at, self._returned[k][0]) for k, at in taken.items()
+                       if k in self._returned and k not in given]
+            if not missing:
+                return ReferenceRun(call, path)
+            candidates.append(ReferenceRun(call, path, tuple(
+                (at, producer, produced) for at, (producer, produced) in missing)))
+        return candidates[0] if candidates else None
 
 
-def float64_check(pair: ModulePair, reference: tuple[ModuleCall, str], keep: torch.Tensor,
+@dataclasses.dataclass(frozen=True)
+class ReferenceRun:
+    """A reference call to run again in float64, and the values it took that are run
+    again first: (where it took it, the call that returned it, where that call did)."""
+
+    call: ModuleCall
+    path: str
+    again: tuple[tuple[str, ModuleCall, str], ...] = ()
+
+
+def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
                   scale: float) -> Float64Check | None:
     """Both modules of ``pair`` run again in float64 on the reference's inputs (the
     reference's, ``ReferenceCalls.computing``, on its own call's, which are those): the
     check, or None where it proves nothing. ``keep``: the elements compared; ``scale``:
     the reference output's largest magnitude there."""
     call = pair.call
-    reference_call, reference_path = reference
+    reference_call, reference_path = reference.call, reference.path
     if call.context and call.context[0] or reference_call.context and reference_call.context[0]:
         return None  # under autocast: its dtypes are the region's, not the values'
-    if call.batched is not None or call.thread:
+    if call.batched is not None:  # (a call under vmap: its run maps it again, ``local``)
         return None
     try:
-        reference_out = _run(reference_call, list(reference_call.args),
-                             dict(reference_call.kwargs), reference_path)
+        ref_args: Any = list(reference_call.args)
+        ref_kwargs = dict(reference_call.kwargs)
+        for at, producer, produced in reference.again:  # (what it took, in float64 too)
+            put(ref_args, ref_kwargs, at, _run(producer, list(producer.args),
+                                               dict(producer.kwargs), produced))
+        reference_out = _run(reference_call, ref_args, ref_kwargs, reference_path)
         args: Any = [copied(a) for a in call.args]
         kwargs = {k: copied(v) for k, v in call.kwargs.items()}
         for match in pair.inputs:
@@ -209,4 +239,74 @@ def _storage(t: torch.Tensor) -> int:
 
 
 __all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "IN_FLOAT64", "Float64Check",
-           "ReferenceCalls", "float64_check"]
+           "ReferenceCalls", "ReferenceRun", "WholeCheck", "float64_check",
+           "whole_models_in_float64"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WholeCheck:
+    """Both whole models run again in float64: the worst output's check, and its names."""
+
+    reference_output: str
+    candidate_output: str
+    check: Float64Check
+
+
+def whole_models_in_float64(reference: torch.nn.Module, candidate: torch.nn.Module,
+                            ref_inputs: Mapping[str, torch.Tensor],
+                            cand_inputs: Mapping[str, torch.Tensor],
+                            reference_outputs: Mapping[str, torch.Tensor],
+                            names: Iterable[tuple[str, str]],
+                            real: torch.Tensor | None) -> WholeCheck | None:
+    """Each model's own call run again in float64 (``_InFloat64``), under ``no_grad``, on
+    its inputs: for each pair of outputs ``names`` pairs (the outputs' verdict's), the
+    candidate's against the reference's, against the reference's own float32 error (its
+    output in ``reference_outputs``, from its plain call). The worst; None where a run
+    proves nothing. What covers a candidate whose computation no module of its own holds
+    (a port written as functions, a layer's feed-forward in a compiled method)."""
+    try:
+        ref64 = flatten_outputs(_run_model(reference, ref_inputs))
+        cand64 = flatten_outputs(_run_model(candidate, cand_inputs))
+    except _Unproven:
+        return None
+    worst: WholeCheck | None = None
+    for ref_name, cand_name in names:
+        r32, r64, c64 = reference_outputs.get(ref_name), ref64.get(ref_name), \
+            cand64.get(cand_name)
+        if not (_floating(r32) and _floating(r64) and _floating(c64)) \
+                or r32.numel() != c64.numel() or r32.shape != r64.shape:
+            continue
+        keep = kept(r32, r64, real)
+        error = largest_gap(c64.reshape(r32.shape), r64, keep)
+        reference_error = largest_gap(r32.double(), r64, keep)
+        limit = CONFIRM_FACTOR * reference_error \
+            + CONFIRM_UNITS * UNIT[torch.float32] * largest(r32, keep)
+        if limit > 0 and (worst is None or error / limit
+                          > worst.check.error / worst.check.limit):
+            worst = WholeCheck(ref_name, cand_name,
+                               Float64Check(error, reference_error, limit))
+    return worst
+
+
+def _floating(value: Any) -> TypeGuard[torch.Tensor]:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
+    """``model(**inputs)`` in float64 (``_InFloat64``), as ``_run`` runs a module call."""
+    given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
+    given += list(model.parameters()) + list(model.buffers())
+    mode = _InFloat64(given)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"), mode:
+            returned = model(**{k: v.clone() if isinstance(v, torch.Tensor) else v
+                                for k, v in inputs.items()})
+    except Exception as e:  # noqa: BLE001  a run that raises proves nothing
+        raise _Unproven(type(e).__name__) from e
+    finally:
+        torch.set_default_dtype(before)
+    if mode.unproven:
+        raise _Unproven(mode.unproven)
+    return returned
