@@ -150,12 +150,12 @@ class ModuleEvidence:
         if row.note.startswith(HANDED):  # (what it hands a module inside it failed)
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
-        elif row.note.startswith(IN_FLOAT64) and not row.candidate_module:  # whole models
-            detail = (f"module evidence: the candidate ({row.candidate_class}) and the "
-                      f"reference, each {row.note}")
         elif row.note.startswith(IN_FLOAT64):  # (within its float32 budget)
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) and "
                       f"the reference's {row.reference_module}, {row.note}")
+            if not row.candidate_module:  # both whole models (``flow.whole_models``)
+                detail = (f"module evidence: the candidate ({row.candidate_class}) and the "
+                          f"reference, each {row.note}")
             budget = "the reference's float32 error, in float64"
         return Divergence(
             row.reference_module or "model", row.candidate_module or "model",

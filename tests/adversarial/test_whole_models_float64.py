@@ -1,0 +1,56 @@
+"""A port with no module of its own to judge (``ports/functional_slip.py``, BERT as
+functions over a dict of weights; probe round h's plain-function BERT): a slip under the
+outputs' budget PASSED on the outputs alone. Where some of the candidate's computation is
+in no judged module, both whole models are run again in float64 after a PASS
+(``flow.whole_models``): the slip fails there, and its correct twin agrees to 1e-15."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import introspect
+from tests.adversarial.corpus import port
+
+precise = importlib.import_module("introspect.diff.modules.precise")
+whole = importlib.import_module("introspect.diff.flow.whole_models")
+
+
+@pytest.fixture(scope="module")
+def ports():
+    return port("functional_slip.py")
+
+
+def test_the_slip_passes_the_outputs_budget(mini, ports, monkeypatch):
+    reference, inputs = mini
+    monkeypatch.setattr(whole, "computed_outside_modules", lambda evidence: False)
+    result = introspect.diff(reference.model, ports.faulty(reference), inputs, nodes=False)
+    assert result.passed
+
+
+def test_a_slip_no_module_holds_fails_in_float64(mini, ports):
+    reference, inputs = mini
+    result = introspect.diff(reference.model, ports.faulty(reference), inputs, nodes=False)
+    assert not result.passed
+    row = result.modules.query("candidate_module == ''").iloc[0]
+    assert row.status == "fail" and row.note.startswith("run again in float64")
+    assert row.max_abs_err > 2 * row.limit
+    assert "in float64" in result.first_divergence.budget
+    assert (result.outputs["status"] == "ok").all()
+
+
+def test_the_correct_twin_agrees_in_float64(mini, ports, monkeypatch):
+    reference, inputs = mini
+    seen = []
+
+    def kept(*args, **kwargs):
+        found = precise.whole_models_in_float64(*args, **kwargs)
+        seen.append(found)
+        return found
+
+    monkeypatch.setattr(whole, "whole_models_in_float64", kept)
+    result = introspect.diff(reference.model, ports.correct(reference), inputs, nodes=False)
+    assert result.passed, result.first_divergence
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0].check.error < 1e-12
