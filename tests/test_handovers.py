@@ -23,6 +23,7 @@ from tests.fixtures.families import grouped_llama, tiny_inputs
 from tests.ports import bert_rows_vmapped, llama_block_norms
 
 evidence = importlib.import_module("introspect.diff.modules.evidence")
+whole_models = importlib.import_module("introspect.diff.flow.whole_models")
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,10 @@ def test_an_eps_between_the_linears_fails_the_block_by_what_it_hands(loud_llama)
 
 
 def test_without_the_handovers_the_block_passes(loud_llama, monkeypatch):
-    """What the hand-overs add: the block's own local error is within its budget."""
+    """What the hand-overs add: the block's own local error is within its budget (and
+    its float64 run, which fails the block too, is off here)."""
     monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
+    monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
     result = introspect.diff(loud_llama, llama_block_norms.build(loud_llama, "eps"),
                              tiny_inputs("llama"), nodes=False)
     modules = result.modules
@@ -93,6 +96,7 @@ def test_an_eps_in_a_row_mapped_by_vmap(perturbed_tiny, monkeypatch, handovers):
     if not handovers:
         monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
         monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
+        monkeypatch.setattr(whole_models, "computed_outside_modules", lambda e: False)
     assert introspect.diff(reference, bert_rows_vmapped.build(reference), inputs,
                            nodes=False).passed
     result = introspect.diff(reference, bert_rows_vmapped.build(reference, "eps"), inputs,

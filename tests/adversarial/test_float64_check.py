@@ -22,6 +22,7 @@ from tests.adversarial.corpus import port as adversarial_port
 from tests.fixtures.families import grouped_llama, tiny_inputs
 
 evidence = importlib.import_module("introspect.diff.modules.evidence")
+whole_models = importlib.import_module("introspect.diff.flow.whole_models")
 SLIP_LAYER = 3
 
 
@@ -195,6 +196,7 @@ def test_a_gelu_constant_typed_short_fails_on_minilm(mini, monkeypatch):
     reference, inputs = mini
     ports = adversarial_port("gelu_constant.py")
     monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
+    monkeypatch.setattr(whole_models, "computed_outside_modules", lambda e: False)
     assert introspect.diff(reference.model, ports.faulty(reference), inputs,
                            nodes=False).passed
     monkeypatch.undo()

@@ -113,7 +113,7 @@ def settle_verdict(state: DiffState) -> None:
     state.passed = passed_with_rows(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
-            and (state.divergence is None or (not rows_trusted(state) and not state.random)):
+            and (state.divergence is None or (not state.faithful and not state.random)):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands)
         name_from_truth(state)

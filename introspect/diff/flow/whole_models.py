@@ -8,11 +8,14 @@ explains fail it, as a row of the model itself."""
 
 from __future__ import annotations
 
+import torch
+
 from introspect.diff.flow.state import DiffState, copies
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.precise import whole_models_in_float64
 from introspect.diff.ops.explain import accepted_inputs
+from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.truth import NO_GRAD
 
@@ -22,8 +25,9 @@ def judge_whole_models(state: DiffState) -> None:
     docstring); nothing otherwise. Right after module evidence is gathered."""
     evidence, verdict = state.module_evidence, state.verdict
     if verdict is None or not verdict.passed or evidence is None or not evidence.passed \
-            or state.ref_truth is None or not state.ref_truth.calls \
-            or not computed_outside_modules(evidence):
+            or state.divergence is not None or state.ref_truth is None \
+            or not state.ref_truth.calls or not computed_outside_modules(evidence) \
+            or _coarser_than_float32(state) or _changing(state):
         return
     names = sorted({(r.reference_output, r.candidate_output) for r in verdict.rows
                     if r.candidate_output})
@@ -39,14 +43,37 @@ def judge_whole_models(state: DiffState) -> None:
         None, check.limit, STATUS_FAIL, f"{check.why} (at {found.reference_output})"))
 
 
+def _changing(state: DiffState) -> bool:
+    """A candidate whose calls differ, or that counts them: one more call would be a
+    call of another model (and move what it counts)."""
+    truth = state.cand_truth
+    return state.random or (truth is not None and truth.changed_between_calls())
+
+
+def _coarser_than_float32(state: DiffState) -> bool:
+    """A side that rounds coarser than float32 by design (bfloat16 or float16 weights,
+    int8 Linears, TF32 matmuls): its outputs' budget is that rounding's, not the
+    reference's float32 error."""
+    dtypes = {t.dtype for model in (state.reference, state.candidate)
+              for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
+    return bool(dtypes - {torch.float32, torch.float64}) or bool(state.device_rounding) \
+        or INT8 in state.candidate_dtypes
+
+
 def computed_outside_modules(evidence: ModuleEvidence) -> bool:
-    """Some weight of the candidate sits in no module of its that module evidence judged
-    within budget (its module was never called, holds the model's whole computation, or
-    holds every weight in one flat Parameter)."""
-    judged = [r.candidate_module for r in evidence.rows
-              if r.status == STATUS_OK and r.candidate_module]
-    return any(not any(within(name.rpartition(".")[0], m) for m in judged)
-               for name in evidence.relations)
+    """Some weight of the candidate is read by code no module evidence judged: its module
+    was never called (a layer's feed-forward in a method of the model, a dict of weights,
+    a flat Parameter) or is the model itself, and no module judged within budget holds
+    it (the model's own call, judged where it took floating inputs, holds every one). (A
+    module called on integers alone, an embedding, is not judged either; what it returns
+    is held by the modules it hands it to.)"""
+    judged = [r.candidate_module for r in evidence.rows if r.status == STATUS_OK]
+    for name in evidence.relations:
+        owner = name.rpartition(".")[0]
+        if (owner == "" or owner not in evidence.called) \
+                and not any(within(owner, m) for m in judged):
+            return True
+    return False
 
 
 __all__ = ["computed_outside_modules", "judge_whole_models"]
