@@ -23,7 +23,7 @@ nothing (``None``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeGuard
 
 import torch
@@ -200,11 +200,21 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
 
 
 def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
-    """``call``'s module run on ``args``/``kwargs`` under ``_InFloat64``: what it returned
-    (at ``path`` where one is given). Raises ``_Unproven``."""
+    """``call``'s module run on ``args``/``kwargs`` in float64 (``_in_float64``): what it
+    returned at ``path``. Raises ``_Unproven``."""
     given = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    given += list(call.module.parameters()) + list(call.module.buffers())
-    mode = _InFloat64(given)
+    returned = _in_float64(call.module, given, call.grad,
+                           lambda: call.module(*copied(args), **copied(kwargs)))
+    out = output_at(returned, path)
+    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+
+
+def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
+                run: Callable[[], Any]) -> Any:
+    """``run()`` under ``_InFloat64`` (given ``given``, ``module``'s weights and buffers),
+    the default dtype float64, autograd ``grad``. Raises ``_Unproven``: the run raised, or
+    proves nothing."""
+    mode = _InFloat64([*given, *module.parameters(), *module.buffers()])
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -212,17 +222,15 @@ def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -
         # saw with float64 values would stay in its cache (``config.disable`` too marks the
         # code), and the user's own float32 calls then run eagerly, rounding where the
         # compiled graph did not
-        with torch.set_grad_enabled(call.grad), torch.compiler.set_stance("force_eager"), \
-                mode:
-            returned = call.module(*copied(args), **copied(kwargs))
+        with torch.set_grad_enabled(grad), torch.compiler.set_stance("force_eager"), mode:
+            returned = run()
     except Exception as e:  # noqa: BLE001  a run that raises proves nothing
         raise _Unproven(type(e).__name__) from e
     finally:
         torch.set_default_dtype(before)
     if mode.unproven:
         raise _Unproven(mode.unproven)
-    out = output_at(returned, path)
-    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    return returned
 
 
 def _key(t: torch.Tensor) -> tuple[object, ...]:
@@ -293,20 +301,7 @@ def _floating(value: Any) -> TypeGuard[torch.Tensor]:
 
 
 def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
-    """``model(**inputs)`` in float64 (``_InFloat64``), as ``_run`` runs a module call."""
+    """``model(**inputs)`` in float64 under ``no_grad`` (``_in_float64``)."""
     given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-    given += list(model.parameters()) + list(model.buffers())
-    mode = _InFloat64(given)
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        with torch.no_grad(), torch.compiler.set_stance("force_eager"), mode:
-            returned = model(**{k: v.clone() if isinstance(v, torch.Tensor) else v
-                                for k, v in inputs.items()})
-    except Exception as e:  # noqa: BLE001  a run that raises proves nothing
-        raise _Unproven(type(e).__name__) from e
-    finally:
-        torch.set_default_dtype(before)
-    if mode.unproven:
-        raise _Unproven(mode.unproven)
-    return returned
+    return _in_float64(model, given, False, lambda: model(**{
+        k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}))
