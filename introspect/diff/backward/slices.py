@@ -17,6 +17,7 @@ gains at 1, zero biases) is not looked for: it could be anywhere.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import torch
@@ -36,10 +37,7 @@ class Slice:
     def of(self, value: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         """The slice of ``value`` (the candidate Parameter's, or its gradient) laid out as
         the reference weight."""
-        size = 1
-        for n in shape:
-            size *= n
-        return value.reshape(-1)[self.start:self.start + size].reshape(shape)
+        return value.reshape(-1)[self.start:self.start + math.prod(shape)].reshape(shape)
 
 
 def find_slices(reference: Mapping[str, torch.Tensor], candidate: Mapping[str, torch.Tensor],

@@ -8,14 +8,11 @@ explains fail it, as a row of the model itself."""
 
 from __future__ import annotations
 
-import torch
-
 from introspect.diff.flow.state import DiffState, copies
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.precise import whole_models_in_float64
-from introspect.diff.ops.explain import accepted_inputs
-from introspect.diff.quantized import INT8
+from introspect.diff.ops.explain import accepted_inputs, model_dtypes
 from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.truth import NO_GRAD
 
@@ -54,10 +51,8 @@ def _coarser_than_float32(state: DiffState) -> bool:
     """A side that rounds coarser than float32 by design (bfloat16 or float16 weights,
     int8 Linears, TF32 matmuls): its outputs' budget is that rounding's, not the
     reference's float32 error."""
-    dtypes = {t.dtype for model in (state.reference, state.candidate)
-              for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
-    return bool(dtypes - {torch.float32, torch.float64}) or bool(state.device_rounding) \
-        or INT8 in state.candidate_dtypes
+    dtypes = model_dtypes(state.reference) | set(state.candidate_dtypes)  # (qint8: int8)
+    return bool(dtypes - {"float32", "float64"}) or bool(state.device_rounding)
 
 
 def computed_outside_modules(evidence: ModuleEvidence) -> bool:

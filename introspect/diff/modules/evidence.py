@@ -156,9 +156,10 @@ class ModuleEvidence:
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
         elif row.note.startswith(IN_FLOAT64):  # (within its float32 budget)
-            detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) and "
-                      f"the reference's {row.reference_module}, {row.note}")
-            if not row.candidate_module:  # both whole models (``flow.whole_models``)
+            if row.candidate_module:
+                detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) "
+                          f"and the reference's {row.reference_module}, {row.note}")
+            else:  # both whole models (``flow.whole_models``)
                 detail = (f"module evidence: the candidate ({row.candidate_class}) and the "
                           f"reference, each {row.note}")
             budget = "the reference's float32 error, in float64"

@@ -183,9 +183,15 @@ def _by_region(boundaries: Iterable[Boundary], returned: bool) -> dict[str, _Sha
     return index
 
 
+def view_key(t: torch.Tensor) -> tuple[object, ...]:
+    """A value by the memory it views: the same tensor, however many calls took it."""
+    return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
+            tuple(t.stride()))
+
+
 def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
     """Every distinct value the reference's modules took or returned, once."""
-    by_tensor: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Boundary] = {}
+    by_tensor: dict[tuple[object, ...], Boundary] = {}
     samples = _Samples()
     for call in calls:
         for role, leaves in (("output", call.outputs), ("input", call.inputs)):
@@ -193,8 +199,7 @@ def reference_boundaries(calls: Iterable[ModuleCall]) -> Boundaries:
                 if not leaf.unchanged():
                     continue
                 t = leaf.value
-                key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
-                       tuple(t.stride()))
+                key = view_key(t)
                 known = by_tensor.get(key)
                 if known is None:
                     known = by_tensor[key] = Boundary(call.name, role, t, samples=samples)
@@ -765,4 +770,4 @@ def common_path(names: Sequence[str]) -> str:
 
 __all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "Relations", "closest", "common_path",
            "distance", "owned_relations", "pair_call", "reference_boundaries", "region_of",
-           "relate_parameters"]
+           "relate_parameters", "view_key"]

@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.local import UNIT
-from introspect.diff.modules.pairing import ModulePair
+from introspect.diff.modules.pairing import ModulePair, view_key
 from introspect.run.capture import ModuleCall
 from introspect.run.outputs import flatten_outputs
 
@@ -117,10 +117,20 @@ class ReferenceCalls:
     a pair's reference output, run again in float64."""
 
     def __init__(self, calls: Iterable[ModuleCall]) -> None:
-        self._returned: dict[tuple[object, ...], list[tuple[ModuleCall, str]]] = {}
-        for call in calls:
-            for leaf in call.outputs:
-                self._returned.setdefault(_key(leaf.value), []).append((call, leaf.path))
+        self._calls = list(calls)
+        self._index: dict[tuple[object, ...], list[tuple[ModuleCall, str]]] | None = None
+
+    @property
+    def _returned(self) -> dict[tuple[object, ...], list[tuple[ModuleCall, str]]]:
+        """Each call by the values it returned, indexed on first use: most diffs run no
+        pair in float64 at all."""
+        if self._index is None:
+            self._index = {}
+            for call in self._calls:
+                for leaf in call.outputs:
+                    self._index.setdefault(view_key(leaf.value), []).append(
+                        (call, leaf.path))
+        return self._index
 
     def computing(self, pair: ModulePair) -> ReferenceRun | None:
         """The reference call that returned ``pair``'s reference output from the values
@@ -133,12 +143,13 @@ class ReferenceCalls:
         candidate's layer computes its own in float64, and the reference's must too). None
         where none did."""
         boundary = pair.output.boundary
-        given = {_key(m.boundary.value) for m in pair.inputs}
-        found = sorted(self._returned.get(_key(boundary.value), []),
+        given = {view_key(m.boundary.value) for m in pair.inputs}
+        found = sorted(self._returned.get(view_key(boundary.value), []),
                        key=lambda c: -c[0].name.count(".") if c[0].name else 1)
         candidates = []
         for call, path in found:
-            taken = {_key(leaf.value): leaf.path for leaf in call.inputs if leaf.unchanged()}
+            taken = {view_key(leaf.value): leaf.path for leaf in call.inputs
+                     if leaf.unchanged()}
             if not given <= set(taken):
                 continue
             missing = [(at, self._returned[k][0]) for k, at in taken.items()
@@ -231,11 +242,6 @@ def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
     if mode.unproven:
         raise _Unproven(mode.unproven)
     return returned
-
-
-def _key(t: torch.Tensor) -> tuple[object, ...]:
-    """A value by the memory it views (as ``pairing.reference_boundaries`` finds them)."""
-    return (_storage(t), int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
 
 
 def _lower(value: Any) -> bool:

@@ -380,22 +380,11 @@ def _skipped_before(pair: Pair, layer: str, alignment: Alignment,
     every block between the two has no paired node at all: the candidate never computes
     them (a loop started at 1, a block dropped from its list), and its ``layer`` is handed
     what the reference hands the first of them. None otherwise."""
-    if layer in _NOT_BLOCKS:
+    fed = _fed_by(pair, layer, alignment, reference, candidate)
+    if fed is None:
         return None
-    order: dict[str, int] = {}
-    for record in reference.records:
-        order.setdefault(record.layer, len(order))
-    by_name = {r.name: r for r in reference.records}
-    cand = next((r for r in candidate.records if r.name == pair.candidate), None)
-    if cand is None or not cand.inputs or layer not in order:
-        return None
-    paired = {p.candidate: p.reference for p in alignment.pairs}
-    fed = {by_name[paired[name]].layer for name in cand.inputs
-           if paired.get(name) in by_name}
-    if len(fed) != 1:
-        return None
-    (source,) = fed
-    if source not in order or order[source] >= order[layer]:
+    source, order, by_name = fed
+    if order[source] >= order[layer]:
         return None
     between = [name for name, at in sorted(order.items(), key=lambda kv: kv[1])
                if order[source] < at < order[layer] and name not in _NOT_BLOCKS]
@@ -409,11 +398,8 @@ def _moved_layer(module: str, layer: str, other: str) -> str:
     """The module of layer ``other`` that ``layer``'s module sits in: ``encoder.layer.0``
     for ``encoder.layer.1.attention.self.query``; ``other`` where ``module`` is none of
     ``layer``'s."""
-    parts, inner = module.split("."), layer.split(".")
-    for start in range(len(parts) - len(inner) + 1):
-        if parts[start:start + len(inner)] == inner:
-            return ".".join(parts[:start] + other.split("."))
-    return other
+    at = _layer_at(module, layer)
+    return other if at is None else ".".join(module.split(".")[:at] + other.split("."))
 
 
 def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
@@ -424,27 +410,11 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     weights it reads). Values flow forward: a node reading layer 2's weights on layer 3's
     values sits in layer 3, and holds layer 2's weights by a loading slip (an off-by-one in
     a key mapping). None otherwise."""
-    if layer in _NOT_BLOCKS:
+    fed = _fed_by(pair, layer, alignment, reference, candidate)
+    if fed is None:
         return None
-    order: dict[str, int] = {}
-    for record in reference.records:
-        order.setdefault(record.layer, len(order))
-    cand = next((r for r in candidate.records if r.name == pair.candidate), None)
-    if cand is None or not cand.inputs:
-        return None
-    paired = {p.candidate: p.reference for p in alignment.pairs}
-    by_name = {r.name: r for r in reference.records}
-    layers = set()
-    for name in cand.inputs:
-        ref = paired.get(name)
-        if ref is None or ref not in by_name:
-            continue
-        layers.add(by_name[ref].layer)
-    if len(layers) != 1:
-        return None
-    (later,) = layers
-    if later == layer or later in _NOT_BLOCKS or later not in order or layer not in order \
-            or order[later] <= order[layer]:
+    later, order, by_name = fed
+    if later == layer or later in _NOT_BLOCKS or order[later] <= order[layer]:
         return None
     # ... and the later layer's own module stands unread: a port running its layers out of
     # order also feeds an earlier layer a later one's values, each weight read where it is
@@ -456,14 +426,45 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     return later
 
 
+def _fed_by(pair: Pair, layer: str, alignment: Alignment, reference: IntrospectGraph,
+            candidate: IntrospectGraph,
+            ) -> tuple[str, dict[str, int], dict[str, Any]] | None:
+    """The one reference layer every paired input of the candidate's node is from, with
+    the reference's layers in their order and its records by name; None where its inputs
+    come from several layers or none, or ``layer`` is no block of a stack."""
+    if layer in _NOT_BLOCKS:
+        return None
+    order: dict[str, int] = {}
+    for record in reference.records:
+        order.setdefault(record.layer, len(order))
+    cand = next((r for r in candidate.records if r.name == pair.candidate), None)
+    if cand is None or not cand.inputs or layer not in order:
+        return None
+    paired = {p.candidate: p.reference for p in alignment.pairs}
+    by_name = {r.name: r for r in reference.records}
+    layers = {by_name[paired[name]].layer for name in cand.inputs
+              if paired.get(name) in by_name}
+    if len(layers) != 1:
+        return None
+    (source,) = layers
+    return (source, order, by_name) if source in order else None
+
+
 def _moved(module: str, layer: str, later: str) -> str:
     """``module``, a module of ``layer`` (``transformer.h.1.ln_2`` of ``h.1``), as the same
     module of ``later``; ``later`` itself where it is none of ``layer``'s."""
+    at = _layer_at(module, layer)
+    if at is None:
+        return later
+    parts = module.split(".")
+    return ".".join(parts[:at] + later.split(".") + parts[at + len(layer.split(".")):])
+
+
+def _layer_at(module: str, layer: str) -> int | None:
+    """Where ``layer``'s parts begin among ``module``'s; None where it is none of its."""
     parts, inner = module.split("."), layer.split(".")
-    for start in range(len(parts) - len(inner) + 1):
-        if parts[start:start + len(inner)] == inner:
-            return ".".join(parts[:start] + later.split(".") + parts[start + len(inner):])
-    return later
+    return next((start for start in range(len(parts) - len(inner) + 1)
+                 if parts[start:start + len(inner)] == inner), None)
 
 
 # the layers that are no block of a stack (``NodeRecord.layer``): a value read there after
