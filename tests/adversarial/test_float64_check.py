@@ -130,15 +130,34 @@ def test_correct_twins_of_the_blind_mechanisms_hold_in_float64(name, tiny, monke
     result = introspect.diff(reference.model, builder(reference), inputs, nodes=False)
     assert result.passed, result.first_divergence
     assert not result.modules["note"].str.contains("float64").any()
-    assert all(c.error < 0.05 * c.limit for c in checks), checks
+    # far within; an island (NumPy's result handed back in float32) rounds there once, as
+    # the reference's float32 run does: a share of the reference's float32 error
+    assert all(c.error < (0.25 if c.island else 0.05) * c.limit for c in checks), checks
+    if name == "numpy":
+        assert any("outside the run" in c.island for c in checks), checks
 
 
-def test_a_float32_value_from_outside_the_run_proves_nothing():
+def test_a_float32_value_from_outside_the_run_is_an_island():
+    """Proves nothing in the reference's run (its float64 output is the truth); in the
+    candidate's, it is the island its own float32 error is measured for."""
     given = torch.randn(4)
-    with _InFloat64([given]) as mode:
-        rounded = torch.from_numpy((given.double().numpy() * 3).astype(np.float32))
-        (given * rounded).sum()
-    assert "outside the run" in mode.unproven
+    for islands in (False, True):
+        with _InFloat64([given], islands) as mode:
+            rounded = torch.from_numpy((given.double().numpy() * 3).astype(np.float32))
+            out = (given * rounded).sum()
+        assert out.dtype == torch.float64
+        if islands:
+            assert mode.unproven == "" and "float32 value from outside the run" in mode.island
+        else:
+            assert "outside the run" in mode.unproven and mode.island == ""
+
+
+def test_a_value_rounded_coarser_than_float32_outside_proves_nothing():
+    given = torch.randn(4)
+    with _InFloat64([given], islands=True) as mode:
+        coarse = torch.from_numpy(given.double().numpy().astype(np.float16))
+        (given * coarse).sum()
+    assert "float16 value from outside the run" in mode.unproven
 
 
 def test_the_run_holds_every_value_in_float64():
@@ -185,7 +204,7 @@ def test_the_float64_run_leaves_compiled_code_as_it_was():
         before = compiled(x)
         assert not torch.equal(before, module(x)), "the compiled graph must differ from eager"
         call = ModuleCall("", compiled, NO_GRAD, False, (x,), {}, [], [], 0, False)
-        out = _run(call, [x], {}, "output")
+        out, _ = _run(call, [x], {}, "output")
         assert out.dtype == torch.float64
         assert torch.equal(compiled(x), before)
 

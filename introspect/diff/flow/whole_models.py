@@ -8,6 +8,8 @@ explains fail it, as a row of the model itself."""
 
 from __future__ import annotations
 
+import torch
+
 from introspect.diff.flow.state import DiffState, copies
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence
 from introspect.diff.modules.paths import within
@@ -31,13 +33,21 @@ def judge_whole_models(state: DiffState) -> None:
     found = whole_models_in_float64(
         state.reference, state.candidate, copies(state.ref_accepted),
         accepted_inputs(state.candidate, state.cand_tensors),
-        state.ref_truth.calls[0].outputs, names, state.tensors.get("attention_mask"))
+        state.ref_truth.calls[0].outputs, _candidate_outputs(state), names,
+        state.tensors.get("attention_mask"))
     if found is None or not found.check.failed:
         return
     check = found.check
     evidence.rows.append(ModuleDiff(
         "", type(state.candidate).__name__, "", "outputs", NO_GRAD, "value", check.error,
         None, check.limit, STATUS_FAIL, f"{check.why} (at {found.reference_output})"))
+
+
+def _candidate_outputs(state: DiffState) -> dict[str, torch.Tensor]:
+    """The candidate's own float32 outputs, from its plain call under ``no_grad`` (the
+    float64 run's mode): what an island's own float32 error is measured from."""
+    truth = state.cand_truth
+    return (truth.outputs_of(NO_GRAD) if truth is not None else None) or {}
 
 
 def _changing(state: DiffState) -> bool:

@@ -14,10 +14,18 @@ other is handed rounded: a rotary table).
 
 The check only adds a FAIL to a pair that passed its float32 budget, never a PASS (a fault
 that lives in float32 alone, a softmax rounded to bfloat16, is gone in float64 and judged
-by the float32 budget), and only where it proves something: where either run saw a value
-of less than float64 from outside the run (NumPy in float32, a worker thread, a constant
-kept in float32), an op writing into one, an autocast region, or the run raises, it says
-nothing (``None``).
+by the float32 budget), and only where it proves something: where either run saw an op
+writing into a value of less than float64, a value rounded coarser than float32, an
+autocast region, or the run raises, it says nothing (``None``).
+
+A candidate may compute part of its run in float32 where the mode cannot reach: an
+*island* (NumPy in float32, a worker thread, a constant kept in float32, a custom op that
+casts inside). Its values are taken up as they come, and it rounds there as it did in
+float32, once, as the reference's own float32 run rounds the same computation. So where
+the candidate's run holds an island, the budget is over the larger of the two float32
+errors, the reference's and the candidate's own (its float32 output on the same inputs
+against its float64 one, which holds a NumPy LayerNorm's cancellation as it rounds). The
+reference's run must hold none: its float64 output is the truth the budget stands on.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ class Float64Check:
     error: float  # the candidate's float64 output against the reference's
     reference_error: float  # the reference's float32 output against its float64 one
     limit: float
+    island: str = ""  # the candidate's first value rounded in float32 where the mode is not
+    candidate_error: float = 0.0  # (an island's) its float32 output against its float64
 
     @property
     def failed(self) -> bool:
@@ -63,11 +73,19 @@ class Float64Check:
 
     @property
     def why(self) -> str:
+        own = (f"the larger float32 error, the reference's {self.reference_error:.2g} "
+               f"or the candidate's own {self.candidate_error:.2g} (it rounds in float32 "
+               f"where float64 does not reach: {self.island})" if self.island else
+               f"the reference's own float32 error {self.reference_error:.2g}")
         return (f"{IN_FLOAT64} on the same inputs, the candidate's output is "
                 f"{self.error:.3g} from the reference's (budget {self.limit:.3g}: "
-                f"{CONFIRM_FACTOR:g}x the reference's own float32 error "
-                f"{self.reference_error:.2g} + {CONFIRM_UNITS:g} float32 roundings): not "
+                f"{CONFIRM_FACTOR:g}x {own} + {CONFIRM_UNITS:g} float32 roundings): not "
                 "rounding")
+
+
+def _limit(reference_error: float, candidate_error: float, scale: float) -> float:
+    return CONFIRM_FACTOR * max(reference_error, candidate_error) \
+        + CONFIRM_UNITS * UNIT[torch.float32] * scale
 
 
 class _Unproven(Exception):
@@ -75,16 +93,26 @@ class _Unproven(Exception):
 
 
 class _InFloat64(TorchDispatchMode):
-    """Every op run in float64: floating arguments of less precision taken up (those the
-    run was given: its inputs, the modules' weights and buffers; any other is a value
-    rounded outside the run, and the run proves nothing), float dtypes asked for made
-    float64 (the default dtype is float64 meanwhile: ``_run``). An op that still returns
-    less computes in less inside: the run proves nothing."""
+    """Every op run in float64: floating arguments of less precision taken up, float
+    dtypes asked for made float64 (the default dtype is float64 meanwhile: ``_run``).
+    A float32 value the run was not given (its inputs, the modules' weights and buffers)
+    was rounded where the mode does not reach, as is one an op returns that computes in
+    float32 inside: the run's first such is its ``island`` (with ``islands`` False, the
+    run proves nothing), and one coarser than float32 proves nothing."""
 
-    def __init__(self, given: Iterable[torch.Tensor]) -> None:
+    def __init__(self, given: Iterable[torch.Tensor], islands: bool = False) -> None:
         super().__init__()
         self._given = {_storage(t) for t in given}
+        self._islands = islands
         self.unproven = ""
+        self.island = ""
+
+    def _rounded(self, what: str, dtype: torch.dtype) -> None:
+        """A value of ``dtype`` rounded where the mode does not reach (``what``)."""
+        if self._islands and dtype == torch.float32:
+            self.island = self.island or what
+        else:
+            self.unproven = self.unproven or what
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
@@ -97,18 +125,19 @@ class _InFloat64(TorchDispatchMode):
         args, kwargs = tree_map(self._taken_up, (args, kwargs))
         kwargs = {k: _HIGHER.get(v, v) if k == "dtype" else v for k, v in kwargs.items()}
         returned = func(*args, **kwargs)
-        if any(_lower(t) for t in tree_flatten(returned)[0]):
-            # every argument and dtype asked for float64, and less came back: the op
-            # computes in less inside (a custom op casting to float32 runs below this mode)
-            self.unproven = self.unproven or f"{func} returned less than float64"
+        for t in tree_flatten(returned)[0]:
+            if _lower(t):
+                # every argument and dtype asked for float64, and less came back: the op
+                # computes in less inside (a custom op casting to float32, below the mode)
+                self._rounded(f"{func} returns {_dtype_name(t)}", t.dtype)
         return tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t, returned)
 
     def _taken_up(self, value: Any) -> Any:
         if not _lower(value):
             return value
         if _storage(value) not in self._given:
-            self.unproven = self.unproven or "a value of less than float64 came from " \
-                "outside the run (NumPy, a thread, a constant)"
+            self._rounded(f"a {_dtype_name(value)} value from outside the run (NumPy, a "
+                          "thread, a constant)", value.dtype)
         return value.to(_HIGHER[value.dtype])
 
 
@@ -188,44 +217,63 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
         ref_kwargs = dict(reference_call.kwargs)
         for at, producer, produced in reference.again:  # (what it took, in float64 too)
             put(ref_args, ref_kwargs, at, _run(producer, list(producer.args),
-                                               dict(producer.kwargs), produced))
-        reference_out = _run(reference_call, ref_args, ref_kwargs, reference_path)
+                                               dict(producer.kwargs), produced)[0])
+        reference_out, _ = _run(reference_call, ref_args, ref_kwargs, reference_path)
         args: Any = [copied(a) for a in call.args]
         kwargs = {k: copied(v) for k, v in call.kwargs.items()}
         for match in pair.inputs:
             put(args, kwargs, match.path,
                 as_argument(match.boundary.value, value_at(args, kwargs, match.path)))
-        candidate = _run(call, args, kwargs, pair.output.path)
+        candidate, island = _run(call, args, kwargs, pair.output.path, islands=True)
+        own = _in_float32(call, args, kwargs, pair.output.path) if island else None
     except _Unproven:
         return None
     wanted = pair.output.boundary
-    if not isinstance(reference_out, torch.Tensor) or not isinstance(candidate, torch.Tensor) \
+    if not all(isinstance(t, torch.Tensor) for t in (reference_out, candidate)) \
             or reference_out.shape != wanted.value.shape \
-            or candidate.numel() != reference_out.numel():
+            or candidate.numel() != reference_out.numel() \
+            or island and (not isinstance(own, torch.Tensor) or own.shape != candidate.shape):
         return None
     candidate = candidate.reshape(reference_out.shape)
     error = largest_gap(candidate, reference_out, keep)
     reference_error = largest_gap(wanted.value.double(), reference_out, keep)
-    limit = CONFIRM_FACTOR * reference_error + CONFIRM_UNITS * UNIT[torch.float32] * scale
-    return Float64Check(error, reference_error, limit)
+    candidate_error = largest_gap(own.double().reshape(candidate.shape), candidate, keep) \
+        if isinstance(own, torch.Tensor) else 0.0
+    return Float64Check(error, reference_error,
+                        _limit(reference_error, candidate_error, scale), island,
+                        candidate_error)
 
 
-def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
+def _in_float32(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
+    """``call``'s module run as the user runs it, in float32, on ``args``/``kwargs``: what
+    it returned at ``path`` (an island's candidate's own float32 output). Raises
+    ``_Unproven``."""
+    try:
+        with torch.set_grad_enabled(call.grad):
+            out = output_at(call.module(*copied(args), **copied(kwargs)), path)
+    except Exception as e:  # noqa: BLE001  a run that raises proves nothing
+        raise _Unproven(type(e).__name__) from e
+    return out.detach() if isinstance(out, torch.Tensor) else out
+
+
+def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str,
+         islands: bool = False) -> tuple[Any, str]:
     """``call``'s module run on ``args``/``kwargs`` in float64 (``_in_float64``): what it
-    returned at ``path``. Raises ``_Unproven``."""
+    returned at ``path``, and its island. Raises ``_Unproven``."""
     given = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    returned = _in_float64(call.module, given, call.grad,
-                           lambda: call.module(*copied(args), **copied(kwargs)))
+    returned, island = _in_float64(call.module, given, call.grad,
+                                   lambda: call.module(*copied(args), **copied(kwargs)),
+                                   islands)
     out = output_at(returned, path)
-    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out), island
 
 
 def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
-                run: Callable[[], Any]) -> Any:
+                run: Callable[[], Any], islands: bool = False) -> tuple[Any, str]:
     """``run()`` under ``_InFloat64`` (given ``given``, ``module``'s weights and buffers),
-    the default dtype float64, autograd ``grad``. Raises ``_Unproven``: the run raised, or
-    proves nothing."""
-    mode = _InFloat64([*given, *module.parameters(), *module.buffers()])
+    the default dtype float64, autograd ``grad``: what it returned, and its first island
+    (allowed where ``islands``). Raises ``_Unproven``: the run raised, or proves nothing."""
+    mode = _InFloat64([*given, *module.parameters(), *module.buffers()], islands)
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -241,11 +289,15 @@ def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
         torch.set_default_dtype(before)
     if mode.unproven:
         raise _Unproven(mode.unproven)
-    return returned
+    return returned, mode.island
 
 
 def _lower(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype in _HIGHER
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -270,35 +322,43 @@ def whole_models_in_float64(reference: torch.nn.Module, candidate: torch.nn.Modu
                             ref_inputs: Mapping[str, torch.Tensor],
                             cand_inputs: Mapping[str, torch.Tensor],
                             reference_outputs: Mapping[str, torch.Tensor],
+                            candidate_outputs: Mapping[str, torch.Tensor],
                             names: Iterable[tuple[str, str]],
                             real: torch.Tensor | None) -> WholeCheck | None:
     """Each model's own call run again in float64 (``_InFloat64``), under ``no_grad``, on
     its inputs: for each pair of outputs ``names`` pairs (the outputs' verdict's), the
     candidate's against the reference's, against the reference's own float32 error (its
-    output in ``reference_outputs``, from its plain call). The worst; None where a run
-    proves nothing. What covers a candidate whose computation no module of its own holds
-    (a port written as functions, a layer's feed-forward in a compiled method)."""
+    output in ``reference_outputs``, from its plain call; with the candidate's own, in
+    ``candidate_outputs``, where the candidate's run holds an island). The worst; None
+    where a run proves nothing. What covers a candidate whose computation no module of
+    its own holds (a port written as functions, a layer's feed-forward in a compiled
+    method)."""
     try:
-        ref64 = flatten_outputs(_run_model(reference, ref_inputs))
-        cand64 = flatten_outputs(_run_model(candidate, cand_inputs))
+        ref64 = flatten_outputs(_run_model(reference, ref_inputs)[0])
+        returned, island = _run_model(candidate, cand_inputs, islands=True)
+        cand64 = flatten_outputs(returned)
     except _Unproven:
         return None
     worst: WholeCheck | None = None
     for ref_name, cand_name in names:
-        r32, r64, c64 = reference_outputs.get(ref_name), ref64.get(ref_name), \
-            cand64.get(cand_name)
+        r32, r64, c64, c32 = reference_outputs.get(ref_name), ref64.get(ref_name), \
+            cand64.get(cand_name), candidate_outputs.get(cand_name)
         if not (_floating(r32) and _floating(r64) and _floating(c64)) \
                 or r32.numel() != c64.numel() or r32.shape != r64.shape:
             continue
+        if island and not (_floating(c32) and c32.shape == c64.shape):
+            return None  # (an island's own float32 error not known: nothing proven)
         keep = kept(r32, r64, real)
         error = largest_gap(c64.reshape(r32.shape), r64, keep)
         reference_error = largest_gap(r32.double(), r64, keep)
-        limit = CONFIRM_FACTOR * reference_error \
-            + CONFIRM_UNITS * UNIT[torch.float32] * largest(r32, keep)
+        candidate_error = largest_gap(c32.double().reshape(r32.shape),
+                                      c64.reshape(r32.shape), keep) if _floating(c32) \
+            and island else 0.0
+        limit = _limit(reference_error, candidate_error, largest(r32, keep))
         if limit > 0 and (worst is None or error / limit
                           > worst.check.error / worst.check.limit):
-            worst = WholeCheck(ref_name, cand_name,
-                               Float64Check(error, reference_error, limit))
+            worst = WholeCheck(ref_name, cand_name, Float64Check(
+                error, reference_error, limit, island, candidate_error))
     return worst
 
 
@@ -306,8 +366,10 @@ def _floating(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
-def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
-    """``model(**inputs)`` in float64 under ``no_grad`` (``_in_float64``)."""
+def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+               islands: bool = False) -> tuple[Any, str]:
+    """``model(**inputs)`` in float64 under ``no_grad`` (``_in_float64``), and its island."""
     given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
     return _in_float64(model, given, False, lambda: model(**{
-        k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}))
+        k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}),
+        islands)
