@@ -25,6 +25,6 @@ def test_a_cut_gradient_fails_in_its_layer(tiny):
     result = introspect.diff(reference.model, port("checkpoint_thread.py").faulty(reference),
                              inputs, backward=True)
     assert (result.outputs["status"] == "ok").all()
-    assert not result.passed and not result.backward.passed
+    assert not result.passed and not result.backward.passed, result.summary()
     assert result.backward.first_divergence.layer == "encoder.layer.1", \
         result.backward.first_divergence

@@ -41,11 +41,23 @@ def test_faulty_port_fails_in_the_reference_layer(name, tiny):
 
 
 def test_module_divergence_names_both_sides(tiny):
-    result = _diff(tiny, port("modules_evidence.py").faulty_thread)
+    result = _diff(tiny, port("modules_evidence.py").faulty_compiled)
     d = result.first_divergence
     assert d.reference_node.startswith("encoder.layer.1")
-    assert d.candidate_node == "blocks.1.ffn.inner"
+    assert d.candidate_node == "blocks.1.ffn"
     assert "module evidence" in d.detail
+    row = result.modules.query("candidate_module == 'blocks.1.ffn' and status == 'fail'")
+    assert len(row) == 1 and row.iloc[0].max_abs_err > 3 * row.iloc[0].limit
+
+
+def test_a_threaded_fault_is_named_at_the_value_handed_back(tiny):
+    """The FFN's activation computed in a worker thread: the recording pairs what the
+    thread hands back (``ops.outside``) and names the activation, its hint saying so;
+    module evidence fails the threaded module too."""
+    result = _diff(tiny, port("modules_evidence.py").faulty_thread)
+    d = result.first_divergence
+    assert d.module == "encoder.layer.1.intermediate.intermediate_act_fn", d
+    assert any("where the recording does not reach" in h for h in d.hints), d
     row = result.modules.query("candidate_module == 'blocks.1.ffn.inner' and status == 'fail'")
     assert len(row) == 1 and row.iloc[0].max_abs_err > 3 * row.iloc[0].limit
 

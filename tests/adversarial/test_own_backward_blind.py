@@ -15,7 +15,7 @@ import torch
 
 from tests.adversarial.corpus import port
 
-BLIND = ["compiled", "thread", "vmap"]
+BLIND = ["compiled", "vmap"]
 
 
 def _diff(tiny, builder, nodes=False):
@@ -36,7 +36,19 @@ def test_a_correct_port_the_recorder_cannot_run_passes_on_its_own_backward(name,
     assert any("each side's own backward decides" in n for n in b.notes)
 
 
-@pytest.mark.parametrize("name", BLIND)
+def test_a_threaded_port_is_recorded_through_what_its_thread_hands_back(tiny):
+    """Its FFN in a worker thread: the recording was blind to it (the ops before the
+    thread fed nothing it saw) and each side's own backward decided. What the thread
+    hands back is a model value now (``ops.outside``): the ops around it are recorded and
+    their gradients compared, every weight's too; the own backwards are taken as well."""
+    result = _diff(tiny, port("modules_evidence.py").correct_thread)
+    b = result.backward
+    assert result.passed and b.passed, result.summary()
+    assert len(b.rows) >= 30 and len(b.parameter_rows) >= 30
+    assert len(result.nodes.query("candidate_node != ''")) > 40
+
+
+@pytest.mark.parametrize("name", [*BLIND, "thread"])
 def test_its_faulty_twin_fails_in_the_reference_layer(name, tiny):
     result = _diff(tiny, getattr(port("modules_evidence.py"), f"faulty_{name}"))
     assert not result.passed
@@ -45,7 +57,7 @@ def test_its_faulty_twin_fails_in_the_reference_layer(name, tiny):
     assert result.backward.first_divergence.layer == "encoder.layer.1"
 
 
-@pytest.mark.parametrize("builder, code", [("correct_thread", 0), ("faulty_vmap", 1)])
+@pytest.mark.parametrize("builder, code", [("correct_compiled", 0), ("faulty_vmap", 1)])
 def test_with_a_report_it_gets_the_same_verdict(tiny_folder, tmp_path, capsys, builder, code):
     """``--backward --out`` was exit 2 ("could not record the candidate"): the report is
     written, with the own backwards' verdict, the faulty twin named in its layer."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from introspect.diff.backward.results import STATUS_FAIL
 from introspect.diff.flow.state import DiffState, compiled, copies
+from introspect.diff.ops.outside import handed_from_outside
 from introspect.errors import InputError
 
 
@@ -89,8 +90,11 @@ def compare_gradients(state: DiffState) -> None:
             raise InputError("loss= is used only with backward=True")
         state.gradients = None
         return
-    if explanation.graph is None and state.own_gradients is None and state.truths:
-        own_gradients_late(state)  # (with node tables: not taken with the plain calls)
+    hole = explanation.graph is not None and handed_from_outside(explanation.graph)
+    if (explanation.graph is None or hole) and state.own_gradients is None and state.truths:
+        # (with node tables: not taken with the plain calls); a recording handed values
+        # from a thread or NumPy cannot take the weights used there: the own backwards do
+        own_gradients_late(state)
     own = state.own_gradients
     decided = None if own is None else own.result or own.failing
     if explanation.graph is None and decided is not None:
@@ -132,15 +136,23 @@ def compare_gradients(state: DiffState) -> None:
         loss_inputs=state.loss_inputs)
     if not state.gradients.passed:
         state.gradients = _recorded_against_noise(state, state.gradients)
-    if own is not None and own.failing is not None and state.gradients.passed:
+    # the own backwards decide over a recorded PASS; and over a recorded FAIL too where
+    # the recording was handed values from outside it: blind to the weights used there,
+    # it names the node gradients after them, not the weight whose gradient is wrong
+    overrules = state.gradients.passed or hole
+    if own is not None and own.failing is not None and overrules:
         own.failing = _own_against_noise(state)
-    if own is not None and own.failing is not None and not own.failing.passed \
-            and state.gradients.passed:
-        # the own backward of the first call proved weights over budget; the recorded one,
-        # a later call, agrees: a backward that changes from call to call, and the proof
-        # stands (the user's first step trains otherwise)
+    if own is not None and own.failing is not None and not own.failing.passed and overrules:
         recorded, state.gradients = state.gradients, own.failing
+        verdict = "within budget" if recorded.passed else "some over budget"
         state.gradients.notes.append(
+            "the candidate's own backward is over budget on weights paired by proof, which "
+            "its recording was blind to: it was handed values computed outside it (a "
+            f"worker thread, NumPy; the {len(recorded.rows)} node gradients it saw: "
+            f"{verdict})" if hole else
+            # the own backward of the first call proved weights over budget; the recorded
+            # one, a later call, agrees: a backward that changes from call to call, and
+            # the proof stands (the user's first step trains otherwise)
             "the candidate's own backward of its first plain call is over budget on "
             f"weights paired by proof, while its recorded backward, a later call, agrees "
             f"({len(recorded.rows)} node gradients within budget): its backward changes "

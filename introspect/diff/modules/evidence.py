@@ -58,6 +58,7 @@ from introspect.diff.modules.precise import (
 )
 from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
+from introspect.diff.ops.outside import handed_from_outside_hint
 from introspect.diff.quantized import is_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
@@ -191,7 +192,8 @@ class ModuleEvidence:
         recording is not faithful to the plain call (or names no node), the module names
         the divergence; so does a failing module that comes before the node the recording
         names, outside it (a fault the recording cannot see, NumPy, shows there only at
-        the next op it sees, a layer later). ``order``: the reference's modules in the
+        the next op it sees, a layer later), or not after a value the recording names that
+        it was handed from outside it (``ops.outside``). ``order``: the reference's modules in the
         order they first ran."""
         mine = self.divergence()
         if mine is None:
@@ -202,7 +204,11 @@ class ModuleEvidence:
             return passed, divergence
         if divergence is None or not faithful or divergence.layer == "outputs" \
                 or not divergence.reference_node \
-                or _comes_first(mine.module, divergence.module, order):
+                or _comes_first(mine.module, divergence.module, order) \
+                or handed_from_outside_hint(divergence.hints) \
+                and not _comes_first(divergence.module, mine.module, order):
+            # (a value the recording was handed from a thread: a module called there was
+            # judged on the reference's inputs to it, which the recording could not do)
             divergence = mine
         return False, divergence
 

@@ -29,6 +29,7 @@ from introspect.diff.modules.paths import within
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult
+from introspect.diff.ops.outside import COMPUTED_OUTSIDE, outside_hint
 from introspect.diff.records import (
     PROVEN_STRUCTURE,
     STATUS_DRIFT,
@@ -349,6 +350,9 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
                                                     keep_dropout=dropout_seen)
     ref_record = next(r for r in reference.records if r.name == ref_node)
     module, layer = ref_record.module, ref_record.layer or first.layer
+    if _computed_outside(candidate, cand_node):  # (no op of the candidate's computed it)
+        op = ref_record.op_type
+        hints = (outside_hint(module or layer, cand_node), *hints)
     if layer == "mask" and context is not None and snapshot is not None:
         module, layer = _where_positions_go(context, snapshot, reference) or (module, layer)
     cand_record = next((r for r in candidate.records if r.name == cand_node), None)
@@ -498,6 +502,14 @@ def _where_positions_go(context: Mapping[str, Any], snapshot: Any,
     module = consumer.split(" (")[0]
     layers = [r.layer for r in reference.records if r.module == module]
     return (module, layers[0]) if module and layers else None
+
+
+def _computed_outside(candidate: IntrospectGraph, name: str) -> bool:
+    """``name`` is a value the candidate's recording was handed from a thread or NumPy
+    (``ops.outside``)."""
+    node = next((n for n in candidate.gm.graph.nodes if n.name == name), None)
+    return node is not None and node.op == "get_attr" \
+        and node.target in candidate.gm.meta.get(COMPUTED_OUTSIDE, frozenset())
 
 
 def _computing_op(row: NodeDiff, reference: IntrospectGraph, candidate: IntrospectGraph,

@@ -40,10 +40,12 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
+from introspect.diff.ops.outside import COMPUTED_OUTSIDE, computed_outside, merged_outside
 from introspect.errors import InputError
 from introspect.run.capture import remove_hook
 from introspect.run.outputs import output_items
@@ -526,20 +528,38 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     named = outputs_as_dict(outputs)
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
-    gm = graph_module(recorder.graph, model, recorder.constants, title)
+    # (before ``graph_module``, whose copy of each constant on the model would hold it)
+    outside = computed_outside(recorder.constants, _containers_of(recorder))
+    outside = merged_outside(recorder.graph, recorder.constants, outside)
+    # a value handed from outside was computed from ops the graph holds with no use left
+    # (a layer's output that a worker thread took): kept, they are compared as any op;
+    # not ops on ``vmap``'s own tensors, which cannot run again outside it
+    gm = graph_module(recorder.graph, model, recorder.constants, title,
+                      keep_unused=bool(outside) and not any(
+                          is_functorch_wrapped_tensor(t) for t in recorder.constants.values()))
+    gm.meta[COMPUTED_OUTSIDE] = frozenset(outside)
     return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
                      values=recorder.kept or {}, versions=recorder.kept_versions)
 
 
+def _containers_of(recorder: _Recorder) -> list[Any]:
+    """The recorder's own containers of tensors (what keeps a constant it saw)."""
+    return [recorder.constants, recorder.kept, recorder.kept_versions, recorder.attributes,
+            recorder.__dict__]
+
+
 def graph_module(graph: torch.fx.Graph, model: torch.nn.Module,
-                 constants: Mapping[str, torch.Tensor], title: str = "") -> torch.fx.GraphModule:
+                 constants: Mapping[str, torch.Tensor], title: str = "",
+                 keep_unused: bool = False) -> torch.fx.GraphModule:
     """A recorded graph (its output node written) as a GraphModule on ``model``, dead
-    code dropped; ``constants``: the tensors its ``_tensor_constant`` nodes read."""
+    code dropped (but with ``keep_unused``); ``constants``: the tensors its
+    ``_tensor_constant`` nodes read."""
     graph.owning_module = model  # type: ignore[assignment]  # DCE checks every target
     for name, tensor in constants.items():  # GraphModule copies them from the root
         setattr(model, name, tensor)
     try:
-        graph.eliminate_dead_code(is_impure_node=_is_impure)
+        if not keep_unused:
+            graph.eliminate_dead_code(is_impure_node=_is_impure)
         return build_graph_module(model, graph, title or type(model).__name__)
     finally:
         for name in constants:

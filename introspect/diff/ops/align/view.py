@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from introspect.diff.ops.outside import COMPUTED_OUTSIDE
 from introspect.diff.quantized import quantized_weights
 from introspect.tracing.records import KIND_MULTI, KIND_TENSOR, NodeRecord
 from introspect.tracing.shapes import backbone_path
@@ -130,13 +131,16 @@ class GraphView:
         A recorded graph holds sizes as plain numbers, so what a trace derives from the
         input's length (``arange(S)``, ``position_ids[:, :S]``) seems to depend on nothing:
         tensors made from no tensor, and what is computed from a buffer (not a
-        parameter), count as depending on the inputs, as they do in a trace.
+        parameter), count as depending on the inputs, as they do in a trace. So does a
+        value the recording was handed from a thread or NumPy (``ops.outside``).
         """
         dependent: set[str] = set()
+        outside = self.gm.meta.get(COMPUTED_OUTSIDE, frozenset())
         for node in self.gm.graph.nodes:
             inputs = node.all_input_nodes
             if node.op == "placeholder" or any(n.name in dependent for n in inputs) \
-                    or self._made_from_sizes(node, inputs):
+                    or self._made_from_sizes(node, inputs) \
+                    or node.op == "get_attr" and node.target in outside:
                 dependent.add(node.name)
         return dependent
 
