@@ -58,3 +58,38 @@ def test_the_correct_numpy_port_agrees_within_its_islands_rounding(mini, ports,
     assert check.island and check.candidate_error > 0
     # every norm rounds once in float32: a share of the reference's float32 error
     assert check.error < 0.25 * check.limit
+
+
+
+def test_a_norm_computed_in_a_method_is_named_in_its_layer(mini):
+    """A layer's output LayerNorm in NumPy, in a method of the model
+    (``ports/numpy_method.py``): named at the value NumPy hands back (``ops.outside``)."""
+    reference, inputs = mini
+    ports = port("numpy_method.py")
+    result = introspect.diff(reference.model, ports.faulty(reference), inputs, nodes=False)
+    assert not result.passed
+    assert (result.outputs["status"] == "ok").all()
+    layer = "encoder.layer.3"
+    divergence = result.first_divergence
+    assert (divergence.layer, divergence.module) == (layer, f"{layer}.output.LayerNorm"), \
+        divergence
+    correct = introspect.diff(reference.model, ports.correct(reference), inputs, nodes=False)
+    assert correct.passed, correct.first_divergence
+
+
+def test_the_whole_models_fail_names_the_one_module_no_judged_module_holds():
+    """The float64 FAIL of the whole models names a module where every weight no judged
+    module holds is that reference module's (a layer's norm the model computes by hand:
+    probe round g's port_b), and no module where they are several modules' (a port
+    written as functions)."""
+    from introspect.diff.modules.evidence import ModuleEvidence
+
+    norm = "encoder.layer.1.output.LayerNorm"
+    one = ModuleEvidence(relations={
+        "blocks.1.norm2.weight": {f"{norm}.weight"}, "blocks.1.norm2.bias": {f"{norm}.bias"},
+        "blocks.1.proj.weight": {"encoder.layer.1.attention.output.dense.weight"}},
+        called={"blocks.1.proj"})
+    assert whole._unjudged_module(one) == norm
+    functions = ModuleEvidence(relations={
+        "w.a": {f"{norm}.weight"}, "w.b": {"encoder.layer.0.output.dense.weight"}})
+    assert whole._unjudged_module(functions) == ""

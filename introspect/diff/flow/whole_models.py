@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from introspect.diff.flow.state import DiffState, copies
-from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence
+from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence, ReferenceLayers
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.precise import whole_models_in_float64
 from introspect.diff.ops.explain import accepted_inputs, model_dtypes
@@ -38,9 +38,24 @@ def judge_whole_models(state: DiffState) -> None:
     if found is None or not found.check.failed:
         return
     check = found.check
+    # where what no module judged reads the weights of one reference module alone (a
+    # layer's output LayerNorm computed in NumPy by the model's own method), it is named
+    module = _unjudged_module(evidence)
+    layer = ReferenceLayers.of(state.reference).of_module(module)
+    where = f"; every weight no judged module holds is {module}'s" if module else ""
     evidence.rows.append(ModuleDiff(
-        "", type(state.candidate).__name__, "", "outputs", NO_GRAD, "value", check.error,
-        None, check.limit, STATUS_FAIL, f"{check.why} (at {found.reference_output})"))
+        "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", check.error,
+        None, check.limit, STATUS_FAIL,
+        f"{check.why} (at {found.reference_output}{where})"))
+
+
+def _unjudged_module(evidence: ModuleEvidence) -> str:
+    """The one reference module owning every reference weight held by the candidate's
+    weights no module judged (``computed_outside_modules``); "" where they are several
+    modules' (a port written as functions) or none."""
+    owners = {reference.rpartition(".")[0] for name in _unjudged_weights(evidence)
+              for reference in evidence.relations[name]}
+    return owners.pop() if len(owners) == 1 else ""
 
 
 def _candidate_outputs(state: DiffState) -> dict[str, torch.Tensor]:
@@ -72,13 +87,20 @@ def computed_outside_modules(evidence: ModuleEvidence) -> bool:
     it (the model's own call, judged where it took floating inputs, holds every one). (A
     module called on integers alone, an embedding, is not judged either; what it returns
     is held by the modules it hands it to.)"""
+    return bool(_unjudged_weights(evidence))
+
+
+def _unjudged_weights(evidence: ModuleEvidence) -> list[str]:
+    """The candidate's weights read by code no module evidence judged (see
+    ``computed_outside_modules``)."""
     judged = [r.candidate_module for r in evidence.rows if r.status == STATUS_OK]
+    found = []
     for name in evidence.relations:
         owner = name.rpartition(".")[0]
         if (owner == "" or owner not in evidence.called) \
                 and not any(within(owner, m) for m in judged):
-            return True
-    return False
+            found.append(name)
+    return found
 
 
 __all__ = ["computed_outside_modules", "judge_whole_models"]
