@@ -54,7 +54,10 @@ def _path(site: Site, name: str) -> str:
 def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]:
     """Hints for reference weights read up to ``quantity`` that the candidate holds nowhere."""
     hints = []
-    named = {label: p.detach() for label, p in candidate.named_parameters()}
+    # (a port may hold its weights as buffers, handed to a skeleton by functional_call)
+    named = {label: t.detach() for label, t in (*candidate.named_parameters(),
+                                                *candidate.named_buffers())
+             if t.is_floating_point()}
     params = list(named.values())
     for module in READS.get(quantity, ()):
         for kind in ("weight", "bias"):
@@ -69,9 +72,9 @@ def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]
                 hints.append(scaled_hint(f"{site.prefix}{where}{name}", *scaled))
                 continue
             hints.append(f"weight {site.prefix}{where}{name} has no counterpart in the "
-                         "candidate (no parameter holds its values, as they are, transposed, "
-                         "reshaped, or as a block of a fused weight): left unloaded, still at "
-                         "its initial values")
+                         "candidate (no parameter or buffer holds its values, as they are, "
+                         "transposed, reshaped, or as a block of a fused weight): left "
+                         "unloaded, still at its initial values")
     return hints
 
 

@@ -46,6 +46,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode, is_tensor_method_or_property
 
 from introspect.diff.ops.outside import COMPUTED_OUTSIDE, computed_outside, merged_outside
+from introspect.diff.ops.swapped import Weights, as_called, noted
 from introspect.errors import InputError
 from introspect.run.capture import remove_hook
 from introspect.run.outputs import output_items
@@ -155,6 +156,7 @@ class _Recorder(TorchFunctionMode):
             names.setdefault(id(buffer), name)
         self.tensor_names = names
         self.attributes: dict[str, torch.fx.Node] = {}
+        self.leaf_weights: dict[str, list[Weights | None]] = {}  # (``ops.swapped``)
         self.paths = {module: path for path, module in model.named_modules()}
 
     # -- nodes ------------------------------------------------------------------------
@@ -262,6 +264,8 @@ class _Recorder(TorchFunctionMode):
             kwargs = self.as_arguments(kwargs_now)
         node = self._create("call_module", self.paths[module], args, kwargs, result)
         self._claim(result, node)
+        # (the weights it ran on: ``functional_call`` swaps others in for the call)
+        self.leaf_weights.setdefault(self.paths[module], []).append(noted(module))
 
     def function_returned(self, function: type[torch.autograd.Function],
                           args: tuple[Any, ...],
@@ -534,9 +538,11 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     # a value handed from outside was computed from ops the graph holds with no use left
     # (a layer's output that a worker thread took): kept, they are compared as any op;
     # not ops on ``vmap``'s own tensors, which cannot run again outside it
-    gm = graph_module(recorder.graph, model, recorder.constants, title,
-                      keep_unused=bool(outside) and not any(
-                          is_functorch_wrapped_tensor(t) for t in recorder.constants.values()))
+    with as_called(model, recorder.leaf_weights):
+        gm = graph_module(recorder.graph, model, recorder.constants, title,
+                          keep_unused=bool(outside) and not any(
+                              is_functorch_wrapped_tensor(t)
+                              for t in recorder.constants.values()))
     gm.meta[COMPUTED_OUTSIDE] = frozenset(outside)
     return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
                      values=recorder.kept or {}, versions=recorder.kept_versions)
