@@ -60,10 +60,14 @@ def test_the_correct_threaded_port_passes(mini, threaded):
     assert len(rows) >= 4  # (the next layer's projections, paired by their weights)
 
 
-def test_a_numpy_norm_slip_is_named_in_its_layer(mini):
+@pytest.mark.parametrize("nodes", [True, False])
+def test_a_numpy_norm_slip_is_named_in_its_layer(mini, nodes):
+    """With no node tables too: the whole models' float64 run fails first there, and its
+    row, naming no call, does not overrule the op the recording names."""
     reference, inputs = mini
     ports = port("numpy_island.py")
-    result = introspect.diff(reference.model, ports.faulty_alone(reference), inputs)
+    result = introspect.diff(reference.model, ports.faulty_alone(reference), inputs,
+                             nodes=nodes)
     assert not result.passed
     divergence = result.first_divergence
     assert divergence.layer == f"encoder.layer.{ports.slip_layer(reference)}", divergence

@@ -205,10 +205,11 @@ class ModuleEvidence:
         if divergence is None or not faithful or divergence.layer == "outputs" \
                 or not divergence.reference_node \
                 or _comes_first(mine.module, divergence.module, order) \
-                or handed_from_outside_hint(divergence.hints) \
+                or handed_from_outside_hint(divergence.hints) and mine.candidate_module \
                 and not _comes_first(divergence.module, mine.module, order):
             # (a value the recording was handed from a thread: a module called there was
-            # judged on the reference's inputs to it, which the recording could not do)
+            # judged on the reference's inputs to it, which the recording could not do;
+            # not the whole models' float64 row, which names no call)
             divergence = mine
         return False, divergence
 
