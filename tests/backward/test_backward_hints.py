@@ -35,6 +35,17 @@ def test_constant_factors_are_named():
     assert not any("times" in h for h in gradient_hints(off, ref, None))
 
 
+def test_dropouts_scale_with_nothing_dropped_is_named():
+    """A dropout that drops nothing at a small node scales it by 1/(1-p) alone: named as
+    dropout's, on the side that has it (it read "no familiar factor")."""
+    ref = _ref()
+    assert any("1/(1-0.1): dropout's scale in the candidate only" in h
+               for h in gradient_hints(ref / 0.9, ref, None))
+    assert any("1-0.2: dropout's scale in the reference only" in h
+               for h in gradient_hints(ref * 0.8, ref, None))
+    assert any("no familiar factor" in h for h in gradient_hints(ref * 1.3, ref, None))
+
+
 def test_dropout_pattern():
     ref = _ref()
     keep = torch.rand(ref.shape, generator=torch.Generator().manual_seed(1)) > 0.1

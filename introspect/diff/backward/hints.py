@@ -112,6 +112,13 @@ def _name_scale(k: float) -> str:
             return f"{prefix}{round(x)}: a mean where the other sums (over {round(x)} items?)"
         if math.isclose(x * x, round(x * x), rel_tol=1e-5):
             return f"{prefix}sqrt({round(x * x)}): a 1/sqrt(d) scale in one pass only"
+        dropped = 1 - 1 / x  # (1/(1-p): what dropout scales the kept values by)
+        if math.isclose(dropped * 100, round(dropped * 100), abs_tol=1e-3) and dropped <= 0.9:
+            p = f"{round(dropped * 100) / 100:g}"
+            factor, side = (f"1/(1-{p})", "the candidate") if not prefix \
+                else (f"1-{p}", "the reference")
+            return (f"{factor}: dropout's scale in {side} only, nothing dropped here (a module "
+                    "left in training mode, or F.dropout(training=True))")
     return "no familiar factor"
 
 
