@@ -35,6 +35,22 @@ def test_only_a_value_nobody_holds_is_computed_outside():
     assert computed_outside(constants, ours) == {"d", "e"}
 
 
+def test_a_held_tensor_is_remembered_while_it_lives():
+    """Found held once, not looked for again (a port's one-token steps pay one scan); its
+    entry goes when it dies."""
+    import gc
+
+    from introspect.diff.ops import outside
+
+    kept = {"w": torch.ones(3)}
+    key = id(kept["w"])
+    assert computed_outside({"a": kept["w"]}, []) == set()
+    assert outside._held_before(kept["w"])
+    del kept["w"]
+    gc.collect()
+    assert key not in outside._HELD
+
+
 @pytest.fixture(scope="module")
 def threaded():
     return port("thread_function.py")

@@ -29,7 +29,7 @@ from introspect.diff.modules.paths import within
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult
-from introspect.diff.ops.outside import COMPUTED_OUTSIDE, outside_hint
+from introspect.diff.ops.outside import handed_values, outside_hint
 from introspect.diff.records import (
     PROVEN_STRUCTURE,
     STATUS_DRIFT,
@@ -509,7 +509,7 @@ def _computed_outside(candidate: IntrospectGraph, name: str) -> bool:
     (``ops.outside``)."""
     node = next((n for n in candidate.gm.graph.nodes if n.name == name), None)
     return node is not None and node.op == "get_attr" \
-        and node.target in candidate.gm.meta.get(COMPUTED_OUTSIDE, frozenset())
+        and node.target in handed_values(candidate.gm)
 
 
 def _computing_op(row: NodeDiff, reference: IntrospectGraph, candidate: IntrospectGraph,

@@ -533,7 +533,7 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     returned = {name: recorder.as_arguments(value) for name, value in named.items()}
     recorder.graph.output(returned)
     # (before ``graph_module``, whose copy of each constant on the model would hold it)
-    outside = computed_outside(recorder.constants, _containers_of(recorder))
+    outside = computed_outside(recorder.constants, [recorder.kept])
     outside = merged_outside(recorder.graph, recorder.constants, outside)
     # a value handed from outside was computed from ops the graph holds with no use left
     # (a layer's output that a worker thread took): kept, they are compared as any op;
@@ -546,12 +546,6 @@ def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: t
     gm.meta[COMPUTED_OUTSIDE] = frozenset(outside)
     return Recording(gm, input_names, tuple(returned), recorded_outputs=named,
                      values=recorder.kept or {}, versions=recorder.kept_versions)
-
-
-def _containers_of(recorder: _Recorder) -> list[Any]:
-    """The recorder's own containers of tensors (what keeps a constant it saw)."""
-    return [recorder.constants, recorder.kept, recorder.kept_versions, recorder.attributes,
-            recorder.__dict__]
 
 
 def graph_module(graph: torch.fx.Graph, model: torch.nn.Module,

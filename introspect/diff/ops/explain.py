@@ -36,7 +36,7 @@ from introspect.diff.ops.divergence import (
 from introspect.diff.ops.drift import find_drift, mark_drift
 from introspect.diff.ops.eager import Recording, outputs_not_replayed, record_forward
 from introspect.diff.ops.exercised import unexercised_notes
-from introspect.diff.ops.outside import COMPUTED_OUTSIDE
+from introspect.diff.ops.outside import handed_values
 from introspect.diff.ops.twins import hold_twins, twin_pairs
 from introspect.diff.quantized import INT8, holds_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_UNCONFIRMED, Divergence, NodeDiff
@@ -131,7 +131,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
              (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
     borrowed_line = borrowed_note(borrowed, ref_graph.title)
     notes += [borrowed_line] if borrowed_line else []
-    handed = len(cand_graph.gm.meta.get(COMPUTED_OUTSIDE, ()))
+    handed = len(handed_values(cand_graph.gm))
     if handed:
         notes.append(f"the candidate's recording was handed {handed} value(s) computed where "
                      "it does not reach (a worker thread, NumPy): the ops that computed them "

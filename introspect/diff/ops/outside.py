@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -49,15 +49,23 @@ def computed_outside(constants: Mapping[str, torch.Tensor], ours: Iterable[Any])
     outside = set()
     for name, t in unknown.items():
         if id(t) in held:
-            _HELD[id(t)] = weakref.ref(t)
+            _HELD[id(t)] = weakref.ref(t, _forget(id(t)))
         else:
             outside.add(name)
     return outside
 
 
 # tensors found held, by identity (a weak reference each: a tensor born where a dead one
-# was, the same ``id``, is not taken for it; ``WeakSet`` would compare tensors by value)
+# was, the same ``id``, is not taken for it; ``WeakSet`` would compare tensors by value);
+# a dead one's entry goes with it
 _HELD: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def _forget(key: int) -> Callable[[weakref.ref[torch.Tensor]], None]:
+    def forget(ref: weakref.ref[torch.Tensor]) -> None:
+        if _HELD.get(key) is ref:  # (not a later tensor's, born at the same ``id``)
+            del _HELD[key]
+    return forget
 
 
 def _held_before(tensor: torch.Tensor) -> bool:
@@ -97,10 +105,16 @@ def handed_from_outside_hint(hints: Iterable[str]) -> bool:
     return any(h.startswith(OUTSIDE_HINT) and OUTSIDE_HINT_END in h for h in hints)
 
 
+def handed_values(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """The targets of the ``get_attr`` nodes of a recorded ``gm`` that stand for values
+    computed outside it (none for a graph that was not recorded)."""
+    return gm.meta.get(COMPUTED_OUTSIDE, frozenset())
+
+
 def handed_from_outside(graph: Any) -> bool:
     """The recorded ``graph`` (an ``IntrospectGraph``) holds a value computed outside it."""
-    return bool(graph.gm.meta.get(COMPUTED_OUTSIDE))
+    return bool(handed_values(graph.gm))
 
 
 __all__ = ["COMPUTED_OUTSIDE", "computed_outside", "handed_from_outside",
-           "handed_from_outside_hint", "merged_outside", "outside_hint"]
+           "handed_from_outside_hint", "handed_values", "merged_outside", "outside_hint"]

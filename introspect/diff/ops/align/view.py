@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from introspect.diff.ops.outside import COMPUTED_OUTSIDE
+from introspect.diff.ops.outside import handed_values
 from introspect.diff.quantized import quantized_weights
 from introspect.tracing.records import KIND_MULTI, KIND_TENSOR, NodeRecord
 from introspect.tracing.shapes import backbone_path
@@ -135,7 +135,7 @@ class GraphView:
         value the recording was handed from a thread or NumPy (``ops.outside``).
         """
         dependent: set[str] = set()
-        outside = self.gm.meta.get(COMPUTED_OUTSIDE, frozenset())
+        outside = handed_values(self.gm)
         for node in self.gm.graph.nodes:
             inputs = node.all_input_nodes
             if node.op == "placeholder" or any(n.name in dependent for n in inputs) \
