@@ -279,7 +279,7 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
                 found |= equal_to(t.reshape(shape))
         if not found and t.dtype != torch.float32:
             found = {r for r, rt in ref.items() if rt.shape == t.shape
-                     and torch.equal(rt.to(t.dtype), t)}
+                     and torch.equal(rt.to(t.dtype), t.to(rt.device))}
         related[name] = found
     return Relations(related, same_memory)
 
@@ -739,6 +739,8 @@ def _equal_how(a: torch.Tensor, b: torch.Tensor) -> str | None:
     float32, other bytes or another layout), None (not equal)."""
     if a.shape != b.shape:
         return None
+    if a.device != b.device:  # the candidate on a device of its own: read there in blocks
+        return _equal_how_across(a, b)
     if same_bytes(a, b):  # (most weights of a port: at the memory's speed)
         return "bytes"
     if a.dtype == b.dtype and a.dtype in _EXACT_IN_FLOAT32:
@@ -748,6 +750,17 @@ def _equal_how(a: torch.Tensor, b: torch.Tensor) -> str | None:
         return "values" if torch.equal(a.to(torch.float32), b.to(torch.float32)) else None
     rows = max(1, _CHUNK // max(1, a[:1].numel()))  # a block of rows at a time
     return "values" if all(torch.equal(x.to(torch.float32), y.to(torch.float32))
+                           for x, y in zip(a.split(rows), b.split(rows), strict=True)) \
+        else None
+
+
+def _equal_how_across(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """``_equal_how`` of tensors on two devices: ``b`` brought to ``a``'s device a block
+    of rows at a time (a weight is never held twice whole)."""
+    if a.ndim == 0:
+        return _equal_how(a, b.to(a.device))
+    rows = max(1, _CHUNK // max(1, a[:1].numel()))
+    return "values" if all(_equal_how(x, y.to(a.device)) is not None
                            for x, y in zip(a.split(rows), b.split(rows), strict=True)) \
         else None
 

@@ -356,7 +356,8 @@ class Matcher:
         for found in self.cand.weights.values():
             for label, t in found:
                 if t.ndim == 1 and t.shape == folded.shape and t.is_floating_point() \
-                        and bool(((t.detach().double() - folded).abs() <= slack).all()):
+                        and bool(((t.detach().double().to(folded.device) - folded).abs()
+                                   <= slack).all()):
                     return relation.reference, shift, label
         return None
 

@@ -160,7 +160,8 @@ def _closest(target: torch.Tensor | None, options: Iterable[tuple[str, Any]], at
         if not isinstance(value, torch.Tensor) or value.shape != target.shape \
                 or not value.is_floating_point():
             continue
-        difference = (value.double() - target.double()).abs()
+        # (the candidate may run on a device of its own: compared on the reference's)
+        difference = (value.double().to(target.device) - target.double()).abs()
         if bool(torch.isfinite(difference).all()) and float(difference.max()) <= limit:
             agreeing.append(name)
     if not agreeing:

@@ -679,8 +679,10 @@ def _relate_by_name(reference: GraphView, candidate: GraphView,
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if not (a.is_floating_point() and b.is_floating_point()):
-        return float((a != b).any())
-    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
+        return float((a.to(b.device) != b).any())
+    # (the candidate may hold its weights on a device of its own)
+    return float((a.detach().double().to(b.device) - b.detach().double()).abs().max()) \
+        if a.numel() else 0.0
 
 
 
