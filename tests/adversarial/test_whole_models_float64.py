@@ -38,6 +38,10 @@ def test_a_slip_no_module_holds_fails_in_float64(mini, ports):
     assert row.max_abs_err > 2 * row.limit
     assert "in float64" in result.first_divergence.budget
     assert (result.outputs["status"] == "ok").all()
+    # named where the two float64 runs part (``modules.departure``), not "outputs"
+    assert result.first_divergence.layer == "encoder.layer.3"
+    assert row.reference_module == "encoder.layer.3"
+    assert "agree with the reference's layers before encoder.layer.3" in row.note
 
 
 def test_the_correct_twin_agrees_in_float64(mini, ports, monkeypatch):

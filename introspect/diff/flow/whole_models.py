@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from introspect.diff.flow.state import DiffState, copies
+from introspect.diff.modules.departure import first_departure
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence, ReferenceLayers
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.precise import whole_models_in_float64
@@ -41,8 +42,15 @@ def judge_whole_models(state: DiffState) -> None:
     # where what no module judged reads the weights of one reference module alone (a
     # layer's output LayerNorm computed in NumPy by the model's own method), it is named
     module = _unjudged_module(evidence)
-    layer = ReferenceLayers.of(state.reference).of_module(module)
     where = f"; every weight no judged module holds is {module}'s" if module else ""
+    if not module:  # a port written as functions: where the two float64 runs part
+        departure = first_departure(
+            state.reference, state.candidate, copies(state.ref_accepted),
+            accepted_inputs(state.candidate, state.cand_tensors),
+            state.tensors.get("attention_mask"))
+        if departure is not None:
+            module, where = departure.module, f"; {departure.why}"
+    layer = ReferenceLayers.of(state.reference).of_module(module)
     evidence.rows.append(ModuleDiff(
         "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", check.error,
         None, check.limit, STATUS_FAIL,

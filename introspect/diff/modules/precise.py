@@ -83,12 +83,14 @@ class Float64Check:
                 "rounding")
 
 
-def _limit(reference_error: float, candidate_error: float, scale: float) -> float:
+def float64_limit(reference_error: float, candidate_error: float, scale: float) -> float:
+    """The float64 budget: the larger float32 error, ``CONFIRM_FACTOR`` times, plus
+    ``CONFIRM_UNITS`` float32 roundings of ``scale`` (the output's largest magnitude)."""
     return CONFIRM_FACTOR * max(reference_error, candidate_error) \
         + CONFIRM_UNITS * UNIT[torch.float32] * scale
 
 
-class _Unproven(Exception):
+class Unproven(Exception):
     """The float64 run cannot prove anything (why, in words)."""
 
 
@@ -100,10 +102,12 @@ class _InFloat64(TorchDispatchMode):
     float32 inside: the run's first such is its ``island`` (with ``islands`` False, the
     run proves nothing), and one coarser than float32 proves nothing."""
 
-    def __init__(self, given: Iterable[torch.Tensor], islands: bool = False) -> None:
+    def __init__(self, given: Iterable[torch.Tensor], islands: bool = False,
+                 watch: Callable[[Any], None] | None = None) -> None:
         super().__init__()
         self._given = {_storage(t) for t in given}
         self._islands = islands
+        self._watch = watch  # (``departure``: told each value the run computes or takes up)
         self.unproven = ""
         self.island = ""
 
@@ -130,15 +134,23 @@ class _InFloat64(TorchDispatchMode):
                 # every argument and dtype asked for float64, and less came back: the op
                 # computes in less inside (a custom op casting to float32, below the mode)
                 self._rounded(f"{func} returns {_dtype_name(t)}", t.dtype)
-        return tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t, returned)
+        returned = tree_map(lambda t: t.to(_HIGHER[t.dtype]) if _lower(t) else t, returned)
+        if self._watch is not None:
+            for t in tree_flatten(returned)[0]:
+                self._watch(t)
+        return returned
 
     def _taken_up(self, value: Any) -> Any:
         if not _lower(value):
             return value
-        if _storage(value) not in self._given:
+        outside = _storage(value) not in self._given
+        if outside:
             self._rounded(f"a {_dtype_name(value)} value from outside the run (NumPy, a "
                           "thread, a constant)", value.dtype)
-        return value.to(_HIGHER[value.dtype])
+        taken = value.to(_HIGHER[value.dtype])
+        if outside and self._watch is not None:
+            self._watch(taken)
+        return taken
 
 
 class ReferenceCalls:
@@ -226,7 +238,7 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
                 as_argument(match.boundary.value, value_at(args, kwargs, match.path)))
         candidate, island = _run(call, args, kwargs, pair.output.path, islands=True)
         own = _in_float32(call, args, kwargs, pair.output.path) if island else None
-    except _Unproven:
+    except Unproven:
         return None
     wanted = pair.output.boundary
     if not all(isinstance(t, torch.Tensor) for t in (reference_out, candidate)) \
@@ -240,40 +252,43 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
     candidate_error = largest_gap(own.double().reshape(candidate.shape), candidate, keep) \
         if isinstance(own, torch.Tensor) else 0.0
     return Float64Check(error, reference_error,
-                        _limit(reference_error, candidate_error, scale), island,
+                        float64_limit(reference_error, candidate_error, scale), island,
                         candidate_error)
 
 
 def _in_float32(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
     """``call``'s module run as the user runs it, in float32, on ``args``/``kwargs``: what
     it returned at ``path`` (an island's candidate's own float32 output). Raises
-    ``_Unproven``."""
+    ``Unproven``."""
     try:
         with torch.set_grad_enabled(call.grad):
             out = output_at(call.module(*copied(args), **copied(kwargs)), path)
     except Exception as e:  # noqa: BLE001  a run that raises proves nothing
-        raise _Unproven(type(e).__name__) from e
+        raise Unproven(type(e).__name__) from e
     return out.detach() if isinstance(out, torch.Tensor) else out
 
 
 def _run(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str,
          islands: bool = False) -> tuple[Any, str]:
-    """``call``'s module run on ``args``/``kwargs`` in float64 (``_in_float64``): what it
-    returned at ``path``, and its island. Raises ``_Unproven``."""
+    """``call``'s module run on ``args``/``kwargs`` in float64 (``run_in_float64``): what it
+    returned at ``path``, and its island. Raises ``Unproven``."""
     given = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    returned, island = _in_float64(call.module, given, call.grad,
+    returned, island = run_in_float64(call.module, given, call.grad,
                                    lambda: call.module(*copied(args), **copied(kwargs)),
                                    islands)
     out = output_at(returned, path)
     return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out), island
 
 
-def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
-                run: Callable[[], Any], islands: bool = False) -> tuple[Any, str]:
+def run_in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
+                   run: Callable[[], Any], islands: bool = False,
+                   watch: Callable[[Any], None] | None = None) -> tuple[Any, str]:
     """``run()`` under ``_InFloat64`` (given ``given``, ``module``'s weights and buffers),
     the default dtype float64, autograd ``grad``: what it returned, and its first island
-    (allowed where ``islands``). Raises ``_Unproven``: the run raised, or proves nothing."""
-    mode = _InFloat64([*given, *module.parameters(), *module.buffers()], islands)
+    (allowed where ``islands``); ``watch``, where given, is told each value the run
+    computes or takes up from outside it. Raises ``Unproven``: the run raised, or proves
+    nothing."""
+    mode = _InFloat64([*given, *module.parameters(), *module.buffers()], islands, watch)
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -284,11 +299,11 @@ def _in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: bool,
         with torch.set_grad_enabled(grad), torch.compiler.set_stance("force_eager"), mode:
             returned = run()
     except Exception as e:  # noqa: BLE001  a run that raises proves nothing
-        raise _Unproven(type(e).__name__) from e
+        raise Unproven(type(e).__name__) from e
     finally:
         torch.set_default_dtype(before)
     if mode.unproven:
-        raise _Unproven(mode.unproven)
+        raise Unproven(mode.unproven)
     return returned, mode.island
 
 
@@ -305,8 +320,8 @@ def _storage(t: torch.Tensor) -> int:
 
 
 __all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "IN_FLOAT64", "Float64Check",
-           "ReferenceCalls", "ReferenceRun", "WholeCheck", "float64_check",
-           "whole_models_in_float64"]
+           "ReferenceCalls", "ReferenceRun", "Unproven", "WholeCheck", "float64_check",
+           "float64_limit", "run_in_float64", "whole_models_in_float64"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,7 +352,7 @@ def whole_models_in_float64(reference: torch.nn.Module, candidate: torch.nn.Modu
         ref64 = flatten_outputs(_run_model(reference, ref_inputs)[0])
         returned, island = _run_model(candidate, cand_inputs, islands=True)
         cand64 = flatten_outputs(returned)
-    except _Unproven:
+    except Unproven:
         return None
     worst: WholeCheck | None = None
     for ref_name, cand_name in names:
@@ -354,7 +369,7 @@ def whole_models_in_float64(reference: torch.nn.Module, candidate: torch.nn.Modu
         candidate_error = largest_gap(c32.double().reshape(r32.shape),
                                       c64.reshape(r32.shape), keep) if _floating(c32) \
             and island else 0.0
-        limit = _limit(reference_error, candidate_error, largest(r32, keep))
+        limit = float64_limit(reference_error, candidate_error, largest(r32, keep))
         if limit > 0 and (worst is None or error / limit
                           > worst.check.error / worst.check.limit):
             worst = WholeCheck(ref_name, cand_name, Float64Check(
@@ -368,8 +383,8 @@ def _floating(value: Any) -> TypeGuard[torch.Tensor]:
 
 def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                islands: bool = False) -> tuple[Any, str]:
-    """``model(**inputs)`` in float64 under ``no_grad`` (``_in_float64``), and its island."""
+    """``model(**inputs)`` in float64 under ``no_grad`` (``run_in_float64``), and its island."""
     given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-    return _in_float64(model, given, False, lambda: model(**{
+    return run_in_float64(model, given, False, lambda: model(**{
         k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}),
         islands)

@@ -1,0 +1,199 @@
+"""Where the whole models' float64 runs part: the layer a FAIL of the whole models names.
+
+The whole models' float64 check (``precise.whole_models_in_float64``) fails a port whose
+computation no module of its own holds (a port written as functions, its GELU's constant
+typed 0.7071), but it sees the outputs alone, and such a FAIL named no layer. Here both
+models run again in float64, on the same inputs, in the same mode:
+
+- the reference, with a hook on each of its layers (the embeddings, every block) keeping
+  what the layer returned, once in float32 and once in float64;
+- the candidate, with every value its ops return or take up from outside the run (a
+  NumPy norm's result) held against those outputs as it comes, of the same shape: the
+  closest stands for the candidate's value there (a port's layer output is one of the
+  values it computes; nothing else of that shape is near it).
+
+Before a fault the two float64 runs agree to float64's rounding, or, where the candidate
+rounds in float32 where the mode does not reach (a NumPy norm in every layer), to that
+rounding, which grows slowly from layer to layer; at the fault the gap grows many times.
+Of the layers up to the first whose gap is over that layer's own float32 error
+(``precise``'s budget: ``CONFIRM_FACTOR`` times it, plus ``CONFIRM_UNITS`` roundings of
+its largest magnitude), the one where the gap grows most over every gap before it is
+named. It only names a place for a FAIL decided already, never decides one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from introspect.diff.modules.evidence import ReferenceLayers
+from introspect.diff.modules.gaps import kept, largest, largest_gap
+from introspect.diff.modules.paths import depth
+from introspect.diff.modules.precise import Unproven, float64_limit, run_in_float64
+
+_FINEST = 0.1  # a gap under this share of a layer's budget is read as that share
+_JUMP = 2.0  # how many times a layer's gap must grow over those before it to be named
+
+
+@dataclasses.dataclass(frozen=True)
+class Departure:
+    """The first reference layer whose float64 output the candidate's run does not
+    reproduce: ``module`` (its path), ``layer`` (as the layer table names it), how far the
+    candidate's closest value is from it, and that layer's budget."""
+
+    module: str
+    layer: str
+    distance: float
+    limit: float
+    before: float  # the largest gap of the layers before it
+
+    @property
+    def growth(self) -> float:
+        """How many times the gap grew here over every gap before it (read no finer than
+        a tenth of this layer's budget)."""
+        return self.distance / max(self.before, _FINEST * self.limit) if self.limit else 0.0
+
+    @property
+    def why(self) -> str:
+        return (f"run again in float64, the candidate's values agree with the reference's "
+                f"layers before {self.layer} to {self.before:.3g}, and its closest to "
+                f"{self.layer}'s output is {self.distance:.3g} from it (budget "
+                f"{self.limit:.3g}: the reference's own float32 error there)")
+
+
+def first_departure(reference: torch.nn.Module, candidate: torch.nn.Module,
+                    ref_inputs: Mapping[str, torch.Tensor],
+                    cand_inputs: Mapping[str, torch.Tensor],
+                    real: torch.Tensor | None) -> Departure | None:
+    """The first of the reference's layers the candidate's float64 run parts from (see the
+    module's docstring); None where a run proves nothing or every layer agrees."""
+    layers = ReferenceLayers.of(reference)
+    watched = _layer_modules(reference, layers)
+    if not watched:
+        return None
+    try:
+        in_float32 = _layer_outputs(reference, watched, ref_inputs, in_float64=False)
+        in_float64 = _layer_outputs(reference, watched, ref_inputs, in_float64=True)
+    except Unproven:
+        return None
+    order = [name for name in in_float64 if name in in_float32
+             and in_float32[name].shape == in_float64[name].shape]
+    closest = _Closest({name: in_float64[name] for name in order}, real)
+    try:
+        run_in_float64(candidate, list(_tensors(cand_inputs)), False,
+                    lambda: candidate(**_cloned(cand_inputs)), islands=True,
+                    watch=closest.see)
+    except Unproven:
+        return None
+    gaps: list[Departure] = []
+    for name in order:
+        distance = closest.distance.get(name)
+        if distance is None:  # nothing of its shape in the candidate's run
+            continue
+        keep = kept(in_float32[name], in_float64[name], real)
+        error = largest_gap(in_float32[name].double(), in_float64[name], keep)
+        limit = float64_limit(error, 0.0, largest(in_float32[name], keep))
+        before = max((gap.distance for gap in gaps), default=0.0)
+        gaps.append(Departure(name, layers.of_module(name), distance, limit, before))
+    return _departed(gaps)
+
+
+def _departed(gaps: list[Departure]) -> Departure | None:
+    """Of the layers up to the first over its budget (all where none is), the one where
+    the gap grows most over every gap before it (read no finer than a tenth of the
+    layer's budget): before a fault the two float64 runs agree to float64's rounding,
+    or to the candidate's islands' float32 rounding, which grows slowly from layer to
+    layer; the fault multiplies it. None where no layer's gap grows ``_JUMP`` times."""
+    over = next((i for i, gap in enumerate(gaps) if gap.distance > gap.limit), len(gaps) - 1)
+    span = gaps[:over + 1]
+    best = max(span, key=lambda gap: gap.growth, default=None)
+    return best if best is not None and best.growth >= _JUMP else None
+
+
+class _Closest:
+    """Each watched reference value's nearest value of the candidate's run, as it comes
+    (no value of the run is kept)."""
+
+    def __init__(self, targets: Mapping[str, torch.Tensor], real: torch.Tensor | None,
+                 ) -> None:
+        self._targets = dict(targets)
+        self._keep = {name: kept(t, t, real) for name, t in self._targets.items()}
+        self.distance: dict[str, float] = {}
+
+    def see(self, value: Any) -> None:
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() \
+                or value.is_complex():
+            return
+        for name, target in self._targets.items():
+            if value.shape != target.shape:
+                continue
+            try:
+                gap = largest_gap(value, target, self._keep[name])
+            except RuntimeError:  # a value this cannot read (a vmap level's own)
+                return
+            if gap == gap and gap < self.distance.get(name, float("inf")):
+                self.distance[name] = gap
+
+
+def _layer_modules(reference: torch.nn.Module, layers: ReferenceLayers) -> list[str]:
+    """The shallowest module of each of the reference's layers (the embeddings, each
+    block, the pooler): what the layer table calls a layer returns what they return."""
+    chosen: dict[str, str] = {}
+    for name, _ in reference.named_modules():
+        if not name:
+            continue
+        label = layers.of_module(name)
+        if label in ("embeddings", "pooler") or label.startswith(f"{layers.prefix}."):
+            if label not in chosen or depth(name) < depth(chosen[label]):
+                chosen[label] = name
+    return list(chosen.values())
+
+
+def _layer_outputs(reference: torch.nn.Module, watched: list[str],
+                   inputs: Mapping[str, torch.Tensor], in_float64: bool,
+                   ) -> dict[str, torch.Tensor]:
+    """What each watched module returned first (its first floating tensor), in the order
+    they returned, from one call of ``reference`` under ``no_grad``: in float32 as it runs,
+    or in float64 (``precise``'s mode, no island allowed: the truth stands on it)."""
+    modules = dict(reference.named_modules())
+    outputs: dict[str, torch.Tensor] = {}
+
+    def hook(name: str) -> Any:
+        def keep(_module: Any, _args: Any, returned: Any) -> None:
+            value = returned[0] if isinstance(returned, (tuple, list)) and returned \
+                else getattr(returned, "last_hidden_state", returned)
+            if name not in outputs and isinstance(value, torch.Tensor) \
+                    and value.is_floating_point():
+                outputs[name] = value.detach().clone()
+        return keep
+
+    handles = [modules[name].register_forward_hook(hook(name)) for name in watched]
+    try:
+        if in_float64:
+            run_in_float64(reference, list(_tensors(inputs)), False,
+                        lambda: reference(**_cloned(inputs)))
+        else:
+            with torch.no_grad():
+                reference(**_cloned(inputs))
+    except Unproven:
+        raise
+    except Exception as e:  # noqa: BLE001  a run that raises names nothing
+        raise Unproven(type(e).__name__) from e
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+def _tensors(inputs: Mapping[str, Any]) -> list[torch.Tensor]:
+    return [t for t in inputs.values() if isinstance(t, torch.Tensor)]
+
+
+def _cloned(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+__all__ = ["Departure", "first_departure"]
