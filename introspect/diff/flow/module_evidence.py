@@ -11,7 +11,7 @@ from introspect.diff.flow.candidate import note_edited_weights
 from introspect.diff.flow.op_level import name_from_truth, passed_with_rows, take_rows
 from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
-from introspect.diff.flow.whole_models import judge_whole_models
+from introspect.diff.flow.whole_models import judge_whole_models, name_where_runs_part
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
@@ -120,6 +120,7 @@ def join_module_evidence(state: DiffState) -> None:
     _overrule_growth(state)
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful, _execution_order(state))
+    name_where_runs_part(state)  # (a FAIL still named at the outputs alone)
 
 
 def _overrule_growth(state: DiffState) -> None:

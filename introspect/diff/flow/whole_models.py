@@ -8,6 +8,8 @@ explains fail it, as a row of the model itself."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from introspect.diff.flow.state import DiffState, copies
@@ -55,6 +57,28 @@ def judge_whole_models(state: DiffState) -> None:
         "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", check.error,
         None, check.limit, STATUS_FAIL,
         f"{check.why} (at {found.reference_output}{where})"))
+
+
+def name_where_runs_part(state: DiffState) -> None:
+    """A forward FAIL that names no layer, only the outputs (the recording could not see
+    the candidate's run: a ``torch.jit.trace`` program, a port as functions with a blind
+    region), named where the two models' float64 runs part (``modules.departure``), the
+    divergence's figures left as they are. Last in the flow; nothing where no layer's gap
+    grows, where a side rounds coarser than float32 or the candidate changes between
+    calls."""
+    divergence = state.divergence
+    if state.passed or divergence is None or divergence.layer != "outputs" \
+            or divergence.phase != "forward" or divergence.step is not None \
+            or state.ref_truth is None or _coarser_than_float32(state) or _changing(state):
+        return
+    departure = first_departure(
+        state.reference, state.candidate, copies(state.ref_accepted),
+        accepted_inputs(state.candidate, state.cand_tensors),
+        state.tensors.get("attention_mask"))
+    if departure is not None:
+        state.divergence = dataclasses.replace(
+            divergence, module=departure.module, layer=departure.layer,
+            hints=(*divergence.hints, departure.why))
 
 
 def _unjudged_module(evidence: ModuleEvidence) -> str:
@@ -111,4 +135,4 @@ def _unjudged_weights(evidence: ModuleEvidence) -> list[str]:
     return found
 
 
-__all__ = ["computed_outside_modules", "judge_whole_models"]
+__all__ = ["computed_outside_modules", "judge_whole_models", "name_where_runs_part"]
