@@ -199,3 +199,18 @@ def test_a_numpy_pooler_fault_is_named_in_the_pooler(tiny):
     assert d.layer == "pooler", d
     assert "only the reference's pooler lies between" in d.detail
 
+
+
+def test_a_traced_program_fault_is_named_in_its_layer(tiny):
+    """A ``torch.jit.trace`` program: the recording pairs none of its nodes, and the FAIL
+    named only ``outputs``. Both models run again in float64 part at layer 1's output,
+    where the tanh GELU is (``modules.departure``): that layer is named, with the gaps."""
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model, port("truth_compiled.py").faulty_traced(reference),
+                             inputs, nodes=False)
+    d = result.first_divergence
+    assert not result.passed and d.layer == "encoder.layer.1", d
+    why = next(h for h in d.hints if h.startswith("run again in float64"))
+    assert "agree with the reference's layers before encoder.layer.1" in why
