@@ -40,6 +40,7 @@ from introspect.diff.backward.measure import (
     padded_positions,
 )
 from introspect.diff.backward.parity import _loss_notes, _sgd_step_error, _to_reference
+from introspect.diff.backward.parting import where_gradients_part
 from introspect.diff.backward.plain import PlainGradients
 from introspect.diff.backward.results import (
     STATUS_FAIL,
@@ -53,7 +54,7 @@ from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
 from introspect.diff.ops.align.weights import folds_between
 from introspect.diff.records import Region, WeightRelation
 from introspect.diff.tolerance import Tolerance
-from introspect.run.capture import Leaf
+from introspect.run.capture import Leaf, ModuleCall
 from introspect.run.truth import AUTOGRAD
 
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # as ``parity`` notes two losses that differ
@@ -105,7 +106,9 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
         note = (f"gradients from each model's own backward of its first plain call: "
                 f"{len(over)} of {len(rows)} weights paired by proof over budget"
                 + (f"; not all paired ({unpaired})" if unpaired else ""))
-        divergence = _divergence(over[-1], reference_model)  # the nearest the loss
+        divergence = _parted(evidence, tolerance, attention_mask, allow_nonfinite,
+                             reference_model, over[-1]) \
+            or _divergence(over[-1], reference_model)  # the nearest the loss
         return PlainVerdict(None, f"{over[0].reference}'s gradient is over its budget",
                             BackwardResult(False, kind, reference.loss, candidate.loss, [],
                                            rows, divergence, sgd, [note]))
@@ -292,6 +295,59 @@ def _divergence(row: ParameterGradient, reference: torch.nn.Module) -> BackwardD
                               tuple(h for h in row.hint.split("; ") if h),
                               parameter=row.reference,
                               candidate_module=row.candidate.rpartition(".")[0])
+
+
+def _parted(evidence: ModuleEvidence, tolerance: Tolerance,
+            attention_mask: torch.Tensor | None, allow_nonfinite: bool,
+            reference: torch.nn.Module, row: ParameterGradient) -> BackwardDivergence | None:
+    """A weight FAIL named at the module whose backward parts (``parting``): what the
+    modules' outputs were handed, held to the budgets a PASS holds them to; where none is
+    over budget, what took the output of ``row``'s module (the failing weight nearest the
+    loss; its call found in ``evidence.candidate_calls``)."""
+    largest = max((magnitude_of(pair.output.boundary.returned_leaf.grad)
+                   for pair in evidence.pairs if pair.output.boundary.returned_leaf is not None
+                   and pair.output.boundary.returned_leaf.grad is not None), default=0.0)
+
+    def measure(mine: Leaf, theirs: Leaf) -> tuple[float, bool]:
+        assert mine.grad is not None and theirs.grad is not None
+        if mine.grad.shape != theirs.grad.shape:
+            return math.inf, True
+        pad = padded_positions(attention_mask, theirs.grad.shape)
+        error, _, over, _ = _measured(mine.grad, theirs.grad, tolerance, largest,
+                                      allow_nonfinite, pad)
+        return error, over
+
+    budget = f"the budget a PASS holds the gradient handed to a module's output to ({FLOOR:g} " \
+        "of the largest at least)"
+    owner = row.candidate.split(" + ")[0].rpartition(".")[0]
+    returned = _returned_by(owner, evidence.candidate_calls)
+    parting = where_gradients_part(evidence, measure, budget, returned)
+    if parting is None:
+        return None
+    # (the reference module holding its weights: a layer, not the norm returning its value)
+    call, module = parting.pair.call, parting.pair.region or parting.pair.reference_module
+    if parting.producer:
+        error = parting.error
+        hint = (f"the gradient {call.name} hands back to {parting.producer}'s output is over "
+                "budget, where the gradient its own output was handed is within: its "
+                "backward parts from the reference's (the weights before it are all it moves)")
+    else:  # no module output's gradient over budget: the failing weight's module's output
+        error, budget = row.max_abs_err or 0.0, _divergence(row, reference).budget
+        hint = (f"{row.reference}'s gradient is over budget, where every module output was "
+                f"handed a gradient within: what {call.name} hands back to {owner}'s output "
+                "moves it (its backward parts from the reference's)")
+    return BackwardDivergence(module, call.name, module,
+                              ReferenceLayers.of(reference).of_module(module),
+                              type(call.module).__name__, error, budget,
+                              (hint,), candidate_module=call.name)
+
+
+def _returned_by(module: str, calls: Sequence[ModuleCall]) -> Leaf | None:
+    """What the candidate's ``module`` returned in its first call with autograd on (None:
+    not called so, or it returned no tensor)."""
+    call = next((c for c in calls if c.name == module and c.mode == AUTOGRAD and c.outputs),
+                None)
+    return call.outputs[0] if call is not None else None
 
 
 def gradients_moved(recorded: PlainGradients | object, own: PlainGradients,

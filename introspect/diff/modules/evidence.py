@@ -118,6 +118,10 @@ class ModuleEvidence:
     # each judged call and the reference values paired with it (with ``keep_calls`` only:
     # they hold the values; ``backward.plain_parity`` reads their gradients)
     pairs: list[ModulePair] = dataclasses.field(default_factory=list, repr=False)
+    # the candidate's calls, with autograd on, of modules owning weights that no pair
+    # judged (with ``keep_calls`` only): what an embedding returned, for
+    # ``backward.parting`` (only those: the others' values are let go)
+    candidate_calls: list[ModuleCall] = dataclasses.field(default_factory=list, repr=False)
     # a forward that changes from call to call: the smallest module that, run again on its
     # own inputs, does not return what it did (``reproduced``), its row and the difference
     unreproduced: tuple[ModuleDiff, float] | None = None
@@ -281,6 +285,10 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
                             pairs, outputs_failed, ReferenceCalls(ref_calls))
     if keep_calls:
         evidence.pairs = pairs
+        paired = {id(pair.call) for pair in pairs}
+        evidence.candidate_calls = [
+            call for call in candidate.of_mode(AUTOGRAD) if id(call) not in paired
+            and next(call.module.parameters(recurse=False), None) is not None]
     failed: list[str] = []
     for call, judgement in zip(judged, judgements, strict=True):  # rows in the calls' order
         if isinstance(judgement, Exception):
