@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+from introspect.diff.backward.results import BackwardDivergence
 from introspect.diff.modules.evidence import ModuleEvidence
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.modules.paths import depth
@@ -37,6 +38,15 @@ class Parting:
     producer: str
     error: float
     budget: str
+
+
+HANDS_BACK = "hands back to"  # (in the hint of a divergence named at a failing output)
+
+
+def parted_at_an_output(divergence: BackwardDivergence) -> bool:
+    """``divergence`` names the module that took a module output whose handed gradient is
+    over budget (not the weaker naming where none is: what took an embedding's output)."""
+    return not divergence.parameter and any(HANDS_BACK in h for h in divergence.hints[:1])
 
 
 # (mine, theirs) -> (max abs error, over budget): the measure the PASS holds them to
@@ -80,4 +90,4 @@ def where_gradients_part(evidence: ModuleEvidence, measure: Measure, budget: str
     return Parting(taker, name, error, budget)
 
 
-__all__ = ["Measure", "Parting", "where_gradients_part"]
+__all__ = ["HANDS_BACK", "Measure", "Parting", "parted_at_an_output", "where_gradients_part"]

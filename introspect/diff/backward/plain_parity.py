@@ -40,7 +40,7 @@ from introspect.diff.backward.measure import (
     padded_positions,
 )
 from introspect.diff.backward.parity import _loss_notes, _sgd_step_error, _to_reference
-from introspect.diff.backward.parting import where_gradients_part
+from introspect.diff.backward.parting import HANDS_BACK, where_gradients_part
 from introspect.diff.backward.plain import PlainGradients
 from introspect.diff.backward.results import (
     STATUS_FAIL,
@@ -328,7 +328,7 @@ def _parted(evidence: ModuleEvidence, tolerance: Tolerance,
     call, module = parting.pair.call, parting.pair.region or parting.pair.reference_module
     if parting.producer:
         error = parting.error
-        hint = (f"the gradient {call.name} hands back to {parting.producer}'s output is over "
+        hint = (f"the gradient {call.name} {HANDS_BACK} {parting.producer}'s output is over "
                 "budget, where the gradient its own output was handed is within: its "
                 "backward parts from the reference's (the weights before it are all it moves)")
     else:  # no module output's gradient over budget: the failing weight's module's output

@@ -4,8 +4,10 @@ candidate is built; the gradients are compared once the forward is explained."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from introspect.diff.backward.parting import parted_at_an_output
 from introspect.diff.backward.results import STATUS_FAIL
 from introspect.diff.flow.state import DiffState, compiled, copies
 from introspect.diff.ops.outside import handed_from_outside
@@ -157,6 +159,42 @@ def compare_gradients(state: DiffState) -> None:
             f"weights paired by proof, while its recorded backward, a later call, agrees "
             f"({len(recorded.rows)} node gradients within budget): its backward changes "
             "from call to call")
+    elif not state.gradients.passed and state.truths:
+        changing = state.random or (state.cand_truth is not None
+                                    and state.cand_truth.changed_between_calls())
+        if own is None and not changing:  # (node tables asked for: the plain calls took
+            # no own backward; one more call of a candidate that changes between calls
+            # would be another model's)
+            try:
+                own_gradients_late(state)
+            except InputError:  # (what the own backwards refuse names nothing here: the
+                pass            # recorded FAIL stands as it is)
+            own = state.own_gradients
+        if own is not None and own.failing is not None:
+            _name_where_parted(state, own.failing.first_divergence)
+
+
+def _name_where_parted(state: DiffState, parted: Any) -> None:
+    """A recorded backward FAIL named in another layer than the one where the own
+    backwards' handed gradients part (``backward.parting``): going from the loss, every
+    module output was handed a gradient within budget down to that layer's, and the value
+    it took was handed one over budget, so its backward is where they part. The recorded
+    path names a node by its local backward, which a cut graph misplaces: a Llama block's
+    residual taken detached was named at the final norm (whose local region runs back
+    through the unpaired residual adds) or at the add before the block (the node the cut
+    gradient no longer reaches). Named where they part, the recorded rows and hints kept;
+    where no module output's gradient was over budget (the own backwards named what took
+    an embedding's output: weaker than a node's local backward), the recorded node stands."""
+    recorded = state.gradients.first_divergence
+    if parted is None or not parted_at_an_output(parted) or recorded is None \
+            or recorded.layer == parted.layer:
+        return
+    state.gradients.first_divergence = dataclasses.replace(
+        parted, hints=(*parted.hints, *recorded.hints))
+    state.gradients.notes.append(
+        f"the recorded backward's first divergence ({recorded.reference_node} in "
+        f"{recorded.module or recorded.layer}) is not where the gradients the user's own "
+        f"backward handed the modules' outputs part ({parted.module}): named there")
 
 
 def own_gradients_late(state: DiffState) -> None:
