@@ -43,16 +43,22 @@ def judge_whole_models(state: DiffState) -> None:
     check = found.check
     # where what no module judged reads the weights of one reference module alone (a
     # layer's output LayerNorm computed in NumPy by the model's own method), it is named
-    module = _unjudged_module(evidence)
-    where = f"; every weight no judged module holds is {module}'s" if module else ""
-    if not module:  # a port written as functions: where the two float64 runs part
-        departure = first_departure(
-            state.reference, state.candidate, copies(state.ref_accepted),
-            accepted_inputs(state.candidate, state.cand_tensors),
-            state.tensors.get("attention_mask"))
-        if departure is not None:
-            module, where = departure.module, f"; {departure.why}"
-    layer = ReferenceLayers.of(state.reference).of_module(module)
+    # named where the two float64 runs part (``modules.departure``); where every weight
+    # no judged module holds is one reference module's (a layer's output LayerNorm the
+    # model computes by hand in NumPy) and it lies in that layer, that module, finer
+    layers = ReferenceLayers.of(state.reference)
+    module, where = "", ""
+    departure = first_departure(
+        state.reference, state.candidate, copies(state.ref_accepted),
+        accepted_inputs(state.candidate, state.cand_tensors),
+        state.tensors.get("attention_mask"))
+    if departure is not None:
+        module, where = departure.module, f"; {departure.why}"
+    unjudged = _unjudged_module(evidence)
+    if unjudged and (departure is None or layers.of_module(unjudged) == departure.layer):
+        module = unjudged
+        where += f"; every weight no judged module holds is {unjudged}'s"
+    layer = layers.of_module(module)
     evidence.rows.append(ModuleDiff(
         "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", check.error,
         None, check.limit, STATUS_FAIL,
