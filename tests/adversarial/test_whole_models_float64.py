@@ -58,3 +58,19 @@ def test_the_correct_twin_agrees_in_float64(mini, ports, monkeypatch):
     assert result.passed, result.first_divergence
     assert len(seen) == 1 and seen[0] is not None
     assert seen[0].check.error < 1e-12
+
+
+def test_a_slip_beside_one_unjudged_module_is_named_where_the_runs_part(mini):
+    """``ports/stacked_layers.py``: the one module owning every weight no judged module
+    holds is the position table; the slip is in a layer's LayerNorm. The whole models'
+    row names the layer where the float64 runs part, not that table."""
+    stacked = port("stacked_layers.py")
+    reference, inputs = mini
+    assert introspect.diff(reference.model, stacked.correct(reference), inputs,
+                           nodes=False).passed
+    result = introspect.diff(reference.model, stacked.faulty(reference), inputs, nodes=False)
+    layer = f"encoder.layer.{stacked.slip_layer(reference.model)}"
+    assert not result.passed and result.first_divergence.layer == layer, \
+        result.first_divergence
+    rows = result.modules.query("candidate_module == '' and status == 'fail'")
+    assert list(rows.reference_module) == [layer], rows
