@@ -30,8 +30,8 @@ from tests.bounds import above
 from tests.fixtures.families import tiny_inputs, tiny_model
 from tests.ports import gpt2_linear, nanogpt_style
 
-FAULTS = ("pooler_no_tanh", "pooler_mean", "weight_reshaped", "dropout_hardcoded",
-          "dropout_seeded", "classifier_perturbed")
+FAULTS = ("pooler_no_tanh", "pooler_mean", "pooler_skipped", "weight_reshaped",
+          "dropout_hardcoded", "dropout_seeded", "classifier_perturbed")
 MISLEADING = ("unloaded", "perturbed", "matches no weight", "another checkpoint")
 
 
@@ -103,6 +103,8 @@ class TutorialBert(nn.Module):
             h = F.layer_norm(h + (f @ blk["w2"] + blk["b2"]), h.shape[-1:], blk["n2g"],
                              blk["n2b"], self.eps)
         first = h.mean(1) if self.fault == "pooler_mean" else h[:, 0]
+        if self.fault == "pooler_skipped":  # RoBERTa's habit: classify [CLS] as it is
+            return self.classifier(first)
         pooled = self.fc(first)
         if self.fault != "pooler_no_tanh":
             pooled = torch.tanh(pooled)
@@ -139,10 +141,14 @@ def test_the_tutorial_port_passes_and_each_fault_changes_it(classifier):
 
 
 @pytest.mark.parametrize(("fault", "where", "words"), [
-    # the pooled outputs are never paired (the candidate has no tanh): seen at the head
-    ("pooler_no_tanh", ("head", "classifier"), "the candidate's pooler leaves out the tanh "
-                                               "(pooler activation missing), under the head "
-                                               "classifier"),
+    # the pooled outputs are never paired (the candidate has no tanh): seen at the head,
+    # named in the pooler its hint finds at fault
+    ("pooler_no_tanh", ("pooler", "bert.pooler"), "the candidate's pooler leaves out the tanh "
+                                                  "(pooler activation missing), under the head "
+                                                  "classifier"),
+    # no pooler at all: the head reads the [CLS] hidden state (probe round g)
+    ("pooler_skipped", ("pooler", "bert.pooler"), "the candidate's head reads the first "
+                                                  "token's ([CLS]) hidden state itself"),
     # the mean is paired with the [CLS] pick: seen in the pooler, named there
     ("pooler_mean", ("pooler", "bert.pooler"), "the candidate's pooler takes the mean over all "
                                                "positions, padding included"),

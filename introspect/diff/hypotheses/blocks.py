@@ -188,8 +188,9 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
 
 
 def pooler(w: Weights, sequence: torch.Tensor, keep: torch.Tensor, mode: str = "cls",
-           tanh: bool = True) -> dict[str, torch.Tensor]:
-    """first (the pooled token, or a mean), dense, pooled. ``mode``: cls, mean, masked-mean."""
+           tanh: bool = True, dense: bool = True) -> dict[str, torch.Tensor]:
+    """first (the pooled token, or a mean), dense, pooled. ``mode``: cls, mean, masked-mean;
+    ``dense`` False: no pooler at all, the first token's hidden state is what is pooled."""
     if mode == "cls":
         first = sequence[:, 0]
     elif mode == "mean":
@@ -197,8 +198,11 @@ def pooler(w: Weights, sequence: torch.Tensor, keep: torch.Tensor, mode: str = "
     else:
         real = keep.unsqueeze(-1).to(sequence.dtype)
         first = (sequence * real).sum(1) / real.sum(1)
-    dense = F.linear(first, w["dense.weight"], w["dense.bias"])
-    return {"first": first, "dense": dense, "pooled": torch.tanh(dense) if tanh else dense}
+    if not dense:
+        return {"first": first, "dense": first, "pooled": first}
+    projected = F.linear(first, w["dense.weight"], w["dense.bias"])
+    return {"first": first, "dense": projected,
+            "pooled": torch.tanh(projected) if tanh else projected}
 
 
 # Which weights each intermediate of a layer has read (for "left unloaded").

@@ -42,6 +42,9 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                          partial(run_pooler, site, mode=mode, tanh=False), "pooler")
 
 
+UNDER_THE_HEAD = ", under the head "  # (in a pooler bug's hint seen at the head)
+
+
 def head_hints(context: DivergenceContext) -> list[str]:
     """Pooler bugs seen at a head that reads the pooled output (e.g. ``classifier``)."""
     model = context.reference_model
@@ -67,11 +70,15 @@ def head_hints(context: DivergenceContext) -> list[str]:
     everywhere = torch.ones(candidate.shape, dtype=torch.bool)
     allowed = budget(candidate, everywhere, context.atol, context.rtol)
     found = []
-    for hypothesis in hypotheses(site):
+    skipped = Hypothesis("the candidate's head reads the first token's ([CLS]) hidden state "
+                         "itself: the reference's pooler (its dense and tanh) is skipped",
+                         "feeding the first token's hidden state to the reference's head",
+                         lambda: run_pooler(site, dense=False), "pooler")
+    for hypothesis in (*hypotheses(site), skipped):
         value = head(hypothesis.run()["pooled"])
         result = reproduces(value, base, candidate, everywhere, allowed)
         if result is not None:
-            found.append(sentence(f"{hypothesis.what}, under the head {context.module}",
+            found.append(sentence(f"{hypothesis.what}{UNDER_THE_HEAD}{context.module}",
                                   f"{hypothesis.how} and applying its {context.module}",
                                   result))
     return found

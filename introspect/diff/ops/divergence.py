@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from introspect.diff.hypotheses.hints import explain
+from introspect.diff.hypotheses.pooler import UNDER_THE_HEAD
 from introspect.diff.modules.paths import within
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.compare.padding import Padding
@@ -350,6 +351,10 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
                                                     keep_dropout=dropout_seen)
     ref_record = next(r for r in reference.records if r.name == ref_node)
     module, layer = ref_record.module, ref_record.layer or first.layer
+    pooled = _pooler_module(reference) if layer == "head" \
+        and any(UNDER_THE_HEAD in h for h in hints) else ""
+    if pooled:  # a pooler bug the head shows (``hypotheses.pooler.head_hints``): the pooler
+        module, layer = pooled, "pooler"
     if _computed_outside(candidate, cand_node):  # (no op of the candidate's computed it)
         op = ref_record.op_type
         hints = (outside_hint(module or layer, cand_node), *hints)
@@ -374,6 +379,17 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
     return Divergence(ref_node, cand_node, module, layer, op,
                       float(first.local_max_abs_err or 0.0), str(budgets[index]), hints,
                       detail, candidate_module=cand_record.module if cand_record else "")
+
+
+def _pooler_module(reference: IntrospectGraph) -> str:
+    """The reference's pooler module ("bert.pooler"), from its nodes' modules; "" for none."""
+    for record in reference.records:
+        if record.layer == "pooler" and record.module:
+            parts = record.module.split(".")
+            at = next((i for i, part in enumerate(parts) if part.startswith("pooler")), None)
+            if at is not None:
+                return ".".join(parts[:at + 1])
+    return ""
 
 
 def _skipped_before(pair: Pair, layer: str, alignment: Alignment,
