@@ -106,9 +106,14 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
         note = (f"gradients from each model's own backward of its first plain call: "
                 f"{len(over)} of {len(rows)} weights paired by proof over budget"
                 + (f"; not all paired ({unpaired})" if unpaired else ""))
-        divergence = _parted(evidence, tolerance, attention_mask, allow_nonfinite,
-                             reference_model, over[-1]) \
-            or _divergence(over[-1], reference_model)  # the nearest the loss
+        # the weight nearest the loss, unless the handed gradients part in another layer
+        # (the error arrived there from a later layer's backward); in its own layer the
+        # weight is the finer name (a value cut from a fused projection: its rows)
+        divergence = _divergence(over[-1], reference_model)
+        parted = _parted(evidence, tolerance, attention_mask, allow_nonfinite,
+                         reference_model, over[-1])
+        if parted is not None and parted.layer != divergence.layer:
+            divergence = parted
         return PlainVerdict(None, f"{over[0].reference}'s gradient is over its budget",
                             BackwardResult(False, kind, reference.loss, candidate.loss, [],
                                            rows, divergence, sgd, [note]))
