@@ -166,9 +166,9 @@ def test_a_backward_wrong_on_the_first_call_only_fails_on_its_proof(base):
     result = _diff(base, "first_backward")
     b = result.backward
     assert not result.passed and not b.passed
-    # named where the handed gradients part (``backward.parting``), else at a weight
-    assert (b.first_divergence.parameter or b.first_divergence.module).startswith(
-        "encoder.layer.1.")
+    # the weight (the handed gradients part in its own layer: ``backward.parting`` names
+    # only another layer)
+    assert b.first_divergence.parameter.startswith("encoder.layer.1.")
     assert b.first_divergence.layer == "encoder.layer.1"
     assert any("changes from call to call" in n for n in b.notes)
     assert result.first_divergence.layer == "encoder.layer.1"
