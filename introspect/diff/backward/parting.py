@@ -37,7 +37,6 @@ class Parting:
     pair: ModulePair
     producer: str
     error: float
-    budget: str
 
 
 HANDS_BACK = "hands back to"  # (in the hint of a divergence named at a failing output)
@@ -53,7 +52,7 @@ def parted_at_an_output(divergence: BackwardDivergence) -> bool:
 Measure = Callable[[Leaf, Leaf], tuple[float, bool]]
 
 
-def where_gradients_part(evidence: ModuleEvidence, measure: Measure, budget: str,
+def where_gradients_part(evidence: ModuleEvidence, measure: Measure,
                          returned: Leaf | None = None) -> Parting | None:
     """The module whose backward first parts (see the module's docstring); None where no
     handed gradient is over budget, or no module that took that value is paired.
@@ -87,7 +86,7 @@ def where_gradients_part(evidence: ModuleEvidence, measure: Measure, budget: str
     if not within:
         return None
     taker = min(within, key=lambda pair: (depth(pair.call.name), pair.call.order))
-    return Parting(taker, name, error, budget)
+    return Parting(taker, name, error)
 
 
 __all__ = ["HANDS_BACK", "Measure", "Parting", "parted_at_an_output", "where_gradients_part"]

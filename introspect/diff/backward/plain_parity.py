@@ -309,24 +309,20 @@ def _parted(evidence: ModuleEvidence, tolerance: Tolerance,
     modules' outputs were handed, held to the budgets a PASS holds them to; where none is
     over budget, what took the output of ``row``'s module (the failing weight nearest the
     loss; its call found in ``evidence.candidate_calls``)."""
-    largest = max((magnitude_of(pair.output.boundary.returned_leaf.grad)
-                   for pair in evidence.pairs if pair.output.boundary.returned_leaf is not None
-                   and pair.output.boundary.returned_leaf.grad is not None), default=0.0)
+    largest = _largest_handed(evidence)
 
     def measure(mine: Leaf, theirs: Leaf) -> tuple[float, bool]:
         assert mine.grad is not None and theirs.grad is not None
         if mine.grad.shape != theirs.grad.shape:
             return math.inf, True
-        pad = padded_positions(attention_mask, theirs.grad.shape)
-        error, _, over, _ = _measured(mine.grad, theirs.grad, tolerance, largest,
-                                      allow_nonfinite, pad)
-        return error, over
+        return _handed_over(mine.grad, theirs.grad, tolerance, largest, allow_nonfinite,
+                            attention_mask)
 
     budget = f"the budget a PASS holds the gradient handed to a module's output to ({FLOOR:g} " \
         "of the largest at least)"
     owner = row.candidate.split(" + ")[0].rpartition(".")[0]
-    returned = _returned_by(owner, evidence.candidate_calls)
-    parting = where_gradients_part(evidence, measure, budget, returned)
+    parting = where_gradients_part(evidence, measure,
+                                   _returned_by(owner, evidence.candidate_calls))
     if parting is None:
         return None
     # (the reference module holding its weights: a layer, not the norm returning its value)
@@ -388,6 +384,25 @@ def _measured(g_cand: torch.Tensor, g_ref: torch.Tensor, tolerance: Tolerance,
     return err, rel, over, scale
 
 
+def _largest_handed(evidence: ModuleEvidence) -> float:
+    """The largest gradient the reference's values that module pairs stand on were handed
+    in its own backward (each handed gradient's budget is at least ``FLOOR`` of it)."""
+    return max((magnitude_of(pair.output.boundary.returned_leaf.grad)
+                for pair in evidence.pairs if pair.call.mode == AUTOGRAD
+                and pair.output.boundary.returned_leaf is not None
+                and pair.output.boundary.returned_leaf.grad is not None), default=0.0)
+
+
+def _handed_over(g_cand: torch.Tensor, g_ref: torch.Tensor, tolerance: Tolerance,
+                 largest: float, allow_nonfinite: bool,
+                 attention_mask: torch.Tensor | None) -> tuple[float, bool]:
+    """(max abs error, over budget) of a gradient handed to a module's output, against the
+    reference's, padded positions apart."""
+    pad = padded_positions(attention_mask, g_ref.shape)
+    error, _, over, _ = _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite, pad)
+    return error, over
+
+
 def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
                     attention_mask: torch.Tensor | None,
                     allow_nonfinite: bool) -> tuple[int, str]:
@@ -406,8 +421,7 @@ def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
               if mine.grad_edited() or theirs.grad_edited()]
     if edited:
         return 0, f"a backward edited the gradient handed to {edited[0]} in place"
-    largest = max((magnitude_of(theirs.grad) for _, theirs, _ in compared
-                   if theirs.grad is not None), default=0.0)
+    largest = _largest_handed(evidence)
     count = 0
     for mine, theirs, name in compared:
         given = [g for g in (mine.grad, theirs.grad) if g is not None]
@@ -421,8 +435,7 @@ def _module_outputs(evidence: ModuleEvidence, tolerance: Tolerance,
         g_cand, g_ref = _or_zeros(mine.grad, given[0]), _or_zeros(theirs.grad, given[0])
         if g_cand.shape != g_ref.shape:
             return 0, f"the gradient of {name}'s output has another shape"
-        pad = padded_positions(attention_mask, g_ref.shape)
-        if _measured(g_cand, g_ref, tolerance, largest, allow_nonfinite, pad)[2]:
+        if _handed_over(g_cand, g_ref, tolerance, largest, allow_nonfinite, attention_mask)[1]:
             return 0, f"the gradient of {name}'s output is over its budget"
         count += 1
     return count, ""

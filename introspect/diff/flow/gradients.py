@@ -160,11 +160,9 @@ def compare_gradients(state: DiffState) -> None:
             f"({len(recorded.rows)} node gradients within budget): its backward changes "
             "from call to call")
     elif not state.gradients.passed and state.truths:
-        changing = state.random or (state.cand_truth is not None
-                                    and state.cand_truth.changed_between_calls())
-        if own is None and not changing:  # (node tables asked for: the plain calls took
-            # no own backward; one more call of a candidate that changes between calls
-            # would be another model's)
+        if own is None and not state.changes_between_calls():  # (node tables asked for:
+            # the plain calls took no own backward; one more call of a candidate that
+            # changes between calls would be another model's)
             try:
                 own_gradients_late(state)
             except InputError:  # (what the own backwards refuse names nothing here: the

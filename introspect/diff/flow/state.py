@@ -140,6 +140,12 @@ class DiffState:
         """Each side's recording handed over (reference's, candidate's), or None."""
         return self.options.mode.recordings or (None, None)
 
+    def changes_between_calls(self) -> bool:
+        """The candidate's forward changed between its truth calls, or counts them: one
+        more call would be a call of another model (and move what it counts)."""
+        return self.random or (self.cand_truth is not None
+                               and bool(self.cand_truth.changed_between_calls()))
+
     def judge(self, truth: Any, against: Any = None) -> Any:
         """The candidate's plain calls ``truth`` judged against the reference's (or
         ``against``): ``compare_truths`` with this diff's budgets."""

@@ -13,7 +13,7 @@ import dataclasses
 import torch
 
 from introspect.diff.flow.state import DiffState, copies
-from introspect.diff.modules.departure import first_departure
+from introspect.diff.modules.departure import Departure, first_departure
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence, ReferenceLayers
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.precise import whole_models_in_float64
@@ -29,7 +29,7 @@ def judge_whole_models(state: DiffState) -> None:
     if verdict is None or not verdict.passed or evidence is None or not evidence.passed \
             or state.divergence is not None or state.ref_truth is None \
             or not state.ref_truth.calls or not computed_outside_modules(evidence) \
-            or _coarser_than_float32(state) or _changing(state):
+            or _coarser_than_float32(state) or state.changes_between_calls():
         return
     names = sorted({(r.reference_output, r.candidate_output) for r in verdict.rows
                     if r.candidate_output})
@@ -48,10 +48,7 @@ def judge_whole_models(state: DiffState) -> None:
     # model computes by hand in NumPy) and it lies in that layer, that module, finer
     layers = ReferenceLayers.of(state.reference)
     module, where = "", ""
-    departure = first_departure(
-        state.reference, state.candidate, copies(state.ref_accepted),
-        accepted_inputs(state.candidate, state.cand_tensors),
-        state.tensors.get("attention_mask"))
+    departure = _departure(state)
     if departure is not None:
         module, where = departure.module, f"; {departure.why}"
     unjudged = _unjudged_module(evidence)
@@ -75,16 +72,21 @@ def name_where_runs_part(state: DiffState) -> None:
     divergence = state.divergence
     if state.passed or divergence is None or divergence.layer != "outputs" \
             or divergence.phase != "forward" or divergence.step is not None \
-            or state.ref_truth is None or _coarser_than_float32(state) or _changing(state):
+            or state.ref_truth is None or _coarser_than_float32(state) \
+            or state.changes_between_calls():
         return
-    departure = first_departure(
-        state.reference, state.candidate, copies(state.ref_accepted),
-        accepted_inputs(state.candidate, state.cand_tensors),
-        state.tensors.get("attention_mask"))
+    departure = _departure(state)
     if departure is not None:
         state.divergence = dataclasses.replace(
             divergence, module=departure.module, layer=departure.layer,
             hints=(*divergence.hints, departure.why))
+
+
+def _departure(state: DiffState) -> Departure | None:
+    """Where the two models' float64 runs part, on each side's accepted inputs."""
+    return first_departure(state.reference, state.candidate, copies(state.ref_accepted),
+                           accepted_inputs(state.candidate, state.cand_tensors),
+                           state.tensors.get("attention_mask"))
 
 
 def _unjudged_module(evidence: ModuleEvidence) -> str:
@@ -101,13 +103,6 @@ def _candidate_outputs(state: DiffState) -> dict[str, torch.Tensor]:
     float64 run's mode): what an island's own float32 error is measured from."""
     truth = state.cand_truth
     return (truth.outputs_of(NO_GRAD) if truth is not None else None) or {}
-
-
-def _changing(state: DiffState) -> bool:
-    """A candidate whose calls differ, or that counts them: one more call would be a
-    call of another model (and move what it counts)."""
-    truth = state.cand_truth
-    return state.random or (truth is not None and truth.changed_between_calls())
 
 
 def _coarser_than_float32(state: DiffState) -> bool:

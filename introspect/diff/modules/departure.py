@@ -32,7 +32,7 @@ import torch
 from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.paths import depth
-from introspect.diff.modules.precise import Unproven, float64_limit, run_in_float64
+from introspect.diff.modules.precise import Unproven, float64_limit, run_model_in_float64
 
 _FINEST = 0.1  # a gap under this share of a layer's budget is read as that share
 _JUMP = 2.0  # how many times a layer's gap must grow over those before it to be named
@@ -83,9 +83,7 @@ def first_departure(reference: torch.nn.Module, candidate: torch.nn.Module,
              and in_float32[name].shape == in_float64[name].shape]
     closest = _Closest({name: in_float64[name] for name in order}, real)
     try:
-        run_in_float64(candidate, list(_tensors(cand_inputs)), False,
-                    lambda: candidate(**_cloned(cand_inputs)), islands=True,
-                    watch=closest.see)
+        run_model_in_float64(candidate, cand_inputs, islands=True, watch=closest.see)
     except Unproven:
         return None
     gaps: list[Departure] = []
@@ -173,11 +171,11 @@ def _layer_outputs(reference: torch.nn.Module, watched: list[str],
     handles = [modules[name].register_forward_hook(hook(name)) for name in watched]
     try:
         if in_float64:
-            run_in_float64(reference, list(_tensors(inputs)), False,
-                        lambda: reference(**_cloned(inputs)))
+            run_model_in_float64(reference, inputs)
         else:
             with torch.no_grad():
-                reference(**_cloned(inputs))
+                reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v
+                             for k, v in inputs.items()})
     except Unproven:
         raise
     except Exception as e:  # noqa: BLE001  a run that raises names nothing
@@ -186,14 +184,6 @@ def _layer_outputs(reference: torch.nn.Module, watched: list[str],
         for handle in handles:
             handle.remove()
     return outputs
-
-
-def _tensors(inputs: Mapping[str, Any]) -> list[torch.Tensor]:
-    return [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-
-
-def _cloned(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 __all__ = ["Departure", "first_departure"]

@@ -321,7 +321,8 @@ def _storage(t: torch.Tensor) -> int:
 
 __all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "IN_FLOAT64", "Float64Check",
            "ReferenceCalls", "ReferenceRun", "Unproven", "WholeCheck", "float64_check",
-           "float64_limit", "run_in_float64", "whole_models_in_float64"]
+           "float64_limit", "run_in_float64", "run_model_in_float64",
+           "whole_models_in_float64"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,8 +350,8 @@ def whole_models_in_float64(reference: torch.nn.Module, candidate: torch.nn.Modu
     its own holds (a port written as functions, a layer's feed-forward in a compiled
     method)."""
     try:
-        ref64 = flatten_outputs(_run_model(reference, ref_inputs)[0])
-        returned, island = _run_model(candidate, cand_inputs, islands=True)
+        ref64 = flatten_outputs(run_model_in_float64(reference, ref_inputs)[0])
+        returned, island = run_model_in_float64(candidate, cand_inputs, islands=True)
         cand64 = flatten_outputs(returned)
     except Unproven:
         return None
@@ -381,10 +382,12 @@ def _floating(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
-def _run_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
-               islands: bool = False) -> tuple[Any, str]:
-    """``model(**inputs)`` in float64 under ``no_grad`` (``run_in_float64``), and its island."""
+def run_model_in_float64(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
+                         islands: bool = False, watch: Callable[[Any], None] | None = None,
+                         ) -> tuple[Any, str]:
+    """``model(**inputs)`` in float64 under ``no_grad`` (``run_in_float64``, ``watch``
+    told each value), and its island."""
     given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
     return run_in_float64(model, given, False, lambda: model(**{
         k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}),
-        islands)
+        islands, watch)
