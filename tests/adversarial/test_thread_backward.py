@@ -55,3 +55,18 @@ def test_without_the_handed_gradients_a_weight_upstream_is_named(tiny, ports, mo
     d = result.backward.first_divergence
     threaded = ports.threaded_layer(reference.model)
     assert d.parameter and d.layer == f"encoder.layer.{threaded - 1}", d
+
+
+def test_only_a_failing_output_names_over_the_recorded_path():
+    """The weaker naming (no module output's gradient over budget: what took an
+    embedding's output) must not read as one at a failing output, which
+    ``flow.gradients._name_where_parted`` puts over the recorded node."""
+    from introspect.diff.backward.parting import handed_hint, parted_at_an_output, weight_hint
+    from introspect.diff.backward.results import BackwardDivergence
+
+    def named(hint):
+        return BackwardDivergence("layers.0", "layers.0", "layers.0", "layers.0", "Layer",
+                                  1.0, "budget", (hint,))
+
+    assert parted_at_an_output(named(handed_hint("layers.0", "embed")))
+    assert not parted_at_an_output(named(weight_hint("embed.weight", "layers.0", "embed")))

@@ -39,7 +39,22 @@ class Parting:
     error: float
 
 
-HANDS_BACK = "hands back to"  # (in the hint of a divergence named at a failing output)
+HANDS_BACK = "hands back to"  # (in the hint of a divergence named at a failing output only)
+
+
+def handed_hint(taker: str, producer: str) -> str:
+    """The hint of a divergence named at ``taker``, which took ``producer``'s output."""
+    return (f"the gradient {taker} {HANDS_BACK} {producer}'s output is over budget, where "
+            "the gradient its own output was handed is within: its backward parts from the "
+            "reference's (the weights before it are all it moves)")
+
+
+def weight_hint(weight: str, taker: str, owner: str) -> str:
+    """The hint where no module output's gradient is over budget: ``taker`` took the
+    output of ``owner``, the module of ``weight``, whose gradient is."""
+    return (f"{weight}'s gradient is over budget, where every module output was handed a "
+            f"gradient within: what {taker} passes back to {owner}'s output moves it (its "
+            "backward parts from the reference's)")
 
 
 def parted_at_an_output(divergence: BackwardDivergence) -> bool:
@@ -89,4 +104,5 @@ def where_gradients_part(evidence: ModuleEvidence, measure: Measure,
     return Parting(taker, name, error)
 
 
-__all__ = ["HANDS_BACK", "Measure", "Parting", "parted_at_an_output", "where_gradients_part"]
+__all__ = ["HANDS_BACK", "Measure", "Parting", "handed_hint", "parted_at_an_output",
+           "weight_hint", "where_gradients_part"]

@@ -40,7 +40,7 @@ from introspect.diff.backward.measure import (
     padded_positions,
 )
 from introspect.diff.backward.parity import _loss_notes, _sgd_step_error, _to_reference
-from introspect.diff.backward.parting import HANDS_BACK, where_gradients_part
+from introspect.diff.backward.parting import handed_hint, weight_hint, where_gradients_part
 from introspect.diff.backward.plain import PlainGradients
 from introspect.diff.backward.results import (
     STATUS_FAIL,
@@ -329,14 +329,10 @@ def _parted(evidence: ModuleEvidence, tolerance: Tolerance,
     call, module = parting.pair.call, parting.pair.region or parting.pair.reference_module
     if parting.producer:
         error = parting.error
-        hint = (f"the gradient {call.name} {HANDS_BACK} {parting.producer}'s output is over "
-                "budget, where the gradient its own output was handed is within: its "
-                "backward parts from the reference's (the weights before it are all it moves)")
+        hint = handed_hint(call.name, parting.producer)
     else:  # no module output's gradient over budget: the failing weight's module's output
         error, budget = row.max_abs_err or 0.0, _divergence(row, reference).budget
-        hint = (f"{row.reference}'s gradient is over budget, where every module output was "
-                f"handed a gradient within: what {call.name} hands back to {owner}'s output "
-                "moves it (its backward parts from the reference's)")
+        hint = weight_hint(row.reference, call.name, owner)
     return BackwardDivergence(module, call.name, module,
                               ReferenceLayers.of(reference).of_module(module),
                               type(call.module).__name__, error, budget,
