@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from introspect.run.same_bytes import same_bytes
+from introspect.run.spill import Holding, Spilled
 from introspect.run.truth import AUTOGRAD, NO_GRAD, same_view
 from introspect.spread import spread
 
@@ -60,7 +61,7 @@ class Leaf:
     """One tensor of a module call: where it sits in the call, its value, its version."""
 
     path: str  # "args.0", "kwargs.mask", "output.0.1"
-    value: torch.Tensor  # detached, not copied
+    held: torch.Tensor | Spilled  # detached, not copied; or, past the budget, on disk
     version: int
     tracked: bool = False  # autograd tracked it in the call (``requires_grad``)
     # d loss / d value in the user's own backward of that call (``capture_calls``'s
@@ -71,6 +72,12 @@ class Leaf:
     # element by element, where ``torch.equal`` is False wherever NaN is, or the same bytes
     # with a finite sum), so nothing need read it for one
     nan_free: bool = False
+
+    @property
+    def value(self) -> torch.Tensor:
+        """The value, read back where it was spilled (``run.spill``)."""
+        held = self.held
+        return held.load() if isinstance(held, Spilled) else held
 
     def grad_edited(self) -> bool:
         """A gradient came, and a later backward edited it in place (one may edit the
@@ -83,7 +90,10 @@ class Leaf:
         return None if self.grad_edited() else self.grad
 
     def unchanged(self) -> bool:
-        """Not edited in place since the hook saw it (views share the counter)."""
+        """Not edited in place since the hook saw it (views share the counter). A spilled
+        value is a copy the hook took: what the module took or returned."""
+        if isinstance(self.held, Spilled):
+            return True
         try:
             return self.value._version == self.version
         except RuntimeError:  # an inference tensor: no counter
@@ -98,8 +108,8 @@ class ModuleCall:
     module: torch.nn.Module
     mode: str  # the plain call it belongs to: AUTOGRAD or NO_GRAD
     grad: bool  # autograd on in the thread that called the module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    held_args: tuple[Any, ...]  # as called, a spilled leaf's value as its ``Spilled``
+    held_kwargs: dict[str, Any]
     inputs: list[Leaf]
     outputs: list[Leaf]
     order: int  # in the order calls finished
@@ -112,6 +122,15 @@ class ModuleCall:
     # its outputs'); a run of it alone maps it over them again (``modules.local``)
     batched: frozenset[int] | None = None
 
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments, each spilled value read back."""
+        return _read_back(self.held_args)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return _read_back(self.held_kwargs)
+
 
 @dataclasses.dataclass
 class Calls:
@@ -120,46 +139,64 @@ class Calls:
     model: torch.nn.Module
     calls: list[ModuleCall] = dataclasses.field(default_factory=list)
     vmapped: set[str] = dataclasses.field(default_factory=set)  # modules run under vmap
+    # what the hooks hold in memory and where the rest went (one for a diff's two models)
+    holding: Holding = dataclasses.field(default_factory=lambda: Holding(None))
 
     def of_mode(self, mode: str) -> list[ModuleCall]:
         return [c for c in self.calls if c.mode == mode]
 
 
 class _Known:
-    """Values kept already, found again by a probe of a few elements, then bit for bit."""
+    """Values kept already, found again by a probe of a few elements, then bit for bit;
+    each held, or past the ``holding``'s budget spilled (``run.spill``)."""
 
     _PROBE = 16
 
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[object, ...], list[torch.Tensor]] = {}
+    def __init__(self, holding: Holding) -> None:
+        self.holding = holding
+        self.by_key: dict[tuple[object, ...], list[torch.Tensor | Spilled]] = {}
         # each kept value by the memory it views: a module's input is most often the
         # output of the one before, the same view found without reading its elements
-        self.by_view: dict[tuple[object, ...], torch.Tensor] = {}
+        # (a spilled one's memory is not held, so it is compared before it is taken)
+        self.by_view: dict[tuple[object, ...], torch.Tensor | Spilled] = {}
 
     def add(self, leaves: list[Leaf]) -> None:
         for leaf in leaves:
-            if leaf.unchanged():
+            if isinstance(leaf.held, Spilled):  # (not read back: keyed by its probe)
+                spilled = leaf.held
+                key = (spilled.shape, spilled.stride, spilled.dtype, torch.device("cpu"),
+                       spilled.probe)
+                kept = self.by_key.setdefault(key, [])
+                if not any(k is spilled for k in kept):
+                    kept.append(spilled)
+            elif leaf.unchanged():
                 self.keep(leaf.value)
 
-    def keep(self, value: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """The kept tensor laid out as ``value`` and equal to it bit for bit; ``value``
-        itself, kept from now on, where there is none. The flag: the two are known free of
-        NaN (compared element by element, or the same bytes with a finite sum); a view of
-        the same memory is not read."""
+    def keep(self, value: torch.Tensor) -> tuple[torch.Tensor | Spilled, bool]:
+        """The kept value laid out as ``value`` and equal to it bit for bit; ``value``
+        itself, kept from now on (held, or spilled), where there is none. The flag: the two
+        are known free of NaN (compared element by element, or the same bytes with a
+        finite sum); a view of held memory is not read."""
         view = _view_of(value)
         seen = self.by_view.get(view)
-        if seen is not None and (seen is value or same_view(seen, value)):
+        if isinstance(seen, torch.Tensor) and (seen is value or same_view(seen, value)):
             return seen, False
-        kept = self.by_key.setdefault(self._key(value), [])
-        for known in kept:  # (a view of kept memory was found above: every kept value
+        if isinstance(seen, Spilled) and same_bytes(seen.load(), value):
+            return seen, _nan_free(value)
+        key = self._key(value)
+        kept = self.by_key.setdefault(key, [])
+        for known in kept:  # (a view of held memory was found above: every held value
             # is under its view)
-            if value.numel() >= _BY_BYTES_FROM and same_bytes(known, value):
+            held = known.load() if isinstance(known, Spilled) else known
+            if value.numel() >= _BY_BYTES_FROM and same_bytes(held, value):
                 return known, _nan_free(value)
-            if torch.equal(known, value):  # (another layout, or -0.0 for 0.0)
+            if torch.equal(held, value):  # (another layout, or -0.0 for 0.0)
                 return known, True
-        kept.append(value)
-        self.by_view.setdefault(view, value)
-        return value, False
+        stored = self.holding.store(value, key[-1])  # type: ignore[arg-type]
+        kept.append(stored)
+        if isinstance(stored, Spilled) or view not in self.by_view:
+            self.by_view[view] = stored  # (a spilled one's address may be reused)
+        return stored, False
 
     def _key(self, t: torch.Tensor) -> tuple[object, ...]:
         return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, probe(t, self._PROBE))
@@ -196,7 +233,7 @@ class _Hooks:
         self.names = {id(m): name for name, m in model.named_modules()}
         self.root = id(model)
         self.found = found
-        self.known = _Known()
+        self.known = _Known(found.holding)
         # the gradients the other model's outputs were handed, by the value they hold:
         # one of this model's, equal to it bit for bit, is kept as that one (memory)
         self.their_grads: dict[int, torch.Tensor] = {}
@@ -273,7 +310,7 @@ class _Hooks:
                 # before an in-place op gets the value's, not the edited tensor's)
                 if tracked and leaf.path in tracked:
                     tracked[leaf.path].register_hook(functools.partial(self.keep_grad, leaf))
-            swaps = {leaf.path: leaf.value for leaf in inputs}
+            swaps = {leaf.path: leaf.held for leaf in inputs}
             self.order += 1
             self.found.calls.append(ModuleCall(
                 name, module, self.mode, torch.is_grad_enabled(),
@@ -301,8 +338,9 @@ class _Hooks:
         kept = []
         for leaf in leaves:
             same, compared = self.known.keep(leaf.value)
-            if same is not leaf.value:
-                leaf = Leaf(leaf.path, same, same._version, leaf.tracked, nan_free=compared)
+            if same is not leaf.held:
+                version = same.version if isinstance(same, Spilled) else same._version
+                leaf = Leaf(leaf.path, same, version, leaf.tracked, nan_free=compared)
             kept.append(leaf)
         return kept
 
@@ -318,7 +356,8 @@ class _Hooks:
 
 @contextlib.contextmanager
 def capture_calls(model: torch.nn.Module, share: Calls | None = None,
-                  gradients: bool = False) -> Iterator[Calls]:
+                  gradients: bool = False, hold_bytes: int | None = None,
+                  ) -> Iterator[Calls]:
     """Keep what each of ``model``'s modules saw in the plain calls made inside.
 
     ``share``: another model's calls (the reference's): a value equal to one of theirs bit
@@ -326,7 +365,11 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
     on gets a tensor hook, and a backward of that call fills ``Leaf.grad`` (the hook
     returns nothing: the gradient flows on unchanged).
     """
-    found = Calls(model)
+    # one budget for both models: the candidate's hooks go on from the reference's
+    # (each value's gradient hook is keyed by the value held: with gradients, all held)
+    holding = share.holding if share is not None else Holding(hold_bytes)
+    found = Calls(model, holding=holding if not gradients else Holding(None))
+    found.holding.know_weights(model)
     hooks = _Hooks(model, found, share, gradients)
     pre = torch.nn.modules.module.register_module_forward_pre_hook(hooks.pre)
     post = torch.nn.modules.module.register_module_forward_hook(hooks.post, with_kwargs=True)
@@ -346,6 +389,7 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
         remove_hook(post)
         for handle in late:
             handle.remove()
+        found.holding.flush()  # (what went to disk is there before anything reads it)
 
 
 def remove_hook(handle: Any) -> None:
@@ -443,8 +487,21 @@ def _leaves(value: Any, path: str, depth: int = 0,
     return found
 
 
-def _detached(value: Any, path: str = "", swaps: Mapping[str, torch.Tensor] | None = None,
-              ) -> Any:
+def _read_back(value: Any) -> Any:
+    """``value`` (a call's held arguments) with each spilled tensor read back."""
+    if isinstance(value, Spilled):
+        return value.load()
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_read_back(v) for v in value)
+    if isinstance(value, list):
+        return [_read_back(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _read_back(v) for k, v in value.items()}
+    return value
+
+
+def _detached(value: Any, path: str = "",
+              swaps: Mapping[str, torch.Tensor | Spilled] | None = None) -> Any:
     """``value`` with its tensors detached (a rerun must not join the plain call's graph),
     each one a leaf holds at ``path`` replaced by the leaf's value (``swaps``)."""
     if isinstance(value, torch.Tensor):

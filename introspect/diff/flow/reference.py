@@ -27,6 +27,7 @@ from introspect.errors import InputError
 from introspect.run import footprint, switches
 from introspect.run.capture import capture_calls
 from introspect.run.reference import ReferenceChanged, check_reference_again
+from introspect.run.spill import hold_budget
 from introspect.run.truth import run_truth
 
 
@@ -56,7 +57,9 @@ def take_reference_truth(state: DiffState) -> None:
     state.later = _left_for_later(state)
     backward = own_backward(state, reference) if state.later and state.options.mode.backward \
         else None
-    with capture_calls(reference, gradients=backward is not None) as ref_calls:
+    # (past a budget of about the reference's weights, what they saw goes to disk)
+    with capture_calls(reference, gradients=backward is not None,
+                       hold_bytes=hold_budget(reference)) as ref_calls:
         # module evidence: what each module saw (and, with backward, was handed)
         state.ref_truth = run_truth(reference, state.ref_accepted, lean=not compiled(reference),
                                     backward=backward) if state.truths else None

@@ -62,6 +62,7 @@ from introspect.diff.ops.outside import handed_from_outside_hint
 from introspect.diff.quantized import is_quantized
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
+from introspect.run.spill import Holding
 from introspect.run.truth import AUTOGRAD, INFERENCE_MODE, NO_GRAD, identical
 from introspect.tracing.shapes import (
     DEFAULT_LAYER_PREFIX,
@@ -282,7 +283,8 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         judged.append(call)
     pairs: list[ModulePair] = []
     judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
-                            pairs, outputs_failed, ReferenceCalls(ref_calls))
+                            pairs, outputs_failed, ReferenceCalls(ref_calls),
+                            reference.holding)
     if keep_calls:
         evidence.pairs = pairs
         paired = {id(pair.call) for pair in pairs}
@@ -374,11 +376,15 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                attention_mask: torch.Tensor | None, rounding: Sequence[str],
                pairs: list[ModulePair], outputs_failed: bool = False,
                references: ReferenceCalls | None = None,
+               holding: Holding | None = None,
                ) -> list[ModuleDiff | Exception | None]:
     """Each call's row (None: nothing to compare; the exception where it could not be
     judged); each pairing made is added to ``pairs``. Local errors are measured parents
     first, in the order the calls started: a parent's run on the reference's inputs gives
-    its submodules theirs (``reuse``)."""
+    its submodules theirs (``reuse``). ``holding``: the calls' values in memory and on
+    disk (``run.spill``): its budget bounds what those runs hold for later calls, and the
+    pages of spilled values read for each call are let go of after it."""
+    release = holding.release_pages if holding is not None else (lambda: None)
     judgements: list[ModuleDiff | Exception | None] = []
     paired: dict[int, _Paired] = {}  # by the call's index
     for i, call in enumerate(calls):
@@ -393,7 +399,9 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
         if isinstance(judgement, _Paired):
             paired[i], judgement = judgement, None
         judgements.append(judgement)
-    reruns = Reruns(p.pair for p in paired.values())
+        release()
+    reruns = Reruns((p.pair for p in paired.values()),
+                    holding.budget if holding is not None else None)
     nearest_inside: dict[int, list[ModulePair]] = {}  # each paired call's nearest inner ones
     for inner, outer in _nearest_ancestors(calls, paired).items():
         nearest_inside.setdefault(outer, []).append(paired[inner].pair)
@@ -410,6 +418,7 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                                             handed.pop(i, None), reruns, references)
         if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
             failing.add((calls[i].mode, calls[i].name))
+        release()
 
     for i in sorted(paired, key=lambda i: _started(calls[i])):
         while waiting and not _inside_call(calls[i], calls[waiting[-1][0]]):
@@ -426,6 +435,8 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
         except Exception as e:  # noqa: BLE001
             judgements[i], _ = e, paired.pop(i)
             continue
+        finally:
+            release()
         waiting.append((i, exact))
     while waiting:
         finish(*waiting.pop())

@@ -26,7 +26,10 @@ of its arguments, its weights and that state, as the run itself assumes). Not re
 - anything but the exact run: the noise run (on rounded inputs) never feeds it.
 
 Only the calls still to be judged are watched, and each output is held from its ancestor's
-run until its own call is judged (parents are judged first, ``evidence``): then dropped.
+run until its own call is judged (parents are judged first, ``evidence``): then dropped. A
+model's run holds every module's output at once: past ``hold_bytes`` held (the diff's
+budget for values in memory, ``run.spill``), an output is not kept, and its module is run
+on its own when its turn comes (time, not memory).
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ class Reruns:
         ...     returned = pair.call.module(*args, **kwargs)
     """
 
-    def __init__(self, pending: Iterable[ModulePair]) -> None:
+    def __init__(self, pending: Iterable[ModulePair], hold_bytes: int | None = None) -> None:
+        self.hold_bytes = hold_bytes  # None: no limit
+        self.held_bytes = 0
         self.waiting: dict[int, list[ModulePair]] = {}  # id(module) -> pairs not judged
         for pair in pending:
             if REUSE and not any(m.training for m in pair.call.module.modules()):
@@ -85,6 +90,7 @@ class Reruns:
         if seen is None:
             return None
         output, version, ambient = seen
+        self.held_bytes -= _nbytes(output)
         # (a run of its own would run in the state as it is now: an ancestor may have
         # changed it for good after the call)
         return output if _version(output) == version and _ambient() == ambient else None
@@ -152,9 +158,17 @@ class Reruns:
         for pair in list(calls):
             if pair.call.grad == start.grad and _took_exactly(pair, args, kwargs):
                 output = _output(pair, returned)
-                if output is not None:
+                if output is not None and self._room_for(output):
                     self.seen[id(pair.call)] = (output, _version(output), start.ambient)
+                    self.held_bytes += _nbytes(output)
                     _drop(calls, pair)  # seen once is enough
+
+    def _room_for(self, output: torch.Tensor) -> bool:
+        return self.hold_bytes is None or self.held_bytes + _nbytes(output) <= self.hold_bytes
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def _alone(module: torch.nn.Module) -> bool:
