@@ -86,11 +86,13 @@ def _run(argv: Sequence[str] | None) -> int:
     from introspect import files
     from introspect.cli.options import check_numbers, quiet_libraries
     from introspect.models import guards, ports
+    from introspect.run.spill import asked_hold_bytes
 
     written_before = files.written_count()
     ran_before = set(ports.RAN)
     try:
         files.check_lock_wait()  # before the slow part, not when the first file is written
+        asked_hold_bytes()  # (INTROSPECT_HOLD_MIB read before any work too)
         check_numbers(args)
         # os._exit in code it runs: an exception, not an exit; -q: transformers quiet too
         with guards.exits_refused(), quiet_libraries(args):

@@ -152,8 +152,8 @@ class _Known:
 
     _PROBE = 16
 
-    def __init__(self, holding: Holding) -> None:
-        self.holding = holding
+    def __init__(self, holding: Holding | None = None) -> None:
+        self.holding = holding if holding is not None else Holding(None)
         self.by_key: dict[tuple[object, ...], list[torch.Tensor | Spilled]] = {}
         # each kept value by the memory it views: a module's input is most often the
         # output of the one before, the same view found without reading its elements
@@ -177,6 +177,7 @@ class _Known:
         itself, kept from now on (held, or spilled), where there is none. The flag: the two
         are known free of NaN (compared element by element, or the same bytes with a
         finite sum); a view of held memory is not read."""
+        self.holding.tick()
         view = _view_of(value)
         seen = self.by_view.get(view)
         if isinstance(seen, torch.Tensor) and (seen is value or same_view(seen, value)):

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 
 from introspect.errors import InputError
+from introspect.files import printable_name
+from introspect.run.heap import Trimmer
 
 # Held in memory before values go to disk: the larger of this and half the reference's
 # parameters' bytes (``hold_budget``), so a diff's memory stays a small multiple of its
@@ -54,15 +56,27 @@ HOLD_VARIABLE = "INTROSPECT_HOLD_MIB"
 def hold_budget(model: torch.nn.Module) -> int:
     """Bytes of values a diff's hooks hold in memory, ``model`` the reference; the
     environment's ``INTROSPECT_HOLD_MIB`` where set (0: every value goes to disk)."""
-    asked = os.environ.get(HOLD_VARIABLE, "").strip()
-    if asked:
-        try:
-            return max(0, int(float(asked) * (1 << 20)))
-        except (ValueError, OverflowError):
-            raise InputError(f"{HOLD_VARIABLE}={asked!r}: give a number of MiB "
-                             "(the values a diff holds in memory)") from None
+    asked = asked_hold_bytes()
+    if asked is not None:
+        return asked
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     return max(HOLD_FLOOR_BYTES, weights // 2)
+
+
+def asked_hold_bytes() -> int | None:
+    """``INTROSPECT_HOLD_MIB`` in bytes, None where unset (the CLI asks before any work).
+
+    Raises:
+        InputError: not a finite number of MiB.
+    """
+    asked = os.environ.get(HOLD_VARIABLE, "").strip()
+    if not asked:
+        return None
+    try:
+        return max(0, int(float(asked) * (1 << 20)))
+    except (ValueError, OverflowError):
+        raise InputError(f"{HOLD_VARIABLE}={printable_name(asked)[:40]} is not a number of "
+                         "MiB (the values a diff holds in memory; 0: all on disk)") from None
 
 
 class SpillFolder:
@@ -204,6 +218,7 @@ class Holding:
         # storages written, by the address they had: reused for a later value viewing
         # that address while its bytes there are still the ones written
         self.written: dict[int, SpilledStorage] = {}
+        self.trimmer = Trimmer()  # (the free heap given back as values go: ``run.heap``)
 
     def know_weights(self, model: torch.nn.Module) -> None:
         """``model``'s parameters and buffers: values viewing them are held for free."""
@@ -229,15 +244,23 @@ class Holding:
                        tuple(value.stride()), int(value.storage_offset()), probe,
                        value._version)
 
+    def tick(self) -> None:
+        """A value seen by the hooks: the allocator's free memory given back where it has
+        grown (a forward frees its activations around the values held: ``run.heap``)."""
+        if self.budget is not None:
+            self.trimmer.maybe_trim()
+
     def flush(self) -> None:
         """Every spilled value written (the end of a model's calls)."""
         if self.folder is not None:
             self.folder.flush()
 
     def release_pages(self) -> None:
-        """The pages of spilled values read so far let go of (``SpillFolder.release``)."""
+        """The pages of spilled values read so far let go of (``SpillFolder.release``), and
+        the allocator's free memory given back where it has grown (``run.heap``)."""
         if self.folder is not None:
             self.folder.release()
+            self.trimmer.maybe_trim()
 
     def _written(self, value: torch.Tensor, address: int) -> SpilledStorage:
         memory = storage_bytes(value)
@@ -266,4 +289,5 @@ def storage_bytes(value: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["HOLD_FLOOR_BYTES", "HOLD_VARIABLE", "PENDING_BYTES", "Holding", "SpillFolder",
-           "Spilled", "SpilledStorage", "hold_budget", "spillable", "storage_bytes"]
+           "Spilled", "SpilledStorage", "asked_hold_bytes", "hold_budget", "spillable",
+           "storage_bytes"]

@@ -27,12 +27,14 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from introspect.errors import InputError
 from introspect.run.outputs import flatten_outputs
+
+_T = TypeVar("_T")
 
 # The modes a truth call runs in (the ``call`` column of ``DiffResult.outputs``).
 AUTOGRAD, NO_GRAD, INFERENCE_MODE = "autograd", "no_grad", "inference_mode"
@@ -220,6 +222,23 @@ class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
         raise RuntimeError("a value saved for backward was not kept (introspect's truth call)")
 
 
+def keeping_nothing(run: Callable[[], _T]) -> _T:
+    """``run()`` with nothing kept for a backward where autograd is on (``_NothingSaved``):
+    a module run again on the reference's inputs (module evidence) is never differentiated,
+    and a whole model's run kept every activation of a forward until it returned. A run
+    that reads what it saved (a backward inside its forward) runs again with it kept."""
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        return run()
+    nothing_saved = _NothingSaved()
+    try:
+        with nothing_saved:
+            return run()
+    except Exception:
+        if not nothing_saved.read:
+            raise
+    return run()
+
+
 def mode_context(mode: str) -> Any:
     """The context a call in ``mode`` (AUTOGRAD, NO_GRAD, INFERENCE_MODE) runs in."""
     if mode == INFERENCE_MODE:
@@ -295,4 +314,5 @@ def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[
 
 
 __all__ = ["AUTOGRAD", "INFERENCE_MODE", "NO_GRAD", "Truth", "TruthCall", "checksum",
-           "edited_weights", "identical", "run_truth", "same_view", "weight_sums"]
+           "edited_weights", "identical", "keeping_nothing", "run_truth", "same_view",
+           "weight_sums"]

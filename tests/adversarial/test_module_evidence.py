@@ -82,6 +82,17 @@ def test_values_edited_in_place_are_not_compared(tiny):
     assert rows["candidate_module"].isin(["blocks.1.norm2"]).any()
 
 
+def test_values_edited_in_place_are_compared_as_returned_when_on_disk(tiny, monkeypatch):
+    """On disk (``run.spill``), a value is the copy the hook took: what the Linear
+    returned, before the block edits it. Its call is compared then, and the port passes."""
+    monkeypatch.setenv("INTROSPECT_HOLD_MIB", "0")
+    result = _diff(tiny, port("modules_evidence.py").correct_inplace)
+    assert result.passed, (result.first_divergence, result.notes)
+    rows = result.modules
+    compared = rows[rows["candidate_module"].isin(["blocks.0.proj", "blocks.1.ffn_out"])]
+    assert len(compared) and (compared["status"] == "ok").all()
+
+
 def test_json_and_verdict_line_carry_module_evidence(tiny):
     import json
 

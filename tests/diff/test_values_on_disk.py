@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import introspect
+from introspect.cli.main import main
 from introspect.errors import InputError
 from introspect.run import spill
 from introspect.run.capture import capture_calls
@@ -236,3 +237,15 @@ def test_a_value_viewing_a_weight_is_held_as_the_model_holds_it():
         model.rows.table.untyped_storage().data_ptr()
     root = next(c for c in calls.calls if c.name == "" and c.mode == "autograd")
     assert isinstance(root.outputs[0].held, Spilled)
+
+
+@pytest.mark.parametrize("asked", ["lots", "inf", "1e400"])
+def test_a_budget_that_is_no_number_is_refused_before_any_work(asked, monkeypatch, tmp_path,
+                                                                 capsys):
+    monkeypatch.setenv(spill.HOLD_VARIABLE, asked)
+    out = tmp_path / "report"
+    assert main(["diff", "--model", "bert-tiny", "--candidate", "scratch", "--out",
+                 str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{spill.HOLD_VARIABLE}=" in err[0]
+    assert not out.exists()

@@ -32,7 +32,7 @@ from introspect.diff.modules.handovers import HandOvers
 from introspect.diff.modules.pairing import ModulePair
 from introspect.diff.modules.reuse import Reruns
 from introspect.run.capture import call_context
-from introspect.run.truth import identical
+from introspect.run.truth import identical, keeping_nothing
 
 # The unit roundoff of each dtype: one rounding of a value moves it by this much, relative.
 UNIT = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
@@ -177,7 +177,7 @@ def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.T
     try:
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
         with mode, call_context(call):  # (its own hooks too: the capture took what they returned)
-            returned = module(*args, **kwargs)
+            returned = keeping_nothing(lambda: module(*args, **kwargs))
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
     out = output_at(returned, path)

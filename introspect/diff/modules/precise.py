@@ -44,6 +44,7 @@ from introspect.diff.modules.local import UNIT
 from introspect.diff.modules.pairing import ModulePair, view_key
 from introspect.run.capture import ModuleCall
 from introspect.run.outputs import flatten_outputs
+from introspect.run.truth import keeping_nothing
 
 # The float32 budget's share over which a passing pair is run again in float64: correct
 # ports measure at most 0.23 of it (``budget``'s calibration), so they are not run again.
@@ -262,7 +263,8 @@ def _in_float32(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path:
     ``Unproven``."""
     try:
         with torch.set_grad_enabled(call.grad):
-            out = output_at(call.module(*copied(args), **copied(kwargs)), path)
+            out = output_at(keeping_nothing(lambda: call.module(*copied(args),
+                                                                **copied(kwargs))), path)
     except Exception as e:  # noqa: BLE001  a run that raises proves nothing
         raise Unproven(type(e).__name__) from e
     return out.detach() if isinstance(out, torch.Tensor) else out
@@ -297,7 +299,7 @@ def run_in_float64(module: torch.nn.Module, given: list[torch.Tensor], grad: boo
         # code), and the user's own float32 calls then run eagerly, rounding where the
         # compiled graph did not
         with torch.set_grad_enabled(grad), torch.compiler.set_stance("force_eager"), mode:
-            returned = run()
+            returned = keeping_nothing(run)
     except Exception as e:  # noqa: BLE001  a run that raises proves nothing
         raise Unproven(type(e).__name__) from e
     finally:
