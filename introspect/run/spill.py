@@ -246,8 +246,9 @@ class Holding:
 
     def tick(self) -> None:
         """A value seen by the hooks: the allocator's free memory given back where it has
-        grown (a forward frees its activations around the values held: ``run.heap``)."""
-        if self.budget is not None:
+        grown (a forward frees its activations around the values held: ``run.heap``),
+        once values go to disk (below the budget the heap is small, and left alone)."""
+        if self.folder is not None:
             self.trimmer.maybe_trim()
 
     def flush(self) -> None:
