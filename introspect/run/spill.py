@@ -119,19 +119,27 @@ class SpillFolder:
             self._writer = None
 
     def _write_all(self) -> None:
-        with open(self.path, "ab", buffering=0) as f:
+        try:
+            f = open(self.path, "ab", buffering=0)  # noqa: SIM115  (closed below)
+        except OSError:
+            f, self.failed = None, True
+        try:
             while (spilled := self._queue.get()) is not None:
-                memory = spilled.memory
-                if not self.failed and memory is not None:
-                    try:
+                try:
+                    memory = spilled.memory
+                    if f is not None and not self.failed and memory is not None:
                         _write_fully(f, memoryview(memory.numpy()))  # type: ignore[arg-type]
-                    except OSError:
-                        self.failed = True  # (later offsets are wrong: all stay in memory)
-                    else:
                         spilled.memory = None  # on disk: read back from there
-                with self._room:
-                    self._pending -= spilled.nbytes
-                    self._room.notify_all()
+                except BaseException:  # noqa: BLE001  (a full disk, or anything: the copy
+                    # stays in memory, later offsets would be wrong, nothing more is written)
+                    self.failed = True
+                finally:
+                    with self._room:  # (a hook waiting for room never waits for ever)
+                        self._pending -= spilled.nbytes
+                        self._room.notify_all()
+        finally:
+            if f is not None:
+                f.close()
 
     def release(self) -> None:
         """Every page of a mapped value that was read let go of (``MADV_DONTNEED``): the

@@ -249,3 +249,18 @@ def test_a_budget_that_is_no_number_is_refused_before_any_work(asked, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{spill.HOLD_VARIABLE}=" in err[0]
     assert not out.exists()
+
+
+def test_a_writer_that_breaks_never_leaves_a_hook_waiting(monkeypatch):
+    def broken(*_):
+        raise RuntimeError("anything")
+
+    monkeypatch.setattr(spill, "_write_fully", broken)
+    monkeypatch.setattr(spill, "PENDING_BYTES", 1024)  # (each value waits for the one before)
+    holding = Holding(0)
+    values = [torch.randn(512) for _ in range(4)]  # 2 KiB each: over the pending room
+    stored = [holding.store(v, (0.0,)) for v in values]
+    holding.flush()
+    assert isinstance(stored[0], Spilled)
+    assert all(torch.equal(s.load() if isinstance(s, Spilled) else s, v)
+               for s, v in zip(stored, values, strict=True))
