@@ -163,12 +163,9 @@ class _Known:
     def add(self, leaves: list[Leaf]) -> None:
         for leaf in leaves:
             if isinstance(leaf.held, Spilled):  # (not read back: keyed by its probe)
-                spilled = leaf.held
-                key = (spilled.shape, spilled.stride, spilled.dtype, torch.device("cpu"),
-                       spilled.probe)
-                kept = self.by_key.setdefault(key, [])
-                if not any(k is spilled for k in kept):
-                    kept.append(spilled)
+                kept = self.by_key.setdefault(self._key(leaf.held), [])
+                if not any(k is leaf.held for k in kept):
+                    kept.append(leaf.held)
             elif leaf.unchanged():
                 self.keep(leaf.value)
 
@@ -199,7 +196,11 @@ class _Known:
             self.by_view[view] = stored  # (a spilled one's address may be reused)
         return stored, False
 
-    def _key(self, t: torch.Tensor) -> tuple[object, ...]:
+    def _key(self, t: torch.Tensor | Spilled) -> tuple[object, ...]:
+        """Shape, strides, dtype, device and probe (a spilled value's, read before it was
+        let go: the same key as the value it was)."""
+        if isinstance(t, Spilled):
+            return (t.shape, t.stride, t.dtype, torch.device("cpu"), t.probe)
         return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, probe(t, self._PROBE))
 
 

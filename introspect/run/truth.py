@@ -183,18 +183,14 @@ def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                 keywords: Mapping[str, Any] | None, mode: str, lean: bool,
                 ) -> tuple[dict[str, torch.Tensor], Any]:
     """``model`` called on its own copy of ``inputs`` in ``mode``: (the copy, what it
-    returned). ``lean``: nothing kept for a backward (``_NothingSaved``)."""
-    copies = {name: tensor.clone() for name, tensor in inputs.items()}
-    nothing_saved = _NothingSaved() if lean else None
-    try:
-        with mode_context(mode), nothing_saved or contextlib.nullcontext():
-            return copies, model(**copies, **(keywords or {}))
-    except Exception:
-        if nothing_saved is None or not nothing_saved.read:
-            raise
-    # the forward runs a backward of its own (autograd inside a forward): the call again,
-    # with what it saves kept
-    return _plain_call(model, inputs, keywords, mode, lean=False)
+    returned). ``lean``: nothing kept for a backward (``keeping_nothing``)."""
+
+    def call() -> tuple[dict[str, torch.Tensor], Any]:
+        copies = {name: tensor.clone() for name, tensor in inputs.items()}
+        return copies, model(**copies, **(keywords or {}))
+
+    with mode_context(mode):
+        return keeping_nothing(call) if lean else call()
 
 
 class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
@@ -224,9 +220,10 @@ class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
 
 def keeping_nothing(run: Callable[[], _T]) -> _T:
     """``run()`` with nothing kept for a backward where autograd is on (``_NothingSaved``):
-    a module run again on the reference's inputs (module evidence) is never differentiated,
-    and a whole model's run kept every activation of a forward until it returned. A run
-    that reads what it saved (a backward inside its forward) runs again with it kept."""
+    a truth call, or a module run again on the reference's inputs (module evidence), is
+    never differentiated, and a whole model's run kept every activation of a forward until
+    it returned. A run that reads what it saved (a backward inside its forward) runs again
+    with it kept: ``run`` makes its own copies of what it is given, each time."""
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return run()
     nothing_saved = _NothingSaved()

@@ -75,3 +75,4 @@ def test_without_a_resident_size_to_read_nothing_is_trimmed(monkeypatch):
 def test_the_resident_size_is_read_on_linux():
     size = heap.resident_bytes()
     assert size is None or size > 1 << 20
+

@@ -161,23 +161,28 @@ def inference_local(pair: ModulePair, unit: float, real: torch.Tensor | None = N
 def _rerun(pair: ModulePair, path: str, change: Callable[[torch.Tensor], torch.Tensor],
            inference: bool = False) -> torch.Tensor:
     call = pair.call
-    # copies: a kept value (its own call's, or the reference's it was kept as, ``capture``)
-    # stays as it was, whatever the module does to its arguments when run again
-    args: Any = [copied(a) for a in call.args]
-    kwargs = {k: copied(v) for k, v in call.kwargs.items()}
-    for match in pair.inputs:
-        value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
-        put(args, kwargs, match.path, change(value))
     module: Any = call.module
     if call.batched is not None:  # called under vmap: mapped over the same arguments again
-        dims = tuple(0 if i in call.batched else None for i in range(len(args)))
+        dims = tuple(0 if i in call.batched else None for i in range(len(call.held_args)))
 
         def module(*given: Any, **named: Any) -> Any:
             return torch.func.vmap(lambda *a: call.module(*a, **named), in_dims=dims)(*given)
+
+    def run() -> Any:
+        # copies, made for each run (``keeping_nothing`` may run it twice): a kept value
+        # (its own call's, or the reference's it was kept as, ``capture``) stays as it
+        # was, whatever the module does to its arguments when run again
+        args: Any = [copied(a) for a in call.args]
+        kwargs = {k: copied(v) for k, v in call.kwargs.items()}
+        for match in pair.inputs:
+            value = as_argument(match.boundary.value, value_at(args, kwargs, match.path))
+            put(args, kwargs, match.path, change(value))
+        return module(*args, **kwargs)
+
     try:
         mode = torch.inference_mode() if inference else torch.set_grad_enabled(call.grad)
         with mode, call_context(call):  # (its own hooks too: the capture took what they returned)
-            returned = keeping_nothing(lambda: module(*args, **kwargs))
+            returned = keeping_nothing(run)
     except Exception as e:  # noqa: BLE001  any failure: not compared, said why
         raise NotRerun(f"it raised {type(e).__name__} when run again") from e
     out = output_at(returned, path)
