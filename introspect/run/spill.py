@@ -20,7 +20,9 @@ read (the values stay mapped, the next read takes them from the file again).
 
 Only plain CPU tensors are spilled (not a device's, not a tensor subclass's); where a write
 fails (a full disk) the copy is held in memory instead and nothing more is spilled. The
-folder is ``tempfile``'s (``TMPDIR`` chooses it) and goes with the ``SpillFolder``.
+file is ``tempfile.TemporaryFile``'s (``TMPDIR`` chooses where): it has no name from the
+start (or loses it at once), so nothing is left behind, even by a diff killed with
+SIGKILL; its space goes when the last mapping of it and the ``SpillFolder`` have gone.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import functools
 import mmap
 import os
 import queue
-import shutil
 import tempfile
 import threading
 import weakref
@@ -80,20 +81,25 @@ def asked_hold_bytes() -> int | None:
 
 
 class SpillFolder:
-    """One temporary file that spilled storages are appended to, in the order they came,
-    by one writer thread; removed with this object."""
+    """One temporary file, with no name, that spilled storages are appended to, in the
+    order they came, by one writer thread; closed with this object."""
 
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="introspect-values-")
-        self.path = os.path.join(self.directory, "values")
+        try:
+            # written by the writer alone; read by mapping its descriptor, never by a seek
+            self.file: Any = tempfile.TemporaryFile(prefix="introspect-values-",
+                                                    buffering=0)
+        except OSError:
+            self.file = None
         self.size = 0  # bytes given to the writer
-        self.failed = False  # a write failed (a full disk): nothing more is spilled
-        self.mapped: dict[int, weakref.ref[np.memmap]] = {}  # mapped again, by id
+        self.failed = self.file is None  # a write failed (a full disk): nothing more spilled
+        self.mapped: dict[int, weakref.ref[np.ndarray]] = {}  # mapped again, by id
         self._queue: queue.Queue[SpilledStorage | None] = queue.Queue()
         self._pending = 0
         self._room = threading.Condition()
         self._writer: threading.Thread | None = None
-        self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
+        if self.file is not None:
+            weakref.finalize(self, self.file.close)
 
     def write(self, memory: torch.Tensor) -> SpilledStorage:
         """``memory`` (a flat uint8 tensor) copied now and given to the writer."""
@@ -119,27 +125,19 @@ class SpillFolder:
             self._writer = None
 
     def _write_all(self) -> None:
-        try:
-            f = open(self.path, "ab", buffering=0)  # noqa: SIM115  (closed below)
-        except OSError:
-            f, self.failed = None, True
-        try:
-            while (spilled := self._queue.get()) is not None:
-                try:
-                    memory = spilled.memory
-                    if f is not None and not self.failed and memory is not None:
-                        _write_fully(f, memoryview(memory.numpy()))  # type: ignore[arg-type]
-                        spilled.memory = None  # on disk: read back from there
-                except BaseException:  # noqa: BLE001  (a full disk, or anything: the copy
-                    # stays in memory, later offsets would be wrong, nothing more is written)
-                    self.failed = True
-                finally:
-                    with self._room:  # (a hook waiting for room never waits for ever)
-                        self._pending -= spilled.nbytes
-                        self._room.notify_all()
-        finally:
-            if f is not None:
-                f.close()
+        while (spilled := self._queue.get()) is not None:
+            try:
+                memory = spilled.memory
+                if self.file is not None and not self.failed and memory is not None:
+                    _write_fully(self.file, memoryview(memory.numpy()))  # type: ignore[arg-type]
+                    spilled.memory = None  # on disk: read back from there
+            except BaseException:  # noqa: BLE001  (a full disk, or anything: the copy
+                # stays in memory, later offsets would be wrong, nothing more is written)
+                self.failed = True
+            finally:
+                with self._room:  # (a hook waiting for room never waits for ever)
+                    self._pending -= spilled.nbytes
+                    self._room.notify_all()
 
     def release(self) -> None:
         """Every page of a mapped value that was read let go of (``MADV_DONTNEED``): the
@@ -149,8 +147,9 @@ class SpillFolder:
         if not hasattr(mmap, "MADV_DONTNEED"):
             return
         for held in list(self.mapped.values()):
-            handle = getattr(held(), "_mmap", None)
-            if handle is not None and hasattr(handle, "madvise"):
+            array = held()
+            handle = array.base if array is not None else None
+            if isinstance(handle, mmap.mmap):
                 handle.madvise(mmap.MADV_DONTNEED)
 
 
@@ -158,6 +157,15 @@ def _write_fully(f: object, data: memoryview) -> None:
     while data:
         written = f.write(data)  # type: ignore[attr-defined]
         data = data[written:]
+
+
+def _mapped(file: Any, offset: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` of ``file`` from ``offset``, mapped copy on write (never written back): a
+    uint8 array whose ``base`` is the mapping (a mapping starts at a page's boundary)."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    handle = mmap.mmap(file.fileno(), offset - start + nbytes, access=mmap.ACCESS_COPY,
+                       offset=start)
+    return np.frombuffer(handle, dtype=np.uint8, count=nbytes, offset=offset - start)
 
 
 def _forget(mapped: dict[int, Any], key: int, _: object) -> None:
@@ -174,7 +182,7 @@ class SpilledStorage:
         self.offset = offset
         self.nbytes = nbytes
         self.memory: torch.Tensor | None = memory
-        self._mapped: weakref.ref[np.memmap] | None = None
+        self._mapped: weakref.ref[np.ndarray] | None = None
 
     def base(self) -> torch.Tensor:
         """The storage as a flat uint8 tensor: on the memory mapped already while any
@@ -186,8 +194,7 @@ class SpilledStorage:
         if mapped is None:
             if self.nbytes == 0:
                 return torch.empty(0, dtype=torch.uint8)
-            mapped = np.memmap(self.folder.path, dtype=np.uint8, mode="c",
-                               offset=self.offset, shape=(self.nbytes,))
+            mapped = _mapped(self.folder.file, self.offset, self.nbytes)
             self._mapped = weakref.ref(mapped)
             self.folder.mapped[id(mapped)] = weakref.ref(
                 mapped, functools.partial(_forget, self.folder.mapped, id(mapped)))

@@ -8,6 +8,10 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 
 import pytest
 import torch
@@ -150,16 +154,40 @@ def test_a_write_that_fails_keeps_the_copy_in_memory_and_spills_no_more(monkeypa
     assert holding.store(values[1], (0.0,)) is values[1]  # held from now on
 
 
-def test_the_folder_goes_with_the_calls():
+def test_the_file_has_no_name_and_is_closed_with_the_calls(monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (read TMPDIR again)
     model, x = _Net().eval(), torch.randn(3, 8)
     with capture_calls(model, hold_bytes=0) as calls:
         run_truth(model, {"x": x})
     folder = calls.holding.folder
-    assert folder is not None and os.path.isdir(folder.directory)
-    directory = folder.directory
-    del calls, folder
+    assert folder is not None and folder.size > 0 and not folder.failed
+    assert list(tmp_path.iterdir()) == []  # (written, read back, and no name on disk)
+    whole = next(c for c in calls.calls if c.name == "" and c.mode == "autograd")
+    assert torch.equal(whole.outputs[0].value, model(x))
+    file = folder.file
+    del calls, folder, whole
     gc.collect()
-    assert not os.path.exists(directory)
+    assert file.closed
+
+
+_KILLED = """
+import os, signal, sys, torch
+from introspect.run.spill import Holding
+holding = Holding(0)
+kept = [holding.store(torch.randn(1000), (0.0,)) for _ in range(20)]
+holding.flush()
+print(holding.folder.size, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_diff_killed_mid_spill_leaves_no_file_behind(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _KILLED], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    assert int(done.stdout) == 20 * 4000  # (it spilled)
+    assert list(tmp_path.iterdir()) == []
 
 
 def _judged(reference, candidate, batch):
