@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from introspect.diff.api import diff
+from introspect.diff.records import error_words
 from introspect.diff.result import DiffResult
 from introspect.models.load import TokenizedInputs
 
@@ -53,8 +54,9 @@ def assert_parity(reference: torch.nn.Module, candidate: torch.nn.Module,
         lines = ["parity fails"]
         if d is not None:
             lines[0] += (f": first divergence at {d.reference_node} ({d.op} in "
-                         f"{d.module or d.layer}), candidate node {d.candidate_node}, local max "
-                         f"abs error {d.local_max_abs_err:.3g} over budget {d.budget}")
+                         f"{d.module or d.layer}), candidate node {d.candidate_node}, "
+                         f"{error_words(d)} {d.local_max_abs_err:.3g} over budget "
+                         f"{d.budget}")
             lines += [f"  hint: {h}" for h in d.hints]
         lines += ["", result.layer_table()]
         raise AssertionError("\n".join(lines))

@@ -59,10 +59,11 @@ def _first_divergence(result: Any) -> tuple[Any, str | None]:
         return backward.first_divergence, (first[0] if first else None)
     if d is None:
         return None, None
+    from introspect.diff.records import error_words
     from introspect.diff.result import divergence_where
 
     return d, (f"first divergence: {d.reference_node} -> {d.candidate_node} "
-               f"({divergence_where(d)}), local max abs error "
+               f"({divergence_where(d)}), {error_words(d)} "
                f"{d.local_max_abs_err:.3g} over budget {d.budget}")
 
 

@@ -216,6 +216,18 @@ class Divergence:
     candidate_module: str = ""
 
 
+# How a divergence's budget begins where its figure is a mean gap, not the largest (a float64
+# check failed on the mean: ``modules.precise``); ``error_words`` reads it.
+AVERAGE = "on average"
+
+
+def error_words(d: Divergence) -> str:
+    """What a divergence's ``local_max_abs_err`` measures, in words: its largest local
+    error, or where its budget says so, its mean."""
+    return "local mean abs error" if d.budget.split(" ", 1)[-1].startswith(AVERAGE) \
+        else "local max abs error"
+
+
 # Calls of the truth runs, in the ``call`` column of ``DiffResult.outputs``: the modes
 # ``introspect.run.truth`` calls a model in. CALL_AUTOGRAD: model(**x), autograd on, as a
 # user writes it; CALL_NO_GRAD: under torch.no_grad() (inference code, PyTorch's fast

@@ -25,6 +25,7 @@ from introspect.diff.records import (
     LayerDiff,
     NodeDiff,
     OutputDiff,
+    error_words,
 )
 from introspect.diff.status import (
     STATUS_LEGEND,
@@ -296,7 +297,7 @@ class DiffResult:
         d = self.first_divergence
         if d is not None and d.phase == "forward":  # the backward's says it below
             lines.append(f"first divergence: {d.reference_node} -> {d.candidate_node} "
-                         f"({divergence_where(d)}), local max abs error "
+                         f"({divergence_where(d)}), {error_words(d)} "
                          f"{d.local_max_abs_err:.3g} over budget {d.budget}")
             if d.detail:
                 lines.append(f"  detail: {d.detail}")

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED
+from introspect.diff.records import STATUS_FAIL, STATUS_SKIPPED, STATUS_UNMATCHED, error_words
 from introspect.diff.status import WORD_NA, layer_statuses, status_legend, status_word
 from introspect.report.generation import generation_html
 from introspect.report.html_drawing import DRAWING_CSS, DRAWING_SCRIPT, drawing_section
@@ -206,8 +206,9 @@ def _divergence(result: DiffResult, *, drawn: set[str] | None = None) -> list[st
             where = f"<a href='#node={e(quote(d.reference_node))}'>{where}</a>"
         parts.append(f"<div class='divergence'><p><b>First divergence:</b> "
                      f"{where} &rarr; <code>{e(d.candidate_node)}"
-                     f"</code> ({e(d.op)} in <code>{e(d.module or d.layer)}</code>), local max "
-                     f"abs error {d.local_max_abs_err:.3g} over budget {e(d.budget)}.</p></div>")
+                     f"</code> ({e(d.op)} in <code>{e(d.module or d.layer)}</code>), "
+                     f"{error_words(d)} {d.local_max_abs_err:.3g} over budget "
+                     f"{e(d.budget)}.</p></div>")
         parts += [f"<p class='hint'><b>Hint:</b> {e(h)}</p>" for h in d.hints]
     parts += [f"<p class='notes'>Note: {e(n)}</p>" for n in result.notes]
     return parts

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from introspect.diff.records import STATUS_FAIL
+from introspect.diff.records import STATUS_FAIL, error_words
 from introspect.report.generation import generation_markdown
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def markdown_summary(result: DiffResult) -> str:
     d = result.first_divergence
     if d is not None:
         lines += ["", f"**First divergence:** `{d.reference_node}` ({_md(d.op)} in "
-                      f"`{d.module or d.layer}`), local max abs error "
+                      f"`{d.module or d.layer}`), {error_words(d)} "
                       f"{_num(d.local_max_abs_err)} over budget {d.budget}."]
         lines += [f"- hint: {_md(h)}" for h in dict.fromkeys(d.hints)]
     lines += ["", "| layer | max abs err | local max abs err | worst node | nodes | status |",

@@ -38,6 +38,9 @@ Faults (each in layer ``layer``):
 - ``gqa_tiled``: key/value heads repeated as 0,1,0,1 (``repeat``) instead of 0,0,1,1;
 - ``rms_eps``: ``attention_norm`` with eps 1e-5, llama2.c's default, where HF's config has
   ``rms_norm_eps`` 1e-6;
+- ``rms_eps_3e6``: ``attention_norm`` with eps 3e-6 for HF's 1e-6, a slip that moves the
+  norm by a few times its float32 rounding;
+- ``silu_typed_e``: SiLU written ``x / (1 + 2.7183 ** -x)``, e typed to four places;
 - ``no_causal_mask``: the padding mask only;
 - ``w1_w3_swapped``: ``silu`` on the up projection instead of the gate;
 - ``scale_1_over_d``: scores divided by hd instead of sqrt(hd);
@@ -55,6 +58,9 @@ from torch import nn
 
 FAULTS = ("unpermuted", "rotary_model_dim", "gqa_tiled", "rms_eps", "no_causal_mask",
           "w1_w3_swapped", "scale_1_over_d", "missing_residual")
+# slips a few times float32's rounding (below); not among ``FAULTS``, which each move the
+# outputs measurably on any checkpoint
+SLIPS = ("rms_eps_3e6", "silu_typed_e")
 
 
 @dataclass
@@ -224,11 +230,16 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)
         self.dropout = nn.Dropout(dropout)
         self.gate_on_w1 = True
+        self.silu = F.silu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_on_w1:
-            return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
-        return self.dropout(self.w2(F.silu(self.w3(x)) * self.w1(x)))
+            return self.dropout(self.w2(self.silu(self.w1(x)) * self.w3(x)))
+        return self.dropout(self.w2(self.silu(self.w3(x)) * self.w1(x)))
+
+
+def silu_typed_e(x: torch.Tensor) -> torch.Tensor:
+    return x / (1 + 2.7183 ** -x)
 
 
 class TransformerBlock(nn.Module):
@@ -354,8 +365,9 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0, *,
           rotary: str = "interleaved") -> nn.Module:
     """The port holding ``reference``'s weights (HF ``LlamaModel`` or ``LlamaForCausalLM``),
     with ``fault`` in layer ``layer``; ``rotary="half"``: see ``build_half_split``."""
-    if fault is not None and fault not in FAULTS or rotary == "half" and fault == "unpermuted":
-        raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
+    if fault is not None and fault not in FAULTS + SLIPS \
+            or rotary == "half" and fault == "unpermuted":
+        raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS + SLIPS)}")
     if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
         reference = reference.model
     model = load_hf_model(reference, fault, layer, permute=rotary == "interleaved")
@@ -372,6 +384,10 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0, *,
         block.attention.repeat = repeat_kv_tiled
     elif fault == "rms_eps":
         block.attention_norm.eps = 1e-5
+    elif fault == "rms_eps_3e6":
+        block.attention_norm.eps = 3e-6
+    elif fault == "silu_typed_e":
+        block.feed_forward.silu = silu_typed_e
     elif fault == "no_causal_mask":
         block.attention.causal = False
     elif fault == "w1_w3_swapped":

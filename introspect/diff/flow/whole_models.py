@@ -56,9 +56,10 @@ def judge_whole_models(state: DiffState) -> None:
         module = unjudged
         where += f"; every weight no judged module holds is {unjudged}'s"
     layer = layers.of_module(module)
+    error, limit = check.shown  # (the mean gap and its budget, where it failed on those)
     evidence.rows.append(ModuleDiff(
-        "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", check.error,
-        None, check.limit, STATUS_FAIL,
+        "", type(state.candidate).__name__, module, layer, NO_GRAD, "value", error,
+        None, limit, STATUS_FAIL,
         f"{check.why} (at {found.reference_output}{where})"))
 
 

@@ -53,6 +53,7 @@ from introspect.diff.modules.paths import below, within
 from introspect.diff.modules.precise import (
     CONFIRM_SHARE,
     IN_FLOAT64,
+    ON_AVERAGE,
     ReferenceCalls,
     float64_check,
 )
@@ -60,7 +61,7 @@ from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.ops.outside import handed_from_outside_hint
 from introspect.diff.quantized import is_quantized
-from introspect.diff.records import STATUS_FAIL, STATUS_OK, Divergence
+from introspect.diff.records import AVERAGE, STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
 from introspect.run.spill import Holding
 from introspect.run.truth import AUTOGRAD, INFERENCE_MODE, NO_GRAD, identical
@@ -169,9 +170,13 @@ class ModuleEvidence:
                 detail = (f"module evidence: the candidate ({row.candidate_class}) and the "
                           f"reference, each {row.note}")
             budget = "the reference's float32 error, in float64"
+            if ON_AVERAGE in row.note:  # (its mean gap, and the mean's budget)
+                budget = f"{AVERAGE} (module evidence: the reference's mean float32 error, " \
+                    "in float64)"
         return Divergence(
             row.reference_module or "model", row.candidate_module or "model",
             row.reference_module, row.layer, row.candidate_class, row.max_abs_err or 0.0,
+            f"{row.limit:.3g} {budget}" if budget.startswith(AVERAGE) else
             f"{row.limit:.3g} (module evidence: {budget})", (),
             detail=detail, candidate_module=row.candidate_module)
 
@@ -562,8 +567,9 @@ def _in_float64(row: ModuleDiff, pair: ModulePair, exact: Exact, unit: float,
     check = float64_check(pair, reference, exact.keep, exact.scale)
     if check is None or not check.failed:
         return row
-    return dataclasses.replace(row, max_abs_err=check.error, limit=check.limit,
-                               status=STATUS_FAIL, note=check.why)
+    error, limit = check.shown  # (the mean gap and its budget, where it failed on those)
+    return dataclasses.replace(row, max_abs_err=error, limit=limit, status=STATUS_FAIL,
+                               note=check.why)
 
 
 def _handed_over(row: ModuleDiff, pair: ModulePair, unit: float, handing: HandOvers,

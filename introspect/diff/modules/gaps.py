@@ -56,6 +56,23 @@ def largest(t: torch.Tensor, keep: torch.Tensor | None = None) -> float:
     return float(magnitudes.max()) if magnitudes.numel() else 0.0
 
 
+def mean_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = None) -> float:
+    """The mean of ``|a - b|`` over the elements ``keep`` marks, in float64 (0.0 where none
+    is kept). Read only by the float64 checks (``precise``), a few times a diff."""
+    gaps = (a.detach().double().cpu().reshape(-1) - b.detach().double().cpu().reshape(-1)).abs()
+    if keep is not None:
+        gaps = gaps[keep]
+    return float(gaps.mean()) if gaps.numel() else 0.0
+
+
+def mean_magnitude(t: torch.Tensor, keep: torch.Tensor | None = None) -> float:
+    """The mean of ``|t|`` over ``keep``, in float64 (0.0 where none is kept)."""
+    magnitudes = t.detach().double().cpu().reshape(-1).abs()
+    if keep is not None:
+        magnitudes = magnitudes[keep]
+    return float(magnitudes.mean()) if magnitudes.numel() else 0.0
+
+
 def flat(t: torch.Tensor) -> torch.Tensor:
     """``t`` on the CPU, flat, in float32 or float64: each value as it was (no copy of a
     float32 or float64 tensor there already)."""
@@ -109,4 +126,4 @@ def _gradual_underflow() -> bool:
     return bool(torch.tensor([2.0**-126]) / 2 != 0)
 
 
-__all__ = ["flat", "kept", "largest", "largest_gap"]
+__all__ = ["flat", "kept", "largest", "largest_gap", "mean_gap", "mean_magnitude"]
