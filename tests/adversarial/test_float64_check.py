@@ -23,6 +23,7 @@ from tests.fixtures.families import grouped_llama, tiny_inputs
 
 evidence = importlib.import_module("introspect.diff.modules.evidence")
 whole_models = importlib.import_module("introspect.diff.flow.whole_models")
+flow_evidence = importlib.import_module("introspect.diff.flow.module_evidence")
 SLIP_LAYER = 3
 
 
@@ -216,6 +217,7 @@ def test_a_gelu_constant_typed_short_fails_on_minilm(mini, monkeypatch):
     ports = adversarial_port("gelu_constant.py")
     monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
     monkeypatch.setattr(whole_models, "computed_outside_modules", lambda e: False)
+    monkeypatch.setattr(flow_evidence, "returned_by_glue", lambda *calls: [])
     assert introspect.diff(reference.model, ports.faulty(reference), inputs,
                            nodes=False).passed
     monkeypatch.undo()

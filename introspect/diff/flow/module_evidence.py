@@ -13,7 +13,7 @@ from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
 from introspect.diff.flow.whole_models import judge_whole_models, name_where_runs_part
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
-from introspect.diff.modules.accounted import unaccounted
+from introspect.diff.modules.accounted import returned_by_glue, unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
@@ -51,7 +51,8 @@ def pass_without_recording(state: DiffState) -> None:
         ref_calls, cand_calls, state.tensors.get("attention_mask"), keep_calls=True,
         rounding=state.device_rounding, changing=_changing(state),
         outputs_failed=not verdict.passed)
-    judge_whole_models(state)  # (where some computation is in no judged module)
+    # (where some computation is in no judged module)
+    judge_whole_models(state, returned_by_glue(ref_calls, cand_calls, state.module_evidence.rows))
     _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
     gradients_proven = not state.options.mode.backward or (
         state.own_gradients is not None and state.own_gradients.result is not None)
@@ -103,11 +104,16 @@ def join_module_evidence(state: DiffState) -> None:
         state.module_evidence.uncovered = coverage_of(
             state.unseen, state.module_evidence.rows, state.faithful, state.parted)
     elif state.truths:
-        state.module_evidence = gather_module_evidence(  # (it lets go of the calls' values)
+        state.module_evidence = gather_module_evidence(
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
-            state.parted, rounding=state.device_rounding, changing=_changing(state),
+            state.parted, keep_calls=True, rounding=state.device_rounding,
+            changing=_changing(state),
             outputs_failed=state.verdict is not None and not state.verdict.passed)
-        judge_whole_models(state)
+        glue = returned_by_glue(ref_calls, cand_calls, state.module_evidence.rows)
+        ref_calls.calls.clear()  # the values are let go: memory
+        cand_calls.calls.clear()
+        state.module_evidence.pairs, state.module_evidence.candidate_calls = [], []
+        judge_whole_models(state, glue)
     evidence, explanation = state.module_evidence, state.explanation
     state.notes += evidence.notes
     if explanation.confirm_inside is not None and not evidence.passed \

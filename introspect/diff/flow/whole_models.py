@@ -9,6 +9,7 @@ explains fail it, as a row of the model itself."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -22,13 +23,16 @@ from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.truth import NO_GRAD
 
 
-def judge_whole_models(state: DiffState) -> None:
+def judge_whole_models(state: DiffState, glue: Sequence[str] = ()) -> None:
     """A failing row for the model itself, where its float64 run fails (see the module's
-    docstring); nothing otherwise. Right after module evidence is gathered."""
+    docstring); nothing otherwise. Right after module evidence is gathered. ``glue``: the
+    outputs that code no module evidence judged returned (``accounted.returned_by_glue``:
+    a hook on the model adding a constant), which only the whole models judge too."""
     evidence, verdict = state.module_evidence, state.verdict
     if verdict is None or not verdict.passed or evidence is None or not evidence.passed \
             or state.divergence is not None or state.ref_truth is None \
-            or not state.ref_truth.calls or not computed_outside_modules(evidence) \
+            or not state.ref_truth.calls \
+            or not (glue or computed_outside_modules(evidence)) \
             or _coarser_than_float32(state) or state.changes_between_calls():
         return
     names = sorted({(r.reference_output, r.candidate_output) for r in verdict.rows
@@ -41,8 +45,6 @@ def judge_whole_models(state: DiffState) -> None:
     if found is None or not found.check.failed:
         return
     check = found.check
-    # where what no module judged reads the weights of one reference module alone (a
-    # layer's output LayerNorm computed in NumPy by the model's own method), it is named
     # named where the two float64 runs part (``modules.departure``); where every weight
     # no judged module holds is one reference module's (a layer's output LayerNorm the
     # model computes by hand in NumPy) and it lies in that layer, that module, finer
@@ -55,6 +57,8 @@ def judge_whole_models(state: DiffState) -> None:
     if unjudged and (departure is None or layers.of_module(unjudged) == departure.layer):
         module = unjudged
         where += f"; every weight no judged module holds is {unjudged}'s"
+    if glue and not computed_outside_modules(evidence):
+        where += f"; {glue[0]}"
     layer = layers.of_module(module)
     error, limit = check.shown  # (the mean gap and its budget, where it failed on those)
     evidence.rows.append(ModuleDiff(
