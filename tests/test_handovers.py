@@ -98,7 +98,7 @@ def test_an_eps_in_a_row_mapped_by_vmap(perturbed_tiny, monkeypatch, handovers):
         monkeypatch.setattr(evidence, "_handed_over", lambda row, *args: row)
         monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
         monkeypatch.setattr(whole_models, "computed_outside_modules", lambda e: False)
-        monkeypatch.setattr(flow_evidence, "returned_by_glue", lambda *calls: [])
+        monkeypatch.setattr(flow_evidence, "computed_by_glue", lambda *calls: [])
     assert introspect.diff(reference, bert_rows_vmapped.build(reference), inputs,
                            nodes=False).passed
     result = introspect.diff(reference, bert_rows_vmapped.build(reference, "eps"), inputs,

@@ -217,7 +217,7 @@ def test_a_gelu_constant_typed_short_fails_on_minilm(mini, monkeypatch):
     ports = adversarial_port("gelu_constant.py")
     monkeypatch.setattr(evidence, "CONFIRM_SHARE", float("inf"))
     monkeypatch.setattr(whole_models, "computed_outside_modules", lambda e: False)
-    monkeypatch.setattr(flow_evidence, "returned_by_glue", lambda *calls: [])
+    monkeypatch.setattr(flow_evidence, "computed_by_glue", lambda *calls: [])
     assert introspect.diff(reference.model, ports.faulty(reference), inputs,
                            nodes=False).passed
     monkeypatch.undo()

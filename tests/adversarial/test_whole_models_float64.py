@@ -26,7 +26,7 @@ def ports():
 def test_the_slip_passes_the_outputs_budget(mini, ports, monkeypatch):
     reference, inputs = mini
     monkeypatch.setattr(whole, "computed_outside_modules", lambda evidence: False)
-    monkeypatch.setattr(flow_evidence, "returned_by_glue", lambda *calls: [])
+    monkeypatch.setattr(flow_evidence, "computed_by_glue", lambda *calls: [])
     result = introspect.diff(reference.model, ports.faulty(reference), inputs, nodes=False)
     assert result.passed
 

@@ -13,7 +13,7 @@ from introspect.diff.flow.reference import reference_again_where_moved
 from introspect.diff.flow.state import DiffState
 from introspect.diff.flow.whole_models import judge_whole_models, name_where_runs_part
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
-from introspect.diff.modules.accounted import returned_by_glue, unaccounted
+from introspect.diff.modules.accounted import computed_by_glue, unaccounted
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
@@ -52,7 +52,7 @@ def pass_without_recording(state: DiffState) -> None:
         rounding=state.device_rounding, changing=_changing(state),
         outputs_failed=not verdict.passed)
     # (where some computation is in no judged module)
-    judge_whole_models(state, returned_by_glue(ref_calls, cand_calls, state.module_evidence.rows))
+    judge_whole_models(state, computed_by_glue(ref_calls, cand_calls, state.module_evidence.rows))
     _judge_own_gradients(state)  # (with backward: kept for where the recording cannot go)
     gradients_proven = not state.options.mode.backward or (
         state.own_gradients is not None and state.own_gradients.result is not None)
@@ -109,7 +109,7 @@ def join_module_evidence(state: DiffState) -> None:
             state.parted, keep_calls=True, rounding=state.device_rounding,
             changing=_changing(state),
             outputs_failed=state.verdict is not None and not state.verdict.passed)
-        glue = returned_by_glue(ref_calls, cand_calls, state.module_evidence.rows)
+        glue = computed_by_glue(ref_calls, cand_calls, state.module_evidence.rows)
         ref_calls.calls.clear()  # the values are let go: memory
         cand_calls.calls.clear()
         state.module_evidence.pairs, state.module_evidence.candidate_calls = [], []

@@ -26,8 +26,9 @@ from introspect.run.truth import NO_GRAD
 def judge_whole_models(state: DiffState, glue: Sequence[str] = ()) -> None:
     """A failing row for the model itself, where its float64 run fails (see the module's
     docstring); nothing otherwise. Right after module evidence is gathered. ``glue``: the
-    outputs that code no module evidence judged returned (``accounted.returned_by_glue``:
-    a hook on the model adding a constant), which only the whole models judge too."""
+    values code no module evidence judged computed and handed on
+    (``accounted.computed_by_glue``: a layer's output scaled in the model's own loop, a
+    hook on the model adding a constant), which only the whole models judge too."""
     evidence, verdict = state.module_evidence, state.verdict
     if verdict is None or not verdict.passed or evidence is None or not evidence.passed \
             or state.divergence is not None or state.ref_truth is None \
@@ -58,7 +59,9 @@ def judge_whole_models(state: DiffState, glue: Sequence[str] = ()) -> None:
         module = unjudged
         where += f"; every weight no judged module holds is {unjudged}'s"
     if glue and not computed_outside_modules(evidence):
-        where += f"; {glue[0]}"
+        # (an attention mask its own code made is the likeliest glue, and the least telling)
+        told = sorted(glue, key=lambda reason: "mask" in reason)
+        where += f"; {'; '.join(told[:2])}{'; ...' if len(told) > 2 else ''}"
     layer = layers.of_module(module)
     error, limit = check.shown  # (the mean gap and its budget, where it failed on those)
     evidence.rows.append(ModuleDiff(

@@ -24,9 +24,10 @@ The rule, on the first plain call with autograd on (``capture``):
   autograd call's evidence stands for it), and no region may be one the recording could
   not see (``evidence.Uncovered``).
 
-What the model returns from glue (``returned_by_glue``: a hook on the model adding a
-constant to its output) is also judged by both whole models run again in float64
-(``flow.whole_models``), on a PASS with the recording as without it.
+What glue computed (``computed_by_glue``: a layer's output scaled in the model's own
+loop, a hook on the model adding a constant to its output) is also judged by both whole
+models run again in float64 (``flow.whole_models``), on a PASS with the recording as
+without it.
 
 What the rule does not see: a non-floating value glue makes (token positions, a boolean
 mask) is used as it is when a judged module runs again on the reference's inputs, so a
@@ -65,6 +66,20 @@ def unaccounted(reference: Calls, candidate: Calls, rows: Sequence[ModuleDiff]) 
         return ["its no_grad call made other module calls, or on other values"]
     if any(c.thread or c.edited_inputs or c.started < 0 for c in calls):
         return ["a module call in a worker thread, or one that edited its inputs"]
+    return computed_by_glue(reference, candidate, rows)
+
+
+def computed_by_glue(reference: Calls, candidate: Calls,
+                     rows: Sequence[ModuleDiff]) -> list[str]:
+    """The values (in words) that code no module evidence judged computed and handed on:
+    a floating input of an outermost judged call, or a floating output of the model, that
+    is none of the values glue may hand on as they are (``_sources``): a layer's output
+    scaled in the model's own loop, a hook on the model adding a constant ([]: none, or
+    the model's own call was not seen once with autograd on)."""
+    calls = sorted(candidate.of_mode(AUTOGRAD), key=lambda c: c.order)
+    root = [c for c in calls if c.name == ""]
+    if len(root) != 1:
+        return []
     judged = _judged(calls, rows)
     sources = _sources(reference, judged, root[0])
     reasons = []
@@ -75,20 +90,11 @@ def unaccounted(reference: Calls, candidate: Calls, rows: Sequence[ModuleDiff]) 
             if not leaf.unchanged() or not sources.holds(leaf.value):
                 reasons.append(f"{call.name or 'the model'} takes {leaf.path} from code no "
                                "module evidence judged")
-    return reasons + _returned_by_glue(root[0], judged, sources)
-
-
-def returned_by_glue(reference: Calls, candidate: Calls,
-                     rows: Sequence[ModuleDiff]) -> list[str]:
-    """The model's floating outputs (in words) that code no module evidence judged
-    computed, past every judged module: a hook on the model, a final step in its own
-    forward ([]: none, or its own call was not seen once with autograd on)."""
-    calls = candidate.of_mode(AUTOGRAD)
-    root = [c for c in calls if c.name == ""]
-    if len(root) != 1:
-        return []
-    judged = _judged(calls, rows)
-    return _returned_by_glue(root[0], judged, _sources(reference, judged, root[0]))
+    if root[0] not in judged:
+        reasons += [f"the model returns {leaf.path.removeprefix('output.')} from code no "
+                    "module evidence judged" for leaf in root[0].outputs
+                    if not leaf.unchanged() or not sources.holds(leaf.value)]
+    return reasons
 
 
 def _sources(reference: Calls, judged: Sequence[ModuleCall], root: ModuleCall) -> _Values:
@@ -102,15 +108,6 @@ def _sources(reference: Calls, judged: Sequence[ModuleCall], root: ModuleCall) -
         sources.add(leaf for leaf in call.inputs + call.outputs if leaf.unchanged())
     sources.add(root.inputs)
     return sources
-
-
-def _returned_by_glue(root: ModuleCall, judged: Sequence[ModuleCall],
-                      sources: _Values) -> list[str]:
-    if root in judged:
-        return []
-    return [f"the model returns {leaf.path.removeprefix('output.')} from code no module "
-            "evidence judged" for leaf in root.outputs
-            if not leaf.unchanged() or not sources.holds(leaf.value)]
 
 
 def _judged(calls: Sequence[ModuleCall], rows: Sequence[ModuleDiff]) -> list[ModuleCall]:
@@ -181,4 +178,4 @@ def _key(t: torch.Tensor) -> tuple[object, ...]:
     return (tuple(t.shape), t.dtype, probe(t, _PROBE))
 
 
-__all__ = ["returned_by_glue", "unaccounted"]
+__all__ = ["computed_by_glue", "unaccounted"]
