@@ -86,3 +86,9 @@ def test_a_correct_llama_passes_at_1500_tokens():
     result = introspect.diff(reference, llama2c.build(reference),
                              {"input_ids": ids, "attention_mask": mask}, nodes=False)
     assert result.passed, result.summary()
+
+
+def test_an_output_of_zeros_on_both_sides_is_no_worse_than_within():
+    zeros = torch.zeros(16, dtype=torch.float64)
+    check = checked(zeros, zeros, zeros.float(), torch.ones(16, dtype=torch.bool))
+    assert not check.failed and check.badness == 0.0

@@ -109,9 +109,7 @@ class Float64Check:
     @property
     def badness(self) -> float:
         """How far over its budgets, the worse of the two (over 1: failed)."""
-        return max(self.error / self.limit if self.limit else math.inf * bool(self.error),
-                   self.mean_error / self.mean_limit if self.mean_limit else
-                   math.inf * bool(self.mean_error))
+        return max(_over(self.error, self.limit), _over(self.mean_error, self.mean_limit))
 
     @property
     def why(self) -> str:
@@ -140,6 +138,13 @@ def float64_limit(reference_error: float, candidate_error: float, scale: float) 
     ``CONFIRM_UNITS`` float32 roundings of ``scale`` (the output's largest magnitude)."""
     return CONFIRM_FACTOR * max(reference_error, candidate_error) \
         + CONFIRM_UNITS * UNIT[torch.float32] * scale
+
+
+def _over(gap: float, limit: float) -> float:
+    """``gap`` in units of ``limit``: infinite where the limit is 0 and the gap is not."""
+    if limit > 0:
+        return gap / limit
+    return math.inf if gap > 0 else 0.0
 
 
 def checked(candidate: torch.Tensor, reference: torch.Tensor, reference32: torch.Tensor,
