@@ -158,7 +158,7 @@ class ModuleEvidence:
                   f"the reference's inputs to it in its {row.call} call, is "
                   f"{row.max_abs_err:.3g} from the reference's {row.reference_module} "
                   f"(its budget {row.limit:.3g})")
-        budget = "its rounding noise"
+        budget = "(module evidence: its rounding noise)"
         if row.note.startswith(HANDED):  # (what it hands a module inside it failed)
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
@@ -169,15 +169,14 @@ class ModuleEvidence:
             else:  # both whole models (``flow.whole_models``)
                 detail = (f"module evidence: the candidate ({row.candidate_class}) and the "
                           f"reference, each {row.note}")
-            budget = "the reference's float32 error, in float64"
+            budget = "(module evidence: the reference's float32 error, in float64)"
             if ON_AVERAGE in row.note:  # (its mean gap, and the mean's budget)
-                budget = f"{AVERAGE} (module evidence: the reference's mean float32 error, " \
-                    "in float64)"
+                budget = f"{AVERAGE} (module evidence: the reference's mean float32 " \
+                    "error, in float64)"
         return Divergence(
             row.reference_module or "model", row.candidate_module or "model",
             row.reference_module, row.layer, row.candidate_class, row.max_abs_err or 0.0,
-            f"{row.limit:.3g} {budget}" if budget.startswith(AVERAGE) else
-            f"{row.limit:.3g} (module evidence: {budget})", (),
+            f"{row.limit:.3g} {budget}", (),
             detail=detail, candidate_module=row.candidate_module)
 
     def _changing(self) -> Divergence | None:

@@ -41,9 +41,7 @@ def largest_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = No
     quick = _read_in_float32(a, b, keep)
     if quick is not None:
         return quick
-    gaps = (a.detach().double().cpu().reshape(-1) - b.detach().double().cpu().reshape(-1)).abs()
-    if keep is not None:
-        gaps = gaps[keep]
+    gaps = (_kept_in_float64(a, keep) - _kept_in_float64(b, keep)).abs()
     return float(gaps.max()) if gaps.numel() else 0.0
 
 
@@ -59,18 +57,20 @@ def largest(t: torch.Tensor, keep: torch.Tensor | None = None) -> float:
 def mean_gap(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None = None) -> float:
     """The mean of ``|a - b|`` over the elements ``keep`` marks, in float64 (0.0 where none
     is kept). Read only by the float64 checks (``precise``), a few times a diff."""
-    gaps = (a.detach().double().cpu().reshape(-1) - b.detach().double().cpu().reshape(-1)).abs()
-    if keep is not None:
-        gaps = gaps[keep]
+    gaps = (_kept_in_float64(a, keep) - _kept_in_float64(b, keep)).abs()
     return float(gaps.mean()) if gaps.numel() else 0.0
 
 
 def mean_magnitude(t: torch.Tensor, keep: torch.Tensor | None = None) -> float:
     """The mean of ``|t|`` over ``keep``, in float64 (0.0 where none is kept)."""
-    magnitudes = t.detach().double().cpu().reshape(-1).abs()
-    if keep is not None:
-        magnitudes = magnitudes[keep]
+    magnitudes = _kept_in_float64(t, keep).abs()
     return float(magnitudes.mean()) if magnitudes.numel() else 0.0
+
+
+def _kept_in_float64(t: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """The elements of ``t`` that ``keep`` marks (all where None), flat, a float64 copy."""
+    t = t.detach().double().cpu().reshape(-1)
+    return t if keep is None else t[keep]
 
 
 def flat(t: torch.Tensor) -> torch.Tensor:

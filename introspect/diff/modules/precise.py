@@ -18,7 +18,7 @@ share (a GELU's 1/sqrt(2) typed 0.70711, SiLU's e typed 2.7183, an RMSNorm's eps
 1e-6), so its mean gap stands near its largest while rounding's does not. So the mean gap
 over the same elements is held against ``MEAN_FACTOR`` times the reference's own mean
 float32 error, plus ``MEAN_UNITS`` float32 roundings of the output's mean magnitude: a pair
-fails where either is over. Measured on about a hundred correct ports and eleven such
+fails where either is over. Measured on about a hundred correct ports and ten such
 slips (``docs/verdict.md``): correct ports' mean gaps are at most 0.8 of the reference's
 mean error (a Llama at 1,500 tokens, whose float32 ``inv_freq`` is rounded data the other
 side computes), the slips' at least 2.5 of it, where their largest gaps are 1.6x to 4x.
