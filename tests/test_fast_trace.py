@@ -204,6 +204,30 @@ def test_traces_from_several_threads_then_a_plain_forward(tiny_models):
         assert model(**inputs).last_hidden_state.shape == (2, 9, 128)
 
 
+def test_a_trace_waits_for_another_holding_the_trace_lock(tiny_models, monkeypatch):
+    # fx patches nn.Module.__call__ process-wide, and a trace snapshots and restores the
+    # model's attributes around it: a trace started while another holds the lock must
+    # not begin at all until it is let go (its snapshot would hold the other's proxies)
+    from introspect.models import families
+    from introspect.tracing.tracer import TRACE_LOCK
+
+    model = tiny_models("base").model
+    inputs = make_batch(2, 9, padded=True)
+    begun: list[str] = []
+    reason = families.untraceable_reason
+    monkeypatch.setattr(families, "untraceable_reason",
+                        lambda m: begun.append("begun") or reason(m))
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(trace_module(model, inputs,
+                                                                      cache=False)))
+    with TRACE_LOCK:
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and begun == []  # (waiting: the lock is held here)
+    worker.join()
+    assert begun == ["begun"] and len(done) == 1
+
+
 def test_a_trace_failing_midway_leaves_no_patch_behind(tiny_models):
     model = tiny_models("base").model
     call, getattr_ = torch.nn.Module.__call__, torch.nn.Module.__getattr__

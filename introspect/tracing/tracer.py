@@ -98,8 +98,9 @@ def holds_trace_lock(function: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run a public entry point under ``TRACE_LOCK``, graph runs and forwards included.
 
     While one thread traces, fx's patched ``nn.Module.__call__`` reaches every thread's
-    forwards, so ``trace``, ``diff``, ``attention`` and ``capture`` hold the lock for their
-    whole run: from several threads at once they give what they give one after another.
+    forwards, so ``trace``, ``trace_module``, ``diff``, ``attention`` and ``capture`` hold
+    the lock for their whole run: from several threads at once they give what they give
+    one after another.
     """
 
     @functools.wraps(function)
@@ -479,6 +480,10 @@ def _outputs_as_dict(outputs: Any) -> Any:
     return {"output": outputs}
 
 
+# Under the lock too: fx patches ``nn.Module.__call__`` process-wide while it traces, and
+# two traces at once in two threads each saw the other's patch (a node in another order,
+# under load): from several threads they now run one after another.
+@holds_trace_lock
 def trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Tensor],
                  *, fast: bool = True, cache: bool = True) -> TraceResult:
     """Trace ``model`` into a GraphModule whose placeholders are ``example_inputs``' names.
