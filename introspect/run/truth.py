@@ -92,6 +92,14 @@ class Truth:
         seen = {name: None for call in self.calls for name in call.changed_inputs}
         return list(seen)
 
+    def repeatable(self) -> bool:
+        """Every call returned the same outputs bit for bit, whatever its mode: a forward
+        drawing at random (a dropout left on) did not show in them."""
+        first = self.calls[0].outputs
+        return all(call.outputs.keys() == first.keys()
+                   and all(identical(first[name], call.outputs[name]) for name in first)
+                   for call in self.calls[1:])
+
     def changed_between_calls(self) -> list[str]:
         """Outputs of the autograd calls that are not bit-identical from call to call."""
         grad_calls = [c for c in self.calls if c.grad]

@@ -46,7 +46,7 @@ def _explain_inside(state: DiffState) -> bool:
         name_map=None, allow_nonfinite=state.options.budgets.allow_nonfinite,
         forward_keywords=None, noise_budget=False, reference=state.reference,
         raise_errors=False, placement=state.placement,
-        original_reference=state.original_reference,
+        original_reference=state.original_reference, repeatable=state.candidate_repeatable(),
         alone=Alone(state.tensors.get("attention_mask"),
                     {"reference_model": state.reference, "candidate_model": state.candidate,
                      "inputs": copies(state.ref_accepted)}))  # (the hints run either model)

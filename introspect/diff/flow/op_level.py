@@ -51,7 +51,8 @@ def explain_with(state: DiffState, recording: Any, recorder: Any) -> Any:
         raise_errors=state.verdict is None,
         agreeing_outputs=(),  # see docs/verdict.md: not yet sound
         placement=state.placement, recording=recording,
-        original_reference=state.original_reference, recorder=recorder)
+        original_reference=state.original_reference, recorder=recorder,
+        repeatable=state.candidate_repeatable())
 
 
 def take_rows(state: DiffState, rows: list[Any], divergence: Any) -> None:

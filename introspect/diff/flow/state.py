@@ -146,6 +146,11 @@ class DiffState:
         return self.random or (self.cand_truth is not None
                                and bool(self.cand_truth.changed_between_calls()))
 
+    def candidate_repeatable(self) -> bool:
+        """The candidate's plain calls returned the same outputs bit for bit, whatever
+        their modes: the hints need not run it twice more to look for a dropout left on."""
+        return self.cand_truth is not None and self.cand_truth.repeatable()
+
     def judge(self, truth: Any, against: Any = None) -> Any:
         """The candidate's plain calls ``truth`` judged against the reference's (or
         ``against``): ``compare_truths`` with this diff's budgets."""

@@ -116,13 +116,14 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
 
 def _dropout(context: DivergenceContext) -> list[str]:
     """Dropout active in the candidate: seen in the values at the divergence (zeros, the
-    rest scaled by 1/(1 - p)), else in two runs of the candidate that differ."""
+    rest scaled by 1/(1 - p)), else in two runs of the candidate that differ (not made
+    where its own calls agreed bit for bit already: ``DivergenceContext.repeatable``)."""
     keep = real_tokens(context.inputs)
     reference, candidate = context.reference_value, context.candidate_value
     real = real_in(reference.shape, keep) if keep is not None else \
         torch.ones(reference.shape, dtype=torch.bool)
     seen = dropout.value_hints(reference, candidate, real, context.module)
-    if seen or context.candidate_model is None:
+    if seen or context.candidate_model is None or context.repeatable:
         return seen
     return dropout.hints(context.candidate_model, context.inputs)
 

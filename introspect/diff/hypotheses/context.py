@@ -23,3 +23,6 @@ class DivergenceContext:
     candidate_value: torch.Tensor  # the candidate's value at that pair, in the reference's layout
     atol: float
     rtol: float
+    # the candidate's own calls (its truth runs, fresh random draws each) returned the same
+    # outputs bit for bit: two more runs of it would show no dropout (``_dropout``)
+    repeatable: bool = False

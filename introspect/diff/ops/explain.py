@@ -93,7 +93,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             recording: Recording | None = None,
             original_reference: torch.nn.Module | None = None,
             recorder: Callable[..., Recording] = record_forward,
-            alone: Alone | None = None) -> Explanation:
+            alone: Alone | None = None, repeatable: bool = False) -> Explanation:
     """Record the candidate, align it with the reference's recording and measure each pair.
 
     ``raise_errors``: without truth runs (a generation step) a failure to record or align
@@ -107,7 +107,9 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     backward diff's records with autograd on, so that one recorded forward serves both
     comparisons). ``alone``: the two are modules recorded alone (``ops.inside``), their
     inputs the values module evidence judged them on: the mask and the whole models come
-    from it, and no note is made on inputs the user never named.
+    from it, and no note is made on inputs the user never named. ``repeatable``: the
+    candidate's own calls returned the same outputs bit for bit (``Truth.repeatable``):
+    the hints do not run it twice more to look for a dropout left on.
     """
     ref_graph, ref_inputs, ref_recording = ref_side
     try:
@@ -195,6 +197,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     context = {"reference_model": reference, "candidate_model": candidate,
                "inputs": ref_inputs, "tolerance": tolerance} if alone is None \
         else {**alone.context, "tolerance": tolerance}
+    context["repeatable"] = repeatable
     divergence = first_divergence(rows, alignment, run, ref_graph, cand_graph, padding,
                                   budgets, context=None if forward_keywords else context,
                                   noise_budget=noise_budget)
