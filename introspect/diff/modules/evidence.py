@@ -29,6 +29,13 @@ from introspect.diff.modules.budget import (
     module_budget,
     unit_of,
 )
+from introspect.diff.modules.handed_on import (
+    HANDED_ON,
+    MOVED_ALIKE,
+    HandedOn,
+    handed_on,
+)
+from introspect.diff.modules.handed_on import MEAN_UNITS as HANDED_MEAN_UNITS
 from introspect.diff.modules.handovers import HANDED, HandOver, HandOvers
 from introspect.diff.modules.inference import INFERENCE_DIFFERS, judged_under_inference
 from introspect.diff.modules.local import (
@@ -162,6 +169,12 @@ class ModuleEvidence:
         if row.note.startswith(HANDED):  # (what it hands a module inside it failed)
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
+        elif row.note.startswith(HANDED_ON):  # (what its code hands on between modules)
+            detail = (f"module evidence: the code of the candidate's {shown} "
+                      f"({row.candidate_class}) in its {row.call} call: {row.note}")
+            budget = "(module evidence: a few roundings of the value handed on)"
+            if MOVED_ALIKE in row.note:  # (its mean gap, and the mean's budget)
+                budget = f"{AVERAGE} {budget}"
         elif row.note.startswith(IN_FLOAT64):  # (within its float32 budget)
             if row.candidate_module:
                 detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) "
@@ -289,6 +302,9 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
                             pairs, outputs_failed, ReferenceCalls(ref_calls),
                             reference.holding)
+    # the code between two judged modules, where the reference hands the value on as is
+    evidence.rows += [_handed_on_row(moved, candidate.of_mode(AUTOGRAD), layers)
+                      for moved in handed_on(pairs, attention_mask)]
     if keep_calls:
         evidence.pairs = pairs
         paired = {id(pair.call) for pair in pairs}
@@ -319,6 +335,32 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
         reference.calls.clear()  # the values are let go: memory
         candidate.calls.clear()
     return evidence
+
+
+def _handed_on_row(moved: HandedOn, calls: Sequence[ModuleCall],
+                   layers: ReferenceLayers) -> ModuleDiff:
+    """The failing row of a value the candidate's code moved on its way from one judged
+    module to the next (``handed_on``): the row of the innermost call running both, whose
+    code that is, laid in the reference's layer that takes the value."""
+    giver, taker = moved.giver.call, moved.taker.call
+    around = [c for c in calls
+              if 0 <= c.started < giver.started and c.order > taker.order and not c.thread]
+    owner = max(around, key=lambda c: c.started, default=None)
+    reference, given = moved.taken_by, moved.returned_by
+    error, limit = moved.shown
+    how = (f"{MOVED_ALIKE} {moved.mean_error:.3g} from it (budget {moved.mean_limit:.3g}: "
+           f"{HANDED_MEAN_UNITS:g} roundings of its mean magnitude; every element moved "
+           f"alike, its largest gap {moved.error:.3g} within {moved.limit:.3g})"
+           if moved.on_average else
+           f"what it took is {moved.error:.3g} from it (budget {moved.limit:.3g}: "
+           f"{FLOOR_UNITS:g} roundings of its largest magnitude)")
+    note = (f"{HANDED_ON} {taker.name or 'the model'} ({moved.path}): it took what "
+            f"{giver.name or 'the model'} returned, as the reference's {reference} takes "
+            f"what its {given} returned, unchanged; {how}")
+    return ModuleDiff(owner.name if owner is not None else "",
+                      type(owner.module).__name__ if owner is not None else "", reference,
+                      layers.of_module(reference), AUTOGRAD, "weights", error, None, limit,
+                      STATUS_FAIL, note)
 
 
 def _comes_first(module: str, other: str, order: Sequence[str]) -> bool:
