@@ -12,6 +12,8 @@ import pytest
 import introspect
 from introspect.diff.modules.handed_on import HANDED_ON, MOVED_ALIKE
 from tests.adversarial.corpus import port
+from tests.fixtures.families import grouped_llama, tiny_inputs
+from tests.ports import llama2c
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +56,19 @@ def test_a_loop_scaling_a_layers_output_fails_at_the_next_layer(mini, ports, whe
     assert first.layer == "encoder.layer.4", first
     assert first.budget.split(" ", 1)[1].startswith("on average") == slight, first.budget
     assert ("local mean abs error" in result.summary()) == slight
+
+
+@pytest.mark.parametrize("fault, passed", [(None, True), ("handed_scaled", False)])
+def test_a_llama_loop_scaling_what_it_hands_a_block(fault, passed):
+    # llama2.c's port (tests/ports): its own blocks in its own loop, against HF's Llama
+    reference = grouped_llama()
+    result = introspect.diff(reference, llama2c.build(reference, fault, 2),
+                             tiny_inputs("llama"), nodes=False)
+    assert result.passed == passed, result.summary()
+    if not passed:
+        first = result.first_divergence
+        assert first.layer == "layers.2" and first.module == "layers.2", first
+        assert first.detail.startswith("module evidence: the code of the candidate "
+                                       f"(Transformer) in its autograd call: "
+                                       f"{HANDED_ON} layers.2 (args.0): it took what "
+                                       "layers.1 returned"), first.detail

@@ -45,6 +45,11 @@ Faults (each in layer ``layer``):
 - ``w1_w3_swapped``: ``silu`` on the up projection instead of the gate;
 - ``scale_1_over_d``: scores divided by hd instead of sqrt(hd);
 - ``missing_residual``: the attention's output replaces the residual stream.
+
+A slip in the code between the blocks (``GLUE_SLIPS``):
+
+- ``handed_scaled``: the loop hands block ``layer`` the residual stream scaled by
+  1 + 2e-6 (a temperature left in); every block agrees on the reference's inputs.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ FAULTS = ("unpermuted", "rotary_model_dim", "gqa_tiled", "rms_eps", "no_causal_m
 # slips a few times float32's rounding (below); not among ``FAULTS``, which each move the
 # outputs measurably on any checkpoint
 SLIPS = ("rms_eps_3e6", "silu_typed_e")
+GLUE_SLIPS = ("handed_scaled",)
 
 
 @dataclass
@@ -254,6 +260,7 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.residual = True
+        self.handed_scale = 1.0  # what the model's loop scales its input by (a slip)
 
     def forward(self, x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -294,6 +301,7 @@ class Transformer(nn.Module):
         freqs_sin = self.freqs_sin[:seqlen]
 
         for layer in self.layers:
+            h = h * layer.handed_scale if layer.handed_scale != 1.0 else h
             if hasattr(layer, "own_cos"):  # a fault: this layer has tables of its own
                 h = layer(h, layer.own_cos[:seqlen], layer.own_sin[:seqlen], attention_mask)
             else:
@@ -365,9 +373,10 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0, *,
           rotary: str = "interleaved") -> nn.Module:
     """The port holding ``reference``'s weights (HF ``LlamaModel`` or ``LlamaForCausalLM``),
     with ``fault`` in layer ``layer``; ``rotary="half"``: see ``build_half_split``."""
-    if fault is not None and fault not in FAULTS + SLIPS \
+    if fault is not None and fault not in FAULTS + SLIPS + GLUE_SLIPS \
             or rotary == "half" and fault == "unpermuted":
-        raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS + SLIPS)}")
+        raise ValueError(f"unknown fault {fault!r}; one of "
+                         f"{', '.join(FAULTS + SLIPS + GLUE_SLIPS)}")
     if not isinstance(reference, nn.Module):  # the CLI hands over its loaded reference
         reference = reference.model
     model = load_hf_model(reference, fault, layer, permute=rotary == "interleaved")
@@ -396,6 +405,8 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0, *,
         block.attention.scale = 1.0 / block.attention.head_dim
     elif fault == "missing_residual":
         block.residual = False
+    elif fault == "handed_scaled":
+        block.handed_scale = 1.0 + 2e-6
     return model.eval()
 
 

@@ -170,8 +170,9 @@ class ModuleEvidence:
             detail = (f"module evidence: the candidate's {shown} ({row.candidate_class}) in "
                       f"its {row.call} call: {row.note}")
         elif row.note.startswith(HANDED_ON):  # (what its code hands on between modules)
-            detail = (f"module evidence: the code of the candidate's {shown} "
-                      f"({row.candidate_class}) in its {row.call} call: {row.note}")
+            owner = f"the candidate's {shown}" if row.candidate_module else "the candidate"
+            detail = (f"module evidence: the code of {owner} ({row.candidate_class}) in its "
+                      f"{row.call} call: {row.note}")
             budget = "(module evidence: a few roundings of the value handed on)"
             if MOVED_ALIKE in row.note:  # (its mean gap, and the mean's budget)
                 budget = f"{AVERAGE} {budget}"
