@@ -30,10 +30,10 @@ class _TanhGelu(torch.nn.Module):
 def _with_activation(hf: torch.nn.Module, activation: torch.nn.Module) -> torch.nn.Module:
     port = copy.deepcopy(hf)
     port.encoder.layer[1].intermediate.intermediate_act_fn = activation
+    generator = torch.Generator().manual_seed(0)
     for name, p in port.named_parameters():  # norms and biases off their init: no fault
         if "LayerNorm" in name or name.endswith("bias"):  # hides behind (1, 0)
-            torch.manual_seed(len(name))
-            p.data += 0.1 * torch.randn_like(p)
+            p.data += 0.1 * torch.randn(p.shape, generator=generator)
     return port
 
 
