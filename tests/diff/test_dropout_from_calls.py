@@ -55,12 +55,15 @@ def _reference(hf: torch.nn.Module, port: torch.nn.Module) -> torch.nn.Module:
     return reference
 
 
+def _diffed(hf: torch.nn.Module, activation: torch.nn.Module):
+    port = _with_activation(hf, activation)
+    return introspect.diff(_reference(hf, port), port, make_batch(2, 9, padded=True),
+                           nodes=False)
+
+
 def test_a_repeatable_candidate_is_not_run_again_for_the_dropout_hint(tiny_models, monkeypatch):
-    hf = tiny_models("base").model
-    port = _with_activation(hf, _TanhGelu())
     made = _runs_counted(monkeypatch)
-    result = introspect.diff(_reference(hf, port), port, make_batch(2, 9, padded=True),
-                             nodes=False)
+    result = _diffed(tiny_models("base").model, _TanhGelu())
     assert not result.passed and result.first_divergence.layer == "encoder.layer.1"
     assert made == []  # its four calls agreed: no dropout to look for
     assert not any("dropout" in h for h in result.first_divergence.hints)
@@ -68,21 +71,15 @@ def test_a_repeatable_candidate_is_not_run_again_for_the_dropout_hint(tiny_model
 
 def test_the_same_candidate_is_run_twice_where_its_calls_are_not_known_to_agree(
         tiny_models, monkeypatch):
-    hf = tiny_models("base").model
-    port = _with_activation(hf, _TanhGelu())
     made = _runs_counted(monkeypatch)
     monkeypatch.setattr(Truth, "repeatable", lambda self: False)
-    result = introspect.diff(_reference(hf, port), port, make_batch(2, 9, padded=True),
-                             nodes=False)
+    result = _diffed(tiny_models("base").model, _TanhGelu())
     assert not result.passed and made  # (the skip above came from the calls' evidence)
     assert not any("dropout" in h for h in result.first_divergence.hints)
 
 
 def test_a_dropout_left_on_is_still_run_twice(tiny_models, monkeypatch):
-    hf = tiny_models("base").model
-    port = _with_activation(hf, _DroppedThenGelu())
     made = _runs_counted(monkeypatch)
-    result = introspect.diff(_reference(hf, port), port, make_batch(2, 9, padded=True),
-                             nodes=False)
+    result = _diffed(tiny_models("base").model, _DroppedThenGelu())
     assert not result.passed and made  # its calls differ: the hints look again
     assert any("changes from call to call" in note for note in result.notes), result.notes

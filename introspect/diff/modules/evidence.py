@@ -35,7 +35,6 @@ from introspect.diff.modules.handed_on import (
     HandedOn,
     handed_on,
 )
-from introspect.diff.modules.handed_on import MEAN_UNITS as HANDED_MEAN_UNITS
 from introspect.diff.modules.handovers import HANDED, HandOver, HandOvers
 from introspect.diff.modules.inference import INFERENCE_DIFFERS, judged_under_inference
 from introspect.diff.modules.local import (
@@ -347,21 +346,11 @@ def _handed_on_row(moved: HandedOn, calls: Sequence[ModuleCall],
     around = [c for c in calls
               if 0 <= c.started < giver.started and c.order > taker.order and not c.thread]
     owner = max(around, key=lambda c: c.started, default=None)
-    reference, given = moved.taken_by, moved.returned_by
     error, limit = moved.shown
-    how = (f"{MOVED_ALIKE} {moved.mean_error:.3g} from it (budget {moved.mean_limit:.3g}: "
-           f"{HANDED_MEAN_UNITS:g} roundings of its mean magnitude; every element moved "
-           f"alike, its largest gap {moved.error:.3g} within {moved.limit:.3g})"
-           if moved.on_average else
-           f"what it took is {moved.error:.3g} from it (budget {moved.limit:.3g}: "
-           f"{FLOOR_UNITS:g} roundings of its largest magnitude)")
-    note = (f"{HANDED_ON} {taker.name or 'the model'} ({moved.path}): it took what "
-            f"{giver.name or 'the model'} returned, as the reference's {reference} takes "
-            f"what its {given} returned, unchanged; {how}")
     return ModuleDiff(owner.name if owner is not None else "",
-                      type(owner.module).__name__ if owner is not None else "", reference,
-                      layers.of_module(reference), AUTOGRAD, "weights", error, None, limit,
-                      STATUS_FAIL, note)
+                      type(owner.module).__name__ if owner is not None else "",
+                      moved.taken_by, layers.of_module(moved.taken_by), AUTOGRAD, "weights",
+                      error, None, limit, STATUS_FAIL, moved.note)
 
 
 def _comes_first(module: str, other: str, order: Sequence[str]) -> bool:

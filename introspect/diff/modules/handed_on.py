@@ -68,6 +68,20 @@ class HandedOn:
         return (self.mean_error, self.mean_limit) if self.on_average \
             else (self.error, self.limit)
 
+    @property
+    def note(self) -> str:
+        """The failing row's note: what was handed whom, and by how much it moved."""
+        how = (f"{MOVED_ALIKE} {self.mean_error:.3g} from it (budget {self.mean_limit:.3g}: "
+               f"{MEAN_UNITS:g} roundings of its mean magnitude; every element moved alike, "
+               f"its largest gap {self.error:.3g} within {self.limit:.3g})"
+               if self.on_average else
+               f"what it took is {self.error:.3g} from it (budget {self.limit:.3g}: "
+               f"{FLOOR_UNITS:g} roundings of its largest magnitude)")
+        taker, giver = self.taker.call.name, self.giver.call.name
+        return (f"{HANDED_ON} {taker or 'the model'} ({self.path}): it took what "
+                f"{giver or 'the model'} returned, as the reference's {self.taken_by} takes "
+                f"what its {self.returned_by} returned, unchanged; {how}")
+
 
 def handed_on(pairs: Sequence[ModulePair], attention_mask: torch.Tensor | None,
               ) -> list[HandedOn]:
