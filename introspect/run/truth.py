@@ -95,21 +95,23 @@ class Truth:
     def repeatable(self) -> bool:
         """Every call returned the same outputs bit for bit, whatever its mode: a forward
         drawing at random (a dropout left on) did not show in them."""
-        first = self.calls[0].outputs
-        return all(call.outputs.keys() == first.keys()
-                   and all(identical(first[name], call.outputs[name]) for name in first)
-                   for call in self.calls[1:])
+        return not _differing(self.calls)
 
     def changed_between_calls(self) -> list[str]:
         """Outputs of the autograd calls that are not bit-identical from call to call."""
-        grad_calls = [c for c in self.calls if c.grad]
-        first = grad_calls[0].outputs
-        differing: dict[str, None] = {}
-        for call in grad_calls[1:]:
-            for name in first.keys() | call.outputs.keys():
-                if not identical(first.get(name), call.outputs.get(name)):
-                    differing[name] = None
-        return sorted(differing, key=lambda n: _order(first, n))
+        return _differing([c for c in self.calls if c.grad])
+
+
+def _differing(calls: list[TruthCall]) -> list[str]:
+    """The outputs some of ``calls`` returned otherwise than the first, bit for bit (or
+    not at all), in the first's order."""
+    first = calls[0].outputs
+    differing: dict[str, None] = {}
+    for call in calls[1:]:
+        for name in first.keys() | call.outputs.keys():
+            if not identical(first.get(name), call.outputs.get(name)):
+                differing[name] = None
+    return sorted(differing, key=lambda n: _order(first, n))
 
 
 def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
