@@ -49,7 +49,8 @@ def _explain_inside(state: DiffState) -> bool:
         original_reference=state.original_reference, repeatable=state.candidate_repeatable(),
         alone=Alone(state.tensors.get("attention_mask"),
                     {"reference_model": state.reference, "candidate_model": state.candidate,
-                     "inputs": copies(state.ref_accepted)}))  # (the hints run either model)
+                     "inputs": copies(state.ref_accepted),  # (the hints run either model)
+                     "scope": scope.module if scope.computed_alone else ""}))
     explained = explain_scope(scope, explain_with, state.reference_label)
     if explained is None:
         return False

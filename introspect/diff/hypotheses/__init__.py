@@ -65,6 +65,7 @@ from introspect.diff.hypotheses.matching import (
 )
 from introspect.diff.hypotheses.site import Site, locate
 from introspect.diff.hypotheses.tokens import real_in, real_tokens
+from introspect.diff.modules.paths import within
 
 FAMILIES = (embeddings, attention, norm, activation, structure, pooler, weights)
 
@@ -135,14 +136,17 @@ def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Te
                  context.atol, context.rtol)
     every = [h for family in FAMILIES for h in family.hypotheses(_up_to(site, quantity))
              if _can_move(h, quantity.name, base)]
-    for hypothesis in _pruned(context, site, base, quantity, every, held):
-        try:
-            value = quantity.layout(hypothesis.run()[quantity.name])
-        except (RuntimeError, KeyError, IndexError):
-            continue
-        verdict = held(value)
-        if verdict is not None:
-            found.append((verdict.real_only, verdict.error, hypothesis, verdict))
+    for stage in _by_scope(every, context.scope):
+        if found:
+            break
+        for hypothesis in _pruned(context, site, base, quantity, stage, held):
+            try:
+                value = quantity.layout(hypothesis.run()[quantity.name])
+            except (RuntimeError, KeyError, IndexError):
+                continue
+            verdict = held(value)
+            if verdict is not None:
+                found.append((verdict.real_only, verdict.error, hypothesis, verdict))
     if any(not real_only for real_only, *_ in found):  # reproduced everywhere beats real-only
         found = [f for f in found if not f[0]]
     found.sort(key=lambda f: (f[1], f[2].family))
@@ -201,6 +205,23 @@ def _pruned(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor
         if loose(value) is None:
             dropped.add((hypothesis.family, hypothesis.what, hypothesis.how))
     return [h for h in hypotheses if (h.family, h.what, h.how) not in dropped]
+
+
+def _by_scope(hypotheses: list[Hypothesis], scope: str) -> list[list[Hypothesis]]:
+    """The hypotheses in the order they are tried, stage by stage: where the candidate's
+    value was computed by ``scope`` alone on the reference's values
+    (``DivergenceContext.scope``), first those whose change may sit inside it, then, only
+    where none of those reproduces it, the rest. A change in no module inside ``scope``
+    changes nothing the candidate's value was computed from (its inputs were the
+    reference's), so it cannot be what the candidate does there; the rest still run
+    where nothing inside does (a module reading what its model stashed on it)."""
+    if not scope:
+        return [hypotheses]
+    stages: tuple[list[Hypothesis], list[Hypothesis]] = ([], [])
+    for h in hypotheses:
+        inside = not h.changes or any(within(module, scope) for module in h.changes)
+        stages[0 if inside else 1].append(h)
+    return list(stages)
 
 
 def _up_to(site: Site, quantity: Quantity) -> Site:

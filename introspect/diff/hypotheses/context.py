@@ -26,3 +26,7 @@ class DivergenceContext:
     # the candidate's own calls (its truth runs, fresh random draws each) returned the same
     # outputs bit for bit: two more runs of it would show no dropout (``_dropout``)
     repeatable: bool = False
+    # the reference module whose values the candidate's value was computed from alone:
+    # the candidate's smallest failing module run on the reference's values at its
+    # inputs, none of its own (``ops.inside``); "": the whole models'
+    scope: str = ""

@@ -26,6 +26,12 @@ class Hypothesis:
     # the block's weight the variant replaces ("output.dense.weight"), if that is all it
     # changes: a quantity computed before anything reads it cannot move
     replaces: str = ""
+    # the reference's modules (full paths) in whose own code the variant's change sits (a
+    # weight replaced: the module reading it; a mask's fill: the self-attention); empty:
+    # not said, it may be anywhere. Where the candidate's value was computed by one module
+    # alone on the reference's values, a change in no module inside that one cannot be
+    # what the candidate computes differently there (``hypotheses._by_scope``)
+    changes: tuple[str, ...] = ()
 
 
 def run_layer(site: Site, options: LayerOptions | None = None,

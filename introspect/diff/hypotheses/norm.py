@@ -20,10 +20,12 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                 yield Hypothesis(f"LayerNorm eps differs in embeddings.LayerNorm: reference "
                                  f"{site.embeddings_eps:g}, candidate {eps:g}",
                                  f"using eps {eps:g} in the reference",
-                                 partial(run_embeddings, site, ln_eps=eps), "norm")
+                                 partial(run_embeddings, site, ln_eps=eps), "norm",
+                                 changes=(site.module("LayerNorm"),))
         yield Hypothesis("the candidate's LayerNorm (embeddings.LayerNorm) divides by the "
                          "unbiased variance (n - 1)", "using the unbiased variance in the "
-                         "reference", lambda: run_embeddings(site, unbiased=True), "norm")
+                         "reference", lambda: run_embeddings(site, unbiased=True), "norm",
+                         changes=(site.module("LayerNorm"),))
         return
     if site.kind != "layer":
         return
@@ -34,8 +36,10 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             pair = (eps, None) if i == 0 else (None, eps)
             yield Hypothesis(f"LayerNorm eps differs in {where}: reference {site.eps:g}, "
                              f"candidate {eps:g}", f"using eps {eps:g} in the reference",
-                             partial(run_layer, site, LayerOptions(eps=pair)), "norm")
+                             partial(run_layer, site, LayerOptions(eps=pair)), "norm",
+                             changes=(site.module(where),))
         flags = (True, False) if i == 0 else (False, True)
         yield Hypothesis(f"the candidate's LayerNorm ({where}) divides by the unbiased variance "
                          "(n - 1) instead of n", "using the unbiased variance in the reference",
-                         partial(run_layer, site, LayerOptions(unbiased=flags)), "norm")
+                         partial(run_layer, site, LayerOptions(unbiased=flags)), "norm",
+                         changes=(site.module(where),))

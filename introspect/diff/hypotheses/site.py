@@ -44,6 +44,18 @@ class Site:
     # repeats one (``blocks.Linears``); None: each run computes its own
     linears: Linears | None = None
 
+    def module(self, relative: str = "") -> str:
+        """The reference's path of a module of this block (``relative`` to it; "" is the
+        block itself): ``module("attention.self")`` is "encoder.layer.2.attention.self"."""
+        block = {"layer": f"encoder.layer.{self.index}", "embeddings": "embeddings",
+                 "pooler": "pooler"}[self.kind]
+        return f"{self.prefix}{block}.{relative}" if relative else f"{self.prefix}{block}"
+
+    def owner_of(self, weight: str) -> str:
+        """The reference module whose own code reads this block's weight ``weight`` (its
+        owner): ``owner_of("attention.self.query.weight")`` is "...attention.self.query"."""
+        return self.module(weight.rpartition(".")[0])
+
 
 def bert_prefix(model: torch.nn.Module) -> str | None:
     """Module path of the BERT body inside ``model`` ("" or e.g. "bert."), or None."""

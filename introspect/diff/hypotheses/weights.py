@@ -30,7 +30,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             yield Hypothesis(f"weight {_path(site, name)} is the reference's transposed",
                              "transposing it in the reference",
                              partial(run_layer, site, _with(site, name, value.t())),
-                             "weights", replaces=name)
+                             "weights", replaces=name, changes=(site.owner_of(name),))
     for other, weights in enumerate(site.layers):
         if other == site.index:
             continue
@@ -40,7 +40,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
                                  f"encoder.layer.{other}.{name}: loaded from another layer",
                                  "loading that one in the reference",
                                  partial(run_layer, site, _with(site, name, weights[name])),
-                                 "weights", replaces=name)
+                                 "weights", replaces=name, changes=(site.owner_of(name),))
 
 
 def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
@@ -48,7 +48,7 @@ def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
 
 
 def _path(site: Site, name: str) -> str:
-    return f"{site.prefix}encoder.layer.{site.index}.{name}"
+    return site.module(name)
 
 
 def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]:

@@ -605,7 +605,8 @@ def _tested_hints(context: Mapping[str, Any], row: NodeDiff, snapshot: Any) -> t
             reference_value=reference_value, candidate_value=value,
             atol=row.atol if row.atol is not None else tolerance.atol or 0.0,
             rtol=row.rtol if row.rtol is not None else tolerance.rtol or 0.0,
-            repeatable=bool(context.get("repeatable", False)))))
+            repeatable=bool(context.get("repeatable", False)),
+            scope=str(context.get("scope", "")))))
     except Exception as e:  # a hint must never break the verdict it explains
         return (f"(hypothesis tests failed: {type(e).__name__}: {e})",)
 

@@ -86,6 +86,15 @@ class Scope:
     ref_inputs: dict[str, torch.Tensor]
     cand_inputs: dict[str, torch.Tensor]
     expected: torch.Tensor  # what the reference module returned in its plain call
+    # the candidate's inputs that are its own call's values, paired with none of the
+    # reference's (a mask, a flag): what its model computed outside the module
+    own_inputs: tuple[str, ...] = ()
+
+    @property
+    def computed_alone(self) -> bool:
+        """The candidate's module takes the reference's values only: what it computes
+        depends on nothing its model computed outside it (``DivergenceContext.scope``)."""
+        return not self.own_inputs
 
 
 def scope_of(pair: ModulePair, ref_call: ModuleCall, returner: ModuleCall) -> Scope | None:
@@ -109,12 +118,14 @@ def scope_of(pair: ModulePair, ref_call: ModuleCall, returner: ModuleCall) -> Sc
     paired = {m.path: m for m in pair.inputs}
     cand_names: dict[str, str] = {}
     cand_inputs: dict[str, torch.Tensor] = {}
+    own: list[str] = []
     for leaf in pair.call.inputs:
         if not leaf.unchanged():
             return None
         match = paired.get(leaf.path)
         if match is None:  # its own value (a mask, a flag): as its own call had it
             name, value = f"own_{_name(leaf.path)}", leaf.value.clone()
+            own.append(name)
         else:  # the reference's value it was paired with, in its dtype and place
             value = as_argument(match.boundary.value, leaf.value)
             same = next((p for p in ref_call.inputs
@@ -129,7 +140,7 @@ def scope_of(pair: ModulePair, ref_call: ModuleCall, returner: ModuleCall) -> Sc
                  _Holder(pair.call.module, pair.call.name,
                          _template(pair.call.args, pair.call.kwargs, cand_names),
                          pair.output.path),
-                 ref_inputs, cand_inputs, expected)
+                 ref_inputs, cand_inputs, expected, tuple(own))
 
 
 def explain_scope(scope: Scope, explain_with: Callable[..., Explanation],
