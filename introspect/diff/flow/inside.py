@@ -8,6 +8,7 @@ import dataclasses
 import functools
 
 from introspect.diff.flow.state import DiffState, copies
+from introspect.diff.modules.cancelled import cancelled_modules
 from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.failing import pair_of
 from introspect.diff.modules.paths import within
@@ -58,16 +59,20 @@ def _explain_inside(state: DiffState) -> bool:
     layers = ReferenceLayers.of(state.reference)
     confirm = explanation.confirm_inside
 
-    def confirm_inside(modules, passing=()):  # a guess inside a failing module, named
-        rows, divergence = confirm(modules, passing)  # as here
+    def confirm_inside(modules, passing=(), cancelled=()):  # a guess inside a failing
+        rows, divergence = confirm(modules, passing, cancelled)  # module, named as here
         return ([_relabelled(r, layers) for r in rows],
                 _named(divergence, layers, scope.candidate_module))
 
     if confirm is not None:
         explanation = dataclasses.replace(explanation, confirm_inside=confirm_inside)
     state.ref_side, state.explanation, state.inside = ref_side, explanation, scope.module
-    state.rows = [_relabelled(r, layers) for r in explanation.rows]
-    state.divergence = _named(explanation.divergence, layers, scope.candidate_module)
+    cancelled = cancelled_modules(state.module_evidence)
+    if cancelled and confirm is not None:  # (a node inside one fails nothing)
+        state.rows, state.divergence = confirm_inside(set(), (), cancelled)
+    else:
+        state.rows = [_relabelled(r, layers) for r in explanation.rows]
+        state.divergence = _named(explanation.divergence, layers, scope.candidate_module)
     state.notes += explanation.notes
     state.notes.append(
         f"op-level evidence only inside {scope.module} (the candidate's "

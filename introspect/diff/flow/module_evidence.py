@@ -14,6 +14,11 @@ from introspect.diff.flow.state import DiffState
 from introspect.diff.flow.whole_models import judge_whole_models, name_where_runs_part
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import computed_by_glue, unaccounted
+from introspect.diff.modules.cancelled import (
+    cancelled_modules,
+    cancelled_notes,
+    within_cancelled,
+)
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
@@ -66,7 +71,7 @@ def pass_without_recording(state: DiffState) -> None:
             cand_calls.calls.clear()
         note_edited_weights(state)
         return
-    state.notes += state.module_evidence.notes
+    state.notes += state.module_evidence.notes + cancelled_notes(state.module_evidence)
     state.notes.append(MODULES_ONLY_NOTE)
     ref_calls.calls.clear()  # the values are let go: memory
     cand_calls.calls.clear()
@@ -123,27 +128,34 @@ def join_module_evidence(state: DiffState) -> None:
             {r.reference_module for r in evidence.smallest_failing()})
         if inside is not None:
             state.rows, state.divergence = confirmed, inside
-    _overrule_growth(state)
+    _overrule_where_modules_agree(state)
+    state.notes += cancelled_notes(evidence)
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful, _execution_order(state))
     name_where_runs_part(state)  # (a FAIL still named at the outputs alone)
 
 
-def _overrule_growth(state: DiffState) -> None:
+def _overrule_where_modules_agree(state: DiffState) -> None:
     """A guess that only the growth of the error around it confirmed
     (``ops.divergence.GROWN_NOTE``) fails nothing inside a module that module evidence
-    passed: the candidate's module, run on the reference's inputs to it, agrees. The
-    verdict is settled again on the rows left (no FAIL stands on a guess alone); where
-    the outputs fail, the fault is elsewhere, and named there."""
+    passed: the candidate's module, run on the reference's inputs to it, agrees. Nor
+    does a node inside a module whose difference the module holding it cancels exactly
+    (``modules.cancelled``). The verdict is settled again on the rows left (no FAIL
+    stands on a guess alone); where the outputs fail, the fault is elsewhere, and named
+    there."""
     explanation, evidence, verdict = state.explanation, state.module_evidence, state.verdict
-    if explanation.confirm_inside is None or state.inside \
-            or not any(r.status == STATUS_FAIL and GROWN_NOTE in r.note for r in state.rows):
+    if explanation.confirm_inside is None or state.inside:
         return
     failing = [r.candidate_module for r in evidence.rows if r.status == STATUS_FAIL]
+    cancelled = {m for m in cancelled_modules(evidence)
+                 if not any(within(f, m) for f in failing)}
+    grown = any(r.status == STATUS_FAIL and GROWN_NOTE in r.note for r in state.rows)
+    if not grown and not (cancelled and any(r.status == STATUS_FAIL for r in state.rows)):
+        return
     passing = {r.candidate_module for r in evidence.rows if r.status == STATUS_OK
                and r.candidate_module and not any(within(f, r.candidate_module)
                                                   for f in failing)}
-    rows, divergence = explanation.confirm_inside(set(), passing)
+    rows, divergence = explanation.confirm_inside(set(), passing, cancelled)
     if rows == state.rows:
         return
     take_rows(state, rows, divergence)
@@ -202,8 +214,11 @@ def _unproven(evidence: ModuleEvidence, ref_calls: Any, cand_calls: Any) -> list
         return ["a region the recording could not see"]
     if evidence.notes:
         return evidence.notes
-    if evidence.unrelated:  # a weight of its own: a module over it may still agree
-        return [f"weights that hold none of the reference's ({', '.join(evidence.unrelated[:3])})"]
+    # a weight of its own: a module over it may still agree (not one whose difference
+    # cancels exactly in the module holding it: that module's float64 run proves it)
+    unrelated = [w for w in evidence.unrelated if not within_cancelled(w, evidence)]
+    if unrelated:
+        return [f"weights that hold none of the reference's ({', '.join(unrelated[:3])})"]
     if not any(r.status == "ok" for r in evidence.rows):
         return ["no module evidence"]
     return unaccounted(ref_calls, cand_calls, evidence.rows)

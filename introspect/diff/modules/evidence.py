@@ -29,6 +29,7 @@ from introspect.diff.modules.budget import (
     module_budget,
     unit_of,
 )
+from introspect.diff.modules.cancelled import cancelled, cancelling_gap, same_in_float64
 from introspect.diff.modules.handed_on import (
     HANDED_ON,
     MOVED_ALIKE,
@@ -448,13 +449,36 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
     waiting: list[tuple[int, Exact]] = []
     failing: set[tuple[str, str]] = set()  # (mode, module) of the failing rows
     handed: dict[int, HandOvers] = {}  # what each run handed the calls nearest inside it
+    failed: dict[int, tuple[ModulePair, Exact]] = {}  # each failing row's pair, by its call
 
     def finish(i: int, exact: Exact) -> None:
-        judgement = judgements[i] = _judged(paired.pop(i), exact, failing,
-                                            handed.pop(i, None), reruns, references)
+        done = paired.pop(i)
+        judgement = judgements[i] = _judged(done, exact, failing, handed.pop(i, None),
+                                            reruns, references)
         if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
             failing.add((calls[i].mode, calls[i].name))
+            failed[i] = (done.pair, exact)
+        elif isinstance(judgement, ModuleDiff) and judgement.status == STATUS_OK \
+                and references is not None:
+            _cancel_inside(i, judgement, done.pair, exact, references)
         release()
+
+    def _cancel_inside(i: int, holder: ModuleDiff, pair: ModulePair, exact: Exact,
+                       references: ReferenceCalls) -> None:
+        """The failing rows inside call ``i`` unconfirmed where its run is the
+        reference's exactly (``cancelled``): what they differ by cancels in it."""
+        inside = [j for j in failed if _ran_inside(calls[j], calls[i])]
+        if not inside:
+            return
+        gap = cancelling_gap(pair, exact, references)
+        if gap is None or not all(
+                same_in_float64(*failed[j], _limit(judgements[j]), references)
+                for j in inside):
+            return
+        for j in inside:
+            judgements[j] = cancelled(judgements[j], holder, gap)
+            failing.discard((calls[j].mode, calls[j].name))
+            del failed[j]
 
     for i in sorted(paired, key=lambda i: _started(calls[i])):
         while waiting and not _inside_call(calls[i], calls[waiting[-1][0]]):
@@ -495,6 +519,21 @@ def _nearest_ancestors(calls: Sequence[ModuleCall], paired: Mapping[int, _Paired
             nearest[i] = open_calls[-1]
         open_calls.append(i)
     return nearest
+
+
+def _limit(row: Any) -> float:
+    """A failing row's budget (0 where it shows none: nothing is within it)."""
+    return row.limit if row.limit is not None else 0.0
+
+
+def _ran_inside(call: ModuleCall, outer: ModuleCall) -> bool:
+    """``call`` ran inside ``outer``'s call: of a module inside it, in the same plain
+    call, started after it and finished before it (where both were seen starting)."""
+    if not _inside_call(call, outer):
+        return False
+    if call.started < 0 or outer.started < 0:
+        return True
+    return outer.started < call.started and call.order < outer.order
 
 
 def _inside_call(call: ModuleCall, outer: ModuleCall) -> bool:

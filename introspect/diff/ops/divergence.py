@@ -160,6 +160,21 @@ def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
             and inside(r.candidate_node) else r for r in rows]
 
 
+def cancelled_inside(rows: Sequence[NodeDiff], cancelled: Collection[str],
+                     candidate_module: Mapping[str, str]) -> list[NodeDiff]:
+    """The failing rows unconfirmed where their candidate node sits inside one of the
+    candidate's modules in ``cancelled``: module evidence found the module holding that
+    one the reference's exactly in float64 (``modules.cancelled``), so what the node
+    differs by (a key's bias) cancels there and changes nothing the model computes."""
+    def inside(node: str) -> bool:
+        module = candidate_module.get(node)
+        return module is not None and any(within(module, m) for m in cancelled if m)
+
+    return [dataclasses.replace(r, status=STATUS_UNCONFIRMED,
+                                note="; ".join(p for p in (r.note, CANCELLED_NOTE) if p))
+            if r.status == STATUS_FAIL and inside(r.candidate_node) else r for r in rows]
+
+
 def _confirmed_note(note: str) -> str:
     kept = [part for part in note.split("; ") if not part.startswith("unconfirmed:")]
     return "; ".join([*kept, "confirmed by module evidence: its module fails on its own"])
@@ -253,6 +268,8 @@ def _flow(start: str, users: Mapping[str, list[str]], onward: Any) -> Iterator[s
 GROWTH = 8.0
 GROWN_NOTE = ("confirmed by growth: the nearest proven pairs after it carry over "
               f"{GROWTH:g}x the error of those before it")
+CANCELLED_NOTE = ("unconfirmed: module evidence finds the module holding its module the "
+                  "reference's exactly (float64): what it differs by cancels there")
 OVERRULED_NOTE = ("unconfirmed: paired by structure only; the error grew across it, but "
                   "module evidence passes the module that holds it (its candidate run on "
                   "the reference's inputs stays within budget)")

@@ -27,6 +27,7 @@ from introspect.diff.ops.align.values import pair_by_value
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.replay import run_side_by_side
 from introspect.diff.ops.divergence import (
+    cancelled_inside,
     confirm_failures,
     confirmed_inside,
     first_divergence,
@@ -75,10 +76,12 @@ class Explanation:
     # (reference node, candidate node) -> histograms of the local and the propagated error
     histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
         dataclasses.field(default_factory=dict)
-    # (reference modules that module evidence failed, the candidate's modules it passed)
+    # (reference modules that module evidence failed, the candidate's modules it passed,
+    # those whose difference cancels in the module holding them)
     # -> the rows with the guesses inside the failing ones confirmed, those confirmed by
-    # growth alone inside the passing ones unconfirmed, and the first divergence among them
-    # (``confirmed_inside``, ``overruled_inside``)
+    # growth alone inside the passing ones unconfirmed, the failing ones inside the
+    # cancelled ones unconfirmed, and the first divergence among them
+    # (``confirmed_inside``, ``overruled_inside``, ``cancelled_inside``)
     confirm_inside: Callable[..., tuple[list[NodeDiff], Divergence | None]] | None = None
 
 
@@ -209,10 +212,13 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
             for i, p in enumerate(alignment.pairs)])
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 
-    def confirm_inside(modules: Collection[str], passing: Collection[str] = ()
+    def confirm_inside(modules: Collection[str], passing: Collection[str] = (),
+                       cancelled: Collection[str] = ()
                        ) -> tuple[list[NodeDiff], Divergence | None]:
-        confirmed = overruled_inside(confirmed_inside(rows, modules), passing,
-                                     {r.name: r.module for r in cand_graph.records})
+        modules_of = {r.name: r.module for r in cand_graph.records}
+        confirmed = cancelled_inside(
+            overruled_inside(confirmed_inside(rows, modules), passing, modules_of),
+            cancelled, modules_of)
         return confirmed, first_divergence(
             confirmed, alignment, run, ref_graph, cand_graph, padding, budgets,
             context=None if forward_keywords else context, noise_budget=noise_budget)
