@@ -19,6 +19,7 @@ import pytest
 
 import introspect
 from introspect.diff.modules.cancelled import CANCELLED
+from introspect.diff.modules.pairing import IN_PART
 from tests.adversarial.corpus import port
 
 LAYERS = 6  # MiniLM's
@@ -30,7 +31,7 @@ def ports():
 
 
 @pytest.mark.parametrize("nodes", [False, True])
-@pytest.mark.parametrize("twin", ["key_bias_left_out", "key_bias_zeroed"])
+@pytest.mark.parametrize("twin", ["key_bias_left_out", "key_bias_zeroed", "key_bias_other"])
 def test_a_key_without_its_bias_passes_as_cancelled_in_its_attention(mini, ports, twin,
                                                                       nodes):
     reference, inputs = mini
@@ -42,6 +43,9 @@ def test_a_key_without_its_bias_passes_as_cancelled_in_its_attention(mini, ports
     keys = modules[modules.candidate_module.str.endswith("attn.k")]
     assert len(keys) == LAYERS and (keys.status == "unconfirmed").all()
     assert (keys.max_abs_err > keys.limit).all()  # (over its own budget: not the key)
+    # a key whose bias holds none of the reference's (left at values of its own): its
+    # output near no reference value, paired with its owner's by its weight alone
+    assert (keys.paired_by == (IN_PART if twin == "key_bias_other" else "weights")).all()
     for layer, note in enumerate(keys.note):
         assert note.startswith(f"{CANCELLED}: h.{layer}.attn, which holds it, run on the "
                                "reference's inputs in float64 is the reference's "
@@ -121,3 +125,37 @@ def test_a_gelu_beside_a_cancelled_key_is_named_not_the_key(mini, ports, nodes):
     assert any("tanh" in h for h in first.hints), first.hints
     keys = result.modules[result.modules.candidate_module.str.endswith("attn.k")]
     assert (keys.status == "unconfirmed").all()
+
+
+@pytest.mark.parametrize("fault, module, candidate, keys", [
+    # the attention fails, and its outputs with it: the key inside it is paired with its
+    # owner's output to name where (``naming``), and fails; after it, no key's inputs are
+    # near the reference's
+    ("faulty_key_bias_other_shift_by_position", "encoder.layer.2.attention.self", "h.2.attn",
+     {"h.0.attn.k": "unconfirmed", "h.1.attn.k": "unconfirmed", "h.2.attn.k": "fail"}),
+    # its float64 run not its float32 one: not cancelled, so no row stands for it (it is
+    # paired by its weight alone), and the op level names it
+    ("faulty_key_bias_other_sniffs_dtype", "encoder.layer.2.attention.self.key", "h.2.attn.k",
+     {f"h.{i}.attn.k": "unconfirmed" for i in range(LAYERS) if i != 2}),
+    ("faulty_tanh_beside_key_bias_other", "encoder.layer.2.intermediate.intermediate_act_fn",
+     "h.2", {f"h.{i}.attn.k": "unconfirmed" for i in range(LAYERS)}),
+])
+def test_a_fault_beside_key_biases_of_their_own_fails_where_it_sits(mini, ports, fault,
+                                                                     module, candidate, keys):
+    """Keys paired by their weight alone (their biases left at values of their own) are
+    judged only where their attention cancels what they differ by: a fault beside them,
+    in the attention holding one, in the key itself (right in float64 only), or in the
+    layer's GELU, still fails, and is named in its layer; in the layers without a fault
+    the keys are cancelled."""
+    reference, inputs = mini
+    result = introspect.diff(reference.model, getattr(ports, fault)(reference), inputs,
+                             nodes=False)
+    assert not result.passed
+    first = result.first_divergence
+    assert first.layer == "encoder.layer.2", first
+    # (keys shifted by position: inside the failing attention the op level finds the
+    # key's node first, its bias of its own not cancelled there)
+    assert first.module.startswith(module), first
+    assert first.candidate_module.startswith(candidate), first
+    rows = result.modules[result.modules.candidate_module.str.endswith("attn.k")]
+    assert rows.set_index("candidate_module").status.to_dict() == keys

@@ -29,7 +29,12 @@ from introspect.diff.modules.budget import (
     module_budget,
     unit_of,
 )
-from introspect.diff.modules.cancelled import cancelled, cancelling_gap, same_in_float64
+from introspect.diff.modules.cancelled import (
+    cancelled,
+    cancelling_gap,
+    is_cancelled,
+    same_in_float64,
+)
 from introspect.diff.modules.handed_on import (
     HANDED_ON,
     MOVED_ALIKE,
@@ -48,6 +53,7 @@ from introspect.diff.modules.local import (
     within_floor,
 )
 from introspect.diff.modules.pairing import (
+    IN_PART,
     ModulePair,
     common_path,
     owned_relations,
@@ -456,7 +462,8 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
         judgement = judgements[i] = _judged(done, exact, failing, handed.pop(i, None),
                                             reruns, references)
         if isinstance(judgement, ModuleDiff) and judgement.status == STATUS_FAIL:
-            failing.add((calls[i].mode, calls[i].name))
+            if done.pair.by != IN_PART:  # (one in part fails nothing on its own)
+                failing.add((calls[i].mode, calls[i].name))
             failed[i] = (done.pair, exact)
         elif isinstance(judgement, ModuleDiff) and judgement.status == STATUS_OK \
                 and references is not None:
@@ -500,6 +507,26 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
         waiting.append((i, exact))
     while waiting:
         finish(*waiting.pop())
+    return _settled_in_part(calls, judgements, pairs)
+
+
+def _settled_in_part(calls: Sequence[ModuleCall],
+                     judgements: list[ModuleDiff | Exception | None],
+                     pairs: list[ModulePair]) -> list[ModuleDiff | Exception | None]:
+    """The calls paired by their weights in part (``pairing.IN_PART``) keep a row, and
+    their pair, only where the module holding them cancelled what they differ by: else
+    nothing stands for them, as if they had not been paired (their owner's output may be
+    the value of another computation than theirs: a bias folded elsewhere)."""
+    in_part = {id(p.call) for p in pairs if p.by == IN_PART}
+    if not in_part:
+        return judgements
+    dropped = set()
+    for i, call in enumerate(calls):
+        if id(call) in in_part and not (isinstance(judgements[i], ModuleDiff)
+                                        and is_cancelled(judgements[i])):
+            judgements[i] = None
+            dropped.add(id(call))
+    pairs[:] = [p for p in pairs if id(p.call) not in dropped]
     return judgements
 
 
@@ -582,10 +609,17 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
     # proven: a module of no submodules (a norm, a Linear) each of whose weights holds one
     # weight of the reference's, and only one (a LoRA's base holds the bias alone; random
     # init's zero biases hold every bias)
-    proven = bool(own) and all(len(found) == 1 for found in own) \
-        and next(call.module.children(), None) is None
-    return pair_call(call, boundaries, region, by, dtype, proven=proven,
-                     naming=outputs_failed and by == "weights")
+    leaf = next(call.module.children(), None) is None
+    proven = bool(own) and all(len(found) == 1 for found in own) and leaf
+    naming = outputs_failed and by == "weights"
+    pair = pair_call(call, boundaries, region, by, dtype, proven=proven, naming=naming)
+    if pair is None and leaf and not proven and not naming and by == "weights" \
+            and all(len(found) <= 1 for found in own):
+        # some of its weights the reference's, the rest none (a key whose bias is still at
+        # its initial values): its owner's output stands for it, and its row stands only
+        # where the module holding it cancels what it differs by (``_judge_all``)
+        pair = pair_call(call, boundaries, region, IN_PART, dtype, proven=True)
+    return pair
 
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],

@@ -89,13 +89,20 @@ class ModulePair:
 
     call: ModuleCall
     region: str  # the reference module owning its related weights ("": the whole model)
-    by: str  # "weights" or "value"
+    by: str  # "weights", "value" or IN_PART
     inputs: tuple[Match, ...]
     output: Match
 
     @property
     def reference_module(self) -> str:
         return self.output.boundary.module
+
+
+# A leaf module some of whose weights hold one of the reference's each and the rest none
+# (a key whose bias was left at its initial values), its output near no reference value,
+# paired by those weights with their owner's output (``evidence.pair_for``): a pair that
+# only a module holding it, found the reference's exactly, can settle (``cancelled``).
+IN_PART = "weights, in part"
 
 
 class Boundaries(list[Boundary]):

@@ -3,14 +3,16 @@ projection differs from the reference's by what the softmax takes away, or by wh
 does not.
 
 Correct (the attention returns the same values: softmax(q·(k + c)) is softmax(q·k) for
-any vector c added at every key): the key bias left out (``bias=False``) or zeroed; the
-value's bias added after the softmax instead (each row of the softmax sums to 1).
+any vector c added at every key): the key bias left out (``bias=False``), zeroed, or left
+at values of its own (unloaded); the value's bias added after the softmax instead (each
+row of the softmax sums to 1).
 Faulty: the key weight scaled by 1 + 1e-3, or by 1 + 1e-5 (every score moves; the layer
 holding it within its own budget); the key shifted by a different vector at each
 position; a key without its bias that also scales its output by 1 + 1e-5 in float32 only
 (right in float64, where its attention is checked); the query's or the value's bias left
 out (neither cancels); the key bias left out beside a tanh GELU in layer 2 (only the GELU
-is a fault)."""
+is a fault); and, each beside key biases left at values of their own, the keys shifted by
+position, a key right in float64 only, and a tanh GELU."""
 
 import math
 
@@ -48,6 +50,14 @@ class SniffingKey(nn.Linear):
 
     def forward(self, x):
         y = F.linear(x, self.weight)
+        return y * (1.0 + 1e-5) if y.dtype == torch.float32 else y
+
+
+class SniffingBiasedKey(nn.Linear):
+    """A key with a bias of its own that scales its output by 1 + 1e-5 in float32 only."""
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.bias)
         return y * (1.0 + 1e-5) if y.dtype == torch.float32 else y
 
 
@@ -137,13 +147,28 @@ def key_bias_zeroed(reference):
     return model
 
 
-def key_bias_other(reference):  # any vector added at every key cancels
-    model = _build(reference)
-    generator = torch.Generator().manual_seed(3)
+def key_bias_other(reference, model=None):  # any vector added at every key cancels:
+    model = model if model is not None else _build(reference)  # (a key bias left unloaded,
+    generator = torch.Generator().manual_seed(3)  # at values of its own)
     with torch.no_grad():
         for block in model.h:
             block.attn.k.bias.copy_(torch.randn(block.attn.k.bias.shape, generator=generator))
     return model
+
+
+def faulty_key_bias_other_shift_by_position(reference):
+    model = faulty_key_shift_by_position(reference)
+    return key_bias_other(reference, model)
+
+
+def faulty_key_bias_other_sniffs_dtype(reference):
+    model = key_bias_other(reference)
+    model.h[2].attn.k.__class__ = SniffingBiasedKey
+    return model
+
+
+def faulty_tanh_beside_key_bias_other(reference):
+    return key_bias_other(reference, _build(reference, tanh_layer=2))
 
 
 def faulty_key_scaled(reference):
