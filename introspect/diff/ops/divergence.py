@@ -447,7 +447,7 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     weights it reads). Values flow forward: a node reading layer 2's weights on layer 3's
     values sits in layer 3, and holds layer 2's weights by a loading slip (an off-by-one in
     a key mapping). None otherwise."""
-    fed = _fed_by(pair, layer, alignment, reference, candidate)
+    fed = _fed_by(pair, layer, alignment, reference, candidate, handed=True)
     if fed is None:
         return None
     later, order, by_name = fed
@@ -464,11 +464,15 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
 
 
 def _fed_by(pair: Pair, layer: str, alignment: Alignment, reference: IntrospectGraph,
-            candidate: IntrospectGraph,
+            candidate: IntrospectGraph, handed: bool = False,
             ) -> tuple[str, dict[str, int], dict[str, Any]] | None:
     """The one reference layer every paired input of the candidate's node is from, with
     the reference's layers in their order and its records by name; None where its inputs
-    come from several layers or none, or ``layer`` is no block of a stack."""
+    come from several layers or none, or ``layer`` is no block of a stack.
+
+    ``handed``: an input is from the layer it is handed to, where the reference reads it
+    only in one later layer than its own (a block's output, read by the next block alone):
+    the first ops of a block take the values of that block, not of the one before it."""
     if layer in _NOT_BLOCKS:
         return None
     order: dict[str, int] = {}
@@ -479,12 +483,33 @@ def _fed_by(pair: Pair, layer: str, alignment: Alignment, reference: IntrospectG
         return None
     paired = {p.candidate: p.reference for p in alignment.pairs}
     by_name = {r.name: r for r in reference.records}
-    layers = {by_name[paired[name]].layer for name in cand.inputs
+    readers = _reading_layers(reference) if handed else {}
+    layers = {_handed_to(by_name[paired[name]], readers, order) for name in cand.inputs
               if paired.get(name) in by_name}
     if len(layers) != 1:
         return None
     (source,) = layers
     return (source, order, by_name) if source in order else None
+
+
+def _reading_layers(reference: IntrospectGraph) -> dict[str, set[str]]:
+    """Each reference node -> the layers of the nodes that read it."""
+    readers: dict[str, set[str]] = {}
+    for record in reference.records:
+        for name in record.inputs:
+            readers.setdefault(name, set()).add(record.layer)
+    return readers
+
+
+def _handed_to(record: Any, readers: Mapping[str, set[str]], order: Mapping[str, int]) -> str:
+    """``record``'s layer, or the one later block that alone reads it (``_fed_by``)."""
+    read = readers.get(record.name, set())
+    if len(read) == 1:
+        (reader,) = read
+        if reader not in _NOT_BLOCKS and reader in order and record.layer in order \
+                and order[reader] > order[record.layer]:
+            return reader
+    return record.layer
 
 
 def _moved(module: str, layer: str, later: str) -> str:
