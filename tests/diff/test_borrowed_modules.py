@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import introspect
+from introspect.diff.modules.cancelled import CANCELLED
 from introspect.scratch import BertModel as ScratchBert
 from tests.conftest import make_batch
 
@@ -55,13 +56,29 @@ def test_a_port_that_keeps_the_references_embeddings_is_named_and_still_compared
     assert result.passed
     assert _notes(result) == ["the candidate runs 1 of the reference's own modules "
                               "(embeddings): those parts are compared with themselves"]
-    with torch.no_grad():
-        port.encoder.layer[1].output.dense.bias.add_(0.5)  # the port's own part, broken
-    try:
+    with torch.no_grad():  # the port's own part, broken (one feature's bias: the same
+        port.encoder.layer[1].output.dense.bias[:1].add_(0.5)  # shift of every feature
+    try:  # is one the LayerNorm after it takes away: ``test_a_shift_its_norm_takes_away``)
         assert not introspect.diff(hf, port, make_batch(2, 8, padded=True)).passed
     finally:
         with torch.no_grad():
-            port.encoder.layer[1].output.dense.bias.sub_(0.5)
+            port.encoder.layer[1].output.dense.bias[:1].sub_(0.5)
+
+
+def test_a_shift_its_norm_takes_away_passes_as_cancelled(tiny_models):
+    """Every feature of a Linear's bias shifted alike before the LayerNorm that centres
+    its rows: the same function (LN(x + c) = LN(x)). The Linear, paired by its weight
+    alone (``pairing.IN_PART``), is over its budget, and cancelled in the module that
+    holds it; the port passes."""
+    hf = tiny_models("base").model
+    port = ScratchBert.from_hf(hf)
+    with torch.no_grad():
+        port.encoder.layer[1].output.dense.bias.add_(0.5)
+    result = introspect.diff(hf, port, make_batch(2, 8, padded=True), nodes=False)
+    assert result.passed, result.summary()
+    rows = result.modules[result.modules.status == "unconfirmed"]
+    assert list(rows.reference_module) == ["encoder.layer.1.output.dense"], rows
+    assert rows.note.str.startswith(CANCELLED).all()
 
 
 def test_a_port_of_its_own_gets_no_such_note(tiny_models):

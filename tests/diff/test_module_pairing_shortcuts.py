@@ -62,7 +62,7 @@ def test_decoys_near_on_every_bounding_element_are_read_in_full_and_lose():
     values += [value + 0.5, value + 0.25, value - 0.25, value + 1.0,
                value.clone().fill_(float("nan"))]
     same = _boundaries(values)
-    found = same[0].samples.nearest(mine, same, sample, 4)
+    found = same[0].samples.nearest(value, same, sample, 4)
     assert found == _sorted_in_full(mine, same, sample, 4)
     # the tie (+0.25 and -0.25) in their order, then 0.5 and 1.0: no decoy
     assert [b.module for b in found] == ["m9", "m10", "m8", "m11"]
@@ -76,8 +76,32 @@ def test_ties_and_nan_keep_the_full_sorts_order():
     offsets = [0.5, 0.5, 0.25, math.nan, 0.5, 0.25, 2.0, 0.5, 0.5, 0.125]
     same = _boundaries([value + d for d in offsets])
     for count in (1, 2, 4, 6, len(same)):
-        assert same[0].samples.nearest(mine, same, sample, count) == \
+        assert same[0].samples.nearest(value, same, sample, count) == \
             _sorted_in_full(mine, same, sample, count)
+
+
+def test_gaps_kept_for_a_value_rank_as_the_full_sort_in_any_subset_as_the_table_grows():
+    """A value's gaps are measured once (``_Samples._gaps_of``): ranked against subsets of
+    the boundaries, against boundaries added to the table since, and once edited in place
+    (its version moves: measured again), it ranks as the full sort of each does."""
+    generator = torch.Generator().manual_seed(3)
+    value = torch.randn(6000, generator=generator)
+    sample = pairing._sample_index(value.numel())
+    offsets = [0.5, 0.25, 2.0, 0.125, 1.0, 0.75, 0.3, 0.6]
+    same = _boundaries([value + d * torch.randn(6000, generator=generator) for d in offsets])
+    for subset in (same[:3], same[2:], same[::2], same):
+        mine = value[sample].double()
+        assert same[0].samples.nearest(value, subset, sample, 2) == \
+            _sorted_in_full(mine, subset, sample, 2)
+    more = [pairing.Boundary(f"n{i}", "output", value + d, samples=same[0].samples)
+            for i, d in enumerate([0.01, 3.0])]  # (a row nearer than all: added after)
+    for subset in (same + more, more + same[:2]):
+        assert same[0].samples.nearest(value, subset, sample, 3) == \
+            _sorted_in_full(value[sample].double(), subset, sample, 3)
+    value.copy_(same[2].value)  # edited: its own gaps are measured again
+    found = same[0].samples.nearest(value, same + more, sample, 3)
+    assert found == _sorted_in_full(value[sample].double(), same + more, sample, 3)
+    assert found[0] is same[2]
 
 
 def test_a_bound_equal_to_the_fourth_gap_is_read_and_its_tie_keeps_its_place():
@@ -92,7 +116,7 @@ def test_a_bound_equal_to_the_fourth_gap_is_read_and_its_tie_keeps_its_place():
     between[sample] += 0.5
     between[sample[::pairing._ROUGH]] = value[sample[::pairing._ROUGH]]
     same = _boundaries([value + 0.5] + [between.clone() for _ in range(4)])
-    found = same[0].samples.nearest(mine, same, sample, 4)
+    found = same[0].samples.nearest(value, same, sample, 4)
     assert [b.module for b in found] == ["m0", "m1", "m2", "m3"]
     assert found == _sorted_in_full(mine, same, sample, 4)
 
@@ -110,7 +134,7 @@ def test_real_boundaries_rank_as_the_full_sort(faulty_calls):
                 continue
             sample = pairing._sample_index(leaf.value.numel())
             mine = leaf.value.reshape(-1)[sample].double()
-            found = same[0].samples.nearest(mine, same, sample, 4)
+            found = same[0].samples.nearest(leaf.value, same, sample, 4)
             assert found == _sorted_in_full(mine, same, sample, 4), (call.name, leaf.path)
             ranked += len(same) > 4
     assert ranked > 50

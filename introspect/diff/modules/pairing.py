@@ -438,13 +438,13 @@ def closest(leaf: Leaf, boundaries: Sequence[Boundary], near: float) -> Match | 
         # and none counts against it (CLEAR x 0)
         return Match(leaf.path, exact, 0.0, _scale_of(exact))
     sample = _sample_index(value.numel())
-    mine = value.reshape(-1)[sample].double().cpu()
     tables = {id(b.samples) for b in same}
     measure = distance
     if len(tables) == 1 and same[0].samples is not None:  # one table: gaps in few passes
-        rough = same[0].samples.nearest(mine, same, sample, _MEASURED)
+        rough = same[0].samples.nearest(value, same, sample, _MEASURED)
         measure = same[0].samples.distance
     else:
+        mine = value.reshape(-1)[sample].double().cpu()
         rough = sorted(same, key=lambda b: _gap(mine, picked(b.value, sample).double().cpu()))
     first = measure(value, rough[0].value)
     if first == 0.0:  # (most values of a close port): no other boundary can be nearer,
@@ -585,6 +585,7 @@ class _Samples:
         # (id, id) -> (the two values, their versions, ``distance``)
         self.distances: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int, int,
                                                     float]] = {}
+        self.gaps: dict[int, _Gaps] = {}  # a candidate value's id -> its gaps to the rows
 
     def probe(self, value: torch.Tensor) -> tuple[float, ...]:
         return _once(self.probes, value, probe)
@@ -605,7 +606,7 @@ class _Samples:
             known = self.distances[key] = (a, b, a._version, b._version, distance(a, b))
         return known[4]
 
-    def nearest(self, mine: torch.Tensor, same: Sequence[Boundary], sample: torch.Tensor,
+    def nearest(self, value: torch.Tensor, same: Sequence[Boundary], sample: torch.Tensor,
                 count: int) -> list[Boundary]:
         """The first ``count`` of ``same`` by their sampled gap to ``mine`` (ties in their
         order): ``sorted(same, key=gap)[:count]``, reading few of the gaps in full.
@@ -615,10 +616,13 @@ class _Samples:
         are read in full in the order of these bounds until the next bound is over the
         ``count``-th smallest gap read: every boundary left has a gap over it, so none of
         them is among the first ``count`` (a tie with it is read in full too). Each gap is
-        a largest of float64 differences, the same figure in any batch of rows."""
+        a largest of float64 differences, the same figure in any batch of rows: each is
+        measured once per candidate value (``_Gaps``), which several calls take (a layer's
+        input is its attention's, its query's, its key's and its value's)."""
         table, rough, rows = self._table(same, sample)
-        index = torch.tensor([rows[id(b.value)] for b in same])
-        bounds = _largest_gaps(rough[index], mine[::_ROUGH])
+        known = self._gaps_of(value, sample, rough)
+        index = [rows[id(b.value)] for b in same]
+        bounds = [known.bounds[row] for row in index]
         order = sorted(range(len(same)), key=bounds.__getitem__)
         gaps: dict[int, float] = {}
         done = 0
@@ -627,9 +631,25 @@ class _Samples:
             if len(read) >= count and bounds[order[done]] > read[count - 1]:
                 break
             batch = order[done:done + count]
-            gaps.update(zip(batch, _largest_gaps(table[index[batch]], mine), strict=True))
+            unread = list(dict.fromkeys(index[i] for i in batch if index[i] not in known.full))
+            if unread:
+                known.full.update(zip(unread, _largest_gaps(table[unread], known.mine),
+                                      strict=True))
+            gaps.update((i, known.full[index[i]]) for i in batch)
             done += len(batch)
         return [same[i] for i in sorted(gaps, key=lambda i: (gaps[i], i))[:count]]
+
+    def _gaps_of(self, value: torch.Tensor, sample: torch.Tensor, rough: torch.Tensor,
+                 ) -> _Gaps:
+        """``value``'s sample and its bounds to every row of its shape's table (``rough``),
+        kept while it is unedited; rows added to the table since are bounded now."""
+        known = self.gaps.get(id(value))
+        if known is None or known.value is not value or known.version != value._version:
+            mine = value.reshape(-1)[sample].double().cpu()
+            known = self.gaps[id(value)] = _Gaps(value, value._version, mine)
+        if len(known.bounds) < rough.shape[0]:  # (rows are only ever added)
+            known.bounds += _largest_gaps(rough[len(known.bounds):], known.mine[::_ROUGH])
+        return known
 
     def _table(self, same: Sequence[Boundary], sample: torch.Tensor,
                ) -> tuple[torch.Tensor, torch.Tensor, dict[int, int]]:
@@ -649,6 +669,18 @@ class _Samples:
             self.tables[shape] = (table, rough, rows)
             self.kept += missing
         return table, rough, rows
+
+
+@dataclasses.dataclass
+class _Gaps:
+    """A candidate value's sample (float64) and its gaps to the rows of its shape's table:
+    the bounds over every ``_ROUGH``-th element, by row, and the gaps read in full."""
+
+    value: torch.Tensor  # (its id is only ever its own while it is kept here)
+    version: int
+    mine: torch.Tensor
+    bounds: list[float] = dataclasses.field(default_factory=list)
+    full: dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 _T = TypeVar("_T")
