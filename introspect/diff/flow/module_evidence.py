@@ -23,7 +23,7 @@ from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
 from introspect.diff.modules.tables import modules_only
-from introspect.diff.ops.divergence import GROWN_NOTE
+from introspect.diff.ops.divergence import on_a_guess
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, STATUS_OK
 from introspect.run.truth import INFERENCE_MODE, NO_GRAD, identical
@@ -136,9 +136,10 @@ def join_module_evidence(state: DiffState) -> None:
 
 
 def _overrule_where_modules_agree(state: DiffState) -> None:
-    """A guess that only the growth of the error around it confirmed
-    (``ops.divergence.GROWN_NOTE``) fails nothing inside a module that module evidence
-    passed: the candidate's module, run on the reference's inputs to it, agrees. Nor
+    """A guess (``ops.divergence.on_a_guess``: confirmed only by the growth of the error
+    around it, or paired by the names of weights holding other values) fails nothing
+    inside a module that module evidence passed: the candidate's module, run on the
+    reference's inputs to it, agrees. Nor
     does a node inside a module whose difference the module holding it cancels exactly
     (``modules.cancelled``). The verdict is settled again on the rows left (no FAIL
     stands on a guess alone); where the outputs fail, the fault is elsewhere, and named
@@ -149,8 +150,8 @@ def _overrule_where_modules_agree(state: DiffState) -> None:
     failing = [r.candidate_module for r in evidence.rows if r.status == STATUS_FAIL]
     cancelled = {m for m in cancelled_modules(evidence)
                  if not any(within(f, m) for f in failing)}
-    grown = any(r.status == STATUS_FAIL and GROWN_NOTE in r.note for r in state.rows)
-    if not grown and not (cancelled and any(r.status == STATUS_FAIL for r in state.rows)):
+    guessed = any(on_a_guess(r) for r in state.rows)
+    if not guessed and not (cancelled and any(r.status == STATUS_FAIL for r in state.rows)):
         return
     passing = {r.candidate_module for r in evidence.rows if r.status == STATUS_OK
                and r.candidate_module and not any(within(f, r.candidate_module)

@@ -28,6 +28,7 @@ from introspect.diff.hypotheses.hints import explain
 from introspect.diff.hypotheses.pooler import UNDER_THE_HEAD
 from introspect.diff.modules.paths import within
 from introspect.diff.ops.align import Alignment
+from introspect.diff.ops.align.matcher import BY_NAME_NOTE
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult
 from introspect.diff.ops.outside import handed_values, outside_hint
@@ -140,24 +141,34 @@ def confirmed_inside(rows: Sequence[NodeDiff], modules: Collection[str]) -> list
 
 def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
                      candidate_module: Mapping[str, str]) -> list[NodeDiff]:
-    """The rows with each guess confirmed only by the growth of the error around it
-    (``GROWN_NOTE``) unconfirmed again where its candidate node sits inside one of the
-    candidate's modules in ``passing``: module evidence ran that module on the
-    reference's own inputs to it and found the reference's output within budget, so the
-    growth is rounding of another grouping (1/sqrt(d) folded into the query weights),
-    not a fault. No FAIL stands on a guess that the evidence around it contradicts.
-    ``candidate_module``: each candidate node's module path."""
+    """The rows failing on a guess (``on_a_guess``) unconfirmed again where their
+    candidate node sits inside one of the candidate's modules in ``passing``: module
+    evidence ran that module on the reference's own inputs to it and found the
+    reference's output within budget. So the growth is rounding of another grouping
+    (1/sqrt(d) folded into the query weights), and weights paired by their names that
+    hold other values are compensated in that module (a norm's gain and shift folded
+    into the Linear after it), not a fault. No FAIL stands on a guess that the evidence
+    around it contradicts. ``candidate_module``: each candidate node's module path."""
     def inside(node: str) -> bool:
         module = candidate_module.get(node)
         return module is not None and any(within(module, m) for m in passing if m)
 
     def overruled(note: str) -> str:
         kept = [part for part in note.split("; ") if part != GROWN_NOTE]
-        return "; ".join([*kept, OVERRULED_NOTE])
+        said = OVERRULED_NOTE if GROWN_NOTE in note.split("; ") else BY_NAME_OVERRULED_NOTE
+        return "; ".join([*kept, said])
 
     return [dataclasses.replace(r, status=STATUS_UNCONFIRMED, note=overruled(r.note))
-            if r.status == STATUS_FAIL and GROWN_NOTE in r.note.split("; ")
-            and inside(r.candidate_node) else r for r in rows]
+            if on_a_guess(r) and inside(r.candidate_node) else r for r in rows]
+
+
+def on_a_guess(row: NodeDiff) -> bool:
+    """A failing row that stands on a guess: confirmed only by the growth of the error
+    around it (``GROWN_NOTE``), or paired by the names of weights that hold other values
+    (``align.matcher.BY_NAME_NOTE``)."""
+    parts = row.note.split("; ")
+    return row.status == STATUS_FAIL and (
+        GROWN_NOTE in parts or any(p.startswith(BY_NAME_NOTE) for p in parts))
 
 
 def cancelled_inside(rows: Sequence[NodeDiff], cancelled: Collection[str],
@@ -270,6 +281,11 @@ GROWN_NOTE = ("confirmed by growth: the nearest proven pairs after it carry over
               f"{GROWTH:g}x the error of those before it")
 CANCELLED_NOTE = ("unconfirmed: module evidence finds the module holding its module the "
                   "reference's exactly (float64): what it differs by cancels there")
+BY_NAME_OVERRULED_NOTE = ("unconfirmed: its weights are the reference's by name only, with "
+                          "other values, and module evidence passes the module that holds "
+                          "it (its candidate run on the reference's inputs stays within "
+                          "budget): what they differ by is made up for there (a norm's gain "
+                          "folded into the Linear after it)")
 OVERRULED_NOTE = ("unconfirmed: paired by structure only; the error grew across it, but "
                   "module evidence passes the module that holds it (its candidate run on "
                   "the reference's inputs stays within budget)")

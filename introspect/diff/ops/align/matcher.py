@@ -27,6 +27,9 @@ from introspect.diff.records import (
 )
 from introspect.errors import InputError
 
+# a pair whose weights are related by their names alone, holding other values (a weight
+# left unloaded, or a norm's gain folded into the Linear after it)
+BY_NAME_NOTE = "weights related by name only"
 POSITION_NOTE = ("several of the reference's nodes read these weights alike; paired by "
                  "graph position")
 OPAQUE_NOTE = ("the candidate's op is its own library's (opaque): which value it returns "
@@ -490,7 +493,7 @@ def _relation_note(relation: WeightRelation) -> str:
         return (f"{relation.candidate}{how} is {relation.reference} with each column scaled "
                 f"by {relation.scaled_by} (a norm's gain folded in)")
     if relation.kind.startswith("by-name"):
-        return (f"weights related by name only: {relation.candidate} differs from "
+        return (f"{BY_NAME_NOTE}: {relation.candidate} differs from "
                 f"{relation.reference} by up to {relation.max_abs_diff:.3g}")
     if relation.kind.startswith("fused"):
         return (f"{relation.reference} is rows {relation.region} of {relation.candidate} "
