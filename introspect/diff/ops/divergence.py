@@ -166,8 +166,8 @@ def on_a_guess(row: NodeDiff) -> bool:
     """A failing row that stands on a guess: confirmed only by the growth of the error
     around it (``GROWN_NOTE``), or paired by the names of weights that hold other values
     (``align.matcher.BY_NAME_NOTE``)."""
-    parts = row.note.split("; ")
-    return row.status == STATUS_FAIL and (
+    parts = row.note.split("; ")  # (where NaN or inf first appear the row is judged by
+    return row.status == STATUS_FAIL and not row.nonfinite and (  # them: no guess)
         GROWN_NOTE in parts or any(p.startswith(BY_NAME_NOTE) for p in parts))
 
 
