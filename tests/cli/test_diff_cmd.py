@@ -84,9 +84,9 @@ def test_another_checkpoint_diverges_where_its_weights_differ(tiny_models, tmp_p
     import torch
 
     tuned = copy.deepcopy(tiny_models("base", "sdpa").model)
-    with torch.no_grad():
-        tuned.encoder.layer[1].output.dense.weight.add_(0.01)
-    tuned.save_pretrained(tmp_path / "tuned")
+    with torch.no_grad():  # (one output's row: every row shifted alike moves each output
+        tuned.encoder.layer[1].output.dense.weight[:1].add_(0.01)  # alike, which the
+    tuned.save_pretrained(tmp_path / "tuned")  # LayerNorm after it takes away: a PASS)
     argv = ["diff", "--model", "bert-tiny", "--candidate", "hf", "--candidate-model",
             str(tmp_path / "tuned")]
     assert main(argv) == 1
