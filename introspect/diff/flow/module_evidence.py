@@ -139,11 +139,10 @@ def _overrule_where_modules_agree(state: DiffState) -> None:
     """A guess (``ops.divergence.on_a_guess``: confirmed only by the growth of the error
     around it, or paired by the names of weights holding other values) fails nothing
     inside a module that module evidence passed: the candidate's module, run on the
-    reference's inputs to it, agrees. Nor
-    does a node inside a module whose difference the module holding it cancels exactly
-    (``modules.cancelled``). The verdict is settled again on the rows left (no FAIL
-    stands on a guess alone); where the outputs fail, the fault is elsewhere, and named
-    there."""
+    reference's inputs to it, agrees. Nor does a node inside a module whose difference
+    the module holding it cancels exactly (``modules.cancelled``). The verdict is settled
+    again on the rows left (no FAIL stands on a guess alone); where the outputs fail, the
+    fault is elsewhere, and named there."""
     explanation, evidence, verdict = state.explanation, state.module_evidence, state.verdict
     if explanation.confirm_inside is None or state.inside:
         return

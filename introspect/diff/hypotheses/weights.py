@@ -27,7 +27,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
         return
     for name, value in site.weights.items():
         if value.dim() == 2 and value.shape[0] == value.shape[1]:
-            yield Hypothesis(f"weight {_path(site, name)} is the reference's transposed",
+            yield Hypothesis(f"weight {site.module(name)} is the reference's transposed",
                              "transposing it in the reference",
                              partial(run_layer, site, _with(site, name, value.t())),
                              "weights", replaces=name, changes=(site.owner_of(name),))
@@ -36,7 +36,7 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             continue
         for name in site.weights:
             if name in weights and weights[name].shape == site.weights[name].shape:
-                yield Hypothesis(f"weight {_path(site, name)} holds the values of "
+                yield Hypothesis(f"weight {site.module(name)} holds the values of "
                                  f"encoder.layer.{other}.{name}: loaded from another layer",
                                  "loading that one in the reference",
                                  partial(run_layer, site, _with(site, name, weights[name])),
@@ -45,10 +45,6 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
 
 def _with(site: Site, name: str, value: torch.Tensor) -> LayerOptions:
     return LayerOptions(overrides={name: value})
-
-
-def _path(site: Site, name: str) -> str:
-    return site.module(name)
 
 
 def unloaded(site: Site, quantity: str, candidate: torch.nn.Module) -> list[str]:

@@ -608,7 +608,7 @@ class _Samples:
 
     def nearest(self, value: torch.Tensor, same: Sequence[Boundary], sample: torch.Tensor,
                 count: int) -> list[Boundary]:
-        """The first ``count`` of ``same`` by their sampled gap to ``mine`` (ties in their
+        """The first ``count`` of ``same`` by their sampled gap to ``value`` (ties in their
         order): ``sorted(same, key=gap)[:count]``, reading few of the gaps in full.
 
         The gap over every ``_ROUGH``-th element of the sample is at most the gap over all

@@ -149,17 +149,14 @@ def overruled_inside(rows: Sequence[NodeDiff], passing: Collection[str],
     hold other values are compensated in that module (a norm's gain and shift folded
     into the Linear after it), not a fault. No FAIL stands on a guess that the evidence
     around it contradicts. ``candidate_module``: each candidate node's module path."""
-    def inside(node: str) -> bool:
-        module = candidate_module.get(node)
-        return module is not None and any(within(module, m) for m in passing if m)
-
     def overruled(note: str) -> str:
-        kept = [part for part in note.split("; ") if part != GROWN_NOTE]
-        said = OVERRULED_NOTE if GROWN_NOTE in note.split("; ") else BY_NAME_OVERRULED_NOTE
-        return "; ".join([*kept, said])
+        parts = note.split("; ")
+        said = OVERRULED_NOTE if GROWN_NOTE in parts else BY_NAME_OVERRULED_NOTE
+        return "; ".join([*(part for part in parts if part != GROWN_NOTE), said])
 
     return [dataclasses.replace(r, status=STATUS_UNCONFIRMED, note=overruled(r.note))
-            if on_a_guess(r) and inside(r.candidate_node) else r for r in rows]
+            if on_a_guess(r) and _in_any(r.candidate_node, passing, candidate_module)
+            else r for r in rows]
 
 
 def on_a_guess(row: NodeDiff) -> bool:
@@ -177,13 +174,16 @@ def cancelled_inside(rows: Sequence[NodeDiff], cancelled: Collection[str],
     candidate's modules in ``cancelled``: module evidence found the module holding that
     one the reference's exactly in float64 (``modules.cancelled``), so what the node
     differs by (a key's bias) cancels there and changes nothing the model computes."""
-    def inside(node: str) -> bool:
-        module = candidate_module.get(node)
-        return module is not None and any(within(module, m) for m in cancelled if m)
-
     return [dataclasses.replace(r, status=STATUS_UNCONFIRMED,
                                 note="; ".join(p for p in (r.note, CANCELLED_NOTE) if p))
-            if r.status == STATUS_FAIL and inside(r.candidate_node) else r for r in rows]
+            if r.status == STATUS_FAIL and _in_any(r.candidate_node, cancelled, candidate_module)
+            else r for r in rows]
+
+
+def _in_any(node: str, modules: Collection[str], candidate_module: Mapping[str, str]) -> bool:
+    """Candidate node ``node`` runs inside one of the candidate's named ``modules``."""
+    module = candidate_module.get(node)
+    return module is not None and any(within(module, m) for m in modules if m)
 
 
 def _confirmed_note(note: str) -> str:
