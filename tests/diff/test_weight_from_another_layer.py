@@ -48,3 +48,28 @@ def test_the_layer_it_sits_in_is_named(minilm, inputs, into, source, module):
         assert divergence.module == f"encoder.layer.{into}.{module}"
         assert any(f"a weight loaded from encoder.layer.{source} into encoder.layer.{into}" in h
                    for h in divergence.hints), divergence.hints
+
+
+def test_an_attention_output_from_the_layer_before_is_named_where_it_sits(minilm, inputs):
+    """Its attention's ops around it pair with the layer before by its weights; the block
+    holding it is the next layer's in every other weight (``modules.blocks``)."""
+    result = introspect.diff(minilm.model,
+                             _loaded_from(minilm.model, 3, 2, "attention.output.dense"), inputs)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.3", divergence
+    assert "encoder.layer.3.attention.output.dense.weight holds encoder.layer.2.attention." \
+        "output.dense.weight's values" in divergence.hints[0], divergence.hints
+
+
+def test_a_layer_loaded_whole_from_the_layer_before_is_named_where_it_sits(minilm, inputs):
+    """Layer 5 holding layer 4's weights, as layer 4 does: its ops pair with layer 4's,
+    where the values agree; no block holds layer 5's weights, and its place is layer 5."""
+    port = copy.deepcopy(minilm.model).eval()
+    port.encoder.layer[5].load_state_dict(minilm.model.encoder.layer[4].state_dict())
+    result = introspect.diff(minilm.model, port, inputs)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.5", divergence
+    assert divergence.candidate_module.startswith("encoder.layer.5."), divergence
+    assert "encoder.layer.4's weights loaded into encoder.layer.5" in divergence.hints[0]

@@ -14,6 +14,7 @@ from introspect.diff.flow.state import DiffState
 from introspect.diff.flow.whole_models import judge_whole_models, name_where_runs_part
 from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import computed_by_glue, unaccounted
+from introspect.diff.modules.blocks import block_layers, named_by_block
 from introspect.diff.modules.cancelled import (
     cancelled_modules,
     cancelled_notes,
@@ -133,6 +134,9 @@ def join_module_evidence(state: DiffState) -> None:
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful, _execution_order(state))
     name_where_runs_part(state)  # (a FAIL still named at the outputs alone)
+    if not state.passed and state.divergence is not None:  # (a weight of another layer)
+        state.divergence = named_by_block(state.divergence, state.module_evidence.relations,
+                                          block_layers(state.reference))
 
 
 def _overrule_where_modules_agree(state: DiffState) -> None:

@@ -26,7 +26,7 @@ import torch
 
 from introspect.diff.hypotheses.hints import explain
 from introspect.diff.hypotheses.pooler import UNDER_THE_HEAD
-from introspect.diff.modules.paths import within
+from introspect.diff.modules.paths import layer_at, moved_to, within
 from introspect.diff.ops.align import Alignment
 from introspect.diff.ops.align.matcher import BY_NAME_NOTE
 from introspect.diff.ops.compare.padding import Padding
@@ -400,7 +400,7 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
         hints = (f"the candidate's {where} reads the values of {layer}'s weights where it "
                  f"takes {later}'s values: a weight loaded from {layer} into {later}", *hints)
         # the same module of the later layer (``encoder.layer.3.output.dense``)
-        module, layer = _moved(module, layer, later), later
+        module, layer = moved_to(module, layer, later), later
     skipped = _skipped_before(pair, layer, alignment, reference, candidate) \
         if later is None else None
     if skipped is not None:  # fed a value from before a layer of which nothing was found
@@ -451,7 +451,7 @@ def _moved_layer(module: str, layer: str, other: str) -> str:
     """The module of layer ``other`` that ``layer``'s module sits in: ``encoder.layer.0``
     for ``encoder.layer.1.attention.self.query``; ``other`` where ``module`` is none of
     ``layer``'s."""
-    at = _layer_at(module, layer)
+    at = layer_at(module, layer)
     return other if at is None else ".".join(module.split(".")[:at] + other.split("."))
 
 
@@ -472,7 +472,7 @@ def _fed_from_a_later_layer(pair: Pair, layer: str, alignment: Alignment,
     # ... and the later layer's own module stands unread: a port running its layers out of
     # order also feeds an earlier layer a later one's values, each weight read where it is
     own = by_name.get(pair.reference)
-    twin = _moved(own.module, layer, later) if own is not None else later
+    twin = moved_to(own.module, layer, later) if own is not None else later
     if any(by_name[p.reference].module == twin for p in alignment.pairs
            if p.reference in by_name):
         return None
@@ -526,23 +526,6 @@ def _handed_to(record: Any, readers: Mapping[str, set[str]], order: Mapping[str,
                 and order[reader] > order[record.layer]:
             return reader
     return record.layer
-
-
-def _moved(module: str, layer: str, later: str) -> str:
-    """``module``, a module of ``layer`` (``transformer.h.1.ln_2`` of ``h.1``), as the same
-    module of ``later``; ``later`` itself where it is none of ``layer``'s."""
-    at = _layer_at(module, layer)
-    if at is None:
-        return later
-    parts = module.split(".")
-    return ".".join(parts[:at] + later.split(".") + parts[at + len(layer.split(".")):])
-
-
-def _layer_at(module: str, layer: str) -> int | None:
-    """Where ``layer``'s parts begin among ``module``'s; None where it is none of its."""
-    parts, inner = module.split("."), layer.split(".")
-    return next((start for start in range(len(parts) - len(inner) + 1)
-                 if parts[start:start + len(inner)] == inner), None)
 
 
 # the layers that are no block of a stack (``NodeRecord.layer``): a value read there after

@@ -1,0 +1,101 @@
+"""A key map that reads one weight of a block from the layer before (an off-by-one in a
+port's loader). The op level pairs a node by the values of the weights it reads, so a
+Llama's ``o_proj`` or a GPT-2's ``c_proj`` or ``ln_1`` loaded from the block before was
+named in that block, whose code and weights are right (probe round j), and a block loaded
+whole from the block before was named in it too, where it agrees. The FAIL is named now in
+the layer the candidate's block holds the weights of, with a hint naming the slipped
+weight (``modules.blocks``). The ports are ``ports/llama_key_map.py`` (Meta's names, its
+own RMSNorm and rotary table) and ``ports/gpt2_folded_norm.py`` (nanoGPT style)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import introspect
+from tests.adversarial.corpus import port
+
+
+def _perturbed(reference: torch.nn.Module) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # (random init leaves every norm at 1, every bias at 0)
+        for parameter in reference.parameters():
+            if parameter.ndim == 1:
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return reference.eval()
+
+
+def _inputs(length: int = 12) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 1000, (2, length), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "attention_mask": torch.ones(2, length, dtype=torch.long)}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=5,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return _perturbed(transformers.LlamaModel(config)), port("llama_key_map.py")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=1000,
+                                     n_positions=64)
+    return _perturbed(transformers.GPT2Model(config)), port("gpt2_folded_norm.py")
+
+
+def test_the_port_with_no_slip_passes(llama):
+    reference, ports = llama
+    result = introspect.diff(reference, ports.correct(reference), _inputs(), nodes=False)
+    assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize("nodes", [False, True])
+@pytest.mark.parametrize("build, layer, source, weight", [
+    ("wo_from_block_before", "layers.2", "layers.1", "blocks.2.attn.wo.weight"),
+    ("attn_norm_from_block_before", "layers.3", "layers.2", "blocks.3.attn_norm.weight"),
+    ("ffn_norm_from_block_before", "layers.1", "layers.0", "blocks.1.ffn_norm.weight")])
+def test_a_weight_from_the_block_before_is_named_where_it_sits(llama, build, layer, source,
+                                                               weight, nodes):
+    reference, ports = llama
+    result = introspect.diff(reference, getattr(ports, build)(reference), _inputs(),
+                             nodes=nodes)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == layer, divergence
+    assert divergence.module.startswith(f"{layer}."), divergence
+    assert divergence.candidate_module.startswith(f"blocks.{layer[-1]}."), divergence
+    hint = divergence.hints[0]
+    assert weight in hint and f"a weight loaded from {source} into {layer}" in hint, hint
+
+
+def test_a_block_loaded_whole_from_the_block_before_is_named_where_it_sits(llama):
+    reference, ports = llama
+    result = introspect.diff(reference, ports.block_copied_from_block_before(reference),
+                             _inputs(), nodes=False)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "layers.3", divergence
+    assert "no block of the candidate holds layers.3's: layers.2's weights loaded into " \
+        "layers.3" in divergence.hints[0], divergence.hints
+
+
+@pytest.mark.parametrize("module, into", [("attn_proj", 3), ("ln_1", 2), ("ln_2", 1)])
+def test_a_gpt2_weight_from_the_block_before_is_named_where_it_sits(gpt2, module, into):
+    reference, ports = gpt2
+    model = ports.correct(reference)
+    with torch.no_grad():  # (its own layer's weight left as it was loaded: a bias too)
+        for name in ("weight", "bias"):
+            getattr(getattr(model.h[into], module), name).copy_(
+                getattr(getattr(model.h[into - 1], module), name))
+    result = introspect.diff(reference, model, _inputs(), nodes=False)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == f"h.{into}", divergence
+    assert divergence.candidate_module.startswith(f"h.{into}."), divergence
+    assert any(f"a weight loaded from h.{into - 1} into h.{into}" in h
+               for h in divergence.hints), divergence.hints
