@@ -304,15 +304,16 @@ def weight_sums(model: torch.nn.Module, only: set[str] | None = None) -> dict[st
                 and (only is None or name in only)}
 
 
-_CHUNK = 1 << 20  # elements summed at a time: no wider copy of a whole weight
+_CHUNK = 1 << 20  # narrower elements summed at a time: no wider copy of a whole weight
 _AS_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def checksum(tensor: torch.Tensor) -> int:
     """The sum of ``tensor``'s bit patterns as integers, wrapping around (``weight_sums``)."""
     bits = tensor.reshape(-1).view(_AS_INTEGERS[tensor.element_size()])
-    total = torch.int64 if bits.dtype == torch.int64 else torch.int32
-    return sum(int(part.sum(dtype=total)) for part in bits.split(_CHUNK))
+    if bits.dtype in (torch.int32, torch.int64):  # summed in its own width: no copy at all
+        return int(bits.sum(dtype=bits.dtype))
+    return sum(int(part.sum(dtype=torch.int32)) for part in bits.split(_CHUNK))
 
 
 def edited_weights(before: Mapping[str, int], after: Mapping[str, int]) -> list[str]:

@@ -14,7 +14,7 @@ import torch
 import transformers
 
 import introspect
-from tests.adversarial.corpus import port
+from tests.adversarial.corpus import as_reference, port
 
 
 def _perturbed(reference: torch.nn.Module) -> torch.nn.Module:
@@ -99,3 +99,22 @@ def test_a_gpt2_weight_from_the_block_before_is_named_where_it_sits(gpt2, module
     assert divergence.candidate_module.startswith(f"h.{into}."), divergence
     assert any(f"a weight loaded from h.{into - 1} into h.{into}" in h
                for h in divergence.hints), divergence.hints
+
+
+@pytest.mark.parametrize("build", ["correct", "eps_in_layer_2"])
+def test_blocks_cut_elsewhere_than_the_references_are_no_slip(minilm, build):
+    """A port whose block 3 begins with layer 2's last LayerNorm holds every weight once
+    (``ports/shifted_blocks.py``, probe round k): an eps fault there is layer 2's, with no
+    hint of a weight loaded into the wrong layer (one was given, and layer 3 named, before
+    a slip had to leave its twin unheld)."""
+    model = getattr(port("shifted_blocks.py"), build)(as_reference(minilm))
+    result = introspect.diff(minilm.model, model, introspect.tokenize(minilm.tokenizer),
+                             nodes=False)
+    if build == "correct":
+        assert result.passed, result.summary()
+        return
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "encoder.layer.2", divergence
+    assert divergence.candidate_module == "stages.3.prev_norm", divergence
+    assert not any("a weight loaded from" in h for h in divergence.hints), divergence.hints

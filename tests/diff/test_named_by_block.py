@@ -86,3 +86,12 @@ def test_outside_any_block_or_named_by_a_slip_already_nothing_moves():
                          ("...: a weight loaded from layers.1 into layers.2",))
     assert named_by_block(hinted, relations, _reference()) == hinted
     assert named_by_block(None, relations, _reference()) is None
+
+
+def test_blocks_cut_elsewhere_hold_every_weight_once_and_no_slip():
+    # (block i holds layer i-1's norm and layer i's attention: each weight held once)
+    relations = _relations({(i, "norm"): i - 1 for i in range(1, 4)})
+    del relations["blocks.0.norm.weight"]
+    relations["tail.norm.weight"] = {"layers.3.norm.weight"}
+    divergence = _divergence("layers.2", "blocks.3.norm")
+    assert named_by_block(divergence, relations, _reference()) == divergence

@@ -69,15 +69,20 @@ def _slips(block: str, held: str, relations: Mapping[str, set[str]],
            reference_layers: Mapping[str, str]) -> list[tuple[str, str]]:
     """(candidate weight, reference weight) for each weight of ``block`` holding the values
     of another layer's weight than ``held``, whose twin in ``held`` is a weight of its own
-    (not one shared across layers, which the reference reads there too)."""
+    (not one shared across layers, which the reference reads there too) that no weight of
+    the candidate holds: a port whose blocks are cut elsewhere than the reference's (its
+    block 3 begins with layer 2's last LayerNorm) holds every weight once, a slip holds
+    one twice and its twin never."""
+    anywhere = set().union(*relations.values()) if relations else set()
     found = []
     for name, references in sorted(relations.items()):
         if block_of(name) != block or len(references) != 1:
             continue
         (reference,) = references
         layer = reference_layers.get(reference)
-        if layer is not None and layer != held \
-                and moved_to(reference, layer, held) in reference_layers:
+        twin = moved_to(reference, layer, held) if layer is not None else ""
+        if layer is not None and layer != held and twin in reference_layers \
+                and twin not in anywhere:
             found.append((name, reference))
     return found
 
