@@ -118,8 +118,20 @@ def test_notes_say_what_the_inputs_never_exercised(tiny, inputs):
     assert "the candidate never reads the values of token_type_ids" in notes
     assert "candidate was in training mode; diff ran it in eval mode" in notes
     padded = tokenize(introspect.load_model("bert-tiny").tokenizer, ("one text",))
-    assert "no padding in the batch" in " ".join(
-        introspect.diff(tiny, copy.deepcopy(tiny), padded).notes)
+    unpadded = introspect.diff(tiny, copy.deepcopy(tiny), padded, nodes=True).notes
+    assert "no padding in the batch" in " ".join(unpadded)
+
+
+def test_a_graphs_note_named_by_its_side_reads_as_one_phrase():
+    """(probe round k found "the reference's the attention mask is always built ...")"""
+    from types import SimpleNamespace
+
+    from introspect.diff.ops.explain import side_notes
+    from introspect.graph import MASK_NOTE
+
+    notes = side_notes(SimpleNamespace(notes=[MASK_NOTE]), SimpleNamespace(notes=["x"]))
+    assert notes[0].startswith("the reference's attention mask is always built in the graph")
+    assert notes[1] == "the candidate's x"
 
 
 def test_bfloat16_under_noise_budget_gets_no_noise_budget_hint(tiny, inputs):

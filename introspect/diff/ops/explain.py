@@ -132,8 +132,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         if raise_errors:
             raise
         return _unexplained(ref_graph, candidate, _one_line(e))
-    notes = [f"the {side}'s {note}" for side, graph in
-             (("reference", ref_graph), ("candidate", cand_graph)) for note in graph.notes]
+    notes = side_notes(ref_graph, cand_graph)
     borrowed_line = borrowed_note(borrowed, ref_graph.title)
     notes += [borrowed_line] if borrowed_line else []
     handed = len(handed_values(cand_graph.gm))
@@ -386,4 +385,12 @@ def accepted_inputs(model: torch.nn.Module,
     return {name: t for name, t in tensors.items() if name in taken}
 
 
-__all__ = ["Alone", "Explanation", "accepted_inputs", "explain", "model_dtypes", "record_for_diff"]
+
+def side_notes(reference: IntrospectGraph, candidate: IntrospectGraph) -> list[str]:
+    """Each graph's notes, named by its side: "the reference's attention mask is ..." (a
+    note's own "the" dropped: "the reference's the attention mask" read as a slip)."""
+    return [f"the {side}'s {note.removeprefix('the ')}" for side, graph in
+            (("reference", reference), ("candidate", candidate)) for note in graph.notes]
+
+__all__ = ["Alone", "Explanation", "accepted_inputs", "explain", "model_dtypes", "record_for_diff",
+           "side_notes"]
