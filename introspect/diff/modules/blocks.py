@@ -55,14 +55,16 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     if held is None:
         return divergence
     slips = _slips(block, held, relations, reference_layers)
-    if held != layer or slips:  # (named in the block it holds, or in its own with a slip)
-        sources = sorted({reference_layers[reference] for _, reference in slips})
-        shown = "; ".join(f"{name} holds {reference}'s values" for name, reference in slips[:2])
-        hint = (f"the candidate's {block} holds {held}'s weights, but its {shown}"
-                f"{'; ...' if len(slips) > 2 else ''}: {LOADED_FROM} "
-                f"{' and '.join(sources)} into {held}")
-        return _moved(divergence, held, hint) if slips else divergence
-    return _duplicate(divergence, block, blocks, reference_layers)
+    if not slips:  # (a block cut elsewhere than the reference's holds no slip)
+        return _duplicate(divergence, block, blocks, reference_layers) if held == layer \
+            else divergence
+    # named in the layer the block holds (moved there, or there already), with the slip
+    sources = sorted({reference_layers[reference] for _, reference in slips})
+    shown = "; ".join(f"{name} holds {reference}'s values" for name, reference in slips[:2])
+    hint = (f"the candidate's {block} holds {held}'s weights, but its {shown}"
+            f"{'; ...' if len(slips) > 2 else ''}: {LOADED_FROM} "
+            f"{' and '.join(sources)} into {held}")
+    return _moved(divergence, held, hint)
 
 
 def _slips(block: str, held: str, relations: Mapping[str, set[str]],
