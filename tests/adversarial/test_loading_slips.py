@@ -118,3 +118,48 @@ def test_blocks_cut_elsewhere_than_the_references_are_no_slip(minilm, build):
     assert divergence.layer == "encoder.layer.2", divergence
     assert divergence.candidate_module == "stages.3.prev_norm", divergence
     assert not any("a weight loaded from" in h for h in divergence.hints), divergence.hints
+
+
+@pytest.mark.parametrize("build, layer, module", [
+    ("key_of_layer_5_from_layer_0", "encoder.layer.5", "stages.5.k"),
+    ("last_norm_of_layer_3_from_layer_2", "encoder.layer.3", "stages.4.prev_norm")])
+def test_a_slip_in_blocks_cut_elsewhere_is_named_where_it_sits(minilm, build, layer, module):
+    """Probe round l: the stage holding layer 0's weights all but its last LayerNorm was
+    paired, once the outputs failed, with layer 0's output and named (a guess: the next
+    stage holds that LayerNorm); and a LayerNorm slipped into a stage's ``prev_norm``
+    was named in the layer it came from, the slot of every other stage holding the layer
+    before its own (``blocks._by_slot``)."""
+    model = getattr(port("shifted_blocks.py"), build)(as_reference(minilm))
+    result = introspect.diff(minilm.model, model, introspect.tokenize(minilm.tokenizer),
+                             nodes=False)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert (divergence.layer, divergence.candidate_module) == (layer, module), divergence
+    assert any("a weight loaded from" in h for h in divergence.hints), divergence.hints
+
+
+@pytest.fixture(scope="module")
+def deep_llama():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=24,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return _perturbed(transformers.LlamaModel(config)), port("llama_stages.py")
+
+
+@pytest.mark.parametrize("fault", [None, 17])
+def test_stages_ending_at_a_residual_between_modules(deep_llama, fault):
+    """A stage ending at the post-attention residual, which HF hands its norm and no
+    module of its returns: module evidence paired it with the layer's output, a few
+    percent from it at depth (the MLP's part), and a correct 24-layer port FAILED at
+    layers.6 (probe round l). It is paired with the residual now (``pairing``'s
+    ``_taken_instead``), and a fault in layer 17's MLP norm, in stage 18, is named there."""
+    reference, ports = deep_llama
+    model = ports.correct(reference) if fault is None \
+        else ports.ffn_norm_eps_in_layer(reference, fault)
+    result = introspect.diff(reference, model, _inputs(), nodes=False)
+    if fault is None:
+        assert result.passed, result.summary()
+        return
+    assert not result.passed
+    assert result.first_divergence.layer == f"layers.{fault}", result.first_divergence

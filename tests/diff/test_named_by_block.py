@@ -95,3 +95,40 @@ def test_blocks_cut_elsewhere_hold_every_weight_once_and_no_slip():
     relations["tail.norm.weight"] = {"layers.3.norm.weight"}
     divergence = _divergence("layers.2", "blocks.3.norm")
     assert named_by_block(divergence, relations, _reference()) == divergence
+
+
+def test_a_slip_leaves_out_the_hints_it_disproves():
+    hints = ("layers out of order: the candidate runs layers.3 before layers.1",
+             "weight layers.2.attn.o.weight differs ...: a weight left unloaded (still at "
+             "its initial values)", "the attention scale differs")
+    moved = named_by_block(_divergence("layers.1", "blocks.2.attn", hints),
+                           _relations({(2, "attn.o"): 1}), _reference())
+    assert moved.hints[1:] == ("the attention scale differs",), moved.hints
+
+
+def test_blocks_named_with_their_index_are_a_stack():
+    relations = {f"layer{i}.{w}.weight": {f"layers.{1 if (i, w) == (2, 'attn.o') else i}.{w}"
+                                          ".weight"} for i in range(6) for w in WEIGHTS}
+    moved = named_by_block(_divergence("layers.1", "layer2.attn"), relations, _reference(6))
+    assert moved.layer == "layers.2", moved
+    # three of a name are no stack (an FFN's w1, w2 and w3): nothing is moved
+    relations = {f"ffn.w{i}.weight": {f"layers.{i}.attn.q.weight"} for i in (1, 2, 3)}
+    relations["ffn.w2.weight"] = {"layers.1.attn.q.weight"}
+    divergence = _divergence("layers.1", "ffn.w2")
+    assert named_by_block(divergence, relations, _reference()) == divergence
+
+
+def test_a_slip_in_blocks_cut_elsewhere_is_found_by_its_slot():
+    """Each block's norm holds the layer before its own (a stage beginning with that
+    layer's last norm); block 3's holds layer 1's, and layer 2's is held nowhere."""
+    relations = {f"blocks.{i}.{w}.weight": {f"layers.{i}.{w}.weight"}
+                 for i in range(4) for w in WEIGHTS if w != "norm"}
+    relations.update({f"blocks.{i}.norm.weight": {f"layers.{i - 1}.norm.weight"}
+                      for i in (1, 2)})
+    relations["blocks.3.norm.weight"] = {"layers.1.norm.weight"}
+    relations["tail.norm.weight"] = {"layers.3.norm.weight"}
+    moved = named_by_block(_divergence("layers.1", "blocks.3.norm"), relations, _reference())
+    assert moved.layer == "layers.2", moved
+    assert "blocks.3.norm.weight holds layers.1.norm.weight's values, where its other " \
+        "blocks' norm.weight holds the layer's before their own (here layers.2)" \
+        in moved.hints[0], moved.hints

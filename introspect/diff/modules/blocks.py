@@ -24,8 +24,8 @@ from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.paths import moved_to
 from introspect.diff.records import Divergence
 
-# a block of a stack: the path up to its index in a ModuleList ("model.layers.2")
-_BLOCK = re.compile(r"^(.*?\.)?(\d+)(?=\.|$)")
+_NUMBERED = re.compile(r"^([A-Za-z_]+)(\d+)$")  # a module named with its index ("layer4")
+_STACKED = 4  # so many modules of one name and another index make a stack (not w1-w3)
 LOADED_FROM = "a weight loaded from"
 
 
@@ -45,8 +45,9 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     if divergence is None or not divergence.candidate_module \
             or LOADED_FROM in " ".join(divergence.hints):
         return divergence
-    block = block_of(divergence.candidate_module)
-    blocks = _held_layers(relations, reference_layers)
+    stacks = _stacks(relations)
+    block = block_of(divergence.candidate_module, stacks)
+    blocks = _held_layers(relations, reference_layers, stacks)
     layer = divergence.layer
     if block is None or block not in blocks or layer not in blocks[block]:
         return divergence  # (a block holding none of the named layer's weights: a
@@ -54,10 +55,11 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     held = _majority(blocks[block])
     if held is None:
         return divergence
-    slips = _slips(block, held, relations, reference_layers)
-    if not slips:  # (a block cut elsewhere than the reference's holds no slip)
-        return _duplicate(divergence, block, blocks, reference_layers) if held == layer \
-            else divergence
+    slips = _slips(block, held, relations, reference_layers, stacks)
+    if not slips and held == layer:
+        return _duplicate(divergence, block, blocks, reference_layers)
+    if not slips:  # (a block cut elsewhere than the reference's: its slots tell)
+        return _by_slot(divergence, block, relations, reference_layers, stacks)
     # named in the layer the block holds (moved there, or there already), with the slip
     sources = sorted({reference_layers[reference] for _, reference in slips})
     shown = "; ".join(f"{name} holds {reference}'s values" for name, reference in slips[:2])
@@ -68,7 +70,8 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
 
 
 def _slips(block: str, held: str, relations: Mapping[str, set[str]],
-           reference_layers: Mapping[str, str]) -> list[tuple[str, str]]:
+           reference_layers: Mapping[str, str], stacks: frozenset[str],
+           ) -> list[tuple[str, str]]:
     """(candidate weight, reference weight) for each weight of ``block`` holding the values
     of another layer's weight than ``held``, whose twin in ``held`` is a weight of its own
     (not one shared across layers, which the reference reads there too) that no weight of
@@ -78,7 +81,7 @@ def _slips(block: str, held: str, relations: Mapping[str, set[str]],
     anywhere = set().union(*relations.values()) if relations else set()
     found = []
     for name, references in sorted(relations.items()):
-        if block_of(name) != block or len(references) != 1:
+        if block_of(name.rpartition(".")[0], stacks) != block or len(references) != 1:
             continue
         (reference,) = references
         layer = reference_layers.get(reference)
@@ -98,20 +101,39 @@ def block_layers(reference: torch.nn.Module) -> dict[str, str]:
             if layer.startswith(f"{layers.prefix}.")}
 
 
-def block_of(module: str) -> str | None:
-    """The block of a stack holding ``module``: ``blocks.2`` for ``blocks.2.attn.o_proj``;
-    None outside any."""
-    match = _BLOCK.match(module)
-    return match.group(0) if match else None
+def block_of(module: str, stacks: frozenset[str] = frozenset()) -> str | None:
+    """The block of a stack holding ``module``: ``blocks.2`` for ``blocks.2.attn.o_proj``
+    (an index in a ModuleList or Sequential), or ``layer4`` for ``layer4.fc1`` where
+    ``layer`` is one of ``stacks`` (``_stacks``); None outside any."""
+    parts = module.split(".") if module else []
+    for end, part in enumerate(parts, start=1):
+        if part.isdigit() or _stack_of(".".join(parts[:end])) in stacks \
+                and _NUMBERED.match(part):
+            return ".".join(parts[:end])
+    return None
 
 
-def _held_layers(relations: Mapping[str, set[str]],
-                 reference_layers: Mapping[str, str]) -> dict[str, Counter[str]]:
+def _stacks(relations: Mapping[str, set[str]]) -> frozenset[str]:
+    """The stacks whose blocks are modules named with their index (``layer0``, ``layer1``,
+    ...; ``blocks.block_0``, ...): a path and name held with ``_STACKED`` indices or more."""
+    indices: dict[str, set[str]] = {}
+    for name in relations:
+        parts = name.split(".")[:-1]
+        for end, part in enumerate(parts, start=1):
+            numbered = _NUMBERED.match(part)
+            if numbered:
+                indices.setdefault(_stack_of(".".join(parts[:end])), set()).add(
+                    numbered.group(2))
+    return frozenset(stack for stack, found in indices.items() if len(found) >= _STACKED)
+
+
+def _held_layers(relations: Mapping[str, set[str]], reference_layers: Mapping[str, str],
+                 stacks: frozenset[str]) -> dict[str, Counter[str]]:
     """Each candidate block -> how many of its weights hold each reference block's (a
     weight whose values several reference weights hold proves nothing: all-ones gains)."""
     blocks: dict[str, Counter[str]] = {}
     for name, found in relations.items():
-        block = block_of(name)
+        block = block_of(name.rpartition(".")[0], stacks)
         if block is None or len(found) != 1:
             continue
         (reference,) = found
@@ -146,19 +168,91 @@ def _duplicate(divergence: Divergence, block: str, blocks: Mapping[str, Counter[
     return _moved(divergence, own, hint)
 
 
+def _by_slot(divergence: Divergence, block: str, relations: Mapping[str, set[str]],
+             reference_layers: Mapping[str, str], stacks: frozenset[str]) -> Divergence:
+    """A block cut elsewhere than the reference's layers holds each weight at a slot whose
+    layer follows its index alike in every block (a stage's ``prev_norm`` holds the layer
+    before's last LayerNorm): a weight of the named layer at a slot where the other blocks
+    hold another layer than it does, its twin there held by no weight, is a slip, and the
+    divergence is named in the layer the slot holds."""
+    layer = divergence.layer
+    by_index = {_index(name): name for name in set(reference_layers.values())}
+    held = set().union(*relations.values())
+    for name, found in sorted(relations.items()):
+        module = name.rpartition(".")[0]
+        if len(found) != 1 or block_of(module, stacks) != block:
+            continue
+        (reference,) = found
+        if reference_layers.get(reference) != layer:
+            continue
+        slot = name[len(block):]
+        offset = _slot_offset(slot, block, relations, reference_layers, stacks)
+        if offset is None or by_index.get(_index(block) + offset) in (None, layer):
+            continue
+        expected = by_index[_index(block) + offset]
+        twin = moved_to(reference, layer, expected)
+        if twin in reference_layers and twin not in held:
+            hint = (f"the candidate's {name} holds {reference}'s values, where its other "
+                    f"blocks' {slot.lstrip('.')} holds {_shift(offset)} (here "
+                    f"{expected}): {LOADED_FROM} {layer} into {expected}")
+            return _moved(divergence, expected, hint)
+    return divergence
+
+
+def _slot_offset(slot: str, block: str, relations: Mapping[str, set[str]],
+                 reference_layers: Mapping[str, str], stacks: frozenset[str]) -> int | None:
+    """How many layers after its block's index the other blocks of the stack hold the
+    weight at ``slot`` (``.prev_norm.weight``: -1), where over half of them agree."""
+    offsets: Counter[int] = Counter()
+    for name, found in relations.items():
+        if not name.endswith(slot) or len(found) != 1:
+            continue
+        other = name[:-len(slot)]
+        if other == block or _stack_of(other) != _stack_of(block) \
+                or block_of(other, stacks) != other:
+            continue
+        layer = reference_layers.get(next(iter(found)))
+        if layer is not None:
+            offsets[_index(layer) - _index(other)] += 1
+    if not offsets:
+        return None
+    offset, count = offsets.most_common(1)[0]
+    return offset if 2 * count > sum(offsets.values()) else None
+
+
+def _shift(offset: int) -> str:
+    """Which layer a slot holds, from its block's: "their own layer's", "the layer's
+    before their own"."""
+    if offset == 0:
+        return "their own layer's"
+    return f"the layer's {abs(offset)} {'after' if offset > 0 else 'before'} their own" \
+        if abs(offset) > 1 else f"the layer's {'after' if offset > 0 else 'before'} their own"
+
+
 def _moved(divergence: Divergence, layer: str, hint: str) -> Divergence:
+    """Named in ``layer``, the slip first among its hints; the hints it disproves left out
+    (a weight "left unloaded" that holds another layer's values, "layers out of order"
+    where one weight is another layer's: probe round l)."""
+    kept = tuple(h for h in divergence.hints
+                 if "left unloaded" not in h and not h.startswith(_OUT_OF_ORDER))
     return dataclasses.replace(divergence, layer=layer,
                                module=moved_to(divergence.module, divergence.layer, layer),
-                               hints=(hint, *divergence.hints))
+                               hints=(hint, *kept))
+
+
+_OUT_OF_ORDER = "layers out of order"
 
 
 def _stack_of(block: str) -> str:
-    return block.rsplit(".", 1)[0] if "." in block else ""
+    """The stack a block is one of: its path without its index ("blocks." for "blocks.2",
+    "layer" for "layer4")."""
+    return block.rstrip("0123456789")
 
 
 def _index(name: str) -> int:
-    tail = name.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
+    """A block's (or layer's) index in its stack; -1 for none."""
+    digits = name[len(name.rstrip("0123456789")):]
+    return int(digits) if digits else -1
 
 
 __all__ = ["LOADED_FROM", "block_layers", "block_of", "named_by_block"]

@@ -611,7 +611,8 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
     # init's zero biases hold every bias)
     leaf = next(call.module.children(), None) is None
     proven = bool(own) and all(len(found) == 1 for found in own) and leaf
-    naming = outputs_failed and by == "weights"
+    naming = outputs_failed and by == "weights" \
+        and not _held_elsewhere(call.name, region, relations)
     pair = pair_call(call, boundaries, region, by, dtype, proven=proven, naming=naming)
     if pair is None and leaf and not proven and not naming and by == "weights" \
             and all(len(found) <= 1 for found in own):
@@ -620,6 +621,21 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
         # where the module holding it cancels what it differs by (``_judge_all``)
         pair = pair_call(call, boundaries, region, IN_PART, dtype, proven=True)
     return pair
+
+
+def _held_elsewhere(name: str, region: str, relations: Mapping[str, set[str]]) -> bool:
+    """Some weight of the reference's ``region`` is held, and held alone, by a candidate
+    weight outside module ``name``: the two cut their blocks at other places (a stage
+    holding a layer's weights but its last LayerNorm's, which the next stage holds), and
+    the region's output stands for no value of ``name``'s. A block whose other weights are
+    folded holds them nowhere."""
+    for weight, found in relations.items():
+        if len(found) != 1 or within(weight.rpartition(".")[0], name):
+            continue
+        (reference,) = found
+        if within(reference.rpartition(".")[0], region):
+            return True
+    return False
 
 
 def _judged(paired: _Paired, exact: Exact, failing: set[tuple[str, str]],

@@ -375,11 +375,14 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
     # what a reference module owning the same weights returned, around the region too
     wide = boundaries.widened(region) if isinstance(boundaries, Boundaries) else region
     output = closest(outputs[0], _in_region(boundaries, wide, returned=True), near)
+    if output is None or output.distance > 0.0:
+        output = _taken_instead(outputs[0], boundaries, region, near, output)
     if output is None and (proven or naming) and region:
         output = _owned_output(outputs[0], boundaries, region, near)
     if output is None:
         return None
-    if wide != region and not any(within(m, region) for m in output.boundary.returned_by):
+    if wide != region and output.boundary.returned_by \
+            and not any(within(m, region) for m in output.boundary.returned_by):
         # returned around the region only: named by the outermost module returning it
         # (``pooler``, not its weightless ``pooler.activation``)
         named = min((m for m in output.boundary.returned_by if within(m, wide)), key=depth)
@@ -387,6 +390,23 @@ def pair_call(call: ModuleCall, boundaries: Sequence[Boundary], region: str, by:
         return ModulePair(call, wide, by, tuple(inputs),
                           dataclasses.replace(output, boundary=boundary))
     return ModulePair(call, region, by, tuple(inputs), _named_match(output, region))
+
+
+def _taken_instead(leaf: Leaf, boundaries: Sequence[Boundary], region: str, near: float,
+                   returned: Match | None) -> Match | None:
+    """A value a module inside ``region`` took and none returned, where it stands for
+    ``leaf`` clearly nearer than ``returned`` (the nearest value returned): a port whose
+    module returns a sum the reference computes between its modules (a Llama stage ending
+    at the residual after attention, which the reference hands its post-attention norm)
+    is paired with that sum, not with the layer's output a few percent from it, which
+    would fail a correct port. ``returned`` where there is none."""
+    if not region:
+        return returned
+    taken = [b for b in _in_region(boundaries, region) if not b.returned_by]
+    found = closest(leaf, taken, near) if taken else None
+    if found is None or returned is not None and not found.distance * CLEAR < returned.distance:
+        return returned
+    return found
 
 
 def _owned_output(leaf: Leaf, boundaries: Sequence[Boundary], region: str,

@@ -2,7 +2,9 @@
 runs layer i-1's output LayerNorm, then layer i's attention and its LayerNorm, then layer
 i's FFN; a tail holds layer 5's output LayerNorm. Every weight is held once, in another
 block than HF's. ``correct`` has every eps at 1e-12; ``eps_in_layer_2`` gives HF's
-``encoder.layer.2.output.LayerNorm`` (the port's ``stages.3.prev_norm``) eps 1e-5."""
+``encoder.layer.2.output.LayerNorm`` (the port's ``stages.3.prev_norm``) eps 1e-5; the
+slips of a key map (probe round l): ``key_of_layer_5_from_layer_0``,
+``last_norm_of_layer_3_from_layer_2`` (in stage 4)."""
 
 import math
 
@@ -104,3 +106,28 @@ def correct(reference):
 
 def eps_in_layer_2(reference):
     return ShiftedPort(reference.model, 2).eval()
+
+
+def _slipped(reference, stage, part, source):
+    """Stage ``stage``'s ``part`` (``k``, or ``prev_norm``) loaded from HF layer
+    ``source``."""
+    model = ShiftedPort(reference.model, None).eval()
+    sd = reference.model.state_dict()
+    with torch.no_grad():
+        if part == "prev_norm":
+            ShiftedPort._norm(model.stages[stage].prev_norm, sd,
+                              f"encoder.layer.{source}.output.LayerNorm.")
+        else:
+            theirs = dict(_LINEARS)[part]
+            getattr(model.stages[stage], part).weight.copy_(
+                sd[f"encoder.layer.{source}.{theirs}.weight"])
+    return model
+
+
+def key_of_layer_5_from_layer_0(reference):
+    return _slipped(reference, 5, "k", 0)
+
+
+def last_norm_of_layer_3_from_layer_2(reference):
+    """(layer 3's last LayerNorm sits in stage 4)"""
+    return _slipped(reference, 4, "prev_norm", 2)
