@@ -31,13 +31,19 @@ def _inputs(length: int = 12) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": torch.ones(2, length, dtype=torch.long)}
 
 
-@pytest.fixture(scope="module")
-def llama():
+def _llama(layers: int, width: int, ports: str):
+    """A random Llama, its norms perturbed, and the port file that ports it."""
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=5,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return _perturbed(transformers.LlamaModel(config)), port("llama_key_map.py")
+        vocab_size=1000, hidden_size=width, intermediate_size=2 * width,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64)
+    return _perturbed(transformers.LlamaModel(config)), port(ports)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return _llama(5, 128, "llama_key_map.py")
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +146,7 @@ def test_a_slip_in_blocks_cut_elsewhere_is_named_where_it_sits(minilm, build, la
 
 @pytest.fixture(scope="module")
 def deep_llama():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=24,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return _perturbed(transformers.LlamaModel(config)), port("llama_stages.py")
+    return _llama(24, 64, "llama_stages.py")
 
 
 @pytest.mark.parametrize("fault", [None, 17])

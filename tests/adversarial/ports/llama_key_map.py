@@ -32,6 +32,16 @@ def rope_table(head_dim, length, base):
     return angles.cos(), angles.sin()
 
 
+def keep_rope_table(model, config):
+    """``model.cos`` and ``model.sin``: the rotary table for every position."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    cos, sin = rope_table(head_dim, config.max_position_embeddings,
+                          getattr(config, "rope_theta", None)
+                          or config.rope_parameters["rope_theta"])
+    model.register_buffer("cos", cos, persistent=False)
+    model.register_buffer("sin", sin, persistent=False)
+
+
 def rotate(x, cos, sin):
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-second, first], dim=-1) * sin
@@ -93,12 +103,7 @@ class Llama(nn.Module):
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        head_dim = config.hidden_size // config.num_attention_heads
-        cos, sin = rope_table(head_dim, config.max_position_embeddings,
-                              getattr(config, "rope_theta", None)
-                              or config.rope_parameters["rope_theta"])
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
+        keep_rope_table(self, config)
 
     def forward(self, input_ids, attention_mask=None):
         t = input_ids.shape[1]

@@ -8,7 +8,7 @@ its modules (the post-attention residual is no module's output). The parts are t
 ``n + 1``)."""
 
 import torch
-from llama_key_map import KEYS, Attention, FeedForward, RMSNorm, rope_table
+from llama_key_map import KEYS, Attention, FeedForward, RMSNorm, keep_rope_table
 from torch import nn
 
 
@@ -58,12 +58,7 @@ class StagedLlama(nn.Module):
                                     for i in range(layers))
         self.tail = mlp(layers - 1)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        head_dim = config.hidden_size // config.num_attention_heads
-        cos, sin = rope_table(head_dim, config.max_position_embeddings,
-                              getattr(config, "rope_theta", None)
-                              or config.rope_parameters["rope_theta"])
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
+        keep_rope_table(self, config)
 
     def forward(self, input_ids, attention_mask=None):
         t = input_ids.shape[1]
