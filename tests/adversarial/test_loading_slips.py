@@ -5,9 +5,13 @@ named in that block, whose code and weights are right (probe round j), and a blo
 whole from the block before was named in it too, where it agrees. The FAIL is named now in
 the layer the candidate's block holds the weights of, with a hint naming the slipped
 weight (``modules.blocks``). The ports are ``ports/llama_key_map.py`` (Meta's names, its
-own RMSNorm and rotary table) and ``ports/gpt2_folded_norm.py`` (nanoGPT style)."""
+own RMSNorm and rotary table) and ``ports/gpt2_folded_norm.py`` (nanoGPT style); ports
+with stacked weights and no module per layer (``ports/llama_scan.py``,
+``ports/stacked_layers.py``) are named by the index of the slice (``modules.stacked``)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -105,6 +109,9 @@ def test_a_gpt2_weight_from_the_block_before_is_named_where_it_sits(gpt2, module
     assert divergence.candidate_module.startswith(f"h.{into}."), divergence
     assert any(f"a weight loaded from h.{into - 1} into h.{into}" in h
                for h in divergence.hints), divergence.hints
+    # (its Linear holds the Conv1D's weight transposed, as it should: probe round l was
+    # told "a transposed weight")
+    assert not any("a transposed weight" in h for h in divergence.hints), divergence.hints
 
 
 @pytest.mark.parametrize("build", ["correct", "eps_in_layer_2"])
@@ -165,3 +172,68 @@ def test_stages_ending_at_a_residual_between_modules(deep_llama, fault):
         return
     assert not result.passed
     assert result.first_divergence.layer == f"layers.{fault}", result.first_divergence
+
+
+@pytest.fixture(scope="module")
+def llama_scan():
+    return _llama(5, 128, "llama_scan.py")
+
+
+@pytest.mark.parametrize("build, layer, hint", [
+    ("correct", None, None),
+    ("wo_from_layer_before", "layers.3",
+     "wo[3] holds layers.2.self_attn.o_proj.weight's values: a weight loaded from layers.2 "
+     "into layers.3"),
+    ("ffn_norm_from_layer_before", "layers.4",
+     "ffn_norm[4] holds layers.3.post_attention_layernorm.weight's values: a weight loaded "
+     "from layers.3 into layers.4"),
+    ("down_from_layer_before", "layers.2", "a weight loaded from layers.1 into layers.2"),
+    ("layer_copied_from_layer_before", "layers.2",
+     "hold layers.1's at index 2, as at index 1, and none holds layers.2's"),
+    ("eps_fault", "layers.3", None)])
+def test_a_slice_of_a_stacked_weight_from_the_layer_before(llama_scan, build, layer, hint):
+    """Probe round l: a port with stacked weights (a loop over ``wo[i]``, no module per
+    layer) whose ``wo[3]`` holds layer 2's values was named in layer 2, its nodes paired
+    there by the weight they read, with "left unloaded" hints for weights its stacks hold.
+    Each index of the stack now stands for a block; an eps fault is named in its layer,
+    with no slip."""
+    reference, ports = llama_scan
+    result = introspect.diff(reference, getattr(ports, build)(reference), _inputs(),
+                             nodes=False)
+    if layer is None:
+        assert result.passed, result.summary()
+        return
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == layer, divergence
+    assert not any("left unloaded" in h for h in divergence.hints), divergence.hints
+    if hint is None:
+        assert not any("a weight loaded from" in h for h in divergence.hints), divergence
+    else:
+        assert any(hint in h for h in divergence.hints), divergence.hints
+
+
+@pytest.fixture(scope="module")
+def bert():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=5,
+                                     num_attention_heads=4, intermediate_size=256,
+                                     max_position_embeddings=64)
+    return _perturbed(transformers.BertModel(config)), port("stacked_layers.py")
+
+
+@pytest.mark.parametrize("build, layer", [("wo_from_layer_before", "encoder.layer.2"),
+                                          ("layer_copied_from_layer_before", "encoder.layer.1")])
+def test_a_stacked_bert_slice_from_the_layer_before(bert, build, layer):
+    """The BERT of a JAX scan: ``wo[2]`` from layer 1 was named in layer 1; index 1 loaded
+    whole from layer 0 was named at the embeddings, its nodes paired by structure with the
+    candidate's layer 0, which holds the same weights."""
+    reference, ports = bert
+    inputs = {**_inputs(), "token_type_ids": torch.zeros(2, 12, dtype=torch.long)}
+    model = getattr(ports, build)(SimpleNamespace(model=reference, config=reference.config))
+    result = introspect.diff(reference, model, inputs, nodes=False)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == layer, divergence
+    assert "a weight loaded from" in divergence.hints[0] or "loaded into" in \
+        divergence.hints[0], divergence.hints

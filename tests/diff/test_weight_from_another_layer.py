@@ -73,3 +73,19 @@ def test_a_layer_loaded_whole_from_the_layer_before_is_named_where_it_sits(minil
     assert divergence.layer == "encoder.layer.5", divergence
     assert divergence.candidate_module.startswith("encoder.layer.5."), divergence
     assert "encoder.layer.4's weights loaded into encoder.layer.5" in divergence.hints[0]
+
+
+def test_a_transposed_weight_is_named_so(minilm, inputs):
+    """A Linear holding the reference's (square) weight transposed: the hint says so. A
+    Linear holding GPT-2's Conv1D weight (stored (in, out)) transposed is right, and gets
+    no such hint (``tests/adversarial/test_loading_slips.py``: its slips)."""
+    port = copy.deepcopy(minilm.model).eval()
+    with torch.no_grad():
+        weight = port.encoder.layer[2].attention.output.dense.weight
+        weight.copy_(weight.t().clone())
+    result = introspect.diff(minilm.model, port, inputs, nodes=False)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.module == "encoder.layer.2.attention.output.dense", divergence
+    assert any("a Linear expects (out_features, in_features): a transposed weight" in h
+               for h in divergence.hints), divergence.hints

@@ -23,6 +23,7 @@ from introspect.diff.modules.cancelled import (
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
+from introspect.diff.modules.stacked import named_by_stacked_slices
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.ops.divergence import on_a_guess
 from introspect.diff.quantized import INT8
@@ -135,8 +136,12 @@ def join_module_evidence(state: DiffState) -> None:
                                                    state.faithful, _execution_order(state))
     name_where_runs_part(state)  # (a FAIL still named at the outputs alone)
     if not state.passed and state.divergence is not None:  # (a weight of another layer)
+        layers = block_layers(state.reference)
         state.divergence = named_by_block(state.divergence, state.module_evidence.relations,
-                                          block_layers(state.reference))
+                                          layers)
+        state.divergence = named_by_stacked_slices(  # (a port with no module per layer)
+            state.divergence, state.reference, state.candidate,
+            state.module_evidence.relations, layers)
 
 
 def _overrule_where_modules_agree(state: DiffState) -> None:

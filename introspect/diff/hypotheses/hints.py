@@ -52,7 +52,8 @@ def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[Weig
     ref_node = _node(reference.gm, pair.reference)
     cand_node = _node(candidate.gm, pair.candidate)
     hints: list[str] = []
-    hints += _weight_hints(candidate.gm, cand_node, relations, reference.gm)
+    hints += _weight_hints(candidate.gm, cand_node, relations, reference.gm,
+                           _linear_like(reference.gm, ref_node))
     hints += _layer_norm_hints(reference.gm, ref_node, candidate.gm, cand_node)
     hints += _gelu_hints(reference.gm, ref_node, candidate.gm, cand_node, snapshot)
     hints += _scale_hints(reference, ref_node, candidate, cand_node)
@@ -74,13 +75,22 @@ def _weight_labels(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
     return labels
 
 
-def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
-                  relations: Sequence[WeightRelation],
-                  reference_gm: torch.fx.GraphModule | None = None) -> list[str]:
-    hints = []
-    linear_like = node.op == "call_module" and isinstance(
+def _linear_like(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """``node`` is a Linear (a module or ``F.linear``): it reads a weight (out, in)."""
+    return node.op == "call_module" and isinstance(
         gm.get_submodule(str(node.target)), torch.nn.Linear) or getattr(
         node.target, "__name__", "") == "linear"
+
+
+def _weight_hints(gm: torch.fx.GraphModule, node: torch.fx.Node,
+                  relations: Sequence[WeightRelation],
+                  reference_gm: torch.fx.GraphModule | None = None,
+                  reference_linear: bool = True) -> list[str]:
+    """Hints on the weights ``node`` reads. ``reference_linear``: the reference's node it
+    pairs with is a Linear too; where it is not (GPT-2's Conv1D multiplies by a weight
+    stored (in, out)), a Linear of the candidate holding it transposed is right."""
+    hints = []
+    linear_like = _linear_like(gm, node) and reference_linear
     for label in _weight_labels(gm, node):
         found = [r for r in relations if r.candidate == label]
         if _rearranged(gm, label, reference_gm, [r.reference for r in found]):

@@ -188,7 +188,7 @@ def _factor(value: torch.Tensor, scaled: torch.Tensor) -> float | None:
 
 def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
     reference = value
-    for p in params:
+    for p in _with_slices(params, value.dim()):
         if rearrangement(p, reference, "") is not None:
             return True  # loaded, wrongly: ``reshaped`` says how
         # Compared after rounding the reference's weight to the candidate's dtype: a
@@ -211,3 +211,12 @@ def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
                    for b in blocks):
                 return True
     return False
+
+
+def _with_slices(params: Iterable[torch.Tensor], dim: int) -> Iterator[torch.Tensor]:
+    """Each parameter, and the slices of one stacked along a leading layer axis (a port
+    after a JAX scan holds ``wo`` as (layers, H, H)) where the value has ``dim`` axes."""
+    for p in params:
+        yield p
+        if p.dim() == dim + 1:
+            yield from p.unbind(0)

@@ -52,7 +52,7 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     if block is None or block not in blocks or layer not in blocks[block]:
         return divergence  # (a block holding none of the named layer's weights: a
         # stack run out of order, named where its values come from)
-    held = _majority(blocks[block])
+    held = majority(blocks[block])
     if held is None:
         return divergence
     slips = _slips(block, held, relations, reference_layers, stacks)
@@ -66,7 +66,7 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     hint = (f"the candidate's {block} holds {held}'s weights, but its {shown}"
             f"{'; ...' if len(slips) > 2 else ''}: {LOADED_FROM} "
             f"{' and '.join(sources)} into {held}")
-    return _moved(divergence, held, hint)
+    return moved(divergence, held, hint)
 
 
 def _slips(block: str, held: str, relations: Mapping[str, set[str]],
@@ -143,7 +143,7 @@ def _held_layers(relations: Mapping[str, set[str]], reference_layers: Mapping[st
     return blocks
 
 
-def _majority(counts: Counter[str]) -> str | None:
+def majority(counts: Counter[str]) -> str | None:
     """The layer holding over half of the counted weights; None where none does."""
     layer, count = counts.most_common(1)[0]
     return layer if 2 * count > sum(counts.values()) else None
@@ -154,10 +154,10 @@ def _duplicate(divergence: Divergence, block: str, blocks: Mapping[str, Counter[
     """A block holding the weights another block of the stack holds too, named in the
     layer at its own place in the stack, where no block holds that layer's weights."""
     layer = divergence.layer
-    siblings = sorted((b for b in blocks if _stack_of(b) == _stack_of(block)), key=_index)
-    held = {b: _majority(blocks[b]) for b in siblings}
+    siblings = sorted((b for b in blocks if _stack_of(b) == _stack_of(block)), key=stack_index)
+    held = {b: majority(blocks[b]) for b in siblings}
     twins = [b for b in siblings if b != block and held[b] == layer]
-    layers = sorted(set(reference_layers.values()), key=_index)
+    layers = sorted(set(reference_layers.values()), key=stack_index)
     if not twins or len(siblings) != len(layers):
         return divergence
     own = layers[siblings.index(block)]
@@ -165,7 +165,7 @@ def _duplicate(divergence: Divergence, block: str, blocks: Mapping[str, Counter[
         return divergence
     hint = (f"the candidate's {block} holds {layer}'s weights, as its {twins[0]} does, and "
             f"no block of the candidate holds {own}'s: {layer}'s weights loaded into {own}")
-    return _moved(divergence, own, hint)
+    return moved(divergence, own, hint)
 
 
 def _by_slot(divergence: Divergence, block: str, relations: Mapping[str, set[str]],
@@ -176,7 +176,7 @@ def _by_slot(divergence: Divergence, block: str, relations: Mapping[str, set[str
     hold another layer than it does, its twin there held by no weight, is a slip, and the
     divergence is named in the layer the slot holds."""
     layer = divergence.layer
-    by_index = {_index(name): name for name in set(reference_layers.values())}
+    by_index = {stack_index(name): name for name in set(reference_layers.values())}
     held = set().union(*relations.values())
     for name, found in sorted(relations.items()):
         module = name.rpartition(".")[0]
@@ -187,15 +187,15 @@ def _by_slot(divergence: Divergence, block: str, relations: Mapping[str, set[str
             continue
         slot = name[len(block):]
         offset = _slot_offset(slot, block, relations, reference_layers, stacks)
-        if offset is None or by_index.get(_index(block) + offset) in (None, layer):
+        if offset is None or by_index.get(stack_index(block) + offset) in (None, layer):
             continue
-        expected = by_index[_index(block) + offset]
+        expected = by_index[stack_index(block) + offset]
         twin = moved_to(reference, layer, expected)
         if twin in reference_layers and twin not in held:
             hint = (f"the candidate's {name} holds {reference}'s values, where its other "
                     f"blocks' {slot.lstrip('.')} holds {_shift(offset)} (here "
                     f"{expected}): {LOADED_FROM} {layer} into {expected}")
-            return _moved(divergence, expected, hint)
+            return moved(divergence, expected, hint)
     return divergence
 
 
@@ -213,7 +213,7 @@ def _slot_offset(slot: str, block: str, relations: Mapping[str, set[str]],
             continue
         layer = reference_layers.get(next(iter(found)))
         if layer is not None:
-            offsets[_index(layer) - _index(other)] += 1
+            offsets[stack_index(layer) - stack_index(other)] += 1
     if not offsets:
         return None
     offset, count = offsets.most_common(1)[0]
@@ -229,7 +229,7 @@ def _shift(offset: int) -> str:
         if abs(offset) > 1 else f"the layer's {'after' if offset > 0 else 'before'} their own"
 
 
-def _moved(divergence: Divergence, layer: str, hint: str) -> Divergence:
+def moved(divergence: Divergence, layer: str, hint: str) -> Divergence:
     """Named in ``layer``, the slip first among its hints; the hints it disproves left out
     (a weight "left unloaded" that holds another layer's values, "layers out of order"
     where one weight is another layer's: probe round l)."""
@@ -249,10 +249,11 @@ def _stack_of(block: str) -> str:
     return block.rstrip("0123456789")
 
 
-def _index(name: str) -> int:
+def stack_index(name: str) -> int:
     """A block's (or layer's) index in its stack; -1 for none."""
     digits = name[len(name.rstrip("0123456789")):]
     return int(digits) if digits else -1
 
 
-__all__ = ["LOADED_FROM", "block_layers", "block_of", "named_by_block"]
+__all__ = ["LOADED_FROM", "block_layers", "block_of", "majority", "moved", "named_by_block",
+           "stack_index"]

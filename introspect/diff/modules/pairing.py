@@ -246,6 +246,13 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
     precision; an int8 weight relates to the
     float weight within one quantization step of it.
     """
+    return relate_tensors(reference, _candidate_weights(candidate))
+
+
+def relate_tensors(reference: torch.nn.Module,
+                   tensors: Iterable[tuple[str, torch.Tensor]]) -> Relations:
+    """``relate_parameters`` for any named tensors of a candidate (the slices of a stacked
+    weight: ``modules.stacked``)."""
     ref = {name: t.detach() for name, t in reference.named_parameters()
            if t.is_floating_point()}
     keyed: dict[tuple[tuple[int, ...], bool, bytes], list[tuple[str, torch.Tensor]]] = {}
@@ -267,7 +274,7 @@ def relate_parameters(reference: torch.nn.Module, candidate: torch.nn.Module,
         return found
 
     related: dict[str, set[str]] = {}
-    for name, t in _candidate_weights(candidate):
+    for name, t in tensors:
         # ``t`` alone: ``keyed`` holds each reference weight and its transpose, and
         # ``t.t()`` equals ``r`` (or ``r.t()``) exactly where ``t`` equals ``r.t()`` (or
         # ``r``), their keys alike (a key's grid and values are transposed with it)
@@ -842,4 +849,4 @@ def common_path(names: Sequence[str]) -> str:
 
 __all__ = ["Boundaries", "Boundary", "Match", "ModulePair", "Relations", "closest", "common_path",
            "distance", "owned_relations", "pair_call", "reference_boundaries", "region_of",
-           "relate_parameters", "view_key"]
+           "relate_parameters", "relate_tensors", "view_key"]

@@ -87,3 +87,21 @@ def correct(reference):
 
 def faulty(reference):
     return ScanBert(reference, slip_layer(reference)).eval()
+
+
+def _slipped(reference, slips):
+    """The port with each (layer, stacked weight) of ``slips`` read from another layer's
+    slice, as a loader with an off-by-one does."""
+    model = ScanBert(reference)
+    with torch.no_grad():
+        for (layer, name), source in slips.items():
+            getattr(model, name)[layer].copy_(getattr(model, name)[source])
+    return model.eval()
+
+
+def wo_from_layer_before(reference):
+    return _slipped(reference, {(2, "wo"): 1})
+
+
+def layer_copied_from_layer_before(reference):
+    return _slipped(reference, {(1, name): 0 for name in _STACKED})

@@ -112,6 +112,8 @@ _HASH_MULTIPLIERS = torch.tensor([0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4
 
 def _row_hashes(rows: torch.Tensor) -> torch.Tensor:
     """One int64 per row, from the bits of a few of its values (equal rows, equal hashes)."""
+    if rows.is_complex():  # (a rotary table held as complex numbers: their two parts)
+        rows = torch.view_as_real(rows).reshape(rows.shape[0], -1)
     columns = _key_columns(rows.shape[1])
     bits = (rows[:, columns].double() + 0.0).view(torch.int64)  # exact; -0.0 becomes 0.0
     return (bits * _HASH_MULTIPLIERS[: len(columns)]).sum(dim=1)  # wraps around: a hash
