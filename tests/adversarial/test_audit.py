@@ -241,9 +241,33 @@ def test_compiled_in_a_fresh_process(name, builder, extra, expected, tiny_folder
     assert done.returncode == expected, done.stdout + done.stderr[-2000:]
 
 
-def _check_global(builder, done):
+def _medium_moves_the_reference(folder) -> bool:
+    """Whether float32 matmul precision "medium" moves the reference's outputs on this
+    machine: a CPU with bfloat16 matmuls (AVX-512 BF16, AMX) computes them otherwise
+    (bert-tiny's move by 1.4e-6 there); others compute the same bits, and the switch is
+    then a note, not an exit 2."""
+    import torch
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(folder).eval()
+    ids = torch.randint(0, 1000, (2, 9), generator=torch.Generator().manual_seed(0))
+    before = torch.get_float32_matmul_precision()
+    try:
+        with torch.no_grad():
+            torch.set_float32_matmul_precision("highest")
+            highest = model(input_ids=ids).last_hidden_state
+            torch.set_float32_matmul_precision("medium")
+            medium = model(input_ids=ids).last_hidden_state
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return not torch.equal(highest, medium)
+
+
+def _check_global(builder, done, folder=None):
     if builder in SWITCHED:
         code, named = SWITCHED[builder]
+        if builder == "faulty_matmul_precision" and not _medium_moves_the_reference(folder):
+            code = 0
         assert done.returncode == code, done.stdout + done.stderr
         said = done.stdout + done.stderr if code else done.stdout
         assert named in said, said
@@ -271,4 +295,4 @@ def test_every_global_change_never_passes(builder, tiny_folder):
     if builder == "correct":
         assert done.returncode == 0, done.stderr
         return
-    _check_global(builder, done)
+    _check_global(builder, done, tiny_folder)

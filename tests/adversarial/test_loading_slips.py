@@ -237,3 +237,35 @@ def test_a_stacked_bert_slice_from_the_layer_before(bert, build, layer):
     assert divergence.layer == layer, divergence
     assert "a weight loaded from" in divergence.hints[0] or "loaded into" in \
         divergence.hints[0], divergence.hints
+
+
+@pytest.fixture(scope="module")
+def llama_pairs():
+    return _llama(6, 128, "llama_pairs.py")
+
+
+@pytest.mark.parametrize("build, layer, hint", [
+    ("correct", None, None),
+    ("second_half_from_layer_1", "layers.3",
+     "pairs.1.second holds layers.1's weights, as its pairs.0.second does, and no block of "
+     "the candidate holds layers.3's"),
+    ("second_half_from_first", "layers.3",
+     "pairs.1.second holds layers.2's weights, as its pairs.1.first does"),
+    ("wo_of_second_from_first", "layers.3",
+     "pairs.1.second.attn.wo.weight holds layers.2.self_attn.o_proj.weight's values"),
+    ("wo_of_first_from_pair_before", "layers.2",
+     "pairs.1.first.attn.wo.weight holds layers.1.self_attn.o_proj.weight's values")])
+def test_a_slip_in_a_module_holding_two_layers(llama_pairs, build, layer, hint):
+    """Probe round l: a module holding two layers holds no one layer's weights, so it
+    was no block, and its slips were named in the layer they came from. Where most
+    blocks of a stack hold no one layer's, each module inside them is a block."""
+    reference, ports = llama_pairs
+    result = introspect.diff(reference, getattr(ports, build)(reference), _inputs(),
+                             nodes=False)
+    if layer is None:
+        assert result.passed, result.summary()
+        return
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == layer, divergence
+    assert hint in divergence.hints[0], divergence.hints

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -46,8 +46,9 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
             or LOADED_FROM in " ".join(divergence.hints):
         return divergence
     stacks = _stacks(relations)
-    block = block_of(divergence.candidate_module, stacks)
-    blocks = _held_layers(relations, reference_layers, stacks)
+    unit_of = _unit_finder(relations, reference_layers, stacks)
+    block = unit_of(divergence.candidate_module)
+    blocks = _held_layers(relations, reference_layers, unit_of)
     layer = divergence.layer
     if block is None or block not in blocks or layer not in blocks[block]:
         return divergence  # (a block holding none of the named layer's weights: a
@@ -55,11 +56,14 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     held = majority(blocks[block])
     if held is None:
         return divergence
-    slips = _slips(block, held, relations, reference_layers, stacks)
+    slips = _slips(block, held, relations, reference_layers, unit_of)
     if not slips and held == layer:
-        return _duplicate(divergence, block, blocks, reference_layers)
-    if not slips:  # (a block cut elsewhere than the reference's: its slots tell)
+        return _duplicate(divergence, block, blocks, reference_layers, stacks)
+    if not slips and block == block_of(block, stacks):  # (a block cut elsewhere than the
+        # reference's: its slots tell)
         return _by_slot(divergence, block, relations, reference_layers, stacks)
+    if not slips:
+        return divergence
     # named in the layer the block holds (moved there, or there already), with the slip
     sources = sorted({reference_layers[reference] for _, reference in slips})
     shown = "; ".join(f"{name} holds {reference}'s values" for name, reference in slips[:2])
@@ -70,7 +74,7 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
 
 
 def _slips(block: str, held: str, relations: Mapping[str, set[str]],
-           reference_layers: Mapping[str, str], stacks: frozenset[str],
+           reference_layers: Mapping[str, str], unit_of: Callable[[str], str | None],
            ) -> list[tuple[str, str]]:
     """(candidate weight, reference weight) for each weight of ``block`` holding the values
     of another layer's weight than ``held``, whose twin in ``held`` is a weight of its own
@@ -81,7 +85,7 @@ def _slips(block: str, held: str, relations: Mapping[str, set[str]],
     anywhere = set().union(*relations.values()) if relations else set()
     found = []
     for name, references in sorted(relations.items()):
-        if block_of(name.rpartition(".")[0], stacks) != block or len(references) != 1:
+        if unit_of(name.rpartition(".")[0]) != block or len(references) != 1:
             continue
         (reference,) = references
         layer = reference_layers.get(reference)
@@ -127,13 +131,35 @@ def _stacks(relations: Mapping[str, set[str]]) -> frozenset[str]:
     return frozenset(stack for stack, found in indices.items() if len(found) >= _STACKED)
 
 
+def _unit_finder(relations: Mapping[str, set[str]], reference_layers: Mapping[str, str],
+                 stacks: frozenset[str]) -> Callable[[str], str | None]:
+    """``block_of``, one module deeper inside the blocks of a stack whose blocks hold no
+    one layer's weights, most of them (modules holding two layers each: ``pairs.1.first``
+    and ``pairs.1.second``, probe round l; a block whose two halves hold one layer, a
+    slip's, is split as its stack is)."""
+    blocks = _held_layers(relations, reference_layers, lambda m: block_of(m, stacks))
+    mixed: Counter[str] = Counter()
+    for b, counts in blocks.items():
+        mixed[_stack_of(b)] += 1 if majority(counts) is None else -1
+    split = {stack for stack, count in mixed.items() if count > 0}
+
+    def unit_of(module: str) -> str | None:
+        block = block_of(module, stacks)
+        if block is None or _stack_of(block) not in split:
+            return block
+        inner = module[len(block) + 1:].split(".")[0] if module != block else ""
+        return f"{block}.{inner}" if inner else None
+    return unit_of
+
+
 def _held_layers(relations: Mapping[str, set[str]], reference_layers: Mapping[str, str],
-                 stacks: frozenset[str]) -> dict[str, Counter[str]]:
-    """Each candidate block -> how many of its weights hold each reference block's (a
-    weight whose values several reference weights hold proves nothing: all-ones gains)."""
+                 unit_of: Callable[[str], str | None]) -> dict[str, Counter[str]]:
+    """Each candidate block (``unit_of``) -> how many of its weights hold each reference
+    block's (a weight whose values several reference weights hold proves nothing:
+    all-ones gains), the blocks in the order of their first weight."""
     blocks: dict[str, Counter[str]] = {}
     for name, found in relations.items():
-        block = block_of(name.rpartition(".")[0], stacks)
+        block = unit_of(name.rpartition(".")[0])
         if block is None or len(found) != 1:
             continue
         (reference,) = found
@@ -150,11 +176,15 @@ def majority(counts: Counter[str]) -> str | None:
 
 
 def _duplicate(divergence: Divergence, block: str, blocks: Mapping[str, Counter[str]],
-               reference_layers: Mapping[str, str]) -> Divergence:
+               reference_layers: Mapping[str, str], stacks: frozenset[str]) -> Divergence:
     """A block holding the weights another block of the stack holds too, named in the
-    layer at its own place in the stack, where no block holds that layer's weights."""
+    layer at its own place in the stack, where no block holds that layer's weights (the
+    blocks by their index; those within one block by the order of their weights)."""
     layer = divergence.layer
-    siblings = sorted((b for b in blocks if _stack_of(b) == _stack_of(block)), key=stack_index)
+    order = {b: n for n, b in enumerate(blocks)}
+    stack = _stack_of(block_of(block, stacks) or block)
+    siblings = sorted((b for b in blocks if _stack_of(block_of(b, stacks) or b) == stack),
+                      key=lambda b: (stack_index(block_of(b, stacks) or b), order[b]))
     held = {b: majority(blocks[b]) for b in siblings}
     twins = [b for b in siblings if b != block and held[b] == layer]
     layers = sorted(set(reference_layers.values()), key=stack_index)
