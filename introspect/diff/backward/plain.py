@@ -32,6 +32,7 @@ class PlainGradients:
     parameters: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     detached: bool = False  # the loss did not reach autograd: no gradient flowed
     frozen: list[str] = dataclasses.field(default_factory=list)  # requires_grad off
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # floating
     grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # (no nodes)
 
     def taker(self, model: torch.nn.Module, loss_fn: LossFn,
@@ -44,6 +45,8 @@ class PlainGradients:
             named = _first_names(model)
             self.parameters = {name: p.detach() for name, p in named.items()}
             self.frozen = [name for name, p in named.items() if not p.requires_grad]
+            self.buffers = {name: b.detach() for name, b in model.named_buffers()
+                            if b.is_floating_point()}
             with torch.enable_grad():
                 loss = _loss_of(loss_fn, returned, {})
             scalar = isinstance(loss, torch.Tensor) and loss.numel() == 1

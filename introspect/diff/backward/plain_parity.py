@@ -50,6 +50,7 @@ from introspect.diff.backward.results import (
     ParameterGradient,
 )
 from introspect.diff.backward.slices import Slice, find_slices
+from introspect.diff.backward.untrained import never_trained
 from introspect.diff.modules.evidence import ModuleEvidence, ReferenceLayers
 from introspect.diff.ops.align.weights import folds_between
 from introspect.diff.records import Region, WeightRelation
@@ -96,6 +97,16 @@ def judge_plain_gradients(kind: str, reference: PlainGradients, candidate: Plain
                              abs_tol=LOSS_ATOL):
         return PlainVerdict(None, f"the losses differ ({reference.loss:.6g}, "
                                   f"{candidate.loss:.6g})")
+    untrained = never_trained(reference, candidate, evidence.relations)
+    if untrained:  # (held where no gradient reaches: a buffer, requires_grad off)
+        note = (f"gradients from each model's own backward of its first plain call: "
+                f"{len(untrained)} weight(s) the reference trains held untrained")
+        return PlainVerdict(None, f"{untrained[0].reference} is held untrained",
+                            BackwardResult(False, kind, reference.loss, candidate.loss, [],
+                                           untrained, _divergence(untrained[0],
+                                                                  reference_model),
+                                           max(r.sgd_max_abs_err or 0.0 for r in untrained),
+                                           [note]))
     if reference.frozen or candidate.frozen:
         return PlainVerdict(None, "frozen weights: " + ", ".join(
             (reference.frozen + candidate.frozen)[:3]))

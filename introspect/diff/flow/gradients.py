@@ -142,6 +142,12 @@ def compare_gradients(state: DiffState) -> None:
     # the recording was handed values from outside it: blind to the weights used there,
     # it names the node gradients after them, not the weight whose gradient is wrong
     overrules = state.gradients.passed or hole
+    if own is None and state.gradients.passed and state.truths \
+            and not state.changes_between_calls():
+        # (node tables asked for: the plain calls took no own backward) a recorded PASS
+        # is held to the user's own backward too: a weight read through ``.detach()`` is
+        # read by no recorded node, and gets no row there (probe round m)
+        own = _own_late_or_none(state)
     if own is not None and own.failing is not None and overrules:
         own.failing = _own_against_noise(state)
     if own is not None and own.failing is not None and not own.failing.passed and overrules:
@@ -163,13 +169,19 @@ def compare_gradients(state: DiffState) -> None:
         if own is None and not state.changes_between_calls():  # (node tables asked for:
             # the plain calls took no own backward; one more call of a candidate that
             # changes between calls would be another model's)
-            try:
-                own_gradients_late(state)
-            except InputError:  # (what the own backwards refuse names nothing here: the
-                pass            # recorded FAIL stands as it is)
-            own = state.own_gradients
+            own = _own_late_or_none(state)  # (what the own backwards refuse names
+            # nothing here: the recorded FAIL stands as it is)
         if own is not None and own.failing is not None:
             _name_where_parted(state, own.failing.first_divergence)
+
+
+def _own_late_or_none(state: DiffState) -> Any:
+    """``own_gradients_late``'s answer, or None where the own backwards refuse."""
+    try:
+        own_gradients_late(state)
+    except InputError:
+        return None
+    return state.own_gradients
 
 
 def _name_where_parted(state: DiffState, parted: Any) -> None:
