@@ -58,7 +58,7 @@ def default_loss(kind: str) -> LossFn:
     def loss(outputs: Any, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         if kind == "own-loss":
             return _own_loss(outputs)
-        tensors = _output_tensors(outputs)
+        tensors = _output_tensors(outputs, _NAMED.get(kind, ()))
         if not tensors:
             raise InputError("the model returned no tensor to take a loss of")
         first = tensors[0]
@@ -110,13 +110,25 @@ def _own_loss(outputs: Any) -> torch.Tensor:
                      "output); pass loss=... (--loss) to say how to take one")
 
 
-def _output_tensors(outputs: Any) -> list[torch.Tensor]:
+# The outputs each loss reads, by HF's names, first where a model names them: a port that
+# returns {"last_hidden_state", "logits"}, or its end logits before its start logits, is
+# read as HF is (taken by position, a correct port FAILED: probe round m).
+_NAMED = {"masked-lm": ("logits",), "causal-lm": ("logits",),
+          "sequence-classification": ("logits",), "token-classification": ("logits",),
+          "question-answering": ("start_logits", "end_logits"),
+          "pretraining": ("prediction_logits", "seq_relationship_logits"),
+          "hidden": ("last_hidden_state",)}
+
+
+def _output_tensors(outputs: Any, named: tuple[str, ...] = ()) -> list[torch.Tensor]:
     """The floating outputs of more than one element, in order: a mapping's values, a
     dataclass's fields (a port's ``@dataclass`` output, as the forward diff reads it), a
-    tuple's items."""
-    items = [value for _, value in output_items(outputs)]
-    return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()
-            and t.numel() > 1]
+    tuple's items; those ``named`` first, in that order."""
+    items = [(name, value) for name, value in output_items(outputs)
+             if isinstance(value, torch.Tensor) and value.is_floating_point()
+             and value.numel() > 1]
+    first = [value for wanted in named for name, value in items if name == wanted]
+    return first + [value for name, value in items if name not in named]
 
 
 def _seeded(shape: Any, classes: int, stream: int) -> torch.Tensor:
