@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from introspect.diff.outputs import TruthVerdict
-from introspect.diff.quantized import is_quantized
+from introspect.diff.quantized import is_quantized, quantized_word
 from introspect.diff.records import STATUS_FAIL, STATUS_OK, OutputDiff, WeightRelation
 from introspect.run.truth import Truth, run_truth
 
@@ -86,10 +86,11 @@ def explained_by_int8(verdict: TruthVerdict, reference: torch.nn.Module,
         return None
     moved = max((r.max_abs_err or 0.0 for r in verdict.rows), default=0.0)
     closest = max((r.max_abs_err or 0.0 for r in against_hybrid.rows), default=0.0)
-    note = (f"int8 explains the outputs' error: the {labels[0]} run with the {labels[1]}'s "
-            f"{swapped} int8 Linear(s) in place of its float ones computes the "
+    word = quantized_word(candidate)
+    note = (f"{word} explains the outputs' error: the {labels[0]} run with the {labels[1]}'s "
+            f"{swapped} {word} Linear(s) in place of its float ones computes the "
             f"{labels[1]}'s outputs within float rounding (max abs error {closest:.3g}); "
-            f"int8 moves the outputs by up to {moved:.3g}, which is their budget here")
+            f"{word} moves the outputs by up to {moved:.3g}, which is their budget here")
     return TruthVerdict(rows, [*verdict.notes, note], True, [])
 
 

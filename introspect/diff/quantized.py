@@ -41,7 +41,18 @@ def is_quantized(module: torch.nn.Module) -> bool:
         value = weight()
     except Exception:  # noqa: BLE001  a packing this does not know: not read
         return False
-    return isinstance(value, torch.Tensor) and value.is_quantized
+    # (``quantize_dynamic(dtype=torch.float16)`` packs its weight as float16 instead, and
+    # hands it back widened to float32)
+    float16 = getattr(getattr(module, "_packed_params", None), "dtype", None) == torch.float16
+    return isinstance(value, torch.Tensor) and (value.is_quantized or float16)
+
+
+def quantized_word(model: torch.nn.Module) -> str:
+    """What a model's quantized Linears hold: "int8", "float16", or both."""
+    kinds = sorted({"float16" if getattr(getattr(m, "_packed_params", None), "dtype",
+                                         None) == torch.float16 else "int8"
+                    for m in model.modules() if is_quantized(m)}, reverse=True)
+    return " and ".join(kinds) or "int8"
 
 
 def holds_quantized(model: torch.nn.Module) -> bool:
@@ -57,7 +68,7 @@ def quantized_weights(path: str, module: torch.nn.Module,
         return []
     packed = _packed(module)
     found: list[tuple[str, torch.Tensor, torch.Tensor | None]] = [
-        (f"{path}.weight", packed.dequantize(), weight_step(packed))]
+        (f"{path}.weight", _unpacked(packed), weight_step(packed))]
     bias_of = getattr(module, "bias", None)
     bias = bias_of() if callable(bias_of) else None
     if isinstance(bias, torch.Tensor):
@@ -71,9 +82,18 @@ def _packed(module: torch.nn.Module) -> torch.Tensor:
     return weight()
 
 
+def _unpacked(packed: torch.Tensor) -> torch.Tensor:
+    """The weight as the float Linear holds it: dequantized, or a float16 one widened."""
+    return packed.dequantize() if packed.is_quantized else packed.float()
+
+
 def weight_step(packed: torch.Tensor) -> torch.Tensor:
     """The quantization step of each element of a quantized weight, broadcastable to it:
-    a scalar per tensor, a column of one scale per output channel."""
+    a scalar per tensor, a column of one scale per output channel; for a float16 weight,
+    each element's own (its magnitude times float16's epsilon, at least its smallest
+    step)."""
+    if not packed.is_quantized:
+        return (packed.double().abs() * torch.finfo(torch.float16).eps).clamp(min=2.0 ** -24)
     if packed.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric,
                             torch.per_channel_affine_float_qparams):
         scales = packed.q_per_channel_scales().double()
@@ -105,17 +125,18 @@ def int8_noise(module: torch.nn.Module, data: Any) -> float | None:
             or not data.is_floating_point() or data.numel() == 0:
         return None
     packed = _packed(module)
-    weight = packed.dequantize().double()  # (out, in)
+    weight = _unpacked(packed).double()  # (out, in)
     x = data.detach().double().reshape(-1, data.shape[-1])  # (rows, in)
     if x.shape[-1] != weight.shape[-1]:
         return None
     w_step = weight_step(packed).reshape(-1)  # (1,) or (out,)
     span = float(x.max().clamp(min=0) - x.min().clamp(max=0))
-    x_step = span / _ACTIVATION_LEVELS
+    x_step = span / _ACTIVATION_LEVELS if packed.is_quantized else 0.0  # (float16 weights:
+    # the input stays float32)
     from_weight = float((w_step ** 2).max()) / 12 * float((x ** 2).sum(dim=1).max())
     from_input = x_step ** 2 / 12 * float((weight ** 2).sum(dim=1).max())
     return math.sqrt(from_weight + from_input)
 
 
 __all__ = ["INT8", "holds_quantized", "int8_noise", "is_quantized", "quantized_weights",
-           "weight_step", "within_one_step"]
+           "quantized_word", "weight_step", "within_one_step"]

@@ -8,7 +8,9 @@ A builder takes what ``introspect diff --candidate FILE.py:NAME`` passes (``.mod
 - ``correct_per_channel``: one scale per output channel;
 - ``faulty``: as ``correct``, with no residual around layer 1's feed-forward block;
 - ``faulty_tanh``: as ``correct``, with the tanh GELU in layer 1: a fault outside the
-  Linears, smaller than int8's error at the outputs (a widened --atol once passed it).
+  Linears, smaller than int8's error at the outputs (a widened --atol once passed it);
+- ``correct_float16``, ``faulty_tanh_float16``: the same with float16 weights
+  (``dtype=torch.float16``), which a correct port FAILED with (probe round m).
 """
 
 from __future__ import annotations
@@ -53,3 +55,17 @@ def faulty_tanh(reference):
 
     return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference, Block),
                                                    {nn.Linear}, dtype=torch.qint8)
+
+
+def correct_float16(reference):
+    """``quantize_dynamic(dtype=torch.float16)``: float16 weights, float32 inputs."""
+    return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference), {nn.Linear},
+                                                   dtype=torch.float16)
+
+
+def faulty_tanh_float16(reference):
+    class Block(_TanhBlock):
+        config_like = reference
+
+    return torch.ao.quantization.quantize_dynamic(adv_bert.build(reference, Block),
+                                                   {nn.Linear}, dtype=torch.float16)
