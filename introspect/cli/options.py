@@ -176,7 +176,7 @@ def backward_loss(args: argparse.Namespace) -> Any:
     if not is_port_spec(spec):
         raise InputError(f"--loss {spec!r}: expected path/to/file.py:NAME or "
                          "package.module:NAME naming loss(outputs, inputs) -> scalar")
-    return guarded_loss(spec, resolve_builder(spec))
+    return guarded_loss(spec, resolve_builder(spec, "--loss"))
 
 
 def guarded_loss(spec: str, loss: Any) -> Any:

@@ -36,7 +36,8 @@ def with_int8_linears(reference: torch.nn.Module, candidate: torch.nn.Module,
     for relation in relations:
         if not relation.kind.startswith("quantized"):
             continue
-        if relation.kind != "quantized" or not relation.candidate.endswith(".weight") \
+        if relation.kind not in ("quantized", "quantized float16") \
+                or not relation.candidate.endswith(".weight") \
                 or not relation.reference.endswith(".weight"):
             return None
         cand_module = cand_modules.get(relation.candidate.removesuffix(".weight"))

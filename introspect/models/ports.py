@@ -62,8 +62,9 @@ def is_port_spec(spec: str) -> bool:
     return bool(sep and source and name) and not (len(source) == 1 and source.isalpha())
 
 
-def resolve_builder(spec: str) -> Callable[[LoadedReference], Any]:
-    """Import the callable a spec names, without calling it.
+def resolve_builder(spec: str, what: str = "port") -> Callable[[LoadedReference], Any]:
+    """Import the callable a spec names, without calling it. ``what`` names the spec in
+    the errors ("port", or "--loss" for a loss).
 
     Raises:
         InputError: the file or module is missing or fails to import, it has no such
@@ -71,17 +72,21 @@ def resolve_builder(spec: str) -> Callable[[LoadedReference], Any]:
     """
     source, _, name = spec.rpartition(":")
     if not is_port_spec(spec):
-        raise InputError(f"port {spec!r}: expected path/to/port.py:NAME or package.module:NAME")
-    module = _import_file(spec, source) if _is_file(source) else _import_module(spec, source)
+        raise InputError(f"{what} {spec!r}: expected path/to/file.py:NAME or "
+                         "package.module:NAME")
+    module = _import_file(spec, source, what) if _is_file(source) else \
+        _import_module(spec, source, what)
     target: Any = module
     for part in name.split("."):  # build or Class.build
         if not hasattr(target, part):
             module_name = os.path.basename(source) if _is_file(source) else source
-            raise InputError(f"port {spec!r}: {module_name} has no attribute {name!r}")
+            raise InputError(f"{what} {spec!r}: {module_name} has no attribute {name!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise InputError(f"port {spec!r}: {name} is a {type(target).__name__}, not a callable "
-                         "that takes the loaded reference and returns an nn.Module")
+        does = ("that takes the loaded reference and returns an nn.Module" if what == "port"
+                else "loss(outputs, inputs) -> scalar")
+        raise InputError(f"{what} {spec!r}: {name} is a {type(target).__name__}, not a "
+                         f"callable {does}")
     return target  # type: ignore[no-any-return]
 
 
@@ -549,10 +554,10 @@ def _is_file(source: str) -> bool:
     return source.endswith(".py") or os.sep in source or "/" in source
 
 
-def _import_file(spec: str, source: str) -> Any:
+def _import_file(spec: str, source: str, what: str = "port") -> Any:
     path = Path(source)
     if not path.is_file():
-        raise InputError(f"port {spec!r}: no such file {source!r}")
+        raise InputError(f"{what} {spec!r}: no such file {source!r}")
     path = path.resolve()
     folder = str(path.parent)
     if folder in sys.path:  # as `python port.py` would: siblings import, its folder first
@@ -562,7 +567,7 @@ def _import_file(spec: str, source: str) -> Any:
     module_name = port_module_name(path)
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
-        raise InputError(f"port {spec!r}: cannot import {source!r} as Python")
+        raise InputError(f"{what} {spec!r}: cannot import {source!r} as Python")
     module = importlib.util.module_from_spec(loader_spec)
     imported_before = set(sys.modules)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up
@@ -574,7 +579,7 @@ def _import_file(spec: str, source: str) -> Any:
         raise
     except Exception as e:
         sys.modules.pop(module_name, None)
-        raise _import_failed(spec, e) from e
+        raise _import_failed(spec, e, what) from e
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
@@ -611,7 +616,7 @@ def _forget_other_ports_siblings(folder: str) -> None:
             del _PORT_SIBLINGS[name]
 
 
-def _import_module(spec: str, source: str) -> Any:
+def _import_module(spec: str, source: str, what: str = "port") -> Any:
     cwd = os.getcwd()
     if cwd not in sys.path:  # the user's repository, as `python -m` would see it
         sys.path.insert(0, cwd)
@@ -622,17 +627,17 @@ def _import_module(spec: str, source: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         if e.name and (source == e.name or source.startswith(e.name + ".")):
-            raise InputError(f"port {spec!r}: no module named {source!r} "
+            raise InputError(f"{what} {spec!r}: no module named {source!r} "
                              f"(looked in {cwd} and the installed packages)") from e
-        raise _import_failed(spec, e) from e
+        raise _import_failed(spec, e, what) from e
     except Exception as e:
-        raise _import_failed(spec, e) from e
+        raise _import_failed(spec, e, what) from e
 
 
-def _import_failed(spec: str, error: Exception) -> Exception:
+def _import_failed(spec: str, error: Exception, what: str = "port") -> Exception:
     if os.environ.get("INTROSPECT_DEBUG"):
         return error
-    return InputError(f"port {spec!r} failed to import: {_one_line(error)}")
+    return InputError(f"{what} {spec!r} failed to import: {_one_line(error)}")
 
 
 def _one_line(error: BaseException) -> str:

@@ -23,3 +23,9 @@ def squares(outputs, inputs):
     first = outputs[0]
     keep = inputs["attention_mask"].unsqueeze(-1).to(first.dtype)
     return (first[..., :7] * keep).pow(2).sum() / keep.sum()
+
+
+def reads_an_attribute(outputs, inputs):
+    """A loss written against HF's output object (``outputs.logits``): the port returns a
+    plain container, and the loss raises on the candidate's outputs only."""
+    return outputs.logits.pow(2).mean()

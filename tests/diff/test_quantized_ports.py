@@ -198,6 +198,9 @@ def test_float16_weights_are_held_to_their_rounding(tiny, inputs, name, nodes):
         result = introspect.diff(tiny, port, inputs, nodes=nodes)
     if name.startswith("correct"):
         assert result.passed, result.summary()
+        if nodes:  # (the alignment's note names what the weights were quantized to)
+            assert any("quantized to float16" in n for n in result.notes), result.notes
+            assert not any("quantized to int8" in n for n in result.notes), result.notes
         return
     assert not result.passed
     assert result.first_divergence.layer == "encoder.layer.1", result.first_divergence

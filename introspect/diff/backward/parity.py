@@ -51,6 +51,7 @@ from introspect.diff.backward.record import (
     GradientRecording,
     GradientRun,
     LossFn,
+    for_side,
     record_backward,
 )
 from introspect.diff.backward.results import (
@@ -119,7 +120,7 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
     inputs_for_loss = loss_inputs if loss_inputs is not None else {**cand_inputs, **ref_inputs}
     kind, loss_fn = backward_loss(reference, ref_inputs, loss, inputs_for_loss)
     ref = reference_gradients if reference_gradients is not None else \
-        record_backward(reference, ref_inputs, loss_fn)
+        record_backward(reference, ref_inputs, for_side(loss_fn, "reference"))
     if noise is None:
         noise = gradient_noise(reference, candidate, ref_inputs, loss_fn, inputs_for_loss,
                                ref) if noise_budget else {}
@@ -142,14 +143,16 @@ def backward_diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         consumer = comparer.stream()
         candidate_run.let_values_go(comparer.values_needed)
         forming.shells = candidate_run.shells or {}
-        cand = candidate_run.backward(loss_fn, detached_ok=True, consumer=consumer,
+        cand = candidate_run.backward(for_side(loss_fn, "candidate"), detached_ok=True,
+                                      consumer=consumer,
                                       keep_graph=False)
         comparer.cand = cand
         first_cand = cand
         comparer.again_for_candidate(
             lambda: run_again(candidate, cand_inputs, first_cand))
     else:
-        cand = record_backward(candidate, cand_inputs, loss_fn, detached_ok=True)
+        cand = record_backward(candidate, cand_inputs, for_side(loss_fn, "candidate"),
+                               detached_ok=True)
         comparer = _Comparer(ref, cand, alignment, records, cand_records, tolerance, noise,
                              attention_mask, allow_nonfinite, again)
     notes = _loss_notes(kind, ref, cand, allow_nonfinite)

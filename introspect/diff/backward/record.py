@@ -531,8 +531,10 @@ def record_backward(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                                                detached_ok=detached_ok)
 
 
-def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
-    """The loss; what it raises is the loss's failure, not the model's."""
+def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor],
+             side: str = "") -> Any:
+    """The loss; what it raises is the loss's failure, not the model's, said with the
+    side whose outputs it was taking (``side``: "reference" or "candidate")."""
     try:
         return loss_fn(outputs, inputs)
     except InputError:
@@ -540,8 +542,20 @@ def _loss_of(loss_fn: LossFn, outputs: Any, inputs: Mapping[str, torch.Tensor]) 
     except Exception as e:
         cause = " ".join(str(e).split())
         name = getattr(loss_fn, "__name__", "loss")
-        raise InputError(f"the loss ({name}) raised {type(e).__name__}"
+        where = f" on the {side}'s outputs" if side else ""
+        raise InputError(f"the loss ({name}) raised {type(e).__name__}{where}"
                          + (f": {cause[:200]}" if cause else "")) from e
+
+
+def for_side(loss_fn: LossFn, side: str) -> LossFn:
+    """``loss_fn``, whose failure names the side whose outputs it was taking: a loss that
+    reads a key only one side returns fails there, and the user needs to know which."""
+
+    def loss(outputs: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
+        return _loss_of(loss_fn, outputs, inputs, side)
+
+    loss.__name__ = getattr(loss_fn, "__name__", "loss")
+    return loss
 
 
 def outputs_by_name(outputs: Any) -> dict[str, Any]:

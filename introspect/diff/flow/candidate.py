@@ -23,7 +23,7 @@ from introspect.diff.flow.state import (
 from introspect.diff.modules.pairing import Relations
 from introspect.diff.ops.explain import accepted_inputs, model_dtypes
 from introspect.diff.outputs import NoOutputPairs
-from introspect.diff.quantized import holds_quantized, is_quantized
+from introspect.diff.quantized import holds_quantized, is_quantized, quantized_word
 from introspect.diff.records import STATUS_FAIL
 from introspect.errors import InputError
 from introspect.models.ports import describe_changes
@@ -72,7 +72,8 @@ def take_candidate_truth(state: DiffState) -> None:
     if state.options.mode.backward and holds_quantized(candidate) and any(
             is_quantized(call.module) for call in cand_calls.calls):  # (an unused head: no)
         raise InputError(
-            f"the {state.candidate_label} runs int8 quantized Linears, which autograd does "
+            f"the {state.candidate_label} runs {quantized_word(candidate)} quantized Linears, "
+            "which autograd does "
             "not differentiate: diff its forward, or its float model with --backward")
     state.candidate_sums = sums  # held to the weights after its calls once they are read
     # for the pairing (``note_edited_weights``)

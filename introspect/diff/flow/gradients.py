@@ -34,11 +34,12 @@ def own_backward(state: DiffState, reference: Any) -> Any:
     _check_loss(mode.loss)
     from introspect.diff.backward.parity import backward_loss
     from introspect.diff.backward.plain import PlainGradients
+    from introspect.diff.backward.record import for_side
 
     state.loss_inputs = copies(state.ref_tensors)
     state.loss = backward_loss(reference, state.ref_accepted, mode.loss, state.loss_inputs)
     state.ref_plain = PlainGradients()
-    return state.ref_plain.taker(reference, state.loss[1])
+    return state.ref_plain.taker(reference, for_side(state.loss[1], "reference"))
 
 
 def candidate_own_backward(state: DiffState) -> Any:
@@ -47,9 +48,11 @@ def candidate_own_backward(state: DiffState) -> Any:
     if state.ref_plain is None:
         return None
     from introspect.diff.backward.plain import PlainGradients
+    from introspect.diff.backward.record import for_side
 
     state.cand_plain = PlainGradients()
-    return state.cand_plain.taker(state.candidate, state.loss[1], detached_ok=True)
+    return state.cand_plain.taker(state.candidate, for_side(state.loss[1], "candidate"),
+                                  detached_ok=True)
 
 
 def held_to_own_backward(state: DiffState) -> None:
@@ -72,6 +75,7 @@ def gradients_now(state: DiffState) -> None:
     beside the candidate's whole run; the local backwards of a failing gradient run the
     reference's forward again, checked the same: ``backward.parity.reference_again``)."""
     from introspect.diff.backward.parity import backward_loss
+    from introspect.diff.backward.record import for_side
 
     assert state.ref_side is not None
     state.loss_inputs = copies(state.ref_tensors)
@@ -79,7 +83,7 @@ def gradients_now(state: DiffState) -> None:
     run, recording.run = recording.run, None
     _, loss_fn = backward_loss(state.reference, accepted, state.options.mode.loss,
                                state.loss_inputs)
-    state.ref_gradients = run.backward(loss_fn, keep_values=False)
+    state.ref_gradients = run.backward(for_side(loss_fn, "reference"), keep_values=False)
 
 
 def compare_gradients(state: DiffState) -> None:

@@ -29,7 +29,7 @@ import torch
 
 from introspect.diff.devices import TF32
 from introspect.diff.modules.local import UNIT, Local
-from introspect.diff.quantized import int8_noise, is_quantized
+from introspect.diff.quantized import int8_noise, is_quantized, quantized_word
 from introspect.diff.tolerance import INT8_SIGMAS
 
 NOISE_FACTOR = 8.0
@@ -75,7 +75,8 @@ def module_budget(module: torch.nn.Module, local: Local, unit: float,
         noise = int8_noise(module, input_value)
         if noise is not None:
             limit += INT8_SIGMAS * noise
-            why += f" + int8 rounding ({INT8_SIGMAS:g} sigma of {noise:.2g})"
+            why += (f" + {quantized_word(module)} rounding ({INT8_SIGMAS:g} sigma of "
+                    f"{noise:.2g})")
     return ModuleBudget(limit, why)
 
 

@@ -73,7 +73,7 @@ from introspect.diff.modules.precise import (
 from introspect.diff.modules.reproduced import first_unreproduced
 from introspect.diff.modules.reuse import Reruns
 from introspect.diff.ops.outside import handed_from_outside_hint
-from introspect.diff.quantized import is_quantized
+from introspect.diff.quantized import is_quantized, quantized_word
 from introspect.diff.records import AVERAGE, STATUS_FAIL, STATUS_OK, Divergence
 from introspect.run.capture import Calls, ModuleCall
 from introspect.run.spill import Holding
@@ -582,8 +582,8 @@ def _pair(call: ModuleCall, pair: ModulePair | None, layers: ReferenceLayers,
     output = call.outputs[0].value
     row = _row(call, pair, layers)
     if holds_int8_inside(call.module):
-        return dataclasses.replace(row, status=NOT_COMPARED,
-                                   note="holds int8 Linears, judged each on its own budget")
+        note = f"holds {quantized_word(call.module)} Linears, judged each on its own budget"
+        return dataclasses.replace(row, status=NOT_COMPARED, note=note)
     if pair.output.distance == 0 and all(m.distance == 0 for m in pair.inputs):
         # its own call took the reference's values and returned the reference's: run on
         # them again, it returns the same (no run needed: most modules of a close port)

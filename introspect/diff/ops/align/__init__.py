@@ -161,8 +161,9 @@ def _relation_notes(relations: list[WeightRelation], pairs: list[Pair]) -> list[
         elif r.kind.endswith("reshaped"):
             groups.setdefault(f"the reference's {r.kind}", []).append(r.candidate)
         elif r.kind.startswith("quantized"):
-            groups.setdefault("the reference's quantized to int8 (each element within one "
-                              "quantization step; their nodes get int8's budget)",
+            to = "float16" if "float16" in r.kind else "int8"
+            groups.setdefault(f"the reference's quantized to {to} (each element within one "
+                              f"quantization step; their nodes get {to}'s budget)",
                               []).append(r.candidate)
     notes = [f"{len(found)} candidate weight(s) are {what}: {', '.join(found[:4])}"
              f"{' ...' if len(found) > 4 else ''}" for what, found in groups.items()]

@@ -507,7 +507,8 @@ def _relation_note(relation: WeightRelation) -> str:
         return f"{relation.candidate} is {relation.reference} {relation.kind}"
     if relation.kind.startswith("quantized"):
         how = " and transposed" if relation.kind.endswith("transposed") else ""
-        return (f"{relation.candidate} is {relation.reference} quantized to int8{how} "
+        to = "float16" if "float16" in relation.kind else "int8"
+        return (f"{relation.candidate} is {relation.reference} quantized to {to}{how} "
                 f"(every element within one quantization step; up to "
                 f"{relation.max_abs_diff:.3g} apart)")
     if relation.kind == "row block" and relation.region is not None:

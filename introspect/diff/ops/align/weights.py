@@ -512,7 +512,10 @@ def _relate_quantized(reference: GraphView, candidate: GraphView,
         value, step = cand_weights[label], candidate.steps[label]
         first = step if step.ndim == 0 else step[:1]
         named = ref_by_name.get(candidate.normalized(label))
-        for kind, transposed in (("quantized", False), ("quantized transposed", True)):
+        # (a float16 packing has a step per element; int8's is per tensor or per row)
+        word = " float16" if step.shape == value.shape and value.numel() > 1 else ""
+        for kind, transposed in ((f"quantized{word}", False),
+                                 (f"quantized{word} transposed", True)):
             shape = tuple(value.shape[::-1]) if transposed else tuple(value.shape)
             for ref in sorted(by_shape.get(shape, []), key=lambda r: r != named):
                 ref_value = ref_weights[ref].t() if transposed else ref_weights[ref]
