@@ -2,12 +2,13 @@
 
 By default the reference's head says which loss (its class name, as HF names heads):
 masked LM with seeded masked positions, sequence classification (and next sentence,
-multiple choice) with seeded labels, token classification with seeded labels on real
-tokens, question answering with seeded start and end positions, causal LM on the input
-shifted by one, and for a base model a seeded random projection of the first output
-averaged over real tokens. Labels and masked positions come from a fixed seed, so both
-sides, and every run, see the same ones. Padding never counts: positions where
-``attention_mask`` is 0 carry no label.
+multiple choice) with seeded labels (a head of one label, a regression as HF's
+``num_labels=1``, with a mean squared error against seeded targets), token
+classification with seeded labels on real tokens, question answering with seeded start
+and end positions, causal LM on the input shifted by one, and for a base model a seeded
+random projection of the first output averaged over real tokens. Labels and masked
+positions come from a fixed seed, so both sides, and every run, see the same ones.
+Padding never counts: positions where ``attention_mask`` is 0 carry no label.
 
 When the inputs hold ``labels`` the models compute their own loss: each side's returned
 loss (``outputs["loss"]``, or its first scalar output) is differentiated. A user's
@@ -78,8 +79,10 @@ def default_loss(kind: str) -> LossFn:
             if mask is not None:
                 labels[mask[:, 1:] == 0] = -100
             return _token_ce(first[:, :-1], labels)
-        if kind == "sequence-classification":
-            return _class_ce(first)
+        if kind == "sequence-classification":  # (one label: a regression head, as HF's
+            # num_labels=1 is, trained on a mean squared error; a cross-entropy over one
+            # class has no gradient, and such a port was refused: probe round m)
+            return _regression(first) if first.shape[-1] == 1 else _class_ce(first)
         if kind == "token-classification":
             labels = _seeded(first.shape[:-1], first.shape[-1], 1)
             if mask is not None and mask.shape == labels.shape:
@@ -160,6 +163,13 @@ def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def _class_ce(logits: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), _seeded(logits.shape[:1], logits.shape[-1], 0))
+
+
+def _regression(scores: torch.Tensor) -> torch.Tensor:
+    """The mean squared error against seeded targets drawn like the scores' own scale."""
+    generator = torch.Generator().manual_seed(SEED + 5)
+    targets = torch.randn(tuple(scores.shape), generator=generator).to(scores.device)
+    return F.mse_loss(scores.float(), targets)
 
 
 def _projection(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
