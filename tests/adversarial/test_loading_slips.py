@@ -94,6 +94,25 @@ def test_a_block_loaded_whole_from_the_block_before_is_named_where_it_sits(llama
         "layers.3" in divergence.hints[0], divergence.hints
 
 
+@pytest.mark.parametrize("nodes", [False, True])
+@pytest.mark.parametrize("build, weight", [
+    ("mlp_swapped_between_blocks", "mlp.gate_proj.weight"),
+    ("wo_swapped_between_blocks", "self_attn.o_proj.weight")])
+def test_weights_two_blocks_traded_are_named_swapped(llama, build, weight, nodes):
+    """Blocks 1 and 2 trade a weight: each holds the other's, so neither is a slip (each
+    reference weight held once), and the FAIL, in layers.1, where the first of the two
+    runs, had no hint (probe round m)."""
+    reference, ports = llama
+    result = introspect.diff(reference, getattr(ports, build)(reference), _inputs(),
+                             nodes=nodes)
+    assert not result.passed
+    divergence = result.first_divergence
+    assert divergence.layer == "layers.1", divergence
+    hint = divergence.hints[0]
+    assert hint.startswith("weights swapped between layers.1 and layers.2"), hint
+    assert f"layers.1.{weight}" in hint and f"layers.2.{weight}" in hint, hint
+
+
 @pytest.mark.parametrize("module, into", [("attn_proj", 3), ("ln_1", 2), ("ln_2", 1)])
 def test_a_gpt2_weight_from_the_block_before_is_named_where_it_sits(gpt2, module, into):
     reference, ports = gpt2

@@ -57,6 +57,15 @@ def named_by_block(divergence: Divergence | None, relations: Mapping[str, set[st
     if held is None:
         return divergence
     slips = _slips(block, held, relations, reference_layers, unit_of)
+    swaps = [] if slips else _swaps(block, held, relations, reference_layers, unit_of, blocks)
+    if swaps:  # (named where it is: the first of the two blocks to run computes wrong)
+        name, reference, other_name, twin = swaps[0]
+        between = sorted({held, reference_layers[reference]}, key=stack_index)
+        more = f" ({len(swaps)} weights so)" if len(swaps) > 1 else ""
+        hint = (f"weights swapped between {between[0]} and {between[1]}{more}: the "
+                f"candidate's {name} holds {reference}'s values, and its {other_name} "
+                f"holds {twin}'s")
+        return moved(divergence, layer, hint)
     if not slips and held == layer:
         return _duplicate(divergence, block, blocks, reference_layers, stacks)
     if not slips and block == block_of(block, stacks):  # (a block cut elsewhere than the
@@ -94,6 +103,36 @@ def _slips(block: str, held: str, relations: Mapping[str, set[str]],
                 and twin not in anywhere:
             found.append((name, reference))
     return found
+
+
+def _swaps(block: str, held: str, relations: Mapping[str, set[str]],
+           reference_layers: Mapping[str, str], unit_of: Callable[[str], str | None],
+           blocks: Mapping[str, Counter[str]]) -> list[tuple[str, str, str, str]]:
+    """(candidate weight, reference weight, the other candidate weight, its reference
+    weight) for each weight of ``block`` holding another layer's values whose twin in
+    ``held`` is held by a weight of the block that holds that other layer: two blocks that
+    traded a weight (a loader's two keys crossed), which ``_slips`` leaves out since both
+    twins are held once. A block cut elsewhere than the reference's trades nothing: its
+    stage holds the layer before's norm, and the next stage holds its own."""
+    holders: dict[str, list[str]] = {}
+    for name, found in relations.items():
+        if len(found) == 1:
+            holders.setdefault(next(iter(found)), []).append(name)
+    found_swaps = []
+    for name, references in sorted(relations.items()):
+        if unit_of(name.rpartition(".")[0]) != block or len(references) != 1:
+            continue
+        (reference,) = references
+        layer = reference_layers.get(reference)
+        if layer is None or layer == held:
+            continue
+        twin = moved_to(reference, layer, held)
+        for other_name in holders.get(twin, []):
+            other = unit_of(other_name.rpartition(".")[0])
+            if other not in (None, block) and other in blocks \
+                    and majority(blocks[other]) == layer:
+                found_swaps.append((name, reference, other_name, twin))
+    return found_swaps
 
 
 def block_layers(reference: torch.nn.Module) -> dict[str, str]:

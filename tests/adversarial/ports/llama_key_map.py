@@ -153,3 +153,13 @@ def ffn_norm_from_block_before(reference):
 
 def block_copied_from_block_before(reference):
     return load(reference, {(3, key): 2 for key in KEYS})
+
+
+def mlp_swapped_between_blocks(reference):
+    """Blocks 1 and 2 trade their feed-forwards (two keys of the loader crossed)."""
+    return load(reference, {**{(1, key): 2 for key in ("ffn.w1", "ffn.w2", "ffn.w3")},
+                            **{(2, key): 1 for key in ("ffn.w1", "ffn.w2", "ffn.w3")}})
+
+
+def wo_swapped_between_blocks(reference):
+    return load(reference, {(1, "attn.wo"): 2, (2, "attn.wo"): 1})
