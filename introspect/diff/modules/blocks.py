@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -92,17 +92,23 @@ def _slips(block: str, held: str, relations: Mapping[str, set[str]],
     block 3 begins with layer 2's last LayerNorm) holds every weight once, a slip holds
     one twice and its twin never."""
     anywhere = set().union(*relations.values()) if relations else set()
-    found = []
+    return [(name, reference) for name, reference, _, twin
+            in _foreign(block, held, relations, reference_layers, unit_of)
+            if twin in reference_layers and twin not in anywhere]
+
+
+def _foreign(block: str, held: str, relations: Mapping[str, set[str]],
+             reference_layers: Mapping[str, str], unit_of: Callable[[str], str | None],
+             ) -> Iterator[tuple[str, str, str, str]]:
+    """(candidate weight, reference weight, its layer, its twin in ``held``) for each
+    weight of ``block`` holding one weight of another layer than ``held``, by name."""
     for name, references in sorted(relations.items()):
         if unit_of(name.rpartition(".")[0]) != block or len(references) != 1:
             continue
         (reference,) = references
         layer = reference_layers.get(reference)
-        twin = moved_to(reference, layer, held) if layer is not None else ""
-        if layer is not None and layer != held and twin in reference_layers \
-                and twin not in anywhere:
-            found.append((name, reference))
-    return found
+        if layer is not None and layer != held:
+            yield name, reference, layer, moved_to(reference, layer, held)
 
 
 def _swaps(block: str, held: str, relations: Mapping[str, set[str]],
@@ -119,14 +125,8 @@ def _swaps(block: str, held: str, relations: Mapping[str, set[str]],
         if len(found) == 1:
             holders.setdefault(next(iter(found)), []).append(name)
     found_swaps = []
-    for name, references in sorted(relations.items()):
-        if unit_of(name.rpartition(".")[0]) != block or len(references) != 1:
-            continue
-        (reference,) = references
-        layer = reference_layers.get(reference)
-        if layer is None or layer == held:
-            continue
-        twin = moved_to(reference, layer, held)
+    for name, reference, layer, twin in _foreign(block, held, relations, reference_layers,
+                                                 unit_of):
         for other_name in holders.get(twin, []):
             other = unit_of(other_name.rpartition(".")[0])
             if other not in (None, block) and other in blocks \
