@@ -43,6 +43,7 @@ import functools
 import math
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -311,7 +312,7 @@ class _Hooks:
                 # the gradient of the value as the module returned it (a hook registered
                 # before an in-place op gets the value's, not the edited tensor's)
                 if tracked and leaf.path in tracked:
-                    tracked[leaf.path].register_hook(functools.partial(self.keep_grad, leaf))
+                    _hook_first(tracked[leaf.path], functools.partial(self.keep_grad, leaf))
             swaps = {leaf.path: leaf.held for leaf in inputs}
             self.order += 1
             self.found.calls.append(ModuleCall(
@@ -392,6 +393,26 @@ def capture_calls(model: torch.nn.Module, share: Calls | None = None,
         for handle in late:
             handle.remove()
         found.holding.flush()  # (what went to disk is there before anything reads it)
+
+
+def _hook_first(tensor: torch.Tensor, hook: Any) -> None:
+    """``hook`` on ``tensor``'s gradient, run before the hooks the port put there: what the
+    module's consumers handed its output, not what a tensor hook of its own forward made
+    of it (a hook inside a layer scales the gradient that layer's backward reads: the fault
+    is that layer's, not its consumer's). Autograd runs a tensor's hooks in the insertion
+    order of the dict it keeps them in (PyTorch 2.x reads the plain dict under the
+    ``OrderedDict``, so ``move_to_end`` does not reorder them): the dict is refilled, ours
+    first, in place (autograd holds that object). Where a subclass keeps them elsewhere,
+    ours runs last."""
+    handle = tensor.register_hook(hook)
+    hooks = getattr(tensor, "_backward_hooks", None)
+    if isinstance(hooks, OrderedDict) and handle.id in hooks:
+        theirs = [(key, value) for key, value in hooks.items() if key != handle.id]
+        if theirs:
+            ours = hooks[handle.id]
+            hooks.clear()
+            hooks[handle.id] = ours
+            hooks.update(theirs)
 
 
 def remove_hook(handle: Any) -> None:

@@ -20,7 +20,13 @@ by another route a real port takes:
 - ``class_patch``: ``FeedForward.backward_scale`` patched on the class after the build
   (read by a custom ``Function`` of every block);
 - ``first_backward``: GELU's backward without the ``x * pdf(x)`` term on the first
-  backward it runs only (a count on its ``Function``: state a lazy init leaves behind).
+  backward it runs only (a count on its ``Function``: state a lazy init leaves behind);
+- ``output_detach``: block ``layer`` returns its output detached (no gradient reaches it
+  or anything before it);
+- ``output_hook``: block ``layer`` puts a tensor hook on its own output, inside its
+  forward, that scales the gradient by 1.05 (a loss scale applied in one layer);
+- ``loop_detach``: the model's loop detaches block ``layer``'s output before the next
+  block takes it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 BUGS = ("gelu_backward", "global_switch", "closure_scale", "backward_hook", "detach",
-        "data_inplace", "class_patch", "first_backward")
+        "data_inplace", "class_patch", "first_backward", "output_detach", "output_hook",
+        "loop_detach")
 
 EXACT_GELU_BACKWARD = True  # read by ``_SwitchedGelu.backward`` (``global_switch``)
 
@@ -176,9 +183,15 @@ class Block(nn.Module):
         super().__init__()
         self.attn = Attention(dim, heads, eps, bug)
         self.ffn = FeedForward(dim, inner, eps, bug)
+        self.bug = bug
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        return self.ffn(self.attn(x, keep))
+        y = self.ffn(self.attn(x, keep))
+        if self.bug == "output_detach":
+            return y.detach()
+        if self.bug == "output_hook" and y.requires_grad:
+            y.register_hook(lambda g: g * 1.05)
+        return y
 
 
 class Embeddings(nn.Module):
@@ -208,6 +221,7 @@ class Bert(nn.Module):
         self.blocks = nn.ModuleList(
             Block(dim, c.num_attention_heads, c.intermediate_size, eps,
                   bug if i == layer else "") for i in range(c.num_hidden_layers))
+        self.detach_after = layer if bug == "loop_detach" else -1
         self._load(hf)
 
     def _load(self, hf: nn.Module) -> None:
@@ -237,8 +251,10 @@ class Bert(nn.Module):
         keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None \
             else attention_mask.bool()
         x = self.embed(input_ids, token_type_ids)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             x = block(x, keep)
+            if i == self.detach_after:
+                x = x.detach()
         return x
 
 

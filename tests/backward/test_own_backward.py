@@ -11,7 +11,9 @@ over budget decide the FAIL.
 Ports: ``modular_ports.py`` (imports only torch; ``nn.Linear``/``nn.LayerNorm`` modules of
 its own names, attention by hand), one training bug at a time, each by another route:
 an ``autograd.Function``, a module global, a closure's hook, a full backward hook scaled by
-a private attribute, a detach, ``.data`` in place, a class patched after the build.
+a private attribute, a detach (inside an attention, of a block's output, in the model's
+loop), a tensor hook inside a block's forward, ``.data`` in place, a class patched after the
+build.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from tests.backward import modular_ports
 from tests.backward.test_backward import perturbed
 
 _NOT_RECORDED = {"backward_hook", "class_patch"}  # the recorder cannot run their backward
+# at a block's output: run in the first of bert-tiny's two blocks, so that one comes after
+_AT_AN_OUTPUT = ("output_detach", "output_hook", "loop_detach")
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +38,10 @@ def base():
     return perturbed("base")
 
 
-def _diff(base, bug="", nodes=False, **kwargs):
+def _diff(base, bug="", nodes=False, layer=1, **kwargs):
     hf, tokenizer = base
     try:
-        return introspect.diff(hf, modular_ports.build(hf, bug), tokenize(tokenizer),
+        return introspect.diff(hf, modular_ports.build(hf, bug, layer), tokenize(tokenizer),
                                backward=True, nodes=nodes, **kwargs)
     finally:
         modular_ports.undo()
@@ -84,7 +88,8 @@ def test_the_own_backward_leaves_every_grad_as_the_caller_had_it(base):
 
 
 @pytest.mark.parametrize("bug", [b for b in modular_ports.BUGS
-                                 if b not in _NOT_RECORDED and b != "first_backward"])
+                                 if b not in _NOT_RECORDED and b != "first_backward"
+                                 and b not in _AT_AN_OUTPUT])
 def test_a_training_bug_fails_where_the_recorded_path_names_it(base, bug):
     """The own backward cannot prove the PASS; the recorded path then decides and names
     the same node as with node tables asked for."""
@@ -96,6 +101,27 @@ def test_a_training_bug_fails_where_the_recorded_path_names_it(base, bug):
         (theirs.reference_node, theirs.parameter, theirs.layer)
     assert mine.layer == "encoder.layer.1"
     assert fast.first_divergence.layer == "encoder.layer.1"
+
+
+@pytest.mark.parametrize("bug", _AT_AN_OUTPUT)
+def test_a_gradient_cut_or_scaled_at_a_blocks_output_is_named_in_that_block(base, bug):
+    """A detach of block 0's output (in the block, or in the model's loop) and a tensor
+    hook that block's forward put on its output: the gradient block 1 hands back is right,
+    and block 0 (or what comes before it) is where the port's backward parts. Probe round
+    m named block 1: the local backward of its residual add lost its input's gradient (a
+    cut), and the gradient read at block 0's output was the one the port's hook made."""
+    fast, full = _diff(base, bug, layer=0), _diff(base, bug, nodes=True, layer=0)
+    for result in (fast, full):
+        assert not result.passed and not result.backward.passed
+        d = result.backward.first_divergence
+        assert d.layer == "encoder.layer.0", (bug, d)
+        assert result.first_divergence.layer == "encoder.layer.0"
+        assert d.candidate_module.startswith("blocks.0"), d
+    hints = " ".join(fast.backward.first_divergence.hints)
+    if bug == "output_hook":
+        assert "times 1.05" in hints, hints
+    else:
+        assert "cuts the graph" in hints and "no gradient reached it" in hints, hints
 
 
 @pytest.mark.parametrize("bug", sorted(_NOT_RECORDED))

@@ -69,13 +69,30 @@ class _LocalBackward:
                 continue
             if found is None:
                 continue
-            err, over, hints, _ = found
+            err, over, hints, _, cut = found
+            at = self._cut_row(rows, cut) if over and cut else None
+            if at is not None:
+                # Every gradient it hands back over budget reached no value of the
+                # candidate's at all: its backward ran, and what it handed back was let go
+                # (a detach, a hook returning zeros, between the value and this pair). The
+                # first wrong gradient is the cut value's: it and the weights behind it are
+                # what the port does not train, so that value is named.
+                out[at] = _replace(rows[at], local_max_abs_err=err, status=STATUS_FAIL,
+                                   hint="; ".join(hints))
+                break
             out[i] = _replace(row, local_max_abs_err=err,
                               status=STATUS_FAIL if over else row.status,
                               hint="; ".join(hints) if over else row.hint)
             if over:
                 break
         return out
+
+    @staticmethod
+    def _cut_row(rows: Sequence[GradientDiff], cut: Sequence[str]) -> int | None:
+        """The row of the cut value nearest the outputs (``cut``: the reference's names of
+        the values no gradient reached), None where none has a row."""
+        found = [i for i, row in enumerate(rows) if row.reference_node in set(cut)]
+        return max(found, key=lambda i: rows[i].reference_index) if found else None
 
     def decisive(self, pair: Pair) -> bool:
         """The forward diff found every aligned value the pair's backward reads equal: the
@@ -88,7 +105,12 @@ class _LocalBackward:
             self.forward_status.get(name, STATUS_OK) == STATUS_OK
             for name in frontier if name in self.ref.tensors)
 
-    def local(self, pair: Pair) -> tuple[float, bool, list[str], list[str]] | None:
+    def local(self, pair: Pair) -> tuple[float, bool, list[str], list[str], list[str]] \
+            | None:
+        """The pair's own backward on each side: its worst error, whether it is over
+        budget, the hints, the values it reads, and, where every value whose gradient
+        is over budget got none at all from the candidate's (the graph cut there),
+        those values (else empty)."""
         g_out = self.ref.grads.get(pair.reference)
         if g_out is None:
             return None
@@ -112,7 +134,7 @@ class _LocalBackward:
                                lambda n: n in self.by_cand)
         if cand_grads is None:
             return None
-        worst, over, hints = 0.0, False, []
+        worst, over, hints, cut, uncut = 0.0, False, [], [], False
         frontier = {**{self.by_cand[c].reference: g for c, g in cand_grads.items()}}
         for name in dict.fromkeys([*ref_grads, *frontier]):
             front_pair = self.by_ref.get(name)
@@ -139,10 +161,15 @@ class _LocalBackward:
             worst = max(worst, err)
             if bad:
                 over = True
+                if g_c is None:
+                    cut.append(name)
+                else:
+                    uncut = True
                 pad = self.comparer.pad_for(g_ref.shape)
                 hints += gradient_hints(g_c_ref, g_ref, pad, cut=g_c is None,
                                         where=f"the gradient into {name}")
-        return worst, over, list(dict.fromkeys(hints)), list(ref_grads)
+        return worst, over, list(dict.fromkeys(hints)), list(ref_grads), \
+            [] if uncut else cut
 
     def _same_frontier(self, ref_node: torch.fx.Node, cand_node: torch.fx.Node) -> bool:
         """Whether the two nodes read the same aligned values in their forward graphs: a
