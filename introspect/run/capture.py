@@ -140,6 +140,10 @@ class Calls:
     model: torch.nn.Module
     calls: list[ModuleCall] = dataclasses.field(default_factory=list)
     vmapped: set[str] = dataclasses.field(default_factory=set)  # modules run under vmap
+    # modules called with autograd off inside the call with it on, in the model's thread
+    # (``torch.no_grad()``, a reentrant checkpoint's first run): kept past ``calls``
+    # being let go, for a backward FAIL's hint (``backward.cut``)
+    grad_off: set[str] = dataclasses.field(default_factory=set)
     # what the hooks hold in memory and where the rest went (one for a diff's two models)
     holding: Holding = dataclasses.field(default_factory=lambda: Holding(None))
 
@@ -314,6 +318,9 @@ class _Hooks:
                 if tracked and leaf.path in tracked:
                     _hook_first(tracked[leaf.path], functools.partial(self.keep_grad, leaf))
             swaps = {leaf.path: leaf.held for leaf in inputs}
+            if self.mode == AUTOGRAD and not torch.is_grad_enabled() \
+                    and threading.get_ident() == self.thread:
+                self.found.grad_off.add(name)
             self.order += 1
             self.found.calls.append(ModuleCall(
                 name, module, self.mode, torch.is_grad_enabled(),

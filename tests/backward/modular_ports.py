@@ -26,7 +26,11 @@ by another route a real port takes:
 - ``output_hook``: block ``layer`` puts a tensor hook on its own output, inside its
   forward, that scales the gradient by 1.05 (a loss scale applied in one layer);
 - ``loop_detach``: the model's loop detaches block ``layer``'s output before the next
-  block takes it.
+  block takes it;
+- ``embed_checkpoint``: the embeddings run under ``torch.utils.checkpoint`` with
+  ``use_reentrant=True``: with only token ids for inputs, none requires a gradient, and
+  the reentrant checkpoint hands back a value autograd does not track (the embeddings
+  never train).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 BUGS = ("gelu_backward", "global_switch", "closure_scale", "backward_hook", "detach",
         "data_inplace", "class_patch", "first_backward", "output_detach", "output_hook",
-        "loop_detach")
+        "loop_detach", "embed_checkpoint")
 
 EXACT_GELU_BACKWARD = True  # read by ``_SwitchedGelu.backward`` (``global_switch``)
 
@@ -222,6 +227,7 @@ class Bert(nn.Module):
             Block(dim, c.num_attention_heads, c.intermediate_size, eps,
                   bug if i == layer else "") for i in range(c.num_hidden_layers))
         self.detach_after = layer if bug == "loop_detach" else -1
+        self.embed_checkpoint = bug == "embed_checkpoint"
         self._load(hf)
 
     def _load(self, hf: nn.Module) -> None:
@@ -250,7 +256,10 @@ class Bert(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None \
             else attention_mask.bool()
-        x = self.embed(input_ids, token_type_ids)
+        if self.embed_checkpoint:
+            x = checkpoint(self.embed, input_ids, token_type_ids, use_reentrant=True)
+        else:
+            x = self.embed(input_ids, token_type_ids)
         for i, block in enumerate(self.blocks):
             x = block(x, keep)
             if i == self.detach_after:

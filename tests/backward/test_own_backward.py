@@ -31,6 +31,7 @@ from tests.backward.test_backward import perturbed
 _NOT_RECORDED = {"backward_hook", "class_patch"}  # the recorder cannot run their backward
 # at a block's output: run in the first of bert-tiny's two blocks, so that one comes after
 _AT_AN_OUTPUT = ("output_detach", "output_hook", "loop_detach")
+_NOT_ALIKE = {"first_backward", "embed_checkpoint", *_AT_AN_OUTPUT}  # tests of their own
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +89,7 @@ def test_the_own_backward_leaves_every_grad_as_the_caller_had_it(base):
 
 
 @pytest.mark.parametrize("bug", [b for b in modular_ports.BUGS
-                                 if b not in _NOT_RECORDED and b != "first_backward"
-                                 and b not in _AT_AN_OUTPUT])
+                                 if b not in _NOT_RECORDED and b not in _NOT_ALIKE])
 def test_a_training_bug_fails_where_the_recorded_path_names_it(base, bug):
     """The own backward cannot prove the PASS; the recorded path then decides and names
     the same node as with node tables asked for."""
@@ -122,6 +122,29 @@ def test_a_gradient_cut_or_scaled_at_a_blocks_output_is_named_in_that_block(base
         assert "times 1.05" in hints, hints
     else:
         assert "cuts the graph" in hints and "no gradient reached it" in hints, hints
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+@pytest.mark.parametrize("nodes", [False, True], ids=["own-backward", "node-tables"])
+def test_a_reentrant_checkpoint_that_leaves_the_embeddings_untrained_says_so(base, nodes):
+    """Reentrant checkpointing around the embeddings, whose inputs are token ids only: the
+    checkpoint hands back a value with no gradient, so the embeddings never train (a true
+    FAIL). Probe round m named it in encoder.layer.0, with a hint on a cut graph that did
+    not say what cut it."""
+    result = _diff(base, "embed_checkpoint", nodes=nodes)
+    assert not result.passed and not result.backward.passed
+    d = result.backward.first_divergence
+    assert d.layer == "embeddings" and d.candidate_module.startswith("embed"), d
+    assert result.first_divergence.layer == "embeddings"
+    said = [h for h in d.hints if "ran with autograd off" in h]
+    assert len(said) == 1 and said[0].startswith("the candidate's embed ran"), d.hints
+    assert "use_reentrant=True" in said[0] and result.first_divergence.hints == d.hints
+
+
+def test_a_cut_where_autograd_stayed_on_gets_no_such_hint(base):
+    result = _diff(base, "output_detach", layer=0)
+    assert not any("ran with autograd off" in h
+                   for h in result.backward.first_divergence.hints)
 
 
 @pytest.mark.parametrize("bug", sorted(_NOT_RECORDED))

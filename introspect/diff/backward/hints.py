@@ -37,7 +37,7 @@ def gradient_hints(cand: torch.Tensor, ref: torch.Tensor, pad: torch.Tensor | No
     if cand_zero and not ref_zero:
         how = " (no gradient reached it at all)" if cut else ""
         hints.append(f"{where} is exactly zero in the candidate and not in the reference"
-                     f"{how}: the candidate cuts the graph here (detach(), .data, torch.no_grad"
+                     f"{how}: {CUT} (detach(), .data, torch.no_grad"
                      "(), an op without a gradient, or a tensor autograd saved changed in place)")
         return hints
     if ref_zero and not cand_zero:
@@ -140,3 +140,24 @@ def _dropout_share(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 
 __all__ = ["gradient_hints", "untied_hint"]
+
+
+CUT = "the candidate cuts the graph here"  # (in the hint of a gradient no value reached)
+
+
+def autograd_off_hint(module: str, grad_off: set[str]) -> str | None:
+    """Where a gradient was cut at the candidate's ``module`` and that module (or one
+    holding it) ran with autograd off inside the call with it on: what switched it off.
+    ``grad_off``: the modules so called (``Calls.grad_off``). The outermost is named."""
+    path, found = module, ""
+    while path:
+        if path in grad_off:
+            found = path
+        path = path.rpartition(".")[0]
+    if not found:
+        return None
+    return (f"the candidate's {found} ran with autograd off inside the call with autograd on "
+            "(torch.no_grad(), or torch.utils.checkpoint(use_reentrant=True), which runs its "
+            "function without autograd and hands back a value with no gradient when none of "
+            "its tensor inputs requires one, as token ids do): its output gets no gradient "
+            "(use_reentrant=False keeps it)")

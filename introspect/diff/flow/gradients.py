@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from introspect.diff.backward.hints import CUT, autograd_off_hint
 from introspect.diff.backward.parting import parted_at_an_output
 from introspect.diff.backward.results import STATUS_FAIL
 from introspect.diff.flow.state import DiffState, compiled, copies
@@ -90,6 +91,25 @@ def compare_gradients(state: DiffState) -> None:
     """Gradient parity (``introspect.diff.backward``) when asked for (``state.gradients``;
     None without backward). After the forward's node rows, since the backward reads each
     pair's forward status; before the verdict is settled, which joins the gradients'."""
+    _compare_gradients(state)
+    _say_what_switched_autograd_off(state)
+
+
+def _say_what_switched_autograd_off(state: DiffState) -> None:
+    """A cut named at a module the candidate ran with autograd off (a reentrant checkpoint
+    around its embeddings, probe round m): the hint says so."""
+    found = state.gradients.first_divergence if state.gradients is not None else None
+    grad_off = getattr(state.cand_calls, "grad_off", None)
+    if found is None or not grad_off or not found.candidate_module \
+            or not any(CUT in hint for hint in found.hints):
+        return
+    hint = autograd_off_hint(found.candidate_module, grad_off)
+    if hint is not None:
+        state.gradients.first_divergence = dataclasses.replace(
+            found, hints=(*found.hints, hint))
+
+
+def _compare_gradients(state: DiffState) -> None:
     mode, explanation, budgets = state.options.mode, state.explanation, state.options.budgets
     if not mode.backward:
         if mode.loss is not None:
