@@ -47,11 +47,17 @@ def is_quantized(module: torch.nn.Module) -> bool:
     return isinstance(value, torch.Tensor) and (value.is_quantized or float16)
 
 
+def packing(module: torch.nn.Module) -> str:
+    """What a quantized Linear (``is_quantized``) packs its weight as: "int8", or "float16"
+    (``quantize_dynamic(dtype=torch.float16)``, whose weight comes back as a float tensor).
+    The one place the two are told apart: the notes, budgets and the alignment's relation
+    kinds (``align.weights``) all read it."""
+    return "int8" if _packed(module).is_quantized else "float16"
+
+
 def quantized_word(model: torch.nn.Module) -> str:
     """What a model's quantized Linears hold: "int8", "float16", or both."""
-    kinds = sorted({"float16" if getattr(getattr(m, "_packed_params", None), "dtype",
-                                         None) == torch.float16 else "int8"
-                    for m in model.modules() if is_quantized(m)}, reverse=True)
+    kinds = sorted({packing(m) for m in model.modules() if is_quantized(m)}, reverse=True)
     return " and ".join(kinds) or "int8"
 
 
@@ -138,5 +144,6 @@ def int8_noise(module: torch.nn.Module, data: Any) -> float | None:
     return math.sqrt(from_weight + from_input)
 
 
-__all__ = ["INT8", "holds_quantized", "int8_noise", "is_quantized", "quantized_weights",
+__all__ = ["INT8", "holds_quantized", "int8_noise", "is_quantized", "packing",
+           "quantized_weights",
            "quantized_word", "weight_step", "within_one_step"]

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from introspect.diff.ops.outside import handed_values
-from introspect.diff.quantized import quantized_weights
+from introspect.diff.quantized import packing, quantized_weights
 from introspect.tracing.records import KIND_MULTI, KIND_TENSOR, NodeRecord
 from introspect.tracing.shapes import backbone_path
 
@@ -83,6 +83,7 @@ class GraphView:
         self.constants = self._evaluate_constants()
         # label -> quantization step of an int8 weight, read dequantized (``quantized``)
         self.steps: dict[str, torch.Tensor] = {}
+        self.packings: dict[str, str] = {}  # a quantized weight's: "int8" or "float16"
         self.weights = self._weights()  # node -> [(label, tensor)]
         self.kinds = {name: self._kind(name) for name in self.nodes}
 
@@ -187,6 +188,7 @@ class GraphView:
                     found.append((label, unpacked))
                     if step is not None:
                         self.steps[label] = step
+                        self.packings[label] = packing(module)
             for n in node.all_input_nodes:
                 value = self.constants.get(n.name)
                 if isinstance(value, torch.Tensor) and value.numel() > 1:

@@ -512,8 +512,7 @@ def _relate_quantized(reference: GraphView, candidate: GraphView,
         value, step = cand_weights[label], candidate.steps[label]
         first = step if step.ndim == 0 else step[:1]
         named = ref_by_name.get(candidate.normalized(label))
-        # (a float16 packing has a step per element; int8's is per tensor or per row)
-        word = " float16" if step.shape == value.shape and value.numel() > 1 else ""
+        word = " float16" if candidate.packings.get(label) == "float16" else ""
         for kind, transposed in ((f"quantized{word}", False),
                                  (f"quantized{word} transposed", True)):
             shape = tuple(value.shape[::-1]) if transposed else tuple(value.shape)
