@@ -25,6 +25,8 @@ by another route a real port takes:
   or anything before it);
 - ``output_hook``: block ``layer`` puts a tensor hook on its own output, inside its
   forward, that scales the gradient by 1.05 (a loss scale applied in one layer);
+- ``output_hook_inplace``: the same hook, scaling the gradient in place (``g.mul_``)
+  and returning nothing;
 - ``loop_detach``: the model's loop detaches block ``layer``'s output before the next
   block takes it;
 - ``embed_checkpoint``: the embeddings run under ``torch.utils.checkpoint`` with
@@ -44,7 +46,7 @@ from torch.utils.checkpoint import checkpoint
 
 BUGS = ("gelu_backward", "global_switch", "closure_scale", "backward_hook", "detach",
         "data_inplace", "class_patch", "first_backward", "output_detach", "output_hook",
-        "loop_detach", "embed_checkpoint")
+        "output_hook_inplace", "loop_detach", "embed_checkpoint")
 
 EXACT_GELU_BACKWARD = True  # read by ``_SwitchedGelu.backward`` (``global_switch``)
 
@@ -196,6 +198,8 @@ class Block(nn.Module):
             return y.detach()
         if self.bug == "output_hook" and y.requires_grad:
             y.register_hook(lambda g: g * 1.05)
+        if self.bug == "output_hook_inplace" and y.requires_grad:
+            y.register_hook(lambda g: g.mul_(1.05))
         return y
 
 
