@@ -8,7 +8,9 @@ with no padding mask: padded positions compute something else, real tokens of a
 right-padded batch agree.
 
 ``build(reference, fault=None, layer=0)``; ``FAULTS``: ``fc_bias_off`` (the MLP's ``c_fc``
-bias of block ``layer`` off by 0.05).
+bias of block ``layer`` off by 0.05); two that change only the backward, in block
+``layer``'s own forward: ``output_detached`` (its output returned detached) and
+``output_hooked`` (a tensor hook on its output scaling the gradient by 1.05).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FAULTS = ("fc_bias_off",)
+FAULTS = ("fc_bias_off", "output_detached", "output_hooked")
 
 
 class CausalSelfAttention(nn.Module):
@@ -56,10 +58,16 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(n_embd, n_head)
         self.ln_2 = nn.LayerNorm(n_embd, eps=eps)
         self.mlp = MLP(n_embd)
+        self.fault = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        out = x + self.mlp(self.ln_2(x))
+        if self.fault == "output_detached":
+            return out.detach()
+        if self.fault == "output_hooked" and out.requires_grad:
+            out.register_hook(lambda g: g * 1.05)
+        return out
 
 
 class GPT(nn.Module):
@@ -104,4 +112,6 @@ def build(reference: nn.Module, fault: str | None = None, layer: int = 0) -> GPT
             raise ValueError(f"{key}: shape {tuple(w.shape)}, expected {tuple(target.shape)}")
         state[key] = w
     port.load_state_dict(state, strict=False)
+    if fault in ("output_detached", "output_hooked"):
+        port.h[layer].fault = fault
     return port.eval()
