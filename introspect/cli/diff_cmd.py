@@ -134,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="relative tolerance of the outputs (default: per dtype)")
     parser.add_argument("--noise-budget", action="store_true",
                         help="run the reference in float64 too and set each node's budget "
-                             "from its own numerical noise")
+                             "from its own numerical noise (with --generate: the reference "
+                             "in the candidate's dtype decodes beside it)")
     parser.add_argument("--allow-nonfinite", action="store_true",
                         help="report NaN or Inf in compared values as a note instead of "
                              "failing")
@@ -225,9 +226,6 @@ def _generate_steps(args: argparse.Namespace) -> int:
         raise InputError(f"--generate takes a number of tokens, got {text!r}") from e
     if steps < 1:
         raise InputError(f"--generate takes a number of tokens >= 1, got {steps}")
-    if args.noise_budget:
-        raise InputError("--generate does not mix with --noise-budget (the float64 copy of "
-                         "the reference would need a cache of its own)")
     if uses_dumps(args):
         raise InputError("--generate runs both models; it does not take activation dumps")
     if getattr(args, "backward", False):

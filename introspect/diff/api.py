@@ -91,6 +91,9 @@ def diff(reference: torch.nn.Module, candidate: torch.nn.Module,
         noise_budget: also run the reference in float64; each node's budget becomes
             ``noise_factor`` times its own noise in the candidate's dtype (its local error
             when the reference runs in that dtype, against float64), at least ``atol``.
+            With ``generate``, the reference cast to the candidate's dtype decodes beside
+            it with its own cache, and every step's logits, caches and nodes are held to
+            at least ``noise_factor`` times how far its values are from the reference's.
         name_map: help for alignment: candidate node name -> reference node name, or
             candidate parameter path prefix -> reference prefix.
         reference_label, candidate_label: names for tables and reports.

@@ -156,8 +156,6 @@ def test_tokens_part_and_teacher_forcing_is_said(llama):
 def test_bad_inputs_are_one_line_errors(gpt2):
     with pytest.raises(InputError, match="positive number of tokens"):
         introspect.diff(gpt2, gpt2, {"input_ids": PROMPT}, generate=-1)
-    with pytest.raises(InputError, match="noise_budget"):
-        introspect.diff(gpt2, gpt2, {"input_ids": PROMPT}, generate=2, noise_budget=True)
 
     class NoCache(torch.nn.Module):
         def __init__(self) -> None:

@@ -60,7 +60,8 @@ def diff_generation_mode(reference: torch.nn.Module, candidate: Any, inputs: Inp
                            noise_budget=budgets.noise_budget, name_map=tables.name_map,
                            reference_label=tables.reference_label,
                            candidate_label=tables.candidate_label,
-                           allow_nonfinite=budgets.allow_nonfinite)
+                           allow_nonfinite=budgets.allow_nonfinite,
+                           noise_factor=budgets.noise_factor)
 
 
 def built(candidate: Any) -> Any:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,10 +89,8 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(f"generate must be a positive number of tokens, got {steps!r}")
-    if noise_budget:
-        raise InputError("generate does not take noise_budget (--noise-budget): the float64 "
-                         "copy of the reference would need a cache of its own")
-    tolerance = Tolerance(atol=atol, rtol=rtol)
+    tolerance = Tolerance(atol=atol, rtol=rtol,
+                          noise_factor=options.get("noise_factor", Tolerance.noise_factor))
     prompt, notes = prompt_row(inputs)
     check_length(reference, prompt.shape[-1], steps)
     for side, model in (("reference", reference), ("candidate", candidate)):
@@ -109,9 +108,10 @@ def diff_generation(reference: torch.nn.Module, candidate: torch.nn.Module,
         # the prefill and the first one-token step relate the same weights: once, while
         # every weight is proven the same (``align.weights.relations_remembered``); the
         # collector's full passes read only what the generation allocates (``collector``)
+        twin = _TwinNoise(reference, candidate, notes, tolerance) if noise_budget else None
         with relations_remembered(), older_objects_set_aside():
             return _decode_and_compare(reference, candidate, prompt, notes, steps, tokenizer,
-                                       tolerance, atol, rtol, options, diff_forward)
+                                       tolerance, atol, rtol, options, diff_forward, twin)
     finally:
         for model, saved in zip((reference, candidate), modes, strict=True):
             for name, module in model.named_modules():
@@ -122,7 +122,8 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                         prompt: torch.Tensor, notes: list[str], steps: int, tokenizer: Any,
                         tolerance: Tolerance, atol: float | None, rtol: float | None,
                         options: Mapping[str, Any],
-                        diff_forward: Callable[..., DiffResult]) -> DiffResult:
+                        diff_forward: Callable[..., DiffResult],
+                        twin: _TwinNoise | None = None) -> DiffResult:
     notes.append(f"generation: {steps} token(s) decoded greedily from a prompt of "
                  f"{prompt.shape[1]} token(s), each side with its own key/value cache; the "
                  "prefill and every one-token step compared node by node, and every layer's "
@@ -155,10 +156,13 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                 if step == 0:
                     result = diff_forward(reference, candidate, {"input_ids": fed}, atol=atol,
                                           rtol=rtol, forward_keywords=(ref_kw, cand_kw),
-                                          **options)
+                                          noise_budget=twin is not None, **options)
+                    if twin is not None:
+                        twin.step(fed, None)
                 else:
                     recordings = quick.record({"input_ids": fed}, ref_kw, cand_kw)
-                    if not quick.passes(*recordings, {"input_ids": fed}, states):
+                    noise = twin.step(fed, recordings[0]) if twin is not None else None
+                    if not quick.passes(*recordings, {"input_ids": fed}, states, noise):
                         result = _full_step(diff_forward, reference, candidate, fed,
                                             recordings, atol, rtol, (ref_kw, cand_kw), options)
             except InputError as e:
@@ -170,13 +174,20 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                 notes.append(crash)
                 break
             ref_out, cand_out = sides()
+        if twin is not None and step == 0:
+            # the forward's diff ran the reference's float64 copy, not it (and a model
+            # compared with itself ran as the candidate only): each prefill once more
+            ref_out = [_prefill_again(reference, fed, ref_kw)]
+            if reference is candidate or not cand_out:
+                cand_out = [_prefill_again(candidate, fed, cand_kw)]
         ref_logits, ref_cache = logits_and_cache("reference", ref_out[0])
         cand_logits, cand_cache = logits_and_cache("candidate", cand_out[0])
         ref_token = int(ref_logits[0, -1].argmax())
         cand_token = int(cand_logits[0, -1].argmax())
         filled = position + fed.shape[1]
         layer_rows, compared = _compare_caches(step, ref_cache, cand_cache, filled, tolerance,
-                                               allocated)
+                                               allocated,
+                                               twin.cache_noise(ref_cache) if twin else None)
         cache_rows += layer_rows
         if not compared and step == 0:
             notes.append(_unreadable_note(ref_cache, cand_cache))
@@ -200,14 +211,24 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         # The logits as the models returned them decide too: a port may change them after
         # its last recorded node (in place, NaN), where no node-level pair sees it.
         logits_part = _logits_part(ref_logits, cand_logits, tolerance,
-                                   bool(options.get("allow_nonfinite")))
+                                   bool(options.get("allow_nonfinite")),
+                                   twin.logits_noise(ref_logits) if twin else 0.0)
         if result is None and recordings is not None and (
                 cache_finding or ref_token != cand_token or logits_part):
             # every node agrees, but not the caches, logits or tokens: the full diff
             result = _full_step(diff_forward, reference, candidate, fed, recordings, atol,
                                 rtol, (ref_kw, cand_kw), options)
+        nodes_unread = twin is not None and step > 0 and result is not None \
+            and not quick.over_budget
+        if twin is not None and result is not None:
+            result = _without_dtype_hint(result)
         d = result.first_divergence if result is not None else None
-        passed = (result is None or result.passed) and not cache_finding and not logits_part
+        passed = (result is None or result.passed or nodes_unread) and not cache_finding \
+            and not logits_part
+        if nodes_unread and _NODES_UNREAD not in notes:
+            # the full diff's nodes are held to the default budgets, which rounding in the
+            # candidate's dtype exceeds: they show where, the logits and caches decide
+            notes.append(_NODES_UNREAD)
         hints: tuple[str, ...] = ()
         if not passed and step > 0 and failure is None:  # the first divergent step's
             hints = step_hints(StepContext(
@@ -269,13 +290,17 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
 
 
 def _logits_part(reference: torch.Tensor, candidate: torch.Tensor,
-                 tolerance: Tolerance, allow_nonfinite: bool = False) -> bool:
-    """The last position's logits over their budget, or NaN or Inf in the candidate's
-    (unless allowed, and the reference's are too)."""
+                 tolerance: Tolerance, allow_nonfinite: bool = False,
+                 noise: float = 0.0) -> bool:
+    """The last position's logits over their budget (its atol at least ``noise_factor``
+    times ``noise``, their rounding noise in the candidate's dtype), or NaN or Inf in the
+    candidate's (unless allowed, and the reference's are too)."""
     from introspect.diff.ops.compare.stats import measure
 
     budget = tolerance.budget(compare_dtype(str(reference.dtype).removeprefix("torch."),
                                             str(candidate.dtype).removeprefix("torch.")))
+    budget = dataclasses.replace(budget, atol=max(budget.atol,
+                                                  tolerance.noise_factor * noise))
     ref, cand = reference[0, -1], candidate[0, -1]
     if ref.shape != cand.shape:
         return True
@@ -299,6 +324,33 @@ def _full_step(diff_forward: Callable[..., DiffResult], reference: torch.nn.Modu
                         forward_keywords=keywords, recordings=recordings, **options)
 
 
+_NODES_UNREAD = ("noise budget: a step whose values the quick comparison could not read "
+                 "node by node (a value changed in place, another layout) is judged on its "
+                 "logits and caches, each held to its noise; its node tables use the default "
+                 "budgets")
+
+
+def _without_dtype_hint(result: DiffResult) -> DiffResult:
+    """A step's result without the hint to measure noise: it was (``_TwinNoise``)."""
+    d = result.first_divergence
+    if d is None:
+        return result
+    kept = tuple(h for h in d.hints if "noise_budget=True (--noise-budget)" not in h)
+    return result if kept == d.hints else dataclasses.replace(
+        result, first_divergence=dataclasses.replace(d, hints=kept))
+
+
+def _prefill_again(model: torch.nn.Module, fed: torch.Tensor,
+                   keywords: Mapping[str, Any]) -> Any:
+    """A model's prefill, called once more for its logits and cache (with the noise budget,
+    the forward's diff ran the reference's float64 copy instead). The cache it is handed
+    is None: a prefill starts a cache of its own each time, so nothing runs twice on one."""
+    from introspect.diff.ops.explain import accepted_inputs
+
+    with torch.no_grad():
+        return model(**accepted_inputs(model, {"input_ids": fed}), **keywords)
+
+
 def _snapshot(cache: Any) -> Any:
     """A copy of the reference's cache before a step (its hints re-run the step on it)."""
     if cache is None:
@@ -310,15 +362,103 @@ def _snapshot(cache: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
+# Noise in the candidate's dtype (``noise_budget``)
+
+
+class _TwinNoise:
+    """The reference cast to the candidate's dtype, decoding in lockstep with it on the
+    same tokens with a cache of its own: what rounding alone in that dtype moves each
+    value by, step by step. A float64 reference, as the forward's ``noise_budget`` runs
+    it, would need its own cache too; here the reference's values stay what its own call
+    computed, and each compared value's atol is at least ``noise_factor`` times how far
+    the twin's is from it: the logits, each cached tensor, and each node of a one-token
+    step (by call, where the two logs make the same calls). The prefill's nodes get the
+    forward's own ``noise_budget`` (the reference in float64, each node's local noise)."""
+
+    def __init__(self, reference: torch.nn.Module, candidate: torch.nn.Module,
+                 notes: list[str], tolerance: Tolerance) -> None:
+        from introspect.diff.copies import cast_copy
+
+        dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()),
+                     torch.float32)
+        self.model = cast_copy(reference, dtype, what="noise_budget", always=True).eval()
+        self.dtype = dtype
+        self.cache: Any = None
+        self.logits: torch.Tensor | None = None
+        notes.append(
+            f"noise budget: the reference cast to {str(dtype).removeprefix('torch.')} decoded "
+            "beside it on the same tokens with its own cache; each step's logits, cached "
+            "tensors and nodes are held to at least "
+            f"{tolerance.noise_factor:g}x how far that copy's are from the reference's (the "
+            "prefill's nodes: the reference in float64, as the forward's --noise-budget)")
+
+    def step(self, fed: torch.Tensor, reference_log: CallLog | None) -> dict[int, float]:
+        """Run the twin's step; each reference call's noise by its index in
+        ``reference_log`` (none for the prefill, whose nodes the forward's noise budgets)."""
+        from introspect.diff.generation.call_log import log_forward
+        from introspect.diff.ops.explain import accepted_inputs
+
+        got: list[Any] = []
+        handle = self.model.register_forward_hook(lambda module, args, output:
+                                                  got.append(output))
+        try:
+            inputs = accepted_inputs(self.model, {"input_ids": fed})
+            keywords = call_keywords(self.model, self.cache)
+            if reference_log is None:
+                with torch.no_grad():
+                    self.model(**inputs, **keywords)
+                log = None
+            else:
+                log = log_forward(self.model, inputs, keywords)
+        finally:
+            handle.remove()
+        self.logits, self.cache = logits_and_cache("reference", got[0])
+        if log is None or reference_log is None or log.targets != reference_log.targets:
+            return {}
+        noise: dict[int, float] = {}
+        for index, (mine, theirs) in enumerate(zip(log.values, reference_log.values,
+                                                   strict=False)):
+            if isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor) \
+                    and mine.shape == theirs.shape and theirs.is_floating_point() \
+                    and theirs.numel():
+                noise[index] = _largest_difference(mine, theirs)
+        return noise
+
+    def logits_noise(self, reference: torch.Tensor) -> float:
+        if self.logits is None or self.logits.shape != reference.shape:
+            return 0.0
+        return _largest_difference(self.logits[0, -1], reference[0, -1])
+
+    def cache_noise(self, reference: Any) -> dict[tuple[int, str], float]:
+        noise = {}
+        for layer, (mine, theirs) in enumerate(zip(cache_layers(self.cache) or [],
+                                                   cache_layers(reference) or [],
+                                                   strict=False)):
+            for kind, a, b in (("keys", mine[0], theirs[0]), ("values", mine[1], theirs[1])):
+                if a.shape == b.shape:
+                    noise[(layer, kind)] = _largest_difference(a, b)
+        return noise
+
+
+def _largest_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    with torch.no_grad():
+        found = float((a.detach().double() - b.detach().double()).abs().max())
+    return found if math.isfinite(found) else 0.0
+
+
+# ---------------------------------------------------------------------------------------
 # The caches
 
 
 def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
                     tolerance: Tolerance, allocated: dict[tuple[int, str], int],
+                    noise: Mapping[tuple[int, str], float] | None = None,
                     ) -> tuple[list[CacheDiff], bool]:
     """Every layer's keys and values; ``allocated`` holds each candidate tensor's length
     along its sequence axis at the step before: a static cache keeps it, a concatenated one
-    grows it by the step's tokens (longer than the reference's is then a finding)."""
+    grows it by the step's tokens (longer than the reference's is then a finding).
+    ``noise``: each cached tensor's rounding noise in the candidate's dtype, by (layer,
+    kind): its atol is at least ``noise_factor`` times it."""
     ref_layers = cache_layers(reference)
     cand_layers = cache_layers(candidate)
     if not ref_layers or not cand_layers:
@@ -330,6 +470,9 @@ def _compare_caches(step: int, reference: Any, candidate: Any, filled: int,
                                 ("values", ref_pair[1], cand_pair[1])):
             budget = tolerance.node_budget(compare_dtype(str(ref.dtype).removeprefix("torch."),
                                                          str(cand.dtype).removeprefix("torch.")))
+            if noise and (layer, kind) in noise:
+                budget = dataclasses.replace(budget, atol=max(
+                    budget.atol, tolerance.noise_factor * noise[(layer, kind)]))
             found = compare_cached(ref.detach(), cand.detach(), budget, filled)
             note = "" if found.layout else ("no layout of the candidate's tensor holds the "
                                             f"reference's {filled} position(s)")

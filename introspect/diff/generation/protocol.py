@@ -109,9 +109,15 @@ def captured_outputs(reference: torch.nn.Module,
     """Each side's output of its recorded call, as far as the calls went (the reference
     runs first; a model compared with itself runs twice)."""
     outputs: dict[int, list[Any]] = {id(reference): [], id(candidate): []}
-    handles = [model.register_forward_hook(
-        lambda module, args, output: outputs[id(module)].append(output))
-        for model in {id(m): m for m in (reference, candidate)}.values()]
+
+    def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
+        # (a copy made meanwhile, the noise budget's float64 reference, carries the hook:
+        # its calls are not the reference's)
+        if id(module) in outputs:
+            outputs[id(module)].append(output)
+
+    handles = [model.register_forward_hook(keep)
+               for model in {id(m): m for m in (reference, candidate)}.values()]
 
     def sides() -> tuple[list[Any], list[Any]]:
         if reference is candidate:

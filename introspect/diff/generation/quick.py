@@ -30,6 +30,7 @@ No fx node and no tensor metadata is written for a step that passes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -104,6 +105,10 @@ class QuickSteps:
         self.aligned: _Aligned | None = None
         self.aligned_steps = 0  # steps that were aligned (the others reused an alignment)
         self.quick_steps = 0  # steps that passed here, with no full diff
+        # the last step that did not pass here was over a budget (a value over it, NaN or
+        # drift), not passed on to the full diff for what this cannot read (a value
+        # changed in place, a feature order, a layout)
+        self.over_budget = False
 
     def record(self, tensors: Mapping[str, torch.Tensor], ref_keywords: Mapping[str, Any],
                cand_keywords: Mapping[str, Any]) -> tuple[CallLog, CallLog]:
@@ -120,21 +125,26 @@ class QuickSteps:
         return model_state(self.reference), model_state(self.candidate)
 
     def passes(self, reference: CallLog, candidate: CallLog,
-               tensors: Mapping[str, torch.Tensor], states: tuple[Any, Any]) -> bool:
+               tensors: Mapping[str, torch.Tensor], states: tuple[Any, Any],
+               noise: Mapping[int, float] | None = None) -> bool:
         """Whether every aligned pair of the step is within budget, finite and drift-free.
 
         ``states``: both models' ``states()`` as the step started; the alignment of an
         earlier step serves only where they and the graphs are those it was made on.
+        ``noise``: with ``noise_budget``, each reference call's rounding noise in the
+        candidate's dtype (``loop._TwinNoise``): its pair's atol is at least
+        ``noise_factor`` times it.
 
         Raises:
             InputError: the step's graphs cannot be aligned (as the diff raises it).
         """
+        self.over_budget = False
         signatures = (graph_signature(reference), graph_signature(candidate))
         aligned = self.aligned
         if aligned is None or aligned.signatures != signatures or aligned.states != states:
             aligned = self.aligned = self._align(reference, candidate, tensors, signatures,
                                                  states)
-        return self._within_budget(aligned, reference, candidate)
+        return self._within_budget(aligned, reference, candidate, noise or {})
 
     def _align(self, reference: CallLog, candidate: CallLog,
                tensors: Mapping[str, torch.Tensor], signatures: tuple[Any, Any],
@@ -167,7 +177,7 @@ class QuickSteps:
                         [*_model_dtypes(self.reference), *candidate_dtypes], measured)
 
     def _within_budget(self, aligned: _Aligned, reference: CallLog,
-                       candidate: CallLog) -> bool:
+                       candidate: CallLog, noise: Mapping[int, float]) -> bool:
         """Every pair within its budget, finite, and free of drift, measured as the replay
         measures (``compare.measure``: the values in their promoted dtype, the budget
         ``atol + rtol * |reference|``; ``drift``: the largest error against what rounding
@@ -175,6 +185,7 @@ class QuickSteps:
         pair the full diff must see (a value changed in place after it was made, a
         feature order or a layout to find)."""
         pairs = aligned.alignment.pairs
+        aligned_budgets = list(aligned.budgets)  # (this step's, widened by its noise)
         proven: dict[tuple[Any, ...], tuple[object, ...]] = {}
         groups: dict[tuple[Any, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
         with torch.no_grad():
@@ -195,6 +206,10 @@ class QuickSteps:
                 if pair.candidate_region is not None:
                     cand = narrow(cand, pair.candidate_region)
                 budget = aligned.budgets[i]
+                if ref_call in noise:
+                    budget = dataclasses.replace(budget, atol=max(
+                        budget.atol, self.tolerance.noise_factor * noise[ref_call]))
+                    aligned_budgets[i] = budget
                 if cand.shape != ref.shape:
                     cand = self._in_layout(aligned, i, cand, ref, budget, proven)
                     if cand is None:
@@ -209,10 +224,11 @@ class QuickSteps:
             for (dtype, atol, rtol), members in groups.items():
                 found = _group_errors(dtype, atol, rtol, members)
                 if found is None:
+                    self.over_budget = True
                     return False
                 largest.update(found)
         for i, (error, scale) in largest.items():
-            budget = aligned.budgets[i]
+            budget = aligned_budgets[i]
             if budget.atol == 0.0 and budget.rtol == 0.0:
                 continue  # integers are compared exactly (find_drift skips them too)
             if error <= budget.atol:
@@ -220,6 +236,7 @@ class QuickSteps:
             limit = drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
                                 budget.atol)
             if error > limit:
+                self.over_budget = True
                 return False
         self.quick_steps += 1
         return True
