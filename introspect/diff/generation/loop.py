@@ -220,11 +220,17 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                                 rtol, (ref_kw, cand_kw), options)
         nodes_unread = twin is not None and step > 0 and result is not None \
             and not quick.over_budget
+        nodes_passed = result is None or result.passed
         if twin is not None and result is not None:
             result = _without_dtype_hint(result)
+            if step > 0:  # the full diff's nodes keep the default budgets, which rounding
+                # in the candidate's dtype exceeds: the nodes pass where the quick
+                # comparison held them to their noise, and the node named is the first it
+                # found over it (none: the step's caches or logits name it)
+                nodes_passed = not quick.over_budget
+                result = _named_at(result, quick.first_over if quick.over_budget else None)
         d = result.first_divergence if result is not None else None
-        passed = (result is None or result.passed or nodes_unread) and not cache_finding \
-            and not logits_part
+        passed = nodes_passed and not cache_finding and not logits_part
         if nodes_unread and _NODES_UNREAD not in notes:
             # the full diff's nodes are held to the default budgets, which rounding in the
             # candidate's dtype exceeds: they show where, the logits and caches decide
@@ -338,6 +344,19 @@ def _without_dtype_hint(result: DiffResult) -> DiffResult:
     kept = tuple(h for h in d.hints if "noise_budget=True (--noise-budget)" not in h)
     return result if kept == d.hints else dataclasses.replace(
         result, first_divergence=dataclasses.replace(d, hints=kept))
+
+
+def _named_at(result: DiffResult, node: str | None) -> DiffResult:
+    """A step's result whose first divergence is ``node``'s row (None: no node's: the
+    step's caches or logits then name it, ``_at_step``)."""
+    from introspect.diff.records import Divergence
+
+    row = next((r for r in result.rows if node and r.reference_node == node), None)
+    divergence = None if row is None else Divergence(
+        row.reference_node, row.candidate_node, row.module, row.layer, row.op,
+        float(row.max_abs_err or 0.0),
+        "atol at least the noise factor x its rounding noise in the candidate's dtype", ())
+    return dataclasses.replace(result, first_divergence=divergence)
 
 
 def _prefill_again(model: torch.nn.Module, fed: torch.Tensor,

@@ -109,6 +109,9 @@ class QuickSteps:
         # drift), not passed on to the full diff for what this cannot read (a value
         # changed in place, a feature order, a layout)
         self.over_budget = False
+        # with noise: the first pair over its budget, in the candidate's order (the
+        # reference's node name): the full diff's nodes keep the default budgets
+        self.first_over: str | None = None
 
     def record(self, tensors: Mapping[str, torch.Tensor], ref_keywords: Mapping[str, Any],
                cand_keywords: Mapping[str, Any]) -> tuple[CallLog, CallLog]:
@@ -138,7 +141,7 @@ class QuickSteps:
         Raises:
             InputError: the step's graphs cannot be aligned (as the diff raises it).
         """
-        self.over_budget = False
+        self.over_budget, self.first_over = False, None
         signatures = (graph_signature(reference), graph_signature(candidate))
         aligned = self.aligned
         if aligned is None or aligned.signatures != signatures or aligned.states != states:
@@ -225,6 +228,8 @@ class QuickSteps:
                 found = _group_errors(dtype, atol, rtol, members)
                 if found is None:
                     self.over_budget = True
+                    if noise:
+                        self.first_over = self._first_over(aligned, groups)
                     return False
                 largest.update(found)
         for i, (error, scale) in largest.items():
@@ -237,9 +242,32 @@ class QuickSteps:
                                 budget.atol)
             if error > limit:
                 self.over_budget = True
+                if noise:
+                    self.first_over = self._first_over(aligned, groups, {
+                        j for j, (e, sc) in largest.items()
+                        if e > aligned_budgets[j].atol and e > drift_limit(
+                            [*aligned.model_dtypes, *aligned.pair_dtypes[j]], sc,
+                            aligned_budgets[j].atol)})
                 return False
         self.quick_steps += 1
         return True
+
+    @staticmethod
+    def _first_over(aligned: _Aligned, groups: Mapping[tuple[Any, ...], list[Any]],
+                    drifted: set[int] | None = None) -> str | None:
+        """The reference's node of the first pair, in the candidate's order, over its
+        budget (an element over ``atol + rtol * |ref|``, NaN or Inf) or its drift limit."""
+        over = set(drifted or ())
+        for (dtype, atol, rtol), members in groups.items():
+            for i, cand, ref in members:
+                a, b = cand.to(dtype), ref.to(dtype)
+                d = (a - b).abs()
+                if not bool(torch.isfinite(d).all()) or bool((d > atol + rtol * b.abs()).any()):
+                    over.add(i)
+        for i, _, _ in aligned.measured:
+            if i in over:
+                return aligned.alignment.pairs[i].reference
+        return None
 
     @staticmethod
     def _in_layout(aligned: _Aligned, i: int, cand: torch.Tensor, ref: torch.Tensor,
