@@ -91,7 +91,8 @@ class _LocalBackward:
     def _cut_row(rows: Sequence[GradientDiff], cut: Sequence[str]) -> int | None:
         """The row of the cut value nearest the outputs (``cut``: the reference's names of
         the values no gradient reached), None where none has a row."""
-        found = [i for i, row in enumerate(rows) if row.reference_node in set(cut)]
+        wanted = set(cut)
+        found = [i for i, row in enumerate(rows) if row.reference_node in wanted]
         return max(found, key=lambda i: rows[i].reference_index) if found else None
 
     def decisive(self, pair: Pair) -> bool:

@@ -221,14 +221,14 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         nodes_unread = twin is not None and step > 0 and result is not None \
             and not quick.over_budget
         nodes_passed = result is None or result.passed
-        if twin is not None and result is not None:
-            result = _without_dtype_hint(result)
-            if step > 0:  # the full diff's nodes keep the default budgets, which rounding
-                # in the candidate's dtype exceeds: the nodes pass where the quick
-                # comparison held them to their noise, and the node named is the first it
-                # found over it (none: the step's caches or logits name it)
-                nodes_passed = not quick.over_budget
-                result = _named_at(result, quick.first_over if quick.over_budget else None)
+        if twin is not None and result is not None and step > 0:
+            # the full diff's nodes keep the default budgets, which rounding in the
+            # candidate's dtype exceeds: the nodes pass where the quick comparison held
+            # them to their noise, and the node named is the first it found over it
+            # (none: the step's caches or logits name it). (The prefill's diff ran with
+            # the noise budget: no hint to measure it.)
+            nodes_passed = not quick.over_budget
+            result = _named_at(result, quick.first_over if quick.over_budget else None)
         d = result.first_divergence if result is not None else None
         passed = nodes_passed and not cache_finding and not logits_part
         if nodes_unread and _NODES_UNREAD not in notes:
@@ -334,16 +334,6 @@ _NODES_UNREAD = ("noise budget: a step whose values the quick comparison could n
                  "node by node (a value changed in place, another layout) is judged on its "
                  "logits and caches, each held to its noise; its node tables use the default "
                  "budgets")
-
-
-def _without_dtype_hint(result: DiffResult) -> DiffResult:
-    """A step's result without the hint to measure noise: it was (``_TwinNoise``)."""
-    d = result.first_divergence
-    if d is None:
-        return result
-    kept = tuple(h for h in d.hints if "noise_budget=True (--noise-budget)" not in h)
-    return result if kept == d.hints else dataclasses.replace(
-        result, first_divergence=dataclasses.replace(d, hints=kept))
 
 
 def _named_at(result: DiffResult, node: str | None) -> DiffResult:

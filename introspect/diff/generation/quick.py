@@ -232,23 +232,13 @@ class QuickSteps:
                         self.first_over = self._first_over(aligned, groups)
                     return False
                 largest.update(found)
-        for i, (error, scale) in largest.items():
-            budget = aligned_budgets[i]
-            if budget.atol == 0.0 and budget.rtol == 0.0:
-                continue  # integers are compared exactly (find_drift skips them too)
-            if error <= budget.atol:
-                continue  # within what rounding explains at any magnitude (no scale read)
-            limit = drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
-                                budget.atol)
-            if error > limit:
-                self.over_budget = True
-                if noise:
-                    self.first_over = self._first_over(aligned, groups, {
-                        j for j, (e, sc) in largest.items()
-                        if e > aligned_budgets[j].atol and e > drift_limit(
-                            [*aligned.model_dtypes, *aligned.pair_dtypes[j]], sc,
-                            aligned_budgets[j].atol)})
-                return False
+        drifted = {i for i, (error, scale) in largest.items()
+                   if _drifts(aligned, i, aligned_budgets[i], error, scale)}
+        if drifted:
+            self.over_budget = True
+            if noise:
+                self.first_over = self._first_over(aligned, groups, drifted)
+            return False
         self.quick_steps += 1
         return True
 
@@ -256,18 +246,13 @@ class QuickSteps:
     def _first_over(aligned: _Aligned, groups: Mapping[tuple[Any, ...], list[Any]],
                     drifted: set[int] | None = None) -> str | None:
         """The reference's node of the first pair, in the candidate's order, over its
-        budget (an element over ``atol + rtol * |ref|``, NaN or Inf) or its drift limit."""
+        budget (``_group_errors``'s test, pair by pair) or its drift limit."""
         over = set(drifted or ())
         for (dtype, atol, rtol), members in groups.items():
-            for i, cand, ref in members:
-                a, b = cand.to(dtype), ref.to(dtype)
-                d = (a - b).abs()
-                if not bool(torch.isfinite(d).all()) or bool((d > atol + rtol * b.abs()).any()):
-                    over.add(i)
-        for i, _, _ in aligned.measured:
-            if i in over:
-                return aligned.alignment.pairs[i].reference
-        return None
+            over.update(member[0] for member in members
+                        if _group_errors(dtype, atol, rtol, [member]) is None)
+        return next((aligned.alignment.pairs[i].reference for i, _, _ in aligned.measured
+                     if i in over), None)
 
     @staticmethod
     def _in_layout(aligned: _Aligned, i: int, cand: torch.Tensor, ref: torch.Tensor,
@@ -294,6 +279,16 @@ class QuickSteps:
         value = layout.to_reference(cand)
         proven.setdefault(key, layout.key)
         return value
+
+
+def _drifts(aligned: _Aligned, i: int, budget: Budget, error: float, scale: float) -> bool:
+    """Pair ``i``'s largest error past what rounding explains (``drift_limit``); integers
+    are compared exactly (``find_drift`` skips them too), and an error within ``atol`` is
+    within what rounding explains at any magnitude (no scale read)."""
+    if (budget.atol == 0.0 and budget.rtol == 0.0) or error <= budget.atol:
+        return False
+    return error > drift_limit([*aligned.model_dtypes, *aligned.pair_dtypes[i]], scale,
+                               budget.atol)
 
 
 def _group_errors(dtype: torch.dtype, atol: float, rtol: float,
