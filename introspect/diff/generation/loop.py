@@ -149,6 +149,7 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
         ref_kw = call_keywords(reference, ref_cache)
         cand_kw = call_keywords(candidate, cand_cache)
         recordings: tuple[CallLog, CallLog] | None = None
+        quick_failed = False  # (the quick comparison did not pass the step's nodes)
         result: DiffResult | None = None
         states = quick.states() if step else ((), ())  # before the step's own hooks are added
         with captured_outputs(reference, candidate) as sides:
@@ -162,7 +163,9 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
                 else:
                     recordings = quick.record({"input_ids": fed}, ref_kw, cand_kw)
                     noise = twin.step(fed, recordings[0]) if twin is not None else None
-                    if not quick.passes(*recordings, {"input_ids": fed}, states, noise):
+                    quick_failed = not quick.passes(*recordings, {"input_ids": fed}, states,
+                                                    noise)
+                    if quick_failed:
                         result = _full_step(diff_forward, reference, candidate, fed,
                                             recordings, atol, rtol, (ref_kw, cand_kw), options)
             except InputError as e:
@@ -218,8 +221,9 @@ def _decode_and_compare(reference: torch.nn.Module, candidate: torch.nn.Module,
             # every node agrees, but not the caches, logits or tokens: the full diff
             result = _full_step(diff_forward, reference, candidate, fed, recordings, atol,
                                 rtol, (ref_kw, cand_kw), options)
-        nodes_unread = twin is not None and step > 0 and result is not None \
-            and not quick.over_budget
+        # (not where the quick comparison passed, and the caches, logits or tokens sent
+        # the step to the full diff)
+        nodes_unread = twin is not None and quick_failed and not quick.over_budget
         nodes_passed = result is None or result.passed
         if twin is not None and result is not None and step > 0:
             # the full diff's nodes keep the default budgets, which rounding in the
