@@ -205,3 +205,24 @@ def test_float16_weights_are_held_to_their_rounding(tiny, inputs, name, nodes):
     assert not result.passed
     assert result.first_divergence.layer == "encoder.layer.1", result.first_divergence
     assert not any("left unloaded" in h for h in result.first_divergence.hints)
+
+
+@pytest.mark.parametrize("name", ["correct", "correct_per_channel"])
+def test_quantize_dynamics_own_training_flags_are_no_note(diffs, name):
+    """``quantize_dynamic`` builds its Linears in training mode inside a model in eval mode:
+    no mode of the port's, so no note (it named 74 modules before)."""
+    assert not any("training mode" in note for note in diffs[name].notes)
+
+
+def test_a_dropout_left_training_beside_int8_linears_is_still_noted(tiny, inputs):
+    ports, reference = _ports(), SimpleNamespace(model=tiny, config=tiny.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        port = ports.correct(reference)
+        port.left_on = torch.nn.Dropout(0.1)  # never called: the mode is all that is noted
+        port.left_on.train()
+        result = introspect.diff(tiny, port, inputs, nodes=False)
+    notes = [note for note in result.notes if "training mode" in note]
+    assert notes == ["the candidate had 1 module(s) in training mode (left_on) inside a model "
+                     "in eval mode; diff ran them in eval mode (dropout off) and put them back"]
+    assert port.left_on.training  # put back

@@ -17,6 +17,7 @@ from introspect.diff.flow.state import (
     compiled,
     copies,
     holds_script,
+    modes_that_count,
     training_modes,
     training_note,
 )
@@ -49,7 +50,10 @@ def build_candidate(state: DiffState) -> None:
     state.cand_tensors = copies(devices.to_device(state.tensors,
                                                   state.placement.candidate_device))
     state.modes["candidate"] = training_modes(state.candidate)
-    state.notes = [training_note(side, training) for side, training in state.modes.items()
+    models = {"reference": state.original_reference, "candidate": state.candidate}
+    counted = {side: modes_that_count(models[side], training)
+               for side, training in state.modes.items()}
+    state.notes = [training_note(side, training) for side, training in counted.items()
                    if any(training.values())]
     set_mode(state.candidate, False)
     state.candidate_dtypes = sorted(model_dtypes(state.candidate))  # qint8: int8 Linears

@@ -206,6 +206,19 @@ def restore_modes(model: torch.nn.Module, modes: Mapping[str, bool]) -> None:
         module.training = modes.get(name, module.training)
 
 
+def modes_that_count(model: torch.nn.Module, training: Mapping[str, bool]) -> dict[str, bool]:
+    """``training`` without torch's quantized modules, which are built for inference and
+    never read the flag: ``quantize_dynamic`` makes its Linears (and their packed
+    parameters) in training mode inside a model in eval mode, which is no mode of the
+    port's (they are still run in eval mode and put back with the rest)."""
+    modules = dict(model.named_modules())
+    return {name: on for name, on in training.items()
+            if not type(modules.get(name)).__module__.startswith(_INFERENCE_ONLY)}
+
+
+_INFERENCE_ONLY = ("torch.ao.nn.quantized.", "torch.nn.quantized.")
+
+
 def training_note(side: str, training: Mapping[str, bool]) -> str:
     """Which modules were in training mode (the whole model, or some of its parts)."""
     if training.get(""):
@@ -218,4 +231,4 @@ def training_note(side: str, training: Mapping[str, bool]) -> str:
 
 
 __all__ = ["DiffState", "compiled", "copies", "holds_script", "restore_modes",
-           "tensors_of", "training_modes", "training_note"]
+           "modes_that_count", "tensors_of", "training_modes", "training_note"]
