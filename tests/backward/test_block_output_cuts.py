@@ -47,3 +47,7 @@ def test_a_block_cutting_or_scaling_its_output_gradient_is_named(gpt2, fault, wo
     assert d.layer == "h.0" and d.candidate_module.startswith("h.0"), d
     assert result.first_divergence.layer == "h.0"
     assert any(words in hint for hint in d.hints), d.hints
+    # no row was over its budget (the gradient changed between aligned ops): no note may
+    # count "0 gradient(s) over the default budget" (probe round n)
+    assert not any(note.startswith("0 ") for note in result.backward.notes), \
+        result.backward.notes

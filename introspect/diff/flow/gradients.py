@@ -377,11 +377,16 @@ def _recorded_against_noise(state: DiffState, failing: Any) -> Any:
         reference_gradients=state.ref_gradients, loss_inputs=state.loss_inputs, noise=noise)
     failed = sum(r.status == STATUS_FAIL for r in failing.rows) + \
         sum(r.status == STATUS_FAIL for r in failing.parameter_rows)
-    again.notes.append(
-        f"{failed} gradient(s) were over the default budget (atol x the gradient's "
-        "magnitude); " + ("each is within" if again.passed else "judged again against") +
-        " the reference's own rounding noise, measured in float64, each budget at least "
-        f"{state.tolerance.noise_factor:g}x it")
+    noise_said = (" the reference's own rounding noise, measured in float64, each budget at "
+                  f"least {state.tolerance.noise_factor:g}x it")
+    if failed:
+        again.notes.append(
+            f"{failed} gradient(s) were over the default budget (atol x the gradient's "
+            "magnitude); " + ("each is within" if again.passed else "judged again against")
+            + noise_said)
+    else:  # (failed between its rows: a gradient changed between aligned ops)
+        again.notes.append("the backward was judged again against" + noise_said
+                           + ("" if again.passed else ", and fails there too"))
     return again
 
 
