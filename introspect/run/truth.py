@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
 
 from introspect.errors import InputError
 from introspect.run.outputs import flatten_outputs
+from introspect.run.worker_errors import said, worker_errors
 
 _T = TypeVar("_T")
 
@@ -147,7 +148,7 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         then = backward if number == 0 else None  # (the first call has autograd on)
         in_threads: list[Any] = []
         try:
-            with _worker_errors(in_threads) if mode == INFERENCE_MODE else \
+            with worker_errors(in_threads) if mode == INFERENCE_MODE else \
                     contextlib.nullcontext():
                 copies, returned = _plain_call(model, inputs, keywords, mode,
                                                lean and mode == AUTOGRAD and then is None)
@@ -156,7 +157,7 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
             cause = " ".join(str(e).split())
             if mode == INFERENCE_MODE and calls:  # the others ran: said, not refused
                 raised = "; in a worker thread: ".join(
-                    [f"{type(e).__name__}: {cause}", *map(_said, in_threads[:1])])
+                    [f"{type(e).__name__}: {cause}", *map(said, in_threads[:1])])
                 continue
             raise InputError(f"{type(model).__name__} could not run on the inputs: "
                              f"{type(e).__name__}: {cause}") from e
@@ -168,25 +169,6 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         changed = [name for name in inputs if not identical(inputs[name], copies[name])]
         calls.append(TruthCall(mode == AUTOGRAD, outputs, changed, mode))
     return Truth(calls, raised)
-
-
-@contextlib.contextmanager
-def _worker_errors(found: list[Any]) -> Iterator[None]:
-    """What a worker thread raised during a call, kept rather than printed: where the call
-    then fails (inference mode is per thread: a worker computes with autograd on, on
-    inference tensors), the thread's error is its cause, and the port's own traceback
-    would be the only thing on the terminal."""
-    before = threading.excepthook
-    threading.excepthook = found.append
-    try:
-        yield
-    finally:
-        threading.excepthook = before
-
-
-def _said(error: Any) -> str:
-    """A worker thread's error (``threading.ExceptHookArgs``) in one line."""
-    return f"{error.exc_type.__name__}: {' '.join(str(error.exc_value).split())}"
 
 
 def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],

@@ -63,6 +63,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.node import map_aggregate
 
 from introspect.errors import TraceError
+from introspect.run.worker_errors import said, worker_errors
 from introspect.tracing import cache as trace_cache
 from introspect.tracing import replay as layer_replay
 from introspect.tracing.fx_module import build_graph_module
@@ -377,15 +378,20 @@ class MetaTracer(torch.fx.Tracer):
     # -- entry point ------------------------------------------------------------------------
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
+        in_threads: list[Any] = []
         with TRACE_LOCK, _patches_restored(), factories_take_traced_sizes(), \
-                _fake_tensor_log_quiet():
+                _fake_tensor_log_quiet(), worker_errors(in_threads):
             self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             try:
-                return super().trace(root, concrete_args)
+                graph = super().trace(root, concrete_args)
             finally:
                 self._fake_mode = None
                 self._layers.clear()  # records hold the user's modules; drop them
                 self._names = None
+        if in_threads:  # the graph lacks what they computed (and they were not printed)
+            raise TraceError(f"a worker thread of the model failed while it was traced "
+                             f"({said(in_threads[0])})")
+        return graph
 
 
 @contextlib.contextmanager
