@@ -36,3 +36,9 @@ def test_a_weight_trained_otherwise_fails_the_backward(tiny, build, nodes):
     assert divergence.parameter == "encoder.layer.1.intermediate.dense.weight", divergence
     assert divergence.layer == "encoder.layer.1", divergence
     assert any(FAULTY[build] in h for h in divergence.hints), divergence.hints
+    # the recorded backward compared no gradient of a weight no recorded op reads with
+    # one: it agreeing says nothing of calls (probe round n: "its backward changes from
+    # call to call", of a port whose backward is the same every call)
+    assert not any("its backward changes from call to call" in n
+                   for n in result.backward.notes), \
+        result.backward.notes

@@ -176,19 +176,7 @@ def _compare_gradients(state: DiffState) -> None:
         own.failing = _own_against_noise(state)
     if own is not None and own.failing is not None and not own.failing.passed and overrules:
         recorded, state.gradients = state.gradients, own.failing
-        verdict = "within budget" if recorded.passed else "some over budget"
-        state.gradients.notes.append(
-            "the candidate's own backward is over budget on weights paired by proof, which "
-            "its recording was blind to: it was handed values computed outside it (a "
-            f"worker thread, NumPy; the {len(recorded.rows)} node gradients it saw: "
-            f"{verdict})" if hole else
-            # the own backward of the first call proved weights over budget; the recorded
-            # one, a later call, agrees: a backward that changes from call to call, and
-            # the proof stands (the user's first step trains otherwise)
-            "the candidate's own backward of its first plain call is over budget on "
-            f"weights paired by proof, while its recorded backward, a later call, agrees "
-            f"({len(recorded.rows)} node gradients within budget): its backward changes "
-            "from call to call")
+        state.gradients.notes.append(_why_the_recording_agreed(recorded, own.failing, hole))
     elif not state.gradients.passed and state.truths:
         if own is None and not state.changes_between_calls():  # (node tables asked for:
             # the plain calls took no own backward; one more call of a candidate that
@@ -197,6 +185,43 @@ def _compare_gradients(state: DiffState) -> None:
             # nothing here: the recorded FAIL stands as it is)
         if own is not None and own.failing is not None:
             _name_where_parted(state, own.failing.first_divergence)
+
+
+def _why_the_recording_agreed(recorded: Any, own: Any, hole: bool) -> str:
+    """Why the recorded backward passed where the user's own backward proved weights over
+    budget: blind where it was handed values computed outside it (``hole``); blind to a
+    weight held untrained (it takes its own gradients of every weight it records) and to
+    one it compared no gradient of (read through ``.detach()``: no recorded op reads it
+    with one); else, having compared the weights within budget in a later call, a
+    backward that changes from call to call (the proof of the first call stands)."""
+    if hole:
+        verdict = "within budget" if recorded.passed else "some over budget"
+        return ("the candidate's own backward is over budget on weights paired by proof, "
+                "which its recording was blind to: it was handed values computed outside it "
+                f"(a worker thread, NumPy; the {len(recorded.rows)} node gradients it saw: "
+                f"{verdict})")
+    compared = {row.reference for row in recorded.parameter_rows
+                if row.max_abs_err is not None}
+    over = [row for row in own.parameter_rows if row.status == STATUS_FAIL]
+    held = [row.reference for row in over if row.relation == "held untrained"]
+    unseen = [row.reference for row in over
+              if row.reference not in held and row.reference not in compared]
+    if len(held) + len(unseen) < len(over):
+        return ("the candidate's own backward of its first plain call is over budget on "
+                "weights paired by proof, while its recorded backward, a later call, agrees "
+                f"({len(recorded.rows)} node gradients within budget): its backward changes "
+                "from call to call")
+    if unseen:
+        return (f"the candidate's recorded backward compared no gradient of "
+                f"{_some(unseen)}, which its own backward proves over budget: no recorded op "
+                "reads that weight with a gradient (read through .detach() or .data, or its "
+                "gradient cut)")
+    return (f"the candidate's recorded backward takes its own gradient of {_some(held)}, "
+            "which the port holds untrained: only its own backward shows that")
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
 def _own_late_or_none(state: DiffState) -> Any:
