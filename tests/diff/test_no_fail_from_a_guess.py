@@ -214,3 +214,23 @@ def test_a_failing_module_confirms_the_guesses_inside_it_only():
                             {"h.1"})
     assert [r.status for r in rows] == [STATUS_FAIL, STATUS_UNCONFIRMED, STATUS_UNCONFIRMED]
     assert rows[0].note == "confirmed by module evidence: its module fails on its own"
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+@pytest.mark.parametrize("fault", [None, "gelu_backward_tanh"], ids=["correct", "faulty"])
+def test_a_gelu_function_inside_a_checkpoint_gets_its_verdict(reentrant, fault):
+    """The GELU an ``autograd.Function`` with its derivative by hand, inside a checkpoint
+    (probe round n): exact, it passes; with the tanh approximation's derivative, it fails
+    in its layer, and no hint says the layer's output got no gradient (its weights'
+    gradients are the reference's: the hint once said "its output gets no gradient")."""
+    reference, inputs = _bert_tiny()
+    candidate = bert_checkpointed.build(reference, reentrant, fault or "gelu_function",
+                                        layer=1)
+    result = introspect.diff(reference, candidate, inputs, backward=True)
+    if fault is None:
+        assert result.passed, result.summary()
+        return
+    assert not result.passed and result.failed_in == "backward", result.summary()
+    d = result.first_divergence
+    assert d is not None and d.layer == "encoder.layer.1", d
+    assert not any("gets no gradient" in h for h in d.hints), d.hints

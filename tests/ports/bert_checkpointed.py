@@ -10,7 +10,10 @@ weights load as they are (``load_state_dict``).
 ``build(reference, reentrant=True, fault=None, layer=1)``; faults, in layer ``layer``'s
 checkpointed region: ``gelu_tanh_big`` (the intermediate activation ``tanh`` instead of
 GELU, seen in forward and backward), ``grad_scaled`` (the intermediate output's gradient
-scaled by 3 through a hook of the region: the forward holds, the backward does not).
+scaled by 3 through a hook of the region: the forward holds, the backward does not),
+``gelu_backward_tanh`` (the GELU an ``autograd.Function`` whose forward is exact and whose
+backward is the tanh approximation's derivative). ``gelu_function``: that Function with
+the exact derivative, a correct port.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-FAULTS = ("gelu_tanh_big", "grad_scaled")
+FAULTS = ("gelu_tanh_big", "grad_scaled", "gelu_backward_tanh")
 
 
 class SelfAttention(nn.Module):
@@ -61,6 +64,28 @@ class Attention(nn.Module):
         return self.output(self.self(x, bias), x)
 
 
+class _Gelu(torch.autograd.Function):
+    """GELU with its derivative written by hand (``tanh``: the tanh approximation's)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, tanh: bool) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.tanh = tanh
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (x,) = ctx.saved_tensors
+        if ctx.tanh:
+            c = math.sqrt(2.0 / math.pi)
+            t = torch.tanh(c * (x + 0.044715 * x ** 3))
+            slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+        else:
+            slope = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))) \
+                + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        return grad * slope, None
+
+
 class Intermediate(nn.Module):
     def __init__(self, H: int, inner: int) -> None:
         super().__init__()
@@ -71,6 +96,8 @@ class Intermediate(nn.Module):
         h = self.dense(x)
         if self.fault == "gelu_tanh_big":
             return torch.tanh(h)
+        if self.fault in ("gelu_backward_tanh", "gelu_function"):
+            return _Gelu.apply(h, self.fault == "gelu_backward_tanh")
         out = F.gelu(h)
         if self.fault == "grad_scaled" and out.requires_grad:
             out.register_hook(lambda g: g * 3.0)
@@ -150,7 +177,7 @@ class CheckpointedBert(nn.Module):
 def build(reference: nn.Module, reentrant: bool = True, fault: str | None = None,
           layer: int = 1) -> nn.Module:
     """The port holding an HF ``BertModel``'s weights, ``fault`` in layer ``layer``."""
-    if fault is not None and fault not in FAULTS:
+    if fault is not None and fault not in (*FAULTS, "gelu_function"):
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
     model = CheckpointedBert(reference.config, reentrant)
     state = {k: v for k, v in reference.state_dict().items() if "position_ids" not in k

@@ -103,10 +103,24 @@ def _say_what_switched_autograd_off(state: DiffState) -> None:
     if found is None or not grad_off or not found.candidate_module \
             or not any(CUT in hint for hint in found.hints):
         return
+    if _layer_trains_as_the_references(state, found.layer):
+        return  # (its output got a gradient after all: a region whose input needs one)
     hint = autograd_off_hint(found.candidate_module, grad_off)
     if hint is not None:
         state.gradients.first_divergence = dataclasses.replace(
             found, hints=(*found.hints, hint))
+
+
+def _layer_trains_as_the_references(state: DiffState, layer: str) -> bool:
+    """Whether the weights of the reference's ``layer`` have gradients, each within budget:
+    a region the candidate ran with autograd off there was handed a gradient anyway (a
+    reentrant checkpoint whose input requires one), so its output was not cut."""
+    from introspect.diff.modules.evidence import ReferenceLayers
+
+    layers = ReferenceLayers.of(state.original_reference)
+    rows = [row for row in state.gradients.parameter_rows
+            if layers.of_module(row.reference.rpartition(".")[0]) == layer]
+    return bool(rows) and all(row.status != STATUS_FAIL for row in rows)
 
 
 def _compare_gradients(state: DiffState) -> None:
