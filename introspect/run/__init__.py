@@ -17,6 +17,6 @@ explain a verdict; they are held to reproduce the truth outputs bit for bit.
   taken by global hooks that do not change the path, for module evidence (tier 2);
 - ``reference``: the reference called once more at the end, to prove the candidate's code
   left what it computes unchanged.
-- ``worker_errors``: what a model's worker threads raise while it is called or traced,
-  kept rather than printed.
+- ``quiet``: what introspect's own calls of a model would print beside a verdict, kept
+  quiet: what its worker threads raise, and reentrant checkpoints' warning.
 """

@@ -33,7 +33,7 @@ import torch
 
 from introspect.errors import InputError
 from introspect.run.outputs import flatten_outputs
-from introspect.run.worker_errors import said, worker_errors
+from introspect.run.quiet import checkpoint_warning_quiet, said, worker_errors
 
 _T = TypeVar("_T")
 
@@ -181,8 +181,9 @@ def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         copies = {name: tensor.clone() for name, tensor in inputs.items()}
         return copies, model(**copies, **(keywords or {}))
 
-    with mode_context(mode):
+    with mode_context(mode), checkpoint_warning_quiet():
         return keeping_nothing(call) if lean else call()
+
 
 
 class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
@@ -217,15 +218,17 @@ def keeping_nothing(run: Callable[[], _T]) -> _T:
     it returned. A run that reads what it saved (a backward inside its forward) runs again
     with it kept: ``run`` makes its own copies of what it is given, each time."""
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-        return run()
+        with checkpoint_warning_quiet():
+            return run()
     nothing_saved = _NothingSaved()
     try:
-        with nothing_saved:
+        with nothing_saved, checkpoint_warning_quiet():
             return run()
     except Exception:
         if not nothing_saved.read:
             raise
-    return run()
+    with checkpoint_warning_quiet():
+        return run()
 
 
 def mode_context(mode: str) -> Any:

@@ -63,7 +63,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.node import map_aggregate
 
 from introspect.errors import TraceError
-from introspect.run.worker_errors import said, worker_errors
+from introspect.run.quiet import checkpoint_warning_quiet, said, worker_errors
 from introspect.tracing import cache as trace_cache
 from introspect.tracing import replay as layer_replay
 from introspect.tracing.fx_module import build_graph_module
@@ -380,7 +380,8 @@ class MetaTracer(torch.fx.Tracer):
         # A fresh mode per trace: FakeTensors of one trace must not leak into the next.
         in_threads: list[Any] = []
         with TRACE_LOCK, _patches_restored(), factories_take_traced_sizes(), \
-                _fake_tensor_log_quiet(), worker_errors(in_threads):
+                _fake_tensor_log_quiet(), worker_errors(in_threads), \
+                checkpoint_warning_quiet():
             self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             try:
                 graph = super().trace(root, concrete_args)

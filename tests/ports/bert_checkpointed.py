@@ -140,10 +140,11 @@ class Encoder(nn.Module):
             Layer(config.hidden_size, config.num_attention_heads, config.intermediate_size,
                   config.layer_norm_eps) for _ in range(config.num_hidden_layers))
         self.reentrant = reentrant
+        self.always = False  # checkpointed under no_grad too (``build(always=True)``)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         for layer in self.layer:
-            if torch.is_grad_enabled():  # training: recompute each layer in the backward
+            if torch.is_grad_enabled() or self.always:  # training: recompute each layer
                 x = checkpoint(layer, x, bias, use_reentrant=self.reentrant)
             else:
                 x = layer(x, bias)
@@ -175,8 +176,9 @@ class CheckpointedBert(nn.Module):
 
 
 def build(reference: nn.Module, reentrant: bool = True, fault: str | None = None,
-          layer: int = 1) -> nn.Module:
-    """The port holding an HF ``BertModel``'s weights, ``fault`` in layer ``layer``."""
+          layer: int = 1, always: bool = False) -> nn.Module:
+    """The port holding an HF ``BertModel``'s weights, ``fault`` in layer ``layer``;
+    ``always``: its layers checkpointed under ``no_grad`` too, as some training code does."""
     if fault is not None and fault not in (*FAULTS, "gelu_function"):
         raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
     model = CheckpointedBert(reference.config, reentrant)
@@ -185,4 +187,5 @@ def build(reference: nn.Module, reentrant: bool = True, fault: str | None = None
     model.load_state_dict(state)
     if fault is not None:
         model.encoder.layer[layer].intermediate.fault = fault
+    model.encoder.always = always
     return model.eval()
