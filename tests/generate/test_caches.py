@@ -80,3 +80,29 @@ def test_cache_forms_are_read():
     cache.update(k + 1, v, 1)
     assert torch.equal(cache_layers(cache)[1][0], k + 1)
     assert cache_layers(None) is None and cache_layers("nothing") is None
+
+
+def test_one_object_holding_every_layer_in_lists_is_read():
+    """A static cache as ports write it (probe round n): one object, ``k_cache`` a list of
+    each layer's preallocated keys; it was "no keys and values introspect can read"."""
+    k, v = torch.ones(1, 2, 8, 4), torch.zeros(1, 2, 8, 4)
+
+    class StaticCache:
+        def __init__(self) -> None:
+            self.k_cache = [k, k + 1, k + 2]
+            self.v_cache = [v, v, v]
+            self.length = 5
+
+    layers = cache_layers(StaticCache())
+    assert layers is not None and len(layers) == 3
+    assert torch.equal(layers[2][0], k + 2) and layers[0][1] is v
+
+
+def test_a_layers_keys_values_and_length_are_read():
+    """``(k, v, length)`` per layer (probe round n): the two tensors are the pair."""
+    k, v = torch.ones(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)
+    layers = cache_layers([(k, v, 3), (k, v, 3)])
+    assert layers is not None and [p[0] is k for p in layers] == [True, True]
+    # two tensors of other shapes, or a third tensor, are no layer's pair
+    assert cache_layers([(k, v[..., :2], 3)]) is None
+    assert cache_layers([(k, v, k)]) is None

@@ -65,6 +65,18 @@ def test_cache_layouts_are_read_by_value(gpt2, llama):
                                      f"32 ({n} filled)" for n in (5, 6)}
 
 
+def test_one_object_holding_every_layers_cache_in_lists_is_compared(gpt2):
+    """Probe round n: a static cache as one object whose ``k_cache``/``v_cache`` are lists
+    of each layer's tensors went uncompared ("caches not compared")."""
+    result = _generate(gpt2, gpt2_concat.GPT2(gpt2, static=True), 3)
+    assert result.passed, result.summary()
+    assert not any(note.startswith("caches not compared") for note in result.notes)
+    caches = result.caches
+    assert len(caches) and caches["passed"].all()
+    assert set(caches["layout"]) == {"permute (0, 2, 1, 3), sequence axis pre-allocated to "
+                                     f"64 ({n} filled)" for n in (5, 6, 7)}
+
+
 # (bug, step, where the step first diverges, text of the hint; None: no hint expected)
 GPT2_BUGS = [
     ("positions-off-by-one", 1, "transformer.wpe",

@@ -50,6 +50,9 @@ def _layers(cache: Any, depth: int) -> list[tuple[torch.Tensor, torch.Tensor]] |
     own = _pair(cache)
     if own is not None:  # one layer's pair, or an object holding one
         return [own]
+    listed = _listed_pairs(cache)
+    if listed is not None:  # one object holding every layer's keys in a list
+        return listed
     items: Any = None
     if isinstance(cache, (tuple, list)):
         items = cache
@@ -72,11 +75,29 @@ def _layers(cache: Any, depth: int) -> list[tuple[torch.Tensor, torch.Tensor]] |
     return found or None
 
 
+def _listed_pairs(item: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Every layer's (keys, values) where one object holds them as two lists of tensors
+    (``self.k_cache = [torch.zeros(...) for _ in range(layers)]``, a static cache)."""
+    for keys_name, values_name in _PAIRS:
+        keys = getattr(item, keys_name, None)
+        values = getattr(item, values_name, None)
+        if isinstance(keys, (tuple, list)) and isinstance(values, (tuple, list)) \
+                and len(keys) == len(values) and keys \
+                and all(isinstance(t, torch.Tensor) for t in (*keys, *values)):
+            return list(zip(keys, values, strict=True))
+    return None
+
+
 def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A layer's (keys, values): a pair of tensors, or an object with k/v attributes."""
+    """A layer's (keys, values): a pair of tensors (beside other fields: a tuple
+    ``(k, v, length)``), or an object with k/v attributes."""
     if isinstance(item, (tuple, list)) and len(item) == 2 \
             and all(isinstance(t, torch.Tensor) for t in item):
         return item[0], item[1]
+    if isinstance(item, (tuple, list)) and len(item) == 3 \
+            and all(isinstance(t, torch.Tensor) for t in item[:2]) \
+            and not isinstance(item[2], torch.Tensor) and item[0].shape == item[1].shape:
+        return item[0], item[1]  # (beside its length)
     for keys_name, values_name in _PAIRS:
         keys = getattr(item, keys_name, None)
         values = getattr(item, values_name, None)
