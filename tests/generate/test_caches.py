@@ -106,3 +106,20 @@ def test_a_layers_keys_values_and_length_are_read():
     # two tensors of other shapes, or a third tensor, are no layer's pair
     assert cache_layers([(k, v[..., :2], 3)]) is None
     assert cache_layers([(k, v, k)]) is None
+
+
+def test_one_pair_of_tensors_with_the_layers_first_is_read_per_layer():
+    """``self.k = torch.zeros(layers, B, S_max, nh, hd)`` (probe round n): read as one
+    layer's keys, it matched the reference's in no layout ("18 cached tensors in no
+    layout", "keys before their rotation" said of a GPT-2)."""
+    k, v = torch.randn(3, 1, 16, 2, 4), torch.randn(3, 1, 16, 2, 4)
+
+    class Preallocated:
+        def __init__(self) -> None:
+            self.k, self.v, self.pos = k, v, 5
+
+    layers = cache_layers(Preallocated())
+    assert layers is not None and len(layers) == 3
+    assert torch.equal(layers[1][0], k[1]) and torch.equal(layers[2][1], v[2])
+    # a layer's own five-dimensional keys, in a list of layers, stay whole
+    assert cache_layers([Preallocated(), Preallocated()])[0][0] is k

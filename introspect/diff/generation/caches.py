@@ -3,10 +3,12 @@
 A cache is whatever a model returns and wants back (``DecodingModel`` in ``loop``): HF's
 ``Cache`` classes (``.layers[i].keys``), the legacy tuple of ``(keys, values)`` per layer,
 a list of a port's own objects or modules holding ``k_cache``/``v_cache`` (or ``cache_k``,
-``keys``, ``k``, ...). Its layout is never assumed: the candidate's tensor is read as the
-reference's by value, under every permutation of its axes, its heads merged or repeated
-for grouped-query attention, and its sequence axis pre-allocated longer than what is
-filled (a static cache): the layout with the smallest error over the filled positions.
+``keys``, ``k``, ...), one object holding each layer's in two lists, or in two tensors with
+the layers first, ``(L, B, S, nh, hd)``. Its layout is never assumed: the candidate's
+tensor is read as the reference's by value, under every permutation of its axes, its heads
+merged or repeated for grouped-query attention, and its sequence axis pre-allocated longer
+than what is filled (a static cache): the layout with the smallest error over the filled
+positions.
 
 Example::
 
@@ -48,6 +50,11 @@ def _layers(cache: Any, depth: int) -> list[tuple[torch.Tensor, torch.Tensor]] |
         return [p for p in pairs if p is not None] if all(p is not None for p in pairs) \
             else None
     own = _pair(cache)
+    if own is not None and depth == 0 and own[0].dim() == 5 and own[0].shape[0] > 1 \
+            and own[0].shape[0] == own[1].shape[0]:
+        # the whole cache one pair of tensors with a layer axis first ((L, B, S, nh, hd)
+        # pre-allocated): each layer's pair is a slice of it
+        return [(own[0][i], own[1][i]) for i in range(own[0].shape[0])]
     if own is not None:  # one layer's pair, or an object holding one
         return [own]
     listed = _listed_pairs(cache)
