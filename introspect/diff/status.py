@@ -52,13 +52,17 @@ class _Rows(Protocol):
 
 def layer_statuses(result: _Rows) -> list[str]:
     """The status word of each of ``result.layer_rows``: FAIL where a node's local error is
-    over budget, drift where none is but the layer's output error is, n/a where no node was
-    compared, pass otherwise."""
+    over budget, unconfirmed where none is but an unconfirmed node's is (a layer holding the
+    same fault as a failing one, whose pair is a guess, read "pass"), drift where the
+    layer's output error is, n/a where no node was compared, pass otherwise."""
     drifting = {r.reference_node for r in result.rows if r.status == STATUS_DRIFT}
+    unconfirmed = {r.layer for r in result.rows if r.status == STATUS_UNCONFIRMED}
     words = []
     for layer in result.layer_rows:
         if layer.failing or not layer.passed:
             words.append(WORD_FAIL)
+        elif layer.layer in unconfirmed:
+            words.append(WORD_UNCONFIRMED)
         elif not layer.nodes:
             words.append(WORD_NA)
         elif layer.output_node in drifting:

@@ -203,7 +203,8 @@ def test_pipe_width_follows_columns(monkeypatch):
 
 
 def test_layer_status_words():
-    """pass only where something was compared; drift where only the output is over budget."""
+    """pass only where something was compared; drift where only the output is over budget;
+    unconfirmed where a node's guessed pair is over budget."""
     from types import SimpleNamespace
 
     from introspect.diff.records import LayerDiff
@@ -214,10 +215,14 @@ def test_layer_status_words():
 
     result = SimpleNamespace(
         layer_rows=[layer("mask", 0, 0), layer("a", 3, 1, "a_out"), layer("b", 3, 0, "b_out"),
-                    layer("c", 3, 0, "c_out")],
-        rows=[SimpleNamespace(reference_node="b_out", status="drift"),
-              SimpleNamespace(reference_node="c_out", status="ok")])
-    assert layer_statuses(result) == ["n/a", "FAIL", "drift", "pass"]
+                    layer("c", 3, 0, "c_out"), layer("d", 3, 0, "d_out")],
+        rows=[SimpleNamespace(reference_node="b_out", status="drift", layer="b"),
+              SimpleNamespace(reference_node="c_out", status="ok", layer="c"),
+              # a node over budget on a guessed pair: its layer is no "pass" (probe round
+              # n: a generation step's second layer with the first one's fault read pass)
+              SimpleNamespace(reference_node="d_act", status="unconfirmed", layer="d"),
+              SimpleNamespace(reference_node="d_out", status="ok", layer="d")])
+    assert layer_statuses(result) == ["n/a", "FAIL", "drift", "pass", "unconfirmed"]
     assert "unconfirmed" not in status_legend(["pass"])
     assert "unconfirmed: " in status_legend(["unconfirmed"])
 
