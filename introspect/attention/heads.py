@@ -251,8 +251,13 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
         for e, value, _ in plan[0]:  # the pairing is right where no error has built up yet
             own = first_own[e.name].float()
             if not _close(own, value.float()):
-                return None, ("the candidate's inputs to layer 0's attention differ from the "
-                              "reference's")
+                # (not "they differ": a port whose block is one module enters it before
+                # its norm, and is the reference's there; probe round o)
+                where = _module_of(attention_nodes(cand_gm.graph)[0]) or "the model itself"
+                return None, (f"what enters the candidate's {where}, which holds layer 0's "
+                              "attention, is not the reference's input to that attention "
+                              "(a module holding more than the attention, a norm before it, "
+                              "or inputs that differ)")
         with torch.no_grad():
             per_layer = _substituted_run(cand_gm, plan, cand_taken)
     finally:

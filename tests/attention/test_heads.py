@@ -227,3 +227,24 @@ def test_a_port_that_cannot_take_the_references_inputs_gets_a_note_not_torchs_wo
     assert not parity.local
     assert parity.note == ("the reference's inputs could not be put in the candidate's "
                            "layers (RuntimeError)")
+
+
+def test_a_block_holding_its_attention_is_not_said_to_differ():
+    """A GPT-2 port whose blocks are one module each (probe round o): what enters the
+    module holding layer 0's attention is the block's input, before its norm, and the
+    port agrees with the reference there. The reason said "the candidate's inputs to
+    layer 0's attention differ from the reference's", which is untrue."""
+    from introspect.attention.heads import local_probabilities
+    from tests.fixtures.families import perturb_vectors, tiny_model
+    from tests.ports import gpt2_flat_blocks
+
+    reference = perturb_vectors(tiny_model("gpt2", head="causal-lm"), scale=0.1)
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(5, 100, (2, 7), generator=generator)}
+    candidate = gpt2_flat_blocks.build(reference)
+    with torch.no_grad():
+        assert torch.allclose(reference(**inputs).logits, candidate(**inputs), atol=1e-5)
+    probabilities, why = local_probabilities(reference, candidate, inputs)
+    assert probabilities is None
+    assert "blocks.0, which holds layer 0's attention" in why, why
+    assert "differ from the reference's" not in why
