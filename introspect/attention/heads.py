@@ -251,19 +251,36 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
         for e, value, _ in plan[0]:  # the pairing is right where no error has built up yet
             own = first_own[e.name].float()
             if not _close(own, value.float()):
-                # (not "they differ": a port whose block is one module enters it before
-                # its norm, and is the reference's there; probe round o)
-                where = _module_of(attention_nodes(cand_gm.graph)[0]) or "the model itself"
-                return None, (f"what enters the candidate's {where}, which holds layer 0's "
-                              "attention, is not the reference's input to that attention "
-                              "(a module holding more than the attention, a norm before it, "
-                              "or inputs that differ)")
+                return None, _why_layer_0_differs(ref_gm, ref_taken, cand_gm, own)
         with torch.no_grad():
             per_layer = _substituted_run(cand_gm, plan, cand_taken)
     finally:
         set_mode(reference, modes[0])
         set_mode(candidate, modes[1])
     return torch.stack([p.float() for p in per_layer]), ""
+
+
+def _why_layer_0_differs(ref_gm: torch.fx.GraphModule, ref_taken: Mapping[str, torch.Tensor],
+                         cand_gm: torch.fx.GraphModule, own: torch.Tensor) -> str:
+    """Why the reference's inputs cannot be put in the candidate's layer 0: they differ,
+    or what enters the module holding the candidate's attention is another of the
+    reference's values (a block that is one module is entered before its norm: probe
+    round o, where "they differ" was untrue)."""
+    first = attention_nodes(ref_gm.graph)[0]
+    before = []
+    for node in ref_gm.graph.nodes:
+        if node is first:
+            break
+        if _is_activation(node) and _meta_shape(node) == tuple(own.shape):
+            before.append(node)
+    values = _values(ref_gm, before, ref_taken) if before else {}
+    same = next((n for n in reversed(before) if _close(own, values[n.name].float())), None)
+    if same is None:
+        return "the candidate's inputs to layer 0's attention differ from the reference's"
+    where = _module_of(attention_nodes(cand_gm.graph)[0]) or "the model itself"
+    return (f"what enters the candidate's {where}, which holds layer 0's attention, is the "
+            f"reference's {same.name}, not its input to that attention: the module holds "
+            "more than the attention (a norm before it)")
 
 
 def _layer_inputs(node: torch.fx.Node) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
