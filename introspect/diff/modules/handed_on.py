@@ -16,8 +16,8 @@ of its mean magnitude (a slip moves every element alike; rounding moves each by 
 fraction of one).
 
 Only where it is proven: both modules paired by the weights they own, in the first plain
-call (autograd on), the first finished before the second started, neither called in a
-worker thread or under vmap, neither value edited in place since, the same shape. Where
+call (autograd on), the first finished before the second started (in any thread), neither
+called under vmap, neither value edited in place since, the same shape. Where
 several of the candidate's calls stand for the value handed, the one nearest to what was
 taken is held to it.
 """
@@ -125,7 +125,10 @@ def handed_on(pairs: Sequence[ModulePair], attention_mask: torch.Tensor | None,
 
 def _proven(pair: ModulePair) -> bool:
     call = pair.call
-    return pair.by == "weights" and call.mode == AUTOGRAD and not call.thread \
+    # (a call in a worker thread too: the capture numbers every thread's calls on one
+    # count as they start and finish, and the value taken is held to what was given; a
+    # model's loop run in a thread, scaling a layer's output there, passed: probe round o)
+    return pair.by == "weights" and call.mode == AUTOGRAD \
         and call.batched is None and call.started >= 0
 
 
