@@ -54,3 +54,18 @@ def test_other_weights_are_still_refused_their_pairs(tiny):
     assert not result.passed
     assert result.nodes.empty or (result.nodes["candidate_node"] == "").all()
     assert any("another model or size" in note for note in result.notes), result.notes
+
+
+def test_a_forward_all_in_a_worker_thread_is_not_called_another_model(tiny):
+    """The recording saw none of the port's weights (all read in the thread): not "another
+    model or size, or not loaded from the reference?" (probe round o)."""
+    import introspect
+
+    reference, inputs = tiny
+    result = introspect.diff(reference.model,
+                             port("thread_attention.py").correct_all_in_thread(reference),
+                             inputs)
+    assert result.passed, result.summary()
+    said = [n for n in result.notes if n.startswith("no node-level explanation")]
+    assert said and "saw none of its weights" in said[0], result.notes
+    assert not any("another model" in n for n in result.notes), result.notes

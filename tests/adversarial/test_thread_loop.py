@@ -29,3 +29,4 @@ def test_code_between_layers_in_a_worker_thread_is_judged(mini, build):
     assert any(row.status == STATUS_FAIL and row.note.startswith(
         "what code between modules hands on blocks.3 (args.0): it took what blocks.2 returned")
         for row in result.module_evidence.rows), result.module_evidence.rows
+

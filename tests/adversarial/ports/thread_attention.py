@@ -9,7 +9,10 @@ was thrown away ("another model or size?"), leaving the outputs alone to judge.
 
 - ``correct``: BERT's arithmetic;
 - ``faulty``: layer 1's second LayerNorm with eps 1e-5 for 1e-12 (on the caller's thread;
-  the outputs move by less than their budget).
+  the outputs move by less than their budget);
+- ``correct_all_in_thread``: the whole forward in a worker thread: the recording sees none
+  of its weights (probe round o: it was told "another model or size, or not loaded from
+  the reference?").
 """
 
 from __future__ import annotations
@@ -101,3 +104,23 @@ def correct(reference: Any) -> ThreadedBert:
 
 def faulty(reference: Any) -> ThreadedBert:
     return ThreadedBert(reference, eps_slip=True).eval()
+
+
+class AllInThread(ThreadedBert):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        found: dict[str, Any] = {}
+        grad = torch.is_grad_enabled()
+
+        def whole() -> None:
+            with torch.set_grad_enabled(grad):
+                found.update(ThreadedBert.forward(self, input_ids, attention_mask,
+                                                  token_type_ids))
+
+        worker = threading.Thread(target=whole)
+        worker.start()
+        worker.join()
+        return found
+
+
+def correct_all_in_thread(reference: Any) -> AllInThread:
+    return AllInThread(reference).eval()

@@ -194,6 +194,10 @@ def _check_same_model(matcher: Matcher) -> str:
                 "weighted nodes, though the weights it saw are the reference's: it could not "
                 "follow the rest (another thread, NumPy, vmap?); there, module evidence and the "
                 "outputs judge")
+    if not cand_params:  # (not another model: none of its weights was read where seen)
+        raise InputError(
+            "the candidate's recording saw none of its weights: it reads them where the "
+            "recording does not reach (another thread, NumPy, vmap?)")
     ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
     raise InputError(
         f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
