@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch.fx.node import map_aggregate
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
 
 from introspect.tracing.calls import label_repeated_calls
 from introspect.tracing.records import (
@@ -39,10 +40,29 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)(?:encoder\.)?(?:layer|layers|h|blocks)\.(\d
 
 
 class ValueShapeProp(ShapeProp):
-    """ShapeProp that also keeps int / ``torch.Size`` results in ``node.meta["value"]``."""
+    """ShapeProp that also keeps int / ``torch.Size`` results in ``node.meta["value"]``.
+
+    A node that raises raises as it is, unprinted: ShapeProp's own ``run_node`` prints the
+    traceback before raising, and a replay that fails (a recording whose calls two worker
+    threads interleaved) falls back to what the plain calls prove, with a traceback on the
+    terminal beside a one-line error (probe round o). It is ShapeProp's bookkeeping
+    without that print, for the real values these run (no fake mode)."""
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
+        result = super(ShapeProp, self).run_node(n)  # (the next after ShapeProp: its run)
+        found = False
+
+        def metadata(value: Any) -> Any:
+            nonlocal found
+            if isinstance(value, torch.Tensor):
+                found = True
+                return _extract_tensor_metadata(value)
+            return value
+
+        meta = map_aggregate(result, metadata)
+        if found:
+            n.meta["tensor_meta"] = meta
+        n.meta["type"] = type(result)
         if _is_shape_value(result):
             n.meta["value"] = result
         return result

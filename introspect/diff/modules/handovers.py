@@ -20,8 +20,8 @@ budget smaller).
 Only the first plain call's submodule calls are held (autograd on: every one of its calls
 is judged, so each call's place among its module's calls inside the block is known), each
 by that place: where the run calls a module another number of times than the plain call
-did, nothing is said of it, nor of a module called more than once in a worker thread (the
-threads' race orders its calls).
+did, nothing is said of it, nor of a module called in a worker thread (the threads' race
+orders its calls).
 """
 
 from __future__ import annotations
@@ -67,12 +67,9 @@ class HandOvers:
         self.totals: dict[int, int] = {}
         for call in inside:
             self.totals[id(call.module)] = self.totals.get(id(call.module), 0) + 1
-        # a module called in a worker thread more than once: its calls' order is the
-        # threads' race, in the plain call and in the run alike, so no place tells which
-        # call is which (called once, its place is told: a stage of a loop run in a
-        # thread, whose glue code there was judged by nothing: probe round o)
-        threaded = {id(c.module) for c in inside
-                    if c.thread and self.totals[id(c.module)] > 1}
+        # a module called in a worker thread: its calls' order is the threads' race, in
+        # the plain call and in the run alike, so no place tells which call is which
+        threaded = {id(c.module) for c in inside if c.thread}
         self.expected: dict[int, list[HandOver]] = {}
         for child in children:
             call = child.call

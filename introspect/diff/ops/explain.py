@@ -180,11 +180,17 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
         rows = confirm_failures(rows, ref_graph, agreeing_outputs)
         return run, budgets, rows, measured_notes, rounding, unfaithful
 
-    run, budgets, rows, measured, rounding, unfaithful = measure(alignment)
-    better = pair_by_value(alignment, rows, ref_graph, cand_graph, ref_inputs, cand_inputs)
-    if better is not None:  # guessed pairs re-paired by value: measured again on them
-        alignment = better
+    try:
         run, budgets, rows, measured, rounding, unfaithful = measure(alignment)
+        better = pair_by_value(alignment, rows, ref_graph, cand_graph, ref_inputs, cand_inputs)
+        if better is not None:  # guessed pairs re-paired by value: measured again on them
+            alignment = better
+            run, budgets, rows, measured, rounding, unfaithful = measure(alignment)
+    except InputError as e:  # a recording its replay cannot run (module calls that two
+        # worker threads interleaved, probe round o): the plain calls ran, and decide
+        if raise_errors:
+            raise
+        return _unexplained(ref_graph, candidate, _one_line(e), replayed=True)
     notes += measured + alignment.notes
     if not any(r.status == STATUS_FAIL for r in rows):
         drift = find_drift(alignment, run, budgets,
@@ -228,11 +234,12 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
 
 
 def _unexplained(ref_graph: IntrospectGraph, candidate: torch.nn.Module,
-                 why: str) -> Explanation:
+                 why: str, replayed: bool = False) -> Explanation:
     kind = _kind(candidate)
-    note = (f"no node-level explanation: the candidate{kind} could not be recorded or "
-            f"aligned ({why}); the verdict comes from the two models' own calls, compared "
-            "output by output")
+    could_not = ": its recording could not be replayed" if replayed \
+        else " could not be recorded or aligned"
+    note = (f"no node-level explanation: the candidate{kind}{could_not} ({why}); the "
+            "verdict comes from the two models' own calls, compared output by output")
     tensor_nodes = sum(1 for r in ref_graph.records if r.kind != "shape")
     alignment = Alignment([], [], [], [], reference_tensor_nodes=max(tensor_nodes, 1))
     return Explanation([], alignment, None, None, None, None, [], [note], failure=why)

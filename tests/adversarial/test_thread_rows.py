@@ -1,0 +1,24 @@
+"""Batch rows through the encoder in two threads at once (``ports/thread_rows.py``, probe
+round o): the recording interleaves the two threads' module calls, and its replay failed.
+A correct port got exit 2 and a traceback; it gets its verdict now, on the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.adversarial.corpus import PORTS
+
+
+@pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1)])
+def test_rows_in_two_threads_get_a_verdict_without_a_traceback(build, code):
+    done = subprocess.run(
+        [sys.executable, "-m", "introspect", "diff", "--candidate",
+         f"{PORTS / 'thread_rows.py'}:{build}"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert done.returncode == code, done.stdout + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
