@@ -1,8 +1,6 @@
 """What introspect's own calls of a model would print, kept quiet: what its worker threads
 raise, and the warning reentrant checkpoints give a call that needs no gradient.
 
-What a model's worker threads raise while introspect runs it is kept rather than printed.
-
 A port that computes its heads in ``threading.Thread`` workers runs them inside every call
 introspect makes, its fx trace included. Python prints what such a thread raises with a
 full traceback (``threading.excepthook``) and the call goes on without it; the user would

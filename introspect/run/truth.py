@@ -185,7 +185,6 @@ def _plain_call(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         return keeping_nothing(call) if lean else call()
 
 
-
 class _NothingSaved(torch.autograd.graph.saved_tensors_hooks):
     """Autograd on, but what a backward would read is not kept.
 
@@ -217,17 +216,16 @@ def keeping_nothing(run: Callable[[], _T]) -> _T:
     never differentiated, and a whole model's run kept every activation of a forward until
     it returned. A run that reads what it saved (a backward inside its forward) runs again
     with it kept: ``run`` makes its own copies of what it is given, each time."""
-    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-        with checkpoint_warning_quiet():
-            return run()
-    nothing_saved = _NothingSaved()
-    try:
-        with nothing_saved, checkpoint_warning_quiet():
-            return run()
-    except Exception:
-        if not nothing_saved.read:
-            raise
     with checkpoint_warning_quiet():
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return run()
+        nothing_saved = _NothingSaved()
+        try:
+            with nothing_saved:
+                return run()
+        except Exception:
+            if not nothing_saved.read:
+                raise
         return run()
 
 

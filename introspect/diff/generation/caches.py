@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +85,18 @@ def _layers(cache: Any, depth: int) -> list[tuple[torch.Tensor, torch.Tensor]] |
 def _listed_pairs(item: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """Every layer's (keys, values) where one object holds them as two lists of tensors
     (``self.k_cache = [torch.zeros(...) for _ in range(layers)]``, a static cache)."""
-    for keys_name, values_name in _PAIRS:
-        keys = getattr(item, keys_name, None)
-        values = getattr(item, values_name, None)
+    for keys, values in _named_pairs(item):
         if isinstance(keys, (tuple, list)) and isinstance(values, (tuple, list)) \
                 and len(keys) == len(values) and keys \
                 and all(isinstance(t, torch.Tensor) for t in (*keys, *values)):
             return list(zip(keys, values, strict=True))
     return None
+
+
+def _named_pairs(item: Any) -> Iterator[tuple[Any, Any]]:
+    """What ``item`` holds under each pair of names ports give keys and values."""
+    for keys_name, values_name in _PAIRS:
+        yield getattr(item, keys_name, None), getattr(item, values_name, None)
 
 
 def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -105,9 +109,7 @@ def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
             and all(isinstance(t, torch.Tensor) for t in item[:2]) \
             and not isinstance(item[2], torch.Tensor) and item[0].shape == item[1].shape:
         return item[0], item[1]  # (beside its length)
-    for keys_name, values_name in _PAIRS:
-        keys = getattr(item, keys_name, None)
-        values = getattr(item, values_name, None)
+    for keys, values in _named_pairs(item):
         if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor):
             return keys, values
     return None

@@ -30,7 +30,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from introspect.diff.ops.outside import COMPUTED_OUTSIDE
+from introspect.diff.ops.outside import handed_values
 from introspect.diff.records import Pair, WeightRelation
 
 _SEARCH_DEPTH = 12  # nodes walked back from a pair to find attention scales
@@ -74,7 +74,7 @@ def _weight_labels(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
         labels += [f"{node.target}.{p}" for p, _ in module.named_parameters()]
     # (a value computed during the call where the recording does not reach, in a worker
     # thread or NumPy, is no weight: ``ops.outside``)
-    outside = gm.meta.get(COMPUTED_OUTSIDE, frozenset())
+    outside = handed_values(gm)
     labels += [str(n.target) for n in node.all_input_nodes
                if n.op == "get_attr" and str(n.target) not in outside]
     return labels

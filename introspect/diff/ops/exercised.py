@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from introspect.diff.ops.outside import COMPUTED_OUTSIDE
+from introspect.diff.ops.outside import handed_from_outside
 from introspect.graph import IntrospectGraph
 from introspect.tracing.records import KIND_MULTI, KIND_TENSOR
 
@@ -32,7 +32,7 @@ def unexercised_notes(tensors: Mapping[str, torch.Tensor], reference: Introspect
     ref_reads, cand_reads = values_read(reference), values_read(candidate)
     # a recording handed values computed where it does not reach (a worker thread, NumPy,
     # vmap) cannot tell which inputs those read: it says nothing of them
-    blind = bool(candidate.gm.meta.get(COMPUTED_OUTSIDE))
+    blind = handed_from_outside(candidate)
     for name in tensors if not blind else ():
         if name in ref_reads and name not in cand_reads and name in _placeholders(candidate):
             notes.append(f"the candidate never reads the values of {name} (at most its shape), "
