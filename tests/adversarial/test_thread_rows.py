@@ -13,7 +13,7 @@ import pytest
 from tests.adversarial.corpus import PORTS
 
 
-@pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1)])
+@pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1), ("faulty_small", 1)])
 def test_rows_in_two_threads_get_a_verdict_without_a_traceback(build, code):
     done = subprocess.run(
         [sys.executable, "-m", "introspect", "diff", "--candidate",
@@ -22,3 +22,7 @@ def test_rows_in_two_threads_get_a_verdict_without_a_traceback(build, code):
         env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
     assert done.returncode == code, done.stdout + done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    if build == "faulty_small":  # under the outputs' budget: found where it was handed on
+        assert "hands on blocks.1 (args.0): it took what blocks.0 returned" in done.stdout, \
+            done.stdout
+        assert "first divergence: encoder.layer.1 " in done.stdout, done.stdout

@@ -32,7 +32,7 @@ import torch
 from introspect.diff.modules.budget import FLOOR_UNITS
 from introspect.diff.modules.gaps import kept, largest, largest_gap, mean_gap, mean_magnitude
 from introspect.diff.modules.local import UNIT
-from introspect.diff.modules.pairing import Match, ModulePair
+from introspect.diff.modules.pairing import Match, ModulePair, view_key
 from introspect.diff.modules.paths import depth, within
 from introspect.run.capture import Leaf, ModuleCall
 from introspect.run.truth import AUTOGRAD, identical
@@ -87,12 +87,16 @@ def handed_on(pairs: Sequence[ModulePair], attention_mask: torch.Tensor | None,
               ) -> list[HandedOn]:
     """Each value over its budget (see the module's docstring), in the takers' order."""
     proven = [p for p in pairs if _proven(p)]
-    givers: dict[int, list[ModulePair]] = {}  # by the reference value their output stands for
+    # by the reference value their output stands for, keyed by the memory it views: a
+    # port that runs the batch's rows one at a time stands for a row of it, and each
+    # module's match makes a view of its own (probe round o: rows in two threads, scaled
+    # between two layers by 1 + 2e-5, passed)
+    givers: dict[tuple[object, ...], list[ModulePair]] = {}
     for pair in proven:
         boundary = pair.output.boundary
         if boundary.returned_by:  # (returned by one of the reference's modules, the very
             # tensor the module standing for a taker took: the reference hands it on as is)
-            givers.setdefault(id(boundary.value), []).append(pair)
+            givers.setdefault(view_key(boundary.value), []).append(pair)
     found = []
     seen: set[int] = set()  # the values taken already: an outer taker's, not its parts'
     for taker in sorted(proven, key=lambda p: p.call.started):
@@ -102,7 +106,7 @@ def handed_on(pairs: Sequence[ModulePair], attention_mask: torch.Tensor | None,
             taken_by = _taken_there(match, taker.region)
             if taken_by is None:
                 continue
-            before = [g for g in givers.get(id(match.boundary.value), ())
+            before = [g for g in givers.get(view_key(match.boundary.value), ())
                       if _finished_before(g.call, taker.call)]
             taken = _leaf(taker.call.inputs, match.path)
             given = [(g, leaf) for g in before

@@ -7,7 +7,10 @@ with a traceback. The replay's failure now leaves the node level empty, and the 
 calls and module evidence decide.
 
 - ``correct``: BERT's arithmetic;
-- ``faulty``: the hidden state scaled by 1 + 1e-3 after layer 0 (over the outputs' budget).
+- ``faulty``: the hidden state scaled by 1 + 1e-3 after layer 0 (over the outputs' budget);
+- ``faulty_small``: scaled by 1 + 2e-5 there, under the outputs' budget. It passed: what
+  code between two modules hands on was compared for a whole batch only, and each row's
+  module call here stands for a row of the reference's value.
 """
 
 from __future__ import annotations
@@ -50,4 +53,10 @@ def correct(reference: Any) -> RowsBert:
 def faulty(reference: Any) -> RowsBert:
     model = correct(reference)
     model.gain = 1.0 + 1e-3
+    return model
+
+
+def faulty_small(reference: Any) -> RowsBert:
+    model = correct(reference)
+    model.gain = 1.0 + 2e-5
     return model
