@@ -14,6 +14,7 @@ differ between the two runs is the deepest that really ran where the paths part.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +23,10 @@ from torch.overrides import TorchFunctionMode
 
 from introspect.run.outputs import flatten_outputs
 from introspect.run.truth import identical
+
+
+class _OtherThreads(Exception):
+    """A module called in a worker thread: no call's number says which call it is."""
 
 
 class _PassThrough(TorchFunctionMode):
@@ -36,14 +41,26 @@ def module_outputs(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                    keywords: Mapping[str, Any] | None = None, *,
                    under_mode: bool = False) -> dict[tuple[str, int], torch.Tensor]:
     """Each module call's first output tensor, by (module name, call number), in the
-    order the calls finished."""
+    order the calls finished.
+
+    Raises:
+        _OtherThreads: a module was called in another thread than the caller's: its
+            calls are numbered in the order threads happen to run them, which two runs
+            need not share (probe round p: rows in worker threads named a layer where
+            nothing differed).
+    """
     names = {id(m): name for name, m in model.named_modules()}
     calls: dict[str, int] = {}
     taken: dict[tuple[str, int], torch.Tensor] = {}
+    caller = threading.get_ident()
+    elsewhere: list[str] = []  # the modules called in another thread
 
     def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
         name = names.get(id(module))
         if name is None:
+            return
+        if threading.get_ident() != caller:  # (said after the call: raised here, in a
+            elsewhere.append(name)  # worker, a port waiting on its result might hang)
             return
         leaves = flatten_outputs(output)
         if not leaves:
@@ -63,6 +80,8 @@ def module_outputs(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                 model(**copies, **(keywords or {}))
     finally:
         handle.remove()
+    if elsewhere:
+        raise _OtherThreads(elsewhere[0])
     return taken
 
 
@@ -73,7 +92,8 @@ def where_paths_part(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
 
     Returns:
         (module name, its class name, the largest difference), or None where every module
-        both runs report gives the same values (or the model fails to run again).
+        both runs report gives the same values (or the model fails to run again, or calls
+        its modules in worker threads: two runs need not number their calls alike).
     """
     try:
         plain = module_outputs(model, inputs, keywords)
