@@ -16,9 +16,12 @@ import torch
 from introspect.diff.ops.align.cuts import parts_cut
 from introspect.diff.ops.align.view import GraphView, graph_outputs
 from introspect.diff.ops.align.weights import describe_order
+from introspect.diff.ops.eager import mutates_in_place
 from introspect.diff.records import (
+    BY_CONSUMER,
     BY_INPUT,
     BY_OUTPUT,
+    BY_STRUCTURE,
     BY_WEIGHTS,
     PROVEN_STRUCTURE,
     Pair,
@@ -63,9 +66,13 @@ class Matcher:
         # (reference, candidate) anchors on a vector several reference nodes read alike
         # (LayerNorms at (1, 0)), settled by graph position: a guess, not a proof
         self.by_position: set[tuple[str, str]] = set()
+        self._edited: dict[str, str] = {}  # candidate node -> what writes into it later
 
     # -- bookkeeping ---------------------------------------------------------------------
     def add(self, pair: Pair) -> None:
+        if pair.matched_by in (BY_STRUCTURE, BY_CONSUMER, BY_OUTPUT) \
+                and self.edited_after(pair.candidate):  # (its recorded value is not the
+            return  # one it stands for later: a buffer filled in place)
         self.pairs.append(pair)
         self.ref_paired.add(pair.reference)
         self.cand_paired.add(pair.candidate)
@@ -79,6 +86,12 @@ class Matcher:
         self.cand_paired = {p.candidate for p in self.pairs}
         self.ref_partners.get(pair.reference, set()).discard(pair.candidate)
         self.cand_partners.get(pair.candidate, set()).discard(pair.reference)
+
+    def edited_after(self, candidate: str) -> str:
+        """``_edited_after`` of the candidate's node, found once."""
+        if candidate not in self._edited:
+            self._edited[candidate] = _edited_after(self.cand, candidate)
+        return self._edited[candidate]
 
     def free(self, r: str, c: str) -> bool:
         return r not in self.ref_paired and c not in self.cand_paired
@@ -450,6 +463,11 @@ class Matcher:
             found += 1
             if c in self.ref_partners.get(r, set()):
                 continue
+            edited = self.edited_after(c)
+            if edited:
+                notes.append(f"the candidate's output {key!r} is written in place after "
+                             f"{c} made it ({edited}): only its plain calls compare it")
+                continue
             if self.same_value_kind(r, c):  # outputs are always compared, even if either
                 self.add(Pair(r, c, BY_OUTPUT, f"output {key!r}"))  # side is paired already
         if not found:
@@ -463,6 +481,38 @@ class Matcher:
             )
         return notes
 
+
+
+def _edited_after(graph: GraphView, name: str) -> str:
+    """The op that writes into ``name``'s value in place, or into a view of it, after
+    ``name`` made it ("" where none does): ``out[b, :n] = row`` fills a buffer
+    ``new_zeros`` made, and the value stands for that node still. Its recorded value is
+    the buffer as it was made, not what the model returns (probe round p: a correct port
+    padding its rows back into zeros FAILED by 5.47 at its output). (An op whose result
+    is the value itself, ``out.copy_(x)`` or ``out += x``, stands for it from then on.)"""
+    views, frontier = {name}, [name]
+    while frontier:
+        node = graph.nodes[frontier.pop()]
+        for user in node.users:
+            if mutates_in_place(user) and user.args and user.args[0] is node:
+                return user.name
+            if user.name not in views and _op_name(user) in _VIEWS \
+                    and user.args and user.args[0] is node:
+                views.add(user.name)
+                frontier.append(user.name)
+    return ""
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+# Ops whose result is a view of their first argument: what is written into it is written
+# into the argument.
+_VIEWS = frozenset({"view", "getitem", "select", "narrow", "transpose", "permute", "unsqueeze",
+                    "squeeze", "expand", "t", "view_as", "unflatten", "movedim", "swapaxes",
+                    "as_strided", "diagonal", "unfold", "split", "chunk"})
 
 
 # Kinds of ops that take a part of a value as it is, beside the transparent ones
