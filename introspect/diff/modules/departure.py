@@ -33,6 +33,7 @@ from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.paths import depth
 from introspect.diff.modules.precise import Unproven, float64_limit, run_model_in_float64
+from introspect.diff.ops.compare.layouts import fit_row_order, inverse_order
 
 _FINEST = 0.1  # a gap under this share of a layer's budget is read as that share
 _JUMP = 2.0  # how many times a layer's gap must grow over those before it to be named
@@ -144,6 +145,9 @@ class _Closest:
                  ) -> None:
         self._targets = dict(targets)
         self._keep = {name: kept(t, t, real) for name, t in self._targets.items()}
+        self._pads = {name: (real == 0).reshape(*real.shape, *([1] * (t.ndim - 2)))
+                      for name, t in self._targets.items()
+                      if real is not None and t.ndim >= 2 and t.shape[:2] == real.shape}
         self._sorted = {name: t.sort(dim=-1).values for name, t in self._targets.items()
                         if t.dim()}
         self._sorted_keep = {name: kept(t, t, real) for name, t in self._sorted.items()}
@@ -160,6 +164,10 @@ class _Closest:
                 continue
             try:
                 gap = largest_gap(value, target, self._keep[name])
+                rows = fit_row_order(value, target, self._pads.get(name)) if gap > 0 else None
+                if rows is not None:  # (a port running its batch rows in another order)
+                    gap = min(gap, largest_gap(value.index_select(0, inverse_order(rows[0])),
+                                               target, self._keep[name]))
                 if name in self._sorted:
                     ordered = value.sort(dim=-1).values if ordered is None else ordered
                     self._nearer(self.in_order, name, largest_gap(

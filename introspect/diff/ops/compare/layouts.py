@@ -119,6 +119,54 @@ def inverse_order(order: torch.Tensor) -> torch.Tensor:
     return inverse
 
 
+_MOST_ROWS = 16  # batches up to this many rows are tried in another order, each row
+# against each
+_SAMPLED = 4096  # elements of each row compared to find the order
+
+
+def fit_row_order(candidate: torch.Tensor, reference: torch.Tensor,
+                  pad: torch.Tensor | None) -> tuple[torch.Tensor, float, float] | None:
+    """The order of the candidate's batch rows (its first axis) among the reference's:
+    candidate row k is reference row ``order[k]`` (a port that sorts its rows by length,
+    or runs them reversed, computes each value row for row in its own order). Returns
+    (order, the largest gap in that order, the largest in the rows' own), or None where
+    the rows are in their own order already, or no one-to-one order is nearest, or the
+    batch is of one row or of more than ``_MOST_ROWS``. ``pad``: the reference's padded
+    elements, left out (a row's padded positions are any port's own)."""
+    rows = reference.shape[0] if reference.ndim >= 2 else 0
+    if candidate.shape != reference.shape or not 2 <= rows <= _MOST_ROWS \
+            or not candidate.is_floating_point():
+        return None
+    mine, theirs = candidate.reshape(rows, -1), reference.reshape(rows, -1)
+    real = None if pad is None else ~pad.expand(reference.shape).reshape(rows, -1)
+    # each candidate row against each reference row on a sample of its elements (a
+    # batch of 8 x 128 x 768 is 64 row pairs), then the order found measured in full
+    every = max(1, mine.shape[1] // _SAMPLED)
+    sampled = mine[:, ::every].double()
+    columns = []
+    for j in range(rows):  # each candidate row's gap to reference row j
+        gap = (sampled - theirs[j, ::every].double()).abs().nan_to_num(math.inf)
+        if real is not None:
+            gap = gap.masked_fill(~real[j, ::every], 0.0)
+        columns.append(gap.amax(dim=1))
+    order = torch.stack(columns, dim=1).argmin(dim=1)  # (candidate row -> reference row)
+    own = torch.arange(rows, device=order.device)
+    if torch.equal(order, own) or torch.unique(order).numel() != rows:
+        return None
+    return order, _rows_gap(mine, theirs.index_select(0, order), real, order), \
+        _rows_gap(mine, theirs, real, own)
+
+
+def _rows_gap(mine: torch.Tensor, theirs: torch.Tensor, real: torch.Tensor | None,
+              order: torch.Tensor) -> float:
+    """The largest gap of each candidate row to the reference row ``order`` pairs it with,
+    at the reference row's real elements."""
+    gap = (mine.double() - theirs.double()).abs().nan_to_num(math.inf)
+    if real is not None:
+        gap = gap.masked_fill(~real.index_select(0, order), 0.0)
+    return float(gap.max())
+
+
 def block_orders(order: tuple[int, ...]) -> set[tuple[int, ...]]:
     """``order`` and, where it permutes each block of ``b`` features the same way, the
     order within one block (a head's features after the head split)."""

@@ -33,6 +33,7 @@ from introspect.diff.ops.compare.layouts import (
     Layout,
     block_orders,
     fit_layouts,
+    fit_row_order,
     inverse_order,
     may_trade,
     narrow,
@@ -95,6 +96,7 @@ class Runner:
         self.cand_output = next(n for n in candidate.graph.nodes if n.op == "output")
         self.substituted: dict[str, Any] = {}
         self.layouts: dict[int, Layout] = {}
+        self.row_orders: dict[int, torch.Tensor] = {}  # pair -> its candidate's row order
         self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
         self.axes = TokenAxes(padding.input_shape if padding.padded is not None else None)
         # Layouts that made a pair agree, by (candidate shape, reference shape, reference
@@ -237,6 +239,8 @@ class Runner:
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
                 ref_value = ref_value.index_select(-1, self.orders[i])
+            if i in self.row_orders:
+                ref_value = ref_value.index_select(0, self.row_orders[i])
             # onto the candidate's device: its node runs there (introspect.diff.devices)
             return ref_value.to(value.device, value.dtype) \
                 if ref_value.shape == value.shape else SAME
@@ -305,6 +309,12 @@ class Runner:
             value = layout.to_reference(value)
             if isinstance(local, torch.Tensor) and local.numel() == value.numel():
                 local = layout.to_reference(local)
+        rows = self._rows_for(i, value, local, reference, budget, pad) if layout is None \
+            else None
+        if rows is not None:  # (the candidate's rows put back in the reference's order)
+            value = value.index_select(0, inverse_order(rows))
+            if isinstance(local, torch.Tensor) and local.shape == value.shape:
+                local = local.index_select(0, inverse_order(rows))
         cand_node = self.cand_by_name[pair.candidate]
         known_finite = _moves_data(cand_node) and all(
             n.name in self.finite for n in cand_node.all_input_nodes if n.op != "get_attr")
@@ -372,6 +382,30 @@ class Runner:
         self.layouts[i] = chosen
         self.result.layouts[i] = str(chosen)
         return chosen
+
+    def _rows_for(self, i: int, value: torch.Tensor, local: Any, reference: torch.Tensor,
+                  budget: Budget, pad: torch.Tensor | None) -> torch.Tensor | None:
+        """The candidate's batch rows in another order for pair ``i`` (candidate row k is
+        reference row ``order[k]``): where its value disagrees in its own order and agrees
+        row for row far better in another (``fit_row_order``, judged on the local value
+        where there is one, as layouts are). A correct port running its rows reversed
+        FAILED every node, by its rows' difference (probe round p)."""
+        if i in self.row_orders:
+            return self.row_orders[i]
+        pair = self.pairs[i]
+        if pair.reference_region is not None or pair.candidate_region is not None \
+                or value.shape != reference.shape or torch.equal(value, reference) \
+                or not measure(value, reference, budget, pad)[0].mismatched:
+            return None
+        judged = local if isinstance(local, torch.Tensor) and local.shape == value.shape \
+            else value
+        fit = fit_row_order(judged, reference, pad)
+        if fit is None or not fit[1] <= _FIT_RATIO * fit[2]:
+            return None
+        order = fit[0]
+        self.row_orders[i] = order
+        self.result.layouts[i] = f"rows in another order: {order.tolist()}"
+        return order
 
     def _order_for(self, i: int, value: torch.Tensor, local: Any, reference: torch.Tensor,
                    budget: Budget, pad: torch.Tensor | None) -> torch.Tensor | None:
