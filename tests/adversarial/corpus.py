@@ -4,6 +4,8 @@ files imported by path."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,6 +53,24 @@ def port(relative: str):
         spec.loader.exec_module(module)
         _imported[path] = module
     return _imported[path]
+
+
+def run_port(file: str, build: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``introspect diff --candidate ports/<file>:<build> [options]`` on the real CLI,
+    offline, 200 columns wide; it must end without a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "introspect", "diff", "--candidate",
+         f"{PORTS / file}:{build}", *options],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done
+
+
+def first_divergence(stdout: str) -> str:
+    """The verdict's "first divergence:" line ("" where there is none)."""
+    return next((line for line in stdout.splitlines()
+                 if line.startswith("first divergence:")), "")
 
 
 MECHANISMS = {

@@ -4,24 +4,15 @@ A correct port got exit 2 and a traceback; it gets its verdict now, on the real 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.adversarial.corpus import PORTS
+from tests.adversarial.corpus import first_divergence, run_port
 
 
 @pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1), ("faulty_small", 1)])
 def test_rows_in_two_threads_get_a_verdict_without_a_traceback(build, code):
-    done = subprocess.run(
-        [sys.executable, "-m", "introspect", "diff", "--candidate",
-         f"{PORTS / 'thread_rows.py'}:{build}"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    done = run_port("thread_rows.py", build)
     assert done.returncode == code, done.stdout + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
     if build == "faulty_small":  # under the outputs' budget: found where it was handed on
         assert "hands on blocks.1 (args.0): it took what blocks.0 returned" in done.stdout, \
             done.stdout
@@ -33,16 +24,10 @@ def test_rows_spread_over_threads_in_each_layer_name_no_layer_falsely(build, cod
     """``ports/thread_layer_rows.py`` (probe round p): the faulty row computes layer 3 by
     hand, so no module call stands for it; the FAIL named layer 0's query, claiming none
     of its weights relates to the reference's, from calls numbered in thread order."""
-    done = subprocess.run(
-        [sys.executable, "-m", "introspect", "diff", "--candidate",
-         f"{PORTS / 'thread_layer_rows.py'}:{build}"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    done = run_port("thread_layer_rows.py", build)
     assert done.returncode == code, done.stdout + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "relates to the reference's" not in done.stdout, done.stdout
-    divergence = next((line for line in done.stdout.splitlines()
-                       if line.startswith("first divergence:")), "")
+    divergence = first_divergence(done.stdout)
     assert ("first divergence" in divergence) == (build == "faulty"), done.stdout
     for elsewhere in ("encoder.layer.0", "encoder.layer.1", "encoder.layer.2", "blocks.0",
                       "blocks.1", "blocks.2"):
