@@ -210,6 +210,47 @@ def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
             if any(b.shape == value.shape and torch.allclose(b, value, rtol=1e-3, atol=1e-6)
                    for b in blocks):
                 return True
+    return reference.dim() == 2 and (_held_in_parts(reference, params)
+                                     or any(_rows_permuted(reference, p) for p in params))
+
+
+def _rows_permuted(value: torch.Tensor, p: torch.Tensor) -> bool:
+    """Matrix ``p`` holds ``value``'s rows, or its columns, in another order (an FFN's
+    hidden units in another order: its input Linear's rows, its output's columns)."""
+    if p.dim() != 2 or p.shape != value.shape:
+        return False
+    mine, theirs = p.detach().float().cpu(), value.detach().float().cpu()
+    for a, b in ((mine, theirs), (mine.t(), theirs.t())):
+        key = torch.linspace(1.0, 2.0, a.shape[1])  # one number per row, order-blind
+        a, b = a[(a @ key).argsort()], b[(b @ key).argsort()]
+        if torch.allclose(a, b, rtol=1e-3, atol=1e-6):
+            return True
+    return False
+
+
+def _held_in_parts(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
+    """Matrix ``value`` held whole by blocks of its rows, or of its columns, in several
+    of ``params`` (as they are or transposed): one Linear per head, an FFN's output
+    Linear split in two halves of its inputs. Not "left unloaded"."""
+    pieces = [p.detach().float() for p in params if p.dim() == 2]
+    for matrix in (value, value.t()):  # its rows, then its columns
+        matrix = matrix.float()
+        covered = torch.zeros(matrix.shape[0], dtype=torch.bool)
+        for p in pieces:
+            for view in (p, p.t()):
+                rows = view.shape[0]
+                if view.shape[1] != matrix.shape[1] or rows >= matrix.shape[0]:
+                    continue
+                same = torch.isclose(matrix.to(view.device), view[0], rtol=1e-3,
+                                     atol=1e-6).all(1).nonzero().flatten().tolist()
+                for start in same:
+                    block = matrix[start:start + rows].to(view.device)
+                    if block.shape == view.shape and torch.allclose(block, view, rtol=1e-3,
+                                                                    atol=1e-6):
+                        covered[start:start + rows] = True
+                        break
+        if bool(covered.all()):
+            return True
     return False
 
 

@@ -525,14 +525,18 @@ def _views(boundaries: Sequence[Boundary], shape: tuple[int, ...]) -> list[Bound
 
 def _laid_out(value: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
     """``value`` as ``shape``: its dimensions permuted, then at most one of them cut to
-    its first entries ([]: it cannot be)."""
+    its first entries, never its last, its features ([]: it cannot be). The first of
+    a row's features are not the row: a module taking them computes part of what the
+    reference's module does (an FFN's output Linear split in two halves summed), and its
+    output, a few percent from the whole, would be held to the whole as a fault."""
     if value.ndim != len(shape) or value.ndim > 4:
         return []
     laid = []
     for order in itertools.permutations(range(value.ndim)):
         sizes = [value.shape[d] for d in order]
         cut = [i for i, (a, b) in enumerate(zip(sizes, shape, strict=True)) if a != b]
-        if len(cut) > 1 or (cut and sizes[cut[0]] < shape[cut[0]]):
+        if len(cut) > 1 or (cut and sizes[cut[0]] < shape[cut[0]]) \
+                or (cut and order[cut[0]] == value.ndim - 1):
             continue
         view = value.permute(order) if list(order) != sorted(order) else value
         if cut:
