@@ -265,7 +265,59 @@ def _relate_weights(reference: GraphView, candidate: GraphView,
     _relate_quantized(reference, candidate, ref_weights, cand_weights, relations)
     _relate_folded(ref_weights, cand_weights, relations)
     _relate_by_name(reference, candidate, ref_weights, cand_weights, relations)
+    _biases_placed_by_their_weights(ref_weights, cand_weights, dtype, relations)
     return relations
+
+
+def _sibling(label: str) -> str | None:
+    """The weight beside bias ``label`` ("kqv.bias" -> "kqv.weight", "in_proj_bias" ->
+    "in_proj_weight"); None for a name that is no bias."""
+    head, found, tail = label.rpartition("bias")
+    return f"{head}weight{tail}" if found and "." not in tail else None
+
+
+def _biases_placed_by_their_weights(ref_weights: Mapping[str, torch.Tensor],
+                                    cand_weights: Mapping[str, torch.Tensor],
+                                    dtype: torch.dtype,
+                                    relations: dict[str, list[WeightRelation]]) -> None:
+    """A bias of one value throughout (random init's zeros) equals every such bias, at
+    every place of a fused one: which reference bias each of its rows is, is proven by the
+    weight beside it (a Linear's bias rows are its weight's rows). Its relations keep the
+    reference biases beside the reference weights its weight relates to, at their rows
+    and in their order; a bias whose weight proves nothing keeps what its values found.
+    A fused QKV's zero bias related its first block to the query's bias: the query's
+    gradient was read from the key's rows and a correct port FAILED under --backward."""
+    for label, found in relations.items():
+        tensor = cand_weights.get(label)
+        weight = _sibling(label)
+        if not found or tensor is None or tensor.ndim != 1 or weight not in relations \
+                or not bool((tensor == tensor.reshape(-1)[0]).all()):
+            continue
+        placed = []
+        for proof in relations[weight]:
+            ref_bias = _sibling_reference(proof.reference, ref_weights)
+            if ref_bias is None or proof.kind not in ("same", "transposed", "fused",
+                                                      "fused transposed", "permuted"):
+                continue
+            values = _as_rows(ref_weights[ref_bias], dtype).reshape(-1)
+            mine = _as_rows(tensor, dtype).reshape(-1)
+            if proof.region is not None:
+                mine = mine[proof.region.start:proof.region.stop]
+            if mine.shape != values.shape or not torch.equal(mine, values):
+                continue
+            kind = "fused" if proof.kind.startswith("fused") else \
+                "permuted" if proof.kind == "permuted" else "same"
+            placed.append(WeightRelation(label, ref_bias, kind, proof.region, 0.0,
+                                         proof.order if kind == "permuted" else None))
+        if placed:
+            relations[label] = placed
+
+
+def _sibling_reference(weight: str, ref_weights: Mapping[str, torch.Tensor]) -> str | None:
+    """The reference's bias beside its weight ``weight``, where it has one."""
+    head, found, tail = weight.rpartition("weight")
+    bias = f"{head}bias{tail}" if found and "." not in tail else None
+    return bias if bias in ref_weights and ref_weights[bias].ndim == 1 else None
 
 
 def _by_name(candidate: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype,
