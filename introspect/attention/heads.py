@@ -248,16 +248,43 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
                               "than the reference's")
             plan.append(chosen)
         first_own = _values(cand_gm, [e for e, _, _ in plan[0]], cand_taken)
+        rows = None  # the candidate's batch rows among the reference's, where reordered
         for e, value, _ in plan[0]:  # the pairing is right where no error has built up yet
             own = first_own[e.name].float()
             if not _close(own, value.float()):
-                return None, _why_layer_0_differs(ref_gm, ref_taken, cand_gm, own)
+                rows = _row_order(own, value.float()) if rows is None else rows
+                if rows is None or not _close(own, value.float().index_select(0, rows)):
+                    return None, _why_layer_0_differs(ref_gm, ref_taken, cand_gm, own)
+        if rows is not None:  # every layer's inputs in the candidate's own row order
+            plan = [[(e, value.index_select(0, rows) if value.shape[0] == rows.numel()
+                      else value, inside) for e, value, inside in chosen]
+                    for chosen in plan]
         with torch.no_grad():
             per_layer = _substituted_run(cand_gm, plan, cand_taken)
     finally:
         set_mode(reference, modes[0])
         set_mode(candidate, modes[1])
-    return torch.stack([p.float() for p in per_layer]), ""
+    probs = torch.stack([p.float() for p in per_layer])  # (L, B, nh, S, S)
+    if rows is not None:  # back in the reference's row order
+        probs = probs.index_select(1, torch.argsort(rows))
+    return probs, ""
+
+
+def _row_order(own: torch.Tensor, reference: torch.Tensor) -> torch.Tensor | None:
+    """The order of the candidate's batch rows among the reference's (candidate row k is
+    reference row ``order[k]``) where each of its rows is one of the reference's (a port
+    that sorts its rows by length, or runs them reversed); None where some is none, or
+    the rows are in their own order. Alike rows are taken in turn."""
+    if own.ndim < 2 or own.shape != reference.shape or own.shape[0] < 2:
+        return None
+    order: list[int] = []
+    for k in range(own.shape[0]):
+        j = next((j for j in range(reference.shape[0])
+                  if j not in order and _close(own[k], reference[j])), None)
+        if j is None:
+            return None
+        order.append(j)
+    return None if order == sorted(order) else torch.tensor(order)
 
 
 def _why_layer_0_differs(ref_gm: torch.fx.GraphModule, ref_taken: Mapping[str, torch.Tensor],

@@ -157,6 +157,24 @@ def fit_row_order(candidate: torch.Tensor, reference: torch.Tensor,
         _rows_gap(mine, theirs, real, own)
 
 
+def row_order_gaps(candidate: torch.Tensor, reference: torch.Tensor,
+                   pad: torch.Tensor | None, order: torch.Tensor) -> tuple[float, float] | None:
+    """(the largest gap with the candidate's rows in ``order``, the largest in their own)
+    (``fit_row_order``'s): for a value whose rows alone name no order, some of them alike
+    (a token-type embedding's rows, one segment pattern in two rows), the order another
+    value of the same run found. None where ``order`` cannot apply."""
+    rows = reference.shape[0] if reference.ndim >= 2 else 0
+    if candidate.shape != reference.shape or rows != order.numel() \
+            or not candidate.is_floating_point():
+        return None
+    mine, theirs = candidate.reshape(rows, -1), reference.reshape(rows, -1)
+    real = None if pad is None else ~pad.expand(reference.shape).reshape(rows, -1)
+    order = order.to(mine.device)
+    own = torch.arange(rows, device=mine.device)
+    return _rows_gap(mine, theirs.index_select(0, order), real, order), \
+        _rows_gap(mine, theirs, real, own)
+
+
 def _rows_gap(mine: torch.Tensor, theirs: torch.Tensor, real: torch.Tensor | None,
               order: torch.Tensor) -> float:
     """The largest gap of each candidate row to the reference row ``order`` pairs it with,

@@ -37,6 +37,7 @@ from introspect.diff.ops.compare.layouts import (
     inverse_order,
     may_trade,
     narrow,
+    row_order_gaps,
 )
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult, Snapshot
@@ -401,7 +402,15 @@ class Runner:
             else value
         fit = fit_row_order(judged, reference, pad)
         if fit is None or not fit[1] <= _FIT_RATIO * fit[2]:
-            return None
+            # rows alike name no order of their own (a token-type embedding's): one that
+            # another pair of the run proved, where it fits as far better
+            known = {tuple(o.tolist()): o for o in self.row_orders.values()}
+            fits = [(gaps, o) for o in known.values()
+                    if (gaps := row_order_gaps(judged, reference, pad, o)) is not None
+                    and gaps[0] <= _FIT_RATIO * gaps[1]]
+            if not fits:
+                return None
+            fit = min(fits, key=lambda f: f[0][0])[1], 0.0, 0.0
         order = fit[0]
         self.row_orders[i] = order
         self.result.layouts[i] = f"rows in another order: {order.tolist()}"
