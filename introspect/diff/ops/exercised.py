@@ -2,8 +2,8 @@
 
 A port that ignores ``token_type_ids`` agrees with HF on single-segment texts; a port
 that never applies the attention mask agrees on a batch without padding. These notes say
-so, and say which input the reference reads but the candidate never reads (or reads only
-for its shape).
+so, and say which input the reference reads but no recorded op of the candidate reads (or
+reads only for its shape).
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def unexercised_notes(tensors: Mapping[str, torch.Tensor], reference: Introspect
     blind = handed_from_outside(candidate)
     for name in tensors if not blind else ():
         if name in ref_reads and name not in cand_reads and name in _placeholders(candidate):
-            notes.append(f"the candidate never reads the values of {name} (at most its shape), "
-                         f"while the reference does: the {name} path is not compared")
+            # (values taken into Python, ``mask.tolist()``, are read by no recorded op:
+            # the note says what the recording shows, not that the port ignores them)
+            notes.append(f"no recorded op of the candidate reads the values of {name} (at "
+                         "most its shape; values taken into Python by tolist() or item() "
+                         f"leave no op), while the reference's do: the {name} path is not "
+                         "compared op by op")
     token_types = tensors.get("token_type_ids")
     if token_types is not None and token_types.numel() and \
             bool((token_types == token_types.reshape(-1)[0]).all()):

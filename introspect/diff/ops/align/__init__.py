@@ -191,13 +191,15 @@ def _check_same_model(matcher: Matcher) -> str:
                          for r in matcher.relations.get(label, ())))
     if cand_params and related >= _SEEN_RELATED * cand_params:
         return (f"the candidate's recording paired {anchored} of the reference's {len(weighted)} "
-                "weighted nodes, though the weights it saw are the reference's: it could not "
-                "follow the rest (another thread, NumPy, vmap?); there, module evidence and the "
-                "outputs judge")
+                "weighted nodes, though the weights it saw are the reference's: the rest it "
+                "computes in a way no recorded node pairs with (for example its rows one at a "
+                "time, in another thread, NumPy, TorchScript or vmap); there, module evidence "
+                "and the outputs judge")
     if not cand_params:  # (not another model: none of its weights was read where seen)
         raise InputError(
             "the candidate's recording saw none of its weights: it reads them where the "
-            "recording does not reach (another thread, NumPy, vmap?)")
+            "recording does not reach (for example another thread, NumPy, TorchScript or "
+            "vmap)")
     ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
     raise InputError(
         f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
