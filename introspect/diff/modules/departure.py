@@ -10,7 +10,9 @@ models run again in float64, on the same inputs, in the same mode:
 - the candidate, with every value its ops return or take up from outside the run (a
   NumPy norm's result) held against those outputs as it comes, of the same shape: the
   closest stands for the candidate's value there (a port's layer output is one of the
-  values it computes; nothing else of that shape is near it).
+  values it computes; nothing else of that shape is near it). A value over a longer
+  sequence (a port padding it to a multiple of 8) is held by its first positions; a
+  value as far from a layer's output as half its size stands for nothing there.
 
 Before a fault the two float64 runs agree to float64's rounding, or, where the candidate
 rounds in float32 where the mode does not reach (a NumPy norm in every layer), to that
@@ -91,16 +93,63 @@ def first_departure(reference: torch.nn.Module, candidate: torch.nn.Module,
     except Unproven:
         return None
     limits = {name: _limit(in_float32[name], in_float64[name], real) for name in order}
-    found = _departed(_gaps(order, closest.distance, limits, layers))
-    if found is not None and found.module == order[0] \
+    sizes = {name: largest(in_float64[name], kept(in_float64[name], in_float64[name], real))
+             for name in order}
+    found = _located(order, closest.distance, sizes, limits, layers)
+    if (found is None or found.module == order[0]) \
             and closest.in_order.get(order[0], float("inf")) <= limits[order[0]]:
-        # parted at the first layer, which it holds in another order of its features: a
-        # port permuting its hidden dimension throughout parts where that order does not
-        # hold it
-        permuted = _departed(_gaps(order, closest.in_order, limits, layers))
+        # parted at the first layer (or nowhere seen), which it holds in another order of
+        # its features: a port permuting its hidden dimension throughout parts where that
+        # order does not hold it
+        permuted = _located(order, closest.in_order, sizes, limits, layers)
         if permuted is not None:
             return dataclasses.replace(permuted, in_order=True)
     return found
+
+
+def _located(order: list[str], distances: Mapping[str, float], sizes: Mapping[str, float],
+             limits: Mapping[str, float], layers: ReferenceLayers) -> Departure | None:
+    """The layer the gaps ``distances`` name (``_departed``), where every layer before it
+    is stood for by some value (``_standing``); else the first far one (``_first_far``)."""
+    standing = _standing(order, distances, sizes)
+    found = _departed(_gaps(order, standing, limits, layers))
+    if found is not None and any(name not in standing
+                                 for name in order[:order.index(found.module)]):
+        found = None  # a layer before it stood for by nothing: it may part there
+    return found if found is not None else _first_far(order, distances, standing, limits,
+                                                      layers)
+
+
+# A candidate value this far from a layer's output, for its largest magnitude, stands for
+# nothing there: no layer's output is as far as its own size from its counterpart.
+_FAR = 0.5
+
+
+def _standing(order: list[str], distances: Mapping[str, float],
+              sizes: Mapping[str, float]) -> dict[str, float]:
+    """The gaps of the layers some candidate value stands for: its nearest within
+    ``_FAR`` of the layer's largest magnitude. A layer after one stood for by nothing is
+    not named (``_located``): the runs may part before it, where nothing was seen."""
+    return {name: distances[name] for name in order
+            if name in distances and distances[name] <= _FAR * sizes[name]}
+
+
+def _first_far(order: list[str], distances: Mapping[str, float],
+               standing: Mapping[str, float], limits: Mapping[str, float],
+               layers: ReferenceLayers) -> Departure | None:
+    """The first layer whose nearest value is far from its output (a gross fault there:
+    a weight transposed, or the first layer's features in another order), where every
+    layer before it is stood for within its budget; None otherwise."""
+    for i, name in enumerate(order):
+        if name in standing:
+            if standing[name] > limits[name]:
+                return None
+            continue
+        if name not in distances:
+            return None
+        before = max((standing[n] for n in order[:i]), default=0.0)
+        return Departure(name, layers.of_module(name), distances[name], limits[name], before)
+    return None
 
 
 def _limit(in_float32: torch.Tensor, in_float64: torch.Tensor,
@@ -160,26 +209,52 @@ class _Closest:
             return
         ordered = None
         for name, target in self._targets.items():
-            if value.shape != target.shape:
+            if value.shape != target.shape:  # (a value over a longer sequence: its start)
+                cut = _cut_to(value, target.shape)
+                if cut is not None and self._see_one(name, target, cut, None) is False:
+                    return
                 continue
-            try:
-                gap = largest_gap(value, target, self._keep[name])
-                rows = fit_row_order(value, target, self._pads.get(name)) if gap > 0 else None
-                if rows is not None:  # (a port running its batch rows in another order)
-                    gap = min(gap, largest_gap(value.index_select(0, inverse_order(rows[0])),
-                                               target, self._keep[name]))
-                if name in self._sorted:
-                    ordered = value.sort(dim=-1).values if ordered is None else ordered
-                    self._nearer(self.in_order, name, largest_gap(
-                        ordered, self._sorted[name], self._sorted_keep[name]))
-            except RuntimeError:  # a value this cannot read (a vmap level's own)
+            ordered = self._see_one(name, target, value, ordered)
+            if ordered is False:
                 return
-            self._nearer(self.distance, name, gap)
+
+    def _see_one(self, name: str, target: torch.Tensor, value: torch.Tensor,
+                 ordered: Any) -> Any:
+        """``value`` held against layer ``name``'s ``target``; returns the value's features
+        sorted (computed once per value), or False where it cannot be read."""
+        try:
+            gap = largest_gap(value, target, self._keep[name])
+            rows = fit_row_order(value, target, self._pads.get(name)) if gap > 0 else None
+            if rows is not None:  # (a port running its batch rows in another order)
+                gap = min(gap, largest_gap(value.index_select(0, inverse_order(rows[0])),
+                                           target, self._keep[name]))
+            if name in self._sorted:
+                ordered = value.sort(dim=-1).values if ordered is None else ordered
+                self._nearer(self.in_order, name, largest_gap(
+                    ordered, self._sorted[name], self._sorted_keep[name]))
+        except RuntimeError:  # a value this cannot read (a vmap level's own)
+            return False
+        self._nearer(self.distance, name, gap)
+        return ordered
 
     @staticmethod
     def _nearer(found: dict[str, float], name: str, gap: float) -> None:
         if gap == gap and gap < found.get(name, float("inf")):
             found[name] = gap
+
+
+def _cut_to(value: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
+    """``value``'s first entries along the one axis where it is longer than ``shape`` (a
+    port padding its sequence to a multiple of 8 computes each layer over the longer
+    one); None where it is not ``shape`` but for that axis, or that axis is its last
+    (its features: part of a row is not the row)."""
+    if value.ndim != len(shape) or value.ndim < 2:
+        return None
+    longer = [d for d in range(value.ndim) if value.shape[d] != shape[d]]
+    if len(longer) != 1 or longer[0] == value.ndim - 1 \
+            or value.shape[longer[0]] < shape[longer[0]]:
+        return None
+    return value.narrow(longer[0], 0, shape[longer[0]])
 
 
 def _layer_modules(reference: torch.nn.Module, layers: ReferenceLayers) -> list[str]:
