@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from introspect.diff.flow.state import DiffState, copies
+from introspect.diff.modules.blocks import block_layers
 from introspect.diff.modules.departure import Departure, first_departure
 from introspect.diff.modules.evidence import ModuleDiff, ModuleEvidence, ReferenceLayers
 from introspect.diff.modules.paths import within
@@ -73,21 +74,45 @@ def judge_whole_models(state: DiffState, glue: Sequence[str] = ()) -> None:
 def name_where_runs_part(state: DiffState) -> None:
     """A forward FAIL that names no layer, only the outputs (the recording could not see
     the candidate's run: a ``torch.jit.trace`` program, a port as functions with a blind
-    region), named where the two models' float64 runs part (``modules.departure``), the
-    divergence's figures left as they are. Last in the flow; nothing where no layer's gap
+    region), or a block after blocks of which no op was paired (``_blind_before``), named
+    where the two models' float64 runs part (``modules.departure``), the divergence's
+    figures left as they are. Last in the flow; nothing where no layer's gap
     grows, where a side rounds coarser than float32 or the candidate changes between
     calls."""
     divergence = state.divergence
-    if state.passed or divergence is None or divergence.layer != "outputs" \
-            or divergence.phase != "forward" or divergence.step is not None \
-            or state.ref_truth is None or _coarser_than_float32(state) \
-            or state.changes_between_calls():
+    if state.passed or divergence is None or divergence.phase != "forward" \
+            or divergence.step is not None or state.ref_truth is None \
+            or _coarser_than_float32(state) or state.changes_between_calls():
+        return
+    blind = _blind_before(state, divergence.layer)
+    if divergence.layer != "outputs" and not blind:
         return
     departure = _departure(state)
-    if departure is not None:
+    if departure is not None and (divergence.layer == "outputs"
+                                  or departure.layer in blind):
+        held = (f"the pair at {divergence.reference_node} ran on the reference's values "
+                f"from before {blind[0]}, of which no op was paired: its local error holds "
+                f"what {blind[0]} to {blind[-1]} computed", ) if blind else ()
         state.divergence = dataclasses.replace(
             divergence, module=departure.module, layer=departure.layer,
-            hints=(*divergence.hints, departure.why))
+            hints=(*divergence.hints, *held, departure.why))
+
+
+def _blind_before(state: DiffState, layer: str) -> list[str]:
+    """The reference's blocks before ``layer`` (itself included) where no op-level pair
+    was made, where every block before it has none: the pair that failed there was run on
+    the reference's values from before them all, so its local error holds whatever those
+    blocks computed (a port padding its sequence pairs nothing but its cut output, and a
+    tanh GELU in layer 3 was named in layer 5). [] where some block before it was paired,
+    or ``layer`` is no block."""
+    blocks = list(dict.fromkeys(block_layers(state.reference).values()))
+    if layer not in blocks:
+        return []
+    paired = {row.layer for row in state.rows if row.reference_node and row.candidate_node}
+    before = blocks[:blocks.index(layer) + 1]
+    if any(block in paired for block in before[:-1]) or len(before) < 2:
+        return []
+    return before
 
 
 def _departure(state: DiffState) -> Departure | None:

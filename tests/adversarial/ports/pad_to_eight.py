@@ -6,8 +6,13 @@ but the outputs. Its faulty twin (layer 3's output LayerNorm with eps 1e-5, unde
 outputs' budget) failed on the whole models' float64 check, named in the embeddings:
 the cut output was the only value held against the embeddings' output, 30 from it.
 
+A tanh GELU in layer 3 moves the outputs past their budget; the one op-level pair it
+fails at is the cut output, run on the reference's values from before every block, and
+it was named in layer 5.
+
 - ``correct``: BERT's arithmetic over the padded sequence;
-- ``faulty``: the same, layer 3's output LayerNorm with eps 1e-5.
+- ``faulty``: the same, layer 3's output LayerNorm with eps 1e-5;
+- ``faulty_gelu``: the same, layer 3's GELU the tanh one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from typing import Any
 import adv_bert
 import torch
 import torch.nn.functional as F
+
+
+class TanhBlock(adv_bert.Block):
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
+        return F.gelu(h, approximate="tanh")
 
 
 class PaddedToEight(adv_bert.Bert):
@@ -37,4 +47,14 @@ def correct(reference: Any) -> PaddedToEight:
 def faulty(reference: Any) -> PaddedToEight:
     model = correct(reference)
     model.blocks[adv_bert.fault_layer(reference)].norm2.eps = 1e-5
+    return model
+
+
+def faulty_gelu(reference: Any) -> PaddedToEight:
+    model = correct(reference)
+    layer = adv_bert.fault_layer(reference)
+    tanh = TanhBlock(layer, reference.config.hidden_size, reference.config.num_attention_heads,
+                     reference.config.intermediate_size, reference.config.layer_norm_eps)
+    tanh.load_state_dict(model.blocks[layer].state_dict())
+    model.blocks[layer] = tanh.eval()
     return model
