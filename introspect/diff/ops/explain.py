@@ -138,7 +138,8 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     handed = len(handed_values(cand_graph.gm))
     if handed:
         notes.append(f"the candidate's recording was handed {handed} value(s) computed where "
-                     "it does not reach (a worker thread, NumPy, vmap): the ops that computed them "
+                     "it does not reach (a worker thread, NumPy, TorchScript, vmap): the ops "
+                     "that computed them "
                      "are not compared, only what they returned (as a value of the model)")
     if alone is None:
         notes += _input_notes(tensors, ref_inputs, cand_inputs)

@@ -95,7 +95,8 @@ def merged_outside(graph: torch.fx.Graph, constants: Mapping[str, torch.Tensor],
 
 def outside_hint(where: str, node: str) -> str:
     """The hint of a divergence named at ``node``, a value standing for ``where``'s."""
-    return (f"{OUTSIDE_HINT}{where}'s value {OUTSIDE_HINT_END} (a worker thread, NumPy, vmap) and "
+    return (f"{OUTSIDE_HINT}{where}'s value {OUTSIDE_HINT_END} (a worker thread, NumPy, "
+            "TorchScript, vmap) and "
             f"is handed it back ({node}): its error is all it carries, its own part and "
             "what came into it alike")
 

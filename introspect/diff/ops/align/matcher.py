@@ -17,6 +17,7 @@ from introspect.diff.ops.align.cuts import parts_cut
 from introspect.diff.ops.align.view import GraphView, graph_outputs
 from introspect.diff.ops.align.weights import describe_order
 from introspect.diff.ops.eager import mutates_in_place
+from introspect.diff.ops.outside import handed_values
 from introspect.diff.records import (
     BY_CONSUMER,
     BY_INPUT,
@@ -333,19 +334,31 @@ class Matcher:
             if bias is None:
                 continue
             fold = self._folded_bias(pair, bias)
-            if fold is None and bias not in held and not self._read_reshaped(bias):
+            unseen = fold is None and bias not in held and self._handed_on_unseen(pair.candidate)
+            if fold is None and bias not in held and not self._read_reshaped(bias) \
+                    and not unseen:
                 continue
             if fold is None and bias in self._read_through_moves(pair.candidate):
                 continue
             if fold is not None and fold[2] in self._cand_vectors_read(pair.candidate):
                 continue  # its folded bias is added in the node itself
             what = bias if fold is None else f"{bias} + {fold[0]} @ {fold[1]}"
+            where = ("adds that bias, if at all, where the recording does not reach (the "
+                     "outputs and module evidence judge it)") if unseen \
+                else "adds that bias elsewhere"
             note = "; ".join(n for n in (pair.note, f"compared less {what}: the candidate "
-                                         "adds that bias elsewhere") if n)
+                                         f"{where}") if n)
             self.remove(pair)
             self.add(dataclasses.replace(
                 pair, reference_bias=bias, note=note,
                 reference_shift=(fold[0], fold[1]) if fold is not None else None))
+
+    def _handed_on_unseen(self, c: str) -> bool:
+        """The candidate's node ``c`` is used by no recorded node, in a recording handed
+        values computed where it does not reach: what ``c`` holds went there (a product
+        handed to a TorchScript helper that adds the bias and the GELU), and whether the
+        bias was added is not the recording's to say."""
+        return bool(handed_values(self.cand.gm)) and not self.cand.nodes[c].users
 
     def _folded_bias(self, pair: Pair, bias: str) -> tuple[str, str, str] | None:
         """For a pair proven by a folded weight (``W * g``, a norm's gain folded in), the
