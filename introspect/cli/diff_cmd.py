@@ -331,8 +331,10 @@ def compute_diff(args: argparse.Namespace, atol: float | None, rtol: float | Non
                              "while the diff ran it (no verdict)")
             raise
         # which head parts: for the reports, or a failure (one forward only)
+        # (no recording: nothing to take heads from; a replay that did not reproduce its
+        # recording: a trace of the candidate would not either, and its heads say nothing)
         if (args.out or not result.passed) and not getattr(args, "generate", 0) \
-                and result.candidate is not None:  # no recording: nothing to take heads from
+                and result.candidate is not None and result.replay_reproduced:
             from introspect.cli.attention_cmd import head_parity_for_diff
 
             args.head_parity = head_parity_for_diff(reference, deferred.build(), inputs, args)

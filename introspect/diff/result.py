@@ -258,6 +258,14 @@ class DiffResult:
         return [r for r in self.rows if r.status == STATUS_FAIL]
 
     @property
+    def replay_reproduced(self) -> bool:
+        """Each side's replay computed what its recording did (else its node values, and
+        anything else traced from the model, decide nothing: ``ops.explain``)."""
+        from introspect.diff.ops.explain import UNREPRODUCED
+
+        return not any(UNREPRODUCED in note for note in self.notes)
+
+    @property
     def max_abs_err(self) -> float:
         """The largest propagated error over all aligned pairs (real tokens) and the
         outputs of the truth runs; a guessed pair's whose values disagree is left out

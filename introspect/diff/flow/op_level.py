@@ -4,6 +4,7 @@ outputs explained, and the verdict settled with the divergence the truth runs na
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from introspect.diff.flow.state import DiffState
@@ -17,7 +18,7 @@ from introspect.diff.ops.faithful import (
     truth_divergence,
 )
 from introspect.diff.quantized import INT8
-from introspect.diff.records import STATUS_FAIL
+from introspect.diff.records import STATUS_DRIFT, STATUS_FAIL, STATUS_UNCONFIRMED
 from introspect.run.boundaries import where_paths_part
 
 
@@ -112,12 +113,31 @@ def settle_verdict(state: DiffState) -> None:
     calls). Before module evidence is joined; the gradients' verdict joins in the result."""
     verdict, truths = state.verdict, state.truths
     state.passed = passed_with_rows(state)
+    if state.explanation.graph is not None and not rows_trusted(state) and not state.random:
+        _rows_decide_nothing(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
-            and (state.divergence is None or (not state.faithful and not state.random)):
+            and (state.divergence is None or (not rows_trusted(state) and not state.random)):
         # (a forward that changes from call to call cannot be reproduced by any
-        # recording: its node-level divergence, dropout's hint and all, stands)
+        # recording: its node-level divergence, dropout's hint and all, stands; a replay
+        # that did not reproduce its recording names nothing: a functional_call template
+        # replayed with its own uninitialised weights named layer 0)
         name_from_truth(state)
+
+
+def _rows_decide_nothing(state: DiffState) -> None:
+    """Node rows of a recording or replay that did not reproduce the plain calls
+    (``rows_trusted``) over their budget are unconfirmed, with a note, and name no
+    divergence: their layers read FAIL and the verdict line the replay's error (inf for
+    a ``functional_call`` template replayed with its own uninitialised weights) on a
+    PASS, and a FAIL named their first row's layer."""
+    why = ("the replay did not reproduce the plain calls here: its values decide "
+           "nothing, the plain calls and module evidence do")
+    state.rows = [dataclasses.replace(row, status=STATUS_UNCONFIRMED,
+                                      note="; ".join(n for n in (row.note, why) if n))
+                  if row.status in (STATUS_FAIL, STATUS_DRIFT) else row
+                  for row in state.rows]
+    state.divergence = None
 
 
 def passed_with_rows(state: DiffState) -> bool:

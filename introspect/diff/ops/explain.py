@@ -202,7 +202,7 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
                             or is_guess(r)})  # (a guess's values, its view's, prove nothing)
         if drift is not None:
             rows = mark_drift(rows, alignment, drift)
-    notes += _nonfinite_notes(rows, allow_nonfinite)
+    notes += _nonfinite_notes(rows, allow_nonfinite, trusted=not unfaithful)
     context = {"reference_model": reference, "candidate_model": candidate,
                "inputs": ref_inputs, "tolerance": tolerance} if alone is None \
         else {**alone.context, "tolerance": tolerance}
@@ -302,6 +302,11 @@ def model_dtypes(model: torch.nn.Module) -> set[str]:
     return found | ({INT8} if holds_quantized(model) else set())
 
 
+# What the note on a replay that did not reproduce its recording says (read by
+# ``DiffResult.replay_reproduced``).
+UNREPRODUCED = "replay computed other values than its recording"
+
+
 def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
     """A side whose replay did not reproduce its own run: nothing it says can be trusted.
 
@@ -315,7 +320,7 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
         replayed = run.outputs.get(side, {})
         differing = outputs_not_replayed(recording, replayed)
         if differing:
-            notes.append(f"the {side}'s replay computed other values than its recording on "
+            notes.append(f"the {side}'s {UNREPRODUCED} on "
                          f"the same inputs ({', '.join(differing)} differ): its forward is "
                          "not deterministic (dropout or random numbers left on?), changes "
                          "its own state as it runs, or runs a region the replay runs "
@@ -325,12 +330,17 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
     return notes
 
 
-def _nonfinite_notes(rows: list[NodeDiff], allowed: bool) -> list[str]:
+def _nonfinite_notes(rows: list[NodeDiff], allowed: bool, trusted: bool = True) -> list[str]:
+    """The note on NaN or Inf in compared nodes; where the replay did not reproduce its
+    recording (``trusted`` False: a template's own uninitialised weights replayed for
+    those ``functional_call`` swapped in), it decides nothing and says so."""
     holding = [r for r in rows if r.nonfinite]
     if not holding:
         return []
     first = holding[0]
-    verdict = "allowed by allow_nonfinite (--allow-nonfinite)" if allowed else "the diff fails"
+    verdict = "allowed by allow_nonfinite (--allow-nonfinite)" if allowed else \
+        "the diff fails" if trusted else \
+        "in a replay that did not reproduce its recording, which decides nothing"
     return [f"NaN or Inf in {len(holding)} compared node(s), first at {first.reference_node} "
             f"({first.op} in {first.module or first.layer}): {verdict}"]
 
