@@ -21,6 +21,7 @@ Errors at padding positions are measured apart from real tokens.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -441,6 +442,16 @@ class Runner:
             if any(not measure(t.index_select(-1, index), reference, budget, pad)[0].mismatched
                    for t in tried):
                 return torch.tensor(order, device=value.device)
+        # none within budget (a fault in this very op, a tanh GELU on permuted features):
+        # the order that fits 100x better than the value's own, as layouts are chosen, so
+        # that the fault is measured, not the permutation (0.77 where it is 1e-4)
+        judged = tried[-1]
+        own_gap = _largest_gap(judged, reference, pad)
+        for order in carried:
+            index = inverse_order(torch.tensor(order, device=value.device))
+            if _largest_gap(judged.index_select(-1, index), reference, pad) \
+                    <= _FIT_RATIO * own_gap:
+                return torch.tensor(order, device=value.device)
         return None
 
     def _carry_orders(self, node: torch.fx.Node) -> None:
@@ -479,6 +490,15 @@ class Runner:
             d = d.masked_fill(pad, 0.0)
         rows = tuple(float(x) for x in d.reshape(d.shape[0], -1).amax(dim=1)) if d.ndim else ()
         self.result.snapshots[i] = Snapshot(i, inputs, local, reference, rows)
+
+
+def _largest_gap(value: torch.Tensor, reference: torch.Tensor,
+                 pad: torch.Tensor | None) -> float:
+    """max |value - reference| over the real positions, in float64 (inf where NaN)."""
+    gap = (value.double() - reference.double()).abs().nan_to_num(math.inf)
+    if pad is not None:
+        gap = gap.masked_fill(pad.expand(gap.shape), 0.0)
+    return float(gap.max()) if gap.numel() else 0.0
 
 
 def _bias(gm: torch.nn.Module, pair: Pair) -> torch.Tensor | None:
