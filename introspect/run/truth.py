@@ -118,7 +118,7 @@ def _differing(calls: list[TruthCall]) -> list[str]:
 def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
               keywords: Mapping[str, Any] | None = None, grad_calls: int = 1,
               inference: bool = False, lean: bool = True,
-              backward: Callable[[Any], None] | None = None) -> Truth:
+              backward: Callable[[Any], None] | None = None, label: str = "") -> Truth:
     """Call ``model`` plainly ``grad_calls`` times with autograd on, then once under no_grad
     (and, with ``inference``, once under ``torch.inference_mode()``).
 
@@ -137,6 +137,8 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
         backward: called with what the first call (autograd on) returned, its autograd
             graph kept: the user's own backward runs on the user's own call
             (``diff.backward.plain``); that call keeps what a backward reads.
+        label: how an error names the model (a port's ``FILE.py:BUILD``); its class
+            name where none is given.
 
     Raises:
         InputError: the model failed on the inputs (the cause is kept).
@@ -159,7 +161,7 @@ def run_truth(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor],
                 raised = "; in a worker thread: ".join(
                     [f"{type(e).__name__}: {cause}", *map(said, in_threads[:1])])
                 continue
-            raise InputError(f"{type(model).__name__} could not run on the inputs: "
+            raise InputError(f"{label or type(model).__name__} could not run on the inputs: "
                              f"{type(e).__name__}: {cause}") from e
         for error in in_threads:  # the call ran after all: printed, as they would be
             threading.excepthook(error)

@@ -71,7 +71,8 @@ def take_candidate_truth(state: DiffState) -> None:
                           gradients=backward is not None) as cand_calls:
         state.cand_truth = run_truth(candidate, accepted_inputs(candidate, state.cand_tensors),
                                      grad_calls=2, inference=not holds_script(candidate),
-                                     lean=not compiled(candidate), backward=backward)
+                                     lean=not compiled(candidate), backward=backward,
+                                     label=_named(state.candidate_label, candidate))
     state.cand_calls = cand_calls
     if state.options.mode.backward and holds_quantized(candidate) and any(
             is_quantized(call.module) for call in cand_calls.calls):  # (an unused head: no)
@@ -81,6 +82,12 @@ def take_candidate_truth(state: DiffState) -> None:
             "not differentiate: diff its forward, or its float model with --backward")
     state.candidate_sums = sums  # held to the weights after its calls once they are read
     # for the pairing (``note_edited_weights``)
+
+
+def _named(label: str, candidate: Any) -> str:
+    """How an error names the candidate: its build (``port.py:build``) and its class."""
+    kind = type(candidate).__name__
+    return f"the candidate {label} ({kind})" if label and label != "candidate" else kind
 
 
 def note_edited_weights(state: DiffState,
