@@ -106,7 +106,7 @@ def _blind_before(state: DiffState, layer: str) -> list[str]:
     tanh GELU in layer 3 was named in layer 5). [] where some block before it was paired,
     or ``layer`` is no block."""
     blocks = list(dict.fromkeys(block_layers(state.reference).values()))
-    if layer not in blocks:
+    if layer not in blocks or state.inside:  # (recorded inside one module by design)
         return []
     paired = {row.layer for row in state.rows if row.reference_node and row.candidate_node}
     before = blocks[:blocks.index(layer) + 1]
