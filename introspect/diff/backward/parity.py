@@ -342,8 +342,6 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         related = by_ref.get(r_name)
         g_ref = ref.parameter_grads.get(r_name)
         weight = ref.parameters[r_name]
-        if not related and r_name not in sliced:
-            continue
         if g_ref is None:
             g_ref = torch.zeros_like(weight)
         scale = magnitude_of(g_ref)
@@ -361,8 +359,13 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 piece.candidate, r_name, "slice of", None, 0.0),
                 piece.of(torch.zeros_like(cand.parameters[piece.candidate]) if g is None
                          else g, weight.shape)))
-        if not mapped:
-            continue
+        assembled = None
+        if not mapped:  # held in row blocks by several (one Linear per head)
+            assembled = _assembled(related or [], weight, cand)
+            if assembled is None:
+                continue
+            mapped.append((assembled[0], WeightRelation(assembled[0], r_name, ASSEMBLED,
+                                                        None, 0.0), assembled[1]))
         confirmed = [m for m in mapped if (r_name, m[0]) in read_together]
         mapped = confirmed or mapped
         # Several candidate weights for one reference weight: each is a copy (untied) or a
@@ -373,9 +376,16 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
         err, rel, over, _ = _errors(g_c, g_ref, budget, allow_nonfinite=allow_nonfinite)
         hint = ""
         names = c_name
+        if over and assembled is not None:  # the part holding the worst row, first
+            worst = int((g_c.double() - g_ref.double()).abs().reshape(
+                g_ref.shape[0], -1).amax(1).nan_to_num(math.inf).argmax())
+            part = next(c for c, start, stop in assembled[4] if start <= worst < stop)
+            names = f"{part} (of {len(assembled[4])} holding its rows)"
         if over:
-            hint = "; ".join(gradient_hints(g_c, g_ref, None, cut=cand.parameter_grads.get(
-                c_name) is None, where=f"{r_name}'s gradient", weight=True))
+            cut = assembled[3] if assembled is not None else \
+                cand.parameter_grads.get(c_name) is None
+            hint = "; ".join(gradient_hints(g_c, g_ref, None, cut=cut,
+                                            where=f"{r_name}'s gradient", weight=True))
             copies = [m for m in mapped if m[1].region is None]
             if len(copies) > 1:
                 total = torch.stack([m[2].double() for m in copies]).sum(dim=0)
@@ -384,12 +394,16 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                 if not t_over:
                     hint = untied_hint(r_name, [m[0] for m in copies])
                     names = " + ".join(m[0] for m in copies)
-        w_cand = (sliced[r_name].of(cand.parameters[c_name], weight.shape)
-                  if relation.kind == "slice of" else
-                  _to_reference(cand.parameters[c_name], cand.parameters[c_name], relation,
-                                weight)) if err else None
-        step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
-            and torch.equal(cand.parameters[c_name], weight) else None
+        if assembled is not None:
+            w_cand = assembled[2] if err else None
+            step = 0.0 if not err and torch.equal(assembled[2], weight) else None
+        else:
+            w_cand = (sliced[r_name].of(cand.parameters[c_name], weight.shape)
+                      if relation.kind == "slice of" else
+                      _to_reference(cand.parameters[c_name], cand.parameters[c_name],
+                                    relation, weight)) if err else None
+            step = 0.0 if not err and cand.parameters[c_name].shape == weight.shape \
+                and torch.equal(cand.parameters[c_name], weight) else None
         if w_cand is not None:
             step = _sgd_step_error(weight, g_ref, w_cand, g_c)
             sgd = max(sgd, step)
@@ -397,6 +411,88 @@ def _parameter_rows(ref: GradientRecording, cand: GradientRecording,
                                       err, rel, scale, step, STATUS_FAIL if over else STATUS_OK,
                                       hint))
     return rows, sgd
+
+
+ASSEMBLED = "rows of several"  # a reference weight held in row blocks by several weights
+
+
+def _assembled(related: Sequence[tuple[str, WeightRelation]], weight: torch.Tensor,
+               cand: GradientRecording,
+               ) -> tuple[str, torch.Tensor, torch.Tensor, bool,
+                          list[tuple[str, int, int]]] | None:
+    """A reference weight held in blocks of its rows by several candidate weights (a
+    Linear per head, each a slice of the query's rows): (their names, their gradients
+    and their values put together in the reference's layout, whether some part had no
+    gradient, each part's rows), where the blocks cover every row once; None otherwise. Each part's
+    gradient was left out, and a head's query gradient scaled by 1.01 PASSED."""
+    parts = [(c, r) for c, r in related
+             if r.kind in ("slice", "transposed slice") and r.region is not None]
+    if len(parts) != len(related) or weight.ndim < 1 or weight.shape[0] < 2:
+        return None
+    grads = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device)
+    values = torch.zeros_like(grads)
+    covered = torch.zeros(weight.shape[0], dtype=torch.int32)
+    spans: list[tuple[str, int, int]] = []
+    cut = False
+    for c, relation in parts:
+        value = cand.parameters[c].detach()
+        grad = cand.parameter_grads.get(c)
+        cut = cut or grad is None
+        grad = torch.zeros_like(value) if grad is None else grad
+        if relation.kind.startswith("transposed"):
+            if value.ndim != 2:
+                return None
+            value, grad = value.t(), grad.t()
+        start, stop = relation.region.start, relation.region.stop
+        if tuple(value.shape) != (stop - start, *weight.shape[1:]):
+            return None
+        grads[start:stop] = grad.to(grads)
+        values[start:stop] = value.to(values)
+        covered[start:stop] += 1
+        spans.append((c, start, stop))
+    used = {c for c, _ in parts}
+    for c, start, value, grad in _blocks_of(weight, cand, used, covered):
+        # a part the recording saw read through an expression (``W + 0.01 * (W -
+        # W.detach())``): held by its values, found among the candidate's parameters
+        cut = cut or grad is None
+        stop = start + value.shape[0]
+        grads[start:stop] = (torch.zeros_like(value) if grad is None else grad).to(grads)
+        values[start:stop] = value.to(values)
+        covered[start:stop] += 1
+        spans.append((c, start, stop))
+        parts.append((c, WeightRelation(c, "", "slice", None, 0.0)))
+    if len(parts) < 2 or not bool((covered == 1).all()):
+        return None
+    names = f"{parts[0][0]} and {len(parts) - 1} more (its rows)"
+    return names, grads, values, cut, spans
+
+
+def _blocks_of(weight: torch.Tensor, cand: GradientRecording, used: set[str],
+               covered: torch.Tensor) -> list[tuple[str, int, torch.Tensor, Any]]:
+    """The candidate's parameters (not ``used``) holding, bit for bit, a block of the
+    rows of ``weight`` that ``covered`` has no part for: (name, first row, the value in
+    the reference's layout, its gradient in that layout or None)."""
+    rows = weight.reshape(weight.shape[0], -1)
+    if torch.unique(rows, dim=0).shape[0] != rows.shape[0]:
+        return []  # rows alike (random init's zero biases): their places are not proven
+    found = []
+    for c, param in cand.parameters.items():
+        if c in used or param.ndim != weight.ndim or param.dtype != weight.dtype:
+            continue
+        grad = cand.parameter_grads.get(c)
+        for turned in (False, True) if param.ndim == 2 else (False,):
+            value = param.detach().t() if turned else param.detach()
+            if value.shape[1:] != weight.shape[1:] or not 0 < value.shape[0] < weight.shape[0]:
+                continue
+            first = (weight == value[0]).reshape(weight.shape[0], -1).all(1)
+            for start in first.nonzero().flatten().tolist():
+                stop = start + value.shape[0]
+                if stop <= weight.shape[0] and not bool(covered[start:stop].any()) \
+                        and torch.equal(weight[start:stop], value):
+                    found.append((c, start, value,
+                                  None if grad is None else (grad.t() if turned else grad)))
+                    break
+    return found
 
 
 def _sliced(ref: GradientRecording, cand: GradientRecording,
