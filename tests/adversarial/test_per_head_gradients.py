@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.adversarial.corpus import run_port
+from tests.adversarial.corpus import first_divergence, run_port
 
 
 @pytest.mark.parametrize("build, code", [("correct", 0), ("faulty_gradient", 1)])
@@ -20,3 +20,10 @@ def test_weights_held_per_head_have_their_gradients_compared(build, code):
         assert "first backward divergence: parameter " \
             "encoder.layer.3.attention.self.query.weight (in encoder.layer.3; the " \
             "candidate's blocks.3.hq.1)" in done.stdout, done.stdout
+
+
+def test_weights_held_per_head_are_not_said_unloaded():
+    done = run_port("per_head_linears.py", "faulty_scale")
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert "encoder.layer.3" in first_divergence(done.stdout), done.stdout
+    assert "left unloaded" not in done.stdout, done.stdout

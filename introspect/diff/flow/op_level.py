@@ -113,16 +113,26 @@ def settle_verdict(state: DiffState) -> None:
     calls). Before module evidence is joined; the gradients' verdict joins in the result."""
     verdict, truths = state.verdict, state.truths
     state.passed = passed_with_rows(state)
-    if state.explanation.graph is not None and not rows_trusted(state) and not state.random:
+    if state.explanation.graph is not None and not rows_trusted(state) and not state.random \
+            and not _dropout_seen(state.divergence):
         _rows_decide_nothing(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
-            and (state.divergence is None or (not rows_trusted(state) and not state.random)):
+            and (state.divergence is None or (not rows_trusted(state) and not state.random
+                                              and not _dropout_seen(state.divergence))):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands; a replay
         # that did not reproduce its recording names nothing: a functional_call template
         # replayed with its own uninitialised weights named layer 0)
         name_from_truth(state)
+
+
+def _dropout_seen(divergence: Any) -> bool:
+    """The rows' divergence found a dropout left active in the values (a seeded one draws
+    the same mask on every plain call, and otherwise in the replay): the replay differs
+    because of it, and the node it names is where it acts."""
+    return divergence is not None and any(
+        h.startswith("dropout is active") for h in divergence.hints)
 
 
 def _rows_decide_nothing(state: DiffState) -> None:

@@ -210,8 +210,9 @@ def _held(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
             if any(b.shape == value.shape and torch.allclose(b, value, rtol=1e-3, atol=1e-6)
                    for b in blocks):
                 return True
-    return reference.dim() == 2 and (_held_in_parts(reference, params)
-                                     or any(_rows_permuted(reference, p) for p in params))
+    parts = list(_with_slices(params, 2)) + list(_with_slices(params, 1))  # (a head's)
+    return reference.dim() in (1, 2) and _held_in_parts(reference, parts) \
+        or reference.dim() == 2 and any(_rows_permuted(reference, p) for p in params)
 
 
 def _rows_permuted(value: torch.Tensor, p: torch.Tensor) -> bool:
@@ -229,11 +230,14 @@ def _rows_permuted(value: torch.Tensor, p: torch.Tensor) -> bool:
 
 
 def _held_in_parts(value: torch.Tensor, params: Iterable[torch.Tensor]) -> bool:
-    """Matrix ``value`` held whole by blocks of its rows, or of its columns, in several
-    of ``params`` (as they are or transposed): one Linear per head, an FFN's output
-    Linear split in two halves of its inputs. Not "left unloaded"."""
+    """Matrix or vector ``value`` held whole by blocks of its rows (its elements), or of
+    its columns, in several of ``params`` (as they are or transposed): one Linear per
+    head, an einsum's (heads, head size, hidden) weight, an FFN's output Linear split in
+    two halves of its inputs. Not "left unloaded"."""
+    if value.dim() == 1:
+        value, params = value[:, None], [p[:, None] for p in params if p.dim() == 1]
     pieces = [p.detach().float() for p in params if p.dim() == 2]
-    for matrix in (value, value.t()):  # its rows, then its columns
+    for matrix in (value, value.t()) if value.shape[1] > 1 else (value,):  # rows, columns
         matrix = matrix.float()
         covered = torch.zeros(matrix.shape[0], dtype=torch.bool)
         for p in pieces:

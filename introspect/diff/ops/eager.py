@@ -522,8 +522,10 @@ def run_recorded(recorder: _Recorder, model: torch.nn.Module,
             return model(**inputs, **(keywords or {}))
     except Exception as e:
         cause = " ".join(str(e).split())  # torch's messages span lines: one line here
-        raise InputError(f"{type(model).__name__} could not run on the inputs: "
-                         f"{type(e).__name__}: {cause}") from e
+        # ("while recorded": a model that ran plainly may fail only under the recording,
+        # a compiled submodule whose tracer the recording's function mode trips)
+        raise InputError(f"{type(model).__name__} could not run on the inputs while "
+                         f"recorded: {type(e).__name__}: {cause}") from e
 
 
 def finish_recording(recorder: _Recorder, model: torch.nn.Module, input_names: tuple[str, ...],

@@ -321,10 +321,11 @@ def _unfaithful_notes(run: Any, *recordings: Recording) -> list[str]:
         differing = outputs_not_replayed(recording, replayed)
         if differing:
             notes.append(f"the {side}'s {UNREPRODUCED} on "
-                         f"the same inputs ({', '.join(differing)} differ): its forward is "
-                         "not deterministic (dropout or random numbers left on?), changes "
-                         "its own state as it runs, or runs a region the replay runs "
-                         "otherwise (an autocast region, compiled code); no node-level "
+                         f"the same inputs ({', '.join(differing)} differ): its forward "
+                         "draws random numbers (dropout left on?), changes its own state as "
+                         "it runs, or runs a region the replay runs otherwise (an autocast "
+                         "region, compiled code, weights swapped in by functional_call); "
+                         "no node-level "
                          "comparison of it can be trusted, and the plain calls and module "
                          "evidence decide")
     return notes

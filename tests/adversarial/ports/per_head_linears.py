@@ -7,7 +7,9 @@ table read 67 of 103), and a fault that scales one head's query-weight gradient 
 its forward unchanged, PASSED.
 
 - ``correct``: BERT's arithmetic, head by head;
-- ``faulty_gradient``: layer 3, head 1's query weight read as ``W + 0.01 (W - W.detach())``.
+- ``faulty_gradient``: layer 3, head 1's query weight read as ``W + 0.01 (W - W.detach())``;
+- ``faulty_scale``: layer 3, head 1's scores scaled by 1.001 (its failing forward's hints
+  said every query, key and value weight and bias of layer 3 was "left unloaded").
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import nn
 
 class PerHeadBlock(adv_bert.Block):
     scaled_head: int | None = None
+    hot_head: int | None = None
 
     def __init__(self, index: int, hidden: int, heads: int, ffn: int, eps: float) -> None:
         super().__init__(index, hidden, heads, ffn, eps)
@@ -39,6 +42,8 @@ class PerHeadBlock(adv_bert.Block):
             q = F.linear(x, w, self.hq[h].bias)
             k, v = self.hk[h](x), self.hv[h](x)
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, S, S)
+            if h == self.hot_head:
+                scores = scores * 1.001
             scores = scores.masked_fill(~mask[:, 0], torch.finfo(scores.dtype).min)
             outs.append(scores.softmax(-1) @ v)
         return torch.cat(outs, dim=-1)
@@ -70,4 +75,10 @@ HEADS = {"hq": "attention.self.query", "hk": "attention.self.key",
 def faulty_gradient(reference: Any) -> adv_bert.Bert:
     model = correct(reference)
     model.blocks[adv_bert.fault_layer(reference)].scaled_head = 1
+    return model
+
+
+def faulty_scale(reference: Any) -> adv_bert.Bert:
+    model = correct(reference)
+    model.blocks[adv_bert.fault_layer(reference)].hot_head = 1
     return model
