@@ -443,7 +443,9 @@ def _assembled(related: Sequence[tuple[str, WeightRelation]], weight: torch.Tens
             if value.ndim != 2:
                 return None
             value, grad = value.t(), grad.t()
-        start, stop = relation.region.start, relation.region.stop
+        region = relation.region
+        assert region is not None  # (``parts`` holds slices with a region only)
+        start, stop = region.start, region.stop
         if tuple(value.shape) != (stop - start, *weight.shape[1:]):
             return None
         grads[start:stop] = grad.to(grads)

@@ -316,7 +316,9 @@ def _biases_placed_by_their_weights(ref_weights: Mapping[str, torch.Tensor],
 def _sibling_reference(weight: str, ref_weights: Mapping[str, torch.Tensor]) -> str | None:
     """The reference's bias beside its weight ``weight``, where it has one."""
     head, found, tail = weight.rpartition("weight")
-    bias = f"{head}bias{tail}" if found and "." not in tail else None
+    if not found or "." in tail:
+        return None
+    bias = f"{head}bias{tail}"
     return bias if bias in ref_weights and ref_weights[bias].ndim == 1 else None
 
 
