@@ -114,12 +114,13 @@ def settle_verdict(state: DiffState) -> None:
     verdict, truths = state.verdict, state.truths
     state.passed = passed_with_rows(state)
     if state.explanation.graph is not None and not rows_trusted(state) and not state.random \
-            and not _dropout_seen(state.divergence):
+            and not _dropout_seen(state.divergence) and not _edits_its_weights(state):
         _rows_decide_nothing(state)
     state.random = state.random or bool(truths and state.cand_truth.changed_between_calls())
     if verdict is not None and not verdict.passed \
             and (state.divergence is None or (not rows_trusted(state) and not state.random
-                                              and not _dropout_seen(state.divergence))):
+                                              and not _dropout_seen(state.divergence)
+                                              and not _edits_its_weights(state))):
         # (a forward that changes from call to call cannot be reproduced by any
         # recording: its node-level divergence, dropout's hint and all, stands; a replay
         # that did not reproduce its recording names nothing: a functional_call template
@@ -133,6 +134,15 @@ def _dropout_seen(divergence: Any) -> bool:
     because of it, and the node it names is where it acts."""
     return divergence is not None and any(
         h.startswith("dropout is active") for h in divergence.hints)
+
+
+def _edits_its_weights(state: DiffState) -> bool:
+    """The candidate changes its own weights as it runs (a note says so, or it is decoded
+    step by step, where a step may find a weight edited between steps): its replay differs
+    for that reason, and the rows name the module reading the edited weight."""
+    stepping = bool(state.options.mode.generate) \
+        or state.options.mode.forward_keywords is not None  # (a generation step's diff)
+    return stepping or any("edits its own weights" in note for note in state.notes)
 
 
 def _rows_decide_nothing(state: DiffState) -> None:

@@ -198,8 +198,7 @@ def _check_same_model(matcher: Matcher) -> str:
     if not cand_params:  # (not another model: none of its weights was read where seen)
         raise InputError(
             "the candidate's recording saw none of its weights: it reads them where the "
-            "recording does not reach (for example another thread, NumPy, TorchScript or "
-            "vmap)")
+            "recording does not reach (another thread, NumPy, TorchScript, vmap)")
     ref_params = sum(t.numel() for t in unique_weights(matcher.ref).values())
     raise InputError(
         f"the candidate shares weights with only {anchored} of {len(weighted)} weighted "
