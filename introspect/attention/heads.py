@@ -248,16 +248,20 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
                               "than the reference's")
             plan.append(chosen)
         first_own = _values(cand_gm, [e for e, _, _ in plan[0]], cand_taken)
-        rows = None  # the candidate's batch rows among the reference's, where reordered
+        # the candidate's batch rows, or its tokens, among the reference's, where reordered
+        rows = tokens = None
         for e, value, _ in plan[0]:  # the pairing is right where no error has built up yet
             own = first_own[e.name].float()
             if not _close(own, value.float()):
-                rows = _row_order(own, value.float()) if rows is None else rows
-                if rows is None or not _close(own, value.float().index_select(0, rows)):
+                if rows is None and tokens is None:
+                    rows = _row_order(own, value.float())
+                    if rows is None and own.ndim >= 3:  # (a sequence run back to front)
+                        tokens = _row_order(own.transpose(0, 1), value.float().transpose(0, 1))
+                if rows is None and tokens is None \
+                        or not _close(own, _reordered(value.float(), rows, tokens)):
                     return None, _why_layer_0_differs(ref_gm, ref_taken, cand_gm, own)
-        if rows is not None:  # every layer's inputs in the candidate's own row order
-            plan = [[(e, value.index_select(0, rows) if value.shape[0] == rows.numel()
-                      else value, inside) for e, value, inside in chosen]
+        if rows is not None or tokens is not None:  # each layer's inputs in the candidate's order
+            plan = [[(e, _reordered(value, rows, tokens), inside) for e, value, inside in chosen]
                     for chosen in plan]
         with torch.no_grad():
             per_layer = _substituted_run(cand_gm, plan, cand_taken)
@@ -267,6 +271,8 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     probs = torch.stack([p.float() for p in per_layer])  # (L, B, nh, S, S)
     if rows is not None:  # back in the reference's row order
         probs = probs.index_select(1, torch.argsort(rows))
+    if tokens is not None:  # queries and keys back in the reference's token order
+        probs = probs.index_select(3, torch.argsort(tokens)).index_select(4, torch.argsort(tokens))
     return probs, ""
 
 
@@ -285,6 +291,16 @@ def _row_order(own: torch.Tensor, reference: torch.Tensor) -> torch.Tensor | Non
             return None
         order.append(j)
     return None if order == sorted(order) else torch.tensor(order)
+
+
+def _reordered(value: torch.Tensor, rows: torch.Tensor | None,
+               tokens: torch.Tensor | None) -> torch.Tensor:
+    """A reference value ``(B, S, ...)`` in the candidate's order of rows and tokens."""
+    if rows is not None and value.ndim and value.shape[0] == rows.numel():
+        value = value.index_select(0, rows)
+    if tokens is not None and value.ndim >= 2 and value.shape[1] == tokens.numel():
+        value = value.index_select(1, tokens)
+    return value
 
 
 def _why_layer_0_differs(ref_gm: torch.fx.GraphModule, ref_taken: Mapping[str, torch.Tensor],

@@ -1,7 +1,8 @@
 """A port running its batch rows in reverse order (``ports/reversed_rows.py``, probe
-round p): each op-level pair compares the candidate's rows with the reference's in the
-order they line up, and a correct port no longer FAILS; its faulty twin FAILS in its
-layer, on the real CLI."""
+round p), or its sequence back to front (``ports/flipped_sequence.py``, round s): each
+op-level pair compares the candidate's rows (tokens) with the reference's in the order
+they line up, and a correct port no longer FAILS; its faulty twin FAILS in its layer, on
+the real CLI."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ def test_rows_in_another_order_are_compared_row_for_row(build, code):
     if build == "faulty":
         divergence = first_divergence(done.stdout)
         assert "encoder.layer.3.output.LayerNorm" in divergence, done.stdout
+
+
+@pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1)])
+def test_a_sequence_back_to_front_is_compared_token_for_token(build, code):
+    """The correct port FAILED at its position ids, word embeddings and every attention
+    (each by about 1); the heads, each on the reference's inputs to its layer in the
+    candidate's token order, said layer 0 differed."""
+    done = run_port("flipped_sequence.py", build)
+    assert done.returncode == code, done.stdout + done.stderr[-2000:]
+    if build == "faulty":  # (the heads are compared where the verdict fails)
+        assert "heads within budget" in done.stdout, done.stdout
+        divergence = first_divergence(done.stdout)
+        assert "encoder.layer.3.intermediate" in divergence, done.stdout
 
 
 @pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1)])

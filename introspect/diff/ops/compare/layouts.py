@@ -8,6 +8,7 @@ one part of a fused value (``narrow`` to a pair's region).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -157,22 +158,78 @@ def fit_row_order(candidate: torch.Tensor, reference: torch.Tensor,
         _rows_gap(mine, theirs, real, own)
 
 
-def row_order_gaps(candidate: torch.Tensor, reference: torch.Tensor,
-                   pad: torch.Tensor | None, order: torch.Tensor) -> tuple[float, float] | None:
-    """(the largest gap with the candidate's rows in ``order``, the largest in their own)
-    (``fit_row_order``'s): for a value whose rows alone name no order, some of them alike
-    (a token-type embedding's rows, one segment pattern in two rows), the order another
-    value of the same run found. None where ``order`` cannot apply."""
-    rows = reference.shape[0] if reference.ndim >= 2 else 0
-    if candidate.shape != reference.shape or rows != order.numel() \
-            or not candidate.is_floating_point():
+_SIGNATURE = 64  # elements of each token compared to find the tokens' order
+_TOKENS_AT_ONCE = 64  # reference tokens measured against every candidate token at a time
+
+
+def fit_token_order(candidate: torch.Tensor, reference: torch.Tensor,
+                    pad: torch.Tensor | None,
+                    axis: int) -> tuple[torch.Tensor, float, float] | None:
+    """The order of the candidate's tokens (along ``axis``) among the reference's, as
+    ``fit_row_order`` finds batch rows': a port that runs its sequence back to front
+    computes each value token for token at the mirrored place. Each token is first
+    matched on a sample of ``_SIGNATURE`` of its elements, the order found then measured
+    in full. None where the tokens are in their own order already, or no one-to-one order
+    is nearest (tokens alike, a token-type embedding's: the replay then tries the
+    orders other values of the run proved)."""
+    tokens = reference.shape[axis] if reference.ndim else 0
+    if candidate.shape != reference.shape or tokens < 2:
         return None
-    mine, theirs = candidate.reshape(rows, -1), reference.reshape(rows, -1)
-    real = None if pad is None else ~pad.expand(reference.shape).reshape(rows, -1)
-    order = order.to(mine.device)
-    own = torch.arange(rows, device=mine.device)
-    return _rows_gap(mine, theirs.index_select(0, order), real, order), \
+    mine = candidate.movedim(axis, 0).reshape(tokens, -1)
+    theirs = reference.movedim(axis, 0).reshape(tokens, -1)
+    real = None if pad is None else \
+        ~pad.expand(reference.shape).movedim(axis, 0).reshape(tokens, -1)
+    every = max(1, mine.shape[1] // _SIGNATURE)
+    sampled, target = mine[:, ::every].double(), theirs[:, ::every].double()
+    nearest: list[torch.Tensor] = []
+    for start in range(0, tokens, _TOKENS_AT_ONCE):  # (tokens, a few reference tokens)
+        block = slice(start, start + _TOKENS_AT_ONCE)
+        gap = (sampled[:, None, :] - target[None, block, :]).abs().nan_to_num(math.inf)
+        if real is not None:
+            gap = gap.masked_fill(~real[None, block, ::every], 0.0)
+        nearest.append(gap.amax(dim=2))
+    order = torch.cat(nearest, dim=1).argmin(dim=1)  # (candidate token -> reference token)
+    own = torch.arange(tokens, device=order.device)
+    if torch.equal(order, own) or torch.unique(order).numel() != tokens:
+        return None
+    return order, _rows_gap(mine, theirs.index_select(0, order), real, order), \
         _rows_gap(mine, theirs, real, own)
+
+
+ROWS_ORDER, TOKENS_ORDER = "rows", "tokens"
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisOrder:
+    """A candidate value's batch rows or tokens in another order: index k along each of
+    ``axes`` holds the reference's index ``order[k]`` (rows sorted by length or run
+    reversed; a sequence run back to front, whose attention scores hold it on two axes)."""
+
+    kind: str  # ROWS_ORDER or TOKENS_ORDER
+    axes: tuple[int, ...]
+    order: torch.Tensor
+
+    def to_candidate(self, reference: torch.Tensor) -> torch.Tensor:
+        for axis in self.axes:
+            reference = reference.index_select(axis, self.order.to(reference.device))
+        return reference
+
+    def to_reference(self, value: torch.Tensor) -> torch.Tensor:
+        inverse = inverse_order(self.order).to(value.device)
+        for axis in self.axes:
+            value = value.index_select(axis, inverse)
+        return value
+
+    def fits(self, value: torch.Tensor) -> bool:
+        return all(axis < value.ndim and value.shape[axis] == self.order.numel()
+                   for axis in self.axes)
+
+    def __str__(self) -> str:
+        order = self.order.tolist()
+        if order == list(range(len(order) - 1, -1, -1)):
+            return f"{self.kind} in reverse order"
+        shown = order if len(order) <= 16 else [*order[:16], "..."]
+        return f"{self.kind} in another order: {shown}".replace("'...'", "...")
 
 
 def _rows_gap(mine: torch.Tensor, theirs: torch.Tensor, real: torch.Tensor | None,

@@ -29,16 +29,19 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from introspect.diff.ops.compare.axes import TokenAxes
+from introspect.diff.ops.compare.axes import TOKENS, TokenAxes
 from introspect.diff.ops.compare.layouts import (
+    ROWS_ORDER,
+    TOKENS_ORDER,
+    AxisOrder,
     Layout,
     block_orders,
     fit_layouts,
     fit_row_order,
+    fit_token_order,
     inverse_order,
     may_trade,
     narrow,
-    row_order_gaps,
 )
 from introspect.diff.ops.compare.padding import Padding
 from introspect.diff.ops.compare.records import RunResult, Snapshot
@@ -98,7 +101,8 @@ class Runner:
         self.cand_output = next(n for n in candidate.graph.nodes if n.op == "output")
         self.substituted: dict[str, Any] = {}
         self.layouts: dict[int, Layout] = {}
-        self.row_orders: dict[int, torch.Tensor] = {}  # pair -> its candidate's row order
+        # pair -> its candidate's batch rows or tokens in another order
+        self.row_orders: dict[int, AxisOrder] = {}
         self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
         self.axes = TokenAxes(padding.input_shape if padding.padded is not None else None)
         # Layouts that made a pair agree, by (candidate shape, reference shape, reference
@@ -237,12 +241,12 @@ class Runner:
             if self.pairs[i].reference_region is not None:
                 ref_value = narrow(ref_value, self.pairs[i].reference_region)
             ref_value = self._less_bias(i, ref_value)
+            if i in self.row_orders:  # (compared in the reference's layout)
+                ref_value = self.row_orders[i].to_candidate(ref_value)
             if i in self.layouts:
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
                 ref_value = ref_value.index_select(-1, self.orders[i])
-            if i in self.row_orders:
-                ref_value = ref_value.index_select(0, self.row_orders[i])
             # onto the candidate's device: its node runs there (introspect.diff.devices)
             return ref_value.to(value.device, value.dtype) \
                 if ref_value.shape == value.shape else SAME
@@ -311,12 +315,11 @@ class Runner:
             value = layout.to_reference(value)
             if isinstance(local, torch.Tensor) and local.numel() == value.numel():
                 local = layout.to_reference(local)
-        rows = self._rows_for(i, value, local, reference, budget, pad) if layout is None \
-            else None
-        if rows is not None:  # (the candidate's rows put back in the reference's order)
-            value = value.index_select(0, inverse_order(rows))
+        rows = self._rows_for(i, value, local, reference, budget, pad, labels)
+        if rows is not None:  # (its rows or tokens put back in the reference's order)
+            value = rows.to_reference(value)
             if isinstance(local, torch.Tensor) and local.shape == value.shape:
-                local = local.index_select(0, inverse_order(rows))
+                local = rows.to_reference(local)
         cand_node = self.cand_by_name[pair.candidate]
         known_finite = _moves_data(cand_node) and all(
             n.name in self.finite for n in cand_node.all_input_nodes if n.op != "get_attr")
@@ -386,12 +389,14 @@ class Runner:
         return chosen
 
     def _rows_for(self, i: int, value: torch.Tensor, local: Any, reference: torch.Tensor,
-                  budget: Budget, pad: torch.Tensor | None) -> torch.Tensor | None:
-        """The candidate's batch rows in another order for pair ``i`` (candidate row k is
-        reference row ``order[k]``): where its value disagrees in its own order and agrees
-        row for row far better in another (``fit_row_order``, judged on the local value
-        where there is one, as layouts are). A correct port running its rows reversed
-        FAILED every node, by its rows' difference (probe round p)."""
+                  budget: Budget, pad: torch.Tensor | None,
+                  labels: tuple[str | None, ...] | None) -> AxisOrder | None:
+        """The candidate's batch rows, or its tokens, in another order for pair ``i``:
+        where its value disagrees in its own order and agrees row for row (token for
+        token) far better in another (``fit_row_order``, ``fit_token_order``, judged on
+        the local value where there is one, as layouts are). A correct port running its
+        rows reversed FAILED every node, by its rows' difference (probe round p); one
+        running its sequence back to front, by its tokens' (round s)."""
         if i in self.row_orders:
             return self.row_orders[i]
         pair = self.pairs[i]
@@ -401,21 +406,54 @@ class Runner:
             return None
         judged = local if isinstance(local, torch.Tensor) and local.shape == value.shape \
             else value
+        tokens = self._token_axes(reference, labels)
+        found: list[tuple[AxisOrder, float, float]] = []
         fit = fit_row_order(judged, reference, pad)
-        if fit is None or not fit[1] <= _FIT_RATIO * fit[2]:
-            # rows alike name no order of their own (a token-type embedding's): one that
-            # another pair of the run proved, where it fits as far better
-            known = {tuple(o.tolist()): o for o in self.row_orders.values()}
-            fits = [(gaps, o) for o in known.values()
-                    if (gaps := row_order_gaps(judged, reference, pad, o)) is not None
-                    and gaps[0] <= _FIT_RATIO * gaps[1]]
+        if fit is not None:
+            found.append((AxisOrder(ROWS_ORDER, (0,), fit[0]), fit[1], fit[2]))
+        for axis in tokens:
+            fit = fit_token_order(judged, reference, pad, axis)
+            if fit is not None:
+                found.append((AxisOrder(TOKENS_ORDER, (axis,), fit[0]), fit[1], fit[2]))
+        fitting = [order for order, gap, own in found if gap <= _FIT_RATIO * own]
+        if not fitting:
+            # rows alike name no order of their own (a token-type embedding's), nor do
+            # attention scores, their tokens on two axes: one that another pair of the
+            # run proved, where it fits as far better
+            own_gap = _largest_gap(judged, reference, pad)
+            fits = [(gap, order) for order in self._known_orders(tokens)
+                    if order.fits(judged) and (gap := _largest_gap(
+                        order.to_reference(judged), reference, pad)) <= _FIT_RATIO * own_gap]
             if not fits:
                 return None
-            fit = min(fits, key=lambda f: f[0][0])[1], 0.0, 0.0
-        order = fit[0]
+            fitting = [min(fits, key=lambda f: f[0])[1]]
+        order = fitting[0]
         self.row_orders[i] = order
-        self.result.layouts[i] = f"rows in another order: {order.tolist()}"
+        self.result.layouts[i] = str(order)
         return order
+
+    def _token_axes(self, reference: torch.Tensor,
+                    labels: tuple[str | None, ...] | None) -> tuple[int, ...]:
+        """The reference value's token axes: those its labels name, else (axes not
+        followed, no padding) those of the sequence's length after the first; only an
+        order that fits by value is taken on them."""
+        if labels is not None and len(labels) == reference.ndim:
+            return tuple(d for d, label in enumerate(labels) if label == TOKENS)
+        shape = self.padding.input_shape
+        if shape is None:
+            return ()
+        return tuple(d for d in range(1 if reference.ndim > 1 else 0, reference.ndim)
+                     if reference.shape[d] == shape[-1])
+
+    def _known_orders(self, tokens: tuple[int, ...]) -> list[AxisOrder]:
+        """The orders other pairs proved, put on this value's rows or token axes."""
+        known: dict[tuple[object, ...], AxisOrder] = {}
+        for order in self.row_orders.values():
+            axes = (0,) if order.kind == ROWS_ORDER else tokens
+            if axes:
+                known.setdefault((order.kind, *order.order.tolist()),
+                                 AxisOrder(order.kind, axes, order.order))
+        return list(known.values())
 
     def _order_for(self, i: int, value: torch.Tensor, local: Any, reference: torch.Tensor,
                    budget: Budget, pad: torch.Tensor | None) -> torch.Tensor | None:
