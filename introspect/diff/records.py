@@ -102,6 +102,10 @@ class Pair:
     # With ``reference_bias``, where the candidate folded a norm's shift into that bias
     # (``b + W @ shift``): (the reference's matrix W, the shift), subtracted too
     reference_shift: tuple[str, str] | None = None
+    # The candidate's batch rows or tokens in another order, as the forward's replay found
+    # them: (axes, order), index k along each axis (of the value in the reference's
+    # layout) holds the reference's index order[k] (a sequence run back to front)
+    axis_order: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not self.provenance:

@@ -229,7 +229,7 @@ class _Comparer:
             cand_value = cand_value[..., inverse]
             own = None if own is None else own[..., inverse]
         if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):
-            return cand_value
+            return _in_reference_order(pair, cand_value)
         if own is None:  # never: ``values_needed`` kept it
             return None
         key = (pair.reference, pair.candidate)
@@ -237,13 +237,15 @@ class _Comparer:
             self.layouts[key] = fit_layout(
                 own, self._ref_view(pair, self.reference_value(pair.reference)))
         layout = self.layouts[key]
-        return None if layout is None else layout.to_reference(cand_value)
+        return None if layout is None else \
+            _in_reference_order(pair, layout.to_reference(cand_value))
 
     def to_candidate(self, pair: Pair, ref_value: torch.Tensor) -> torch.Tensor | None:
         """A reference tensor in ``pair.candidate``'s layout (plain pairs only)."""
         own = self.cand.values.get(pair.candidate)
         if own is None or not self.plain(pair):
             return None
+        ref_value = _in_candidate_order(pair, ref_value)
         if own.shape == ref_value.shape:
             return ref_value.to(own.dtype)
         key = (pair.reference, pair.candidate)
@@ -361,3 +363,29 @@ class _Comparer:
 
 
 __all__ = ["FLOOR", "magnitude_of", "padded_positions"]
+
+
+def _in_reference_order(pair: Pair, value: torch.Tensor) -> torch.Tensor:
+    """A candidate value (in the reference's layout) with its rows or tokens put back in
+    the reference's order, where the forward found them in another (``Pair.axis_order``)."""
+    if pair.axis_order is None:
+        return value
+    axes, order = pair.axis_order
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    for axis in axes:
+        if axis < value.ndim and value.shape[axis] == len(order):
+            value = value.index_select(axis, inverse.to(value.device))
+    return value
+
+
+def _in_candidate_order(pair: Pair, value: torch.Tensor) -> torch.Tensor:
+    """A reference value with its rows or tokens in the candidate's order."""
+    if pair.axis_order is None:
+        return value
+    axes, order = pair.axis_order
+    index = torch.tensor(order, device=value.device)
+    for axis in axes:
+        if axis < value.ndim and value.shape[axis] == len(order):
+            value = value.index_select(axis, index)
+    return value

@@ -212,9 +212,11 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
                                   noise_budget=noise_budget)
     histograms = {(p.reference, p.candidate): (run.local[i].histogram, run.propagated[i].histogram)
                   for i, p in enumerate(alignment.pairs) if i in run.local and i in run.propagated}
-    if run.orders:  # the orders the run found kept on the pairs: the backward reads them
+    if run.orders or run.axis_orders:  # the orders the run found kept on the pairs: the
+        # backward reads them
         alignment = dataclasses.replace(alignment, pairs=[
-            dataclasses.replace(p, feature_order=run.orders[i]) if i in run.orders else p
+            dataclasses.replace(p, feature_order=run.orders.get(i, p.feature_order),
+                                axis_order=run.axis_orders.get(i, p.axis_order))
             for i, p in enumerate(alignment.pairs)])
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 

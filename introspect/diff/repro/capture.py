@@ -60,6 +60,9 @@ class Capture:
     padding: torch.Tensor | None = None  # True at padded positions, in the reference's shape
     feature_order: torch.Tensor | None = None  # candidate feature j is reference order[j]
     layout: Any = None  # compare.layouts.Layout: the candidate's value reshaped and permuted
+    # compare.layouts.AxisOrder: the candidate's rows or tokens in another order (after
+    # the layout)
+    axis_order: Any = None
     candidate_region: Region | None = None
     reference_region: Region | None = None
 
@@ -119,6 +122,7 @@ class _Capturing(Runner):
                                                     self.axes.known(pair.reference))
             capture.feature_order = self.orders.get(i)
             capture.layout = self.layouts.get(i)
+            capture.axis_order = self.row_orders.get(i)
         return exact
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from introspect.diff.ops.compare.layouts import inverse_order
 from introspect.diff.records import Divergence
 from introspect.diff.repro.capture import Capture
 from introspect.diff.repro.program import Program
@@ -149,6 +150,13 @@ def _comparison(capture: Capture) -> list[str]:
         layout = capture.layout
         lines.append(f"    candidate = candidate.reshape({[int(v) for v in layout.shaped]})"
                      f".permute({[int(v) for v in layout.inverse]})  # the reference's layout")
+    if capture.axis_order is not None:
+        what = capture.axis_order.kind
+        lines.append(f"    # the candidate's {what} come in another order: put back in the "
+                     "reference's")
+        lines += [f"    candidate = candidate.index_select({int(axis)}, "
+                  "T['compare.inverse_axis_order'].to(candidate.device))"
+                  for axis in capture.axis_order.axes]
     lines += [
         "    atol, rtol = about['atol'], about['rtol']",
         "    dtype = torch.promote_types(candidate.dtype, reference.dtype)",
@@ -187,6 +195,8 @@ def bundle_tensors(capture: Capture, reference: Program, candidate: Program
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel(), device=order.device)
         tensors["compare.inverse_order"] = inverse
+    if capture.axis_order is not None:
+        tensors["compare.inverse_axis_order"] = inverse_order(capture.axis_order.order)
     tensors = {key: value.detach().to("cpu").contiguous() for key, value in tensors.items()}
     stored: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}

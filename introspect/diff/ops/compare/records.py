@@ -38,3 +38,6 @@ class RunResult:
     # pair index -> the feature order the run found or carried for it (candidate feature j
     # is reference feature order[j]: ``Pair.feature_order``), where its pair named none
     orders: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # pair index -> its candidate's rows or tokens in another order (``Pair.axis_order``)
+    axis_orders: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = \
+        field(default_factory=dict)

@@ -141,6 +141,8 @@ class Runner:
         self.result.orders = {i: tuple(int(j) for j in order.tolist())
                               for i, order in self.orders.items()
                               if self.pairs[i].feature_order is None}
+        self.result.axis_orders = {i: (found.axes, tuple(int(j) for j in found.order.tolist()))
+                                   for i, found in self.row_orders.items()}
         return self.result
 
     def _run_reference(self, node: torch.fx.Node, inputs: Mapping[str, torch.Tensor]) -> None:
