@@ -33,6 +33,15 @@ def test_a_sequence_back_to_front_is_compared_token_for_token(build, code):
         assert "encoder.layer.3.intermediate" in divergence, done.stdout
 
 
+def test_a_fault_the_recording_does_not_see_is_named_in_its_layer():
+    """``faulty_numpy``: a NumPy norm with eps 1e-5 in layer 3, under the outputs' budget;
+    where the two runs part is found with the candidate's tokens in the reference's order
+    (the whole models' float64 check named the embeddings)."""
+    done = run_port("flipped_sequence.py", "faulty_numpy")
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert "encoder.layer.3" in first_divergence(done.stdout), done.stdout
+
+
 @pytest.mark.parametrize("build, code", [("correct", 0), ("faulty", 1)])
 def test_rows_sorted_by_length_take_the_order_other_values_proved(build, code):
     """``ports/sorted_rows.py``: rows alike in one value (two rows' token types) take the

@@ -12,7 +12,9 @@ models run again in float64, on the same inputs, in the same mode:
   closest stands for the candidate's value there (a port's layer output is one of the
   values it computes; nothing else of that shape is near it). A value over a longer
   sequence (a port padding it to a multiple of 8) is held by its first positions; a
-  value as far from a layer's output as half its size stands for nothing there.
+  value as far from a layer's output as half its size stands for nothing there. Its
+  batch rows, or its tokens, may come in another order (rows sorted by length, a
+  sequence run back to front).
 
 Before a fault the two float64 runs agree to float64's rounding, or, where the candidate
 rounds in float32 where the mode does not reach (a NumPy norm in every layer), to that
@@ -35,7 +37,11 @@ from introspect.diff.modules.evidence import ReferenceLayers
 from introspect.diff.modules.gaps import kept, largest, largest_gap
 from introspect.diff.modules.paths import depth
 from introspect.diff.modules.precise import Unproven, float64_limit, run_model_in_float64
-from introspect.diff.ops.compare.layouts import fit_row_order, inverse_order
+from introspect.diff.ops.compare.layouts import (
+    fit_row_order,
+    fit_token_order,
+    inverse_order,
+)
 
 _FINEST = 0.1  # a gap under this share of a layer's budget is read as that share
 _JUMP = 2.0  # how many times a layer's gap must grow over those before it to be named
@@ -227,6 +233,11 @@ class _Closest:
             rows = fit_row_order(value, target, self._pads.get(name)) if gap > 0 else None
             if rows is not None:  # (a port running its batch rows in another order)
                 gap = min(gap, largest_gap(value.index_select(0, inverse_order(rows[0])),
+                                           target, self._keep[name]))
+            tokens = fit_token_order(value, target, self._pads.get(name), 1) \
+                if gap > 0 and value.ndim >= 3 else None
+            if tokens is not None:  # (its sequence back to front: round s)
+                gap = min(gap, largest_gap(value.index_select(1, inverse_order(tokens[0])),
                                            target, self._keep[name]))
             if name in self._sorted:
                 ordered = value.sort(dim=-1).values if ordered is None else ordered

@@ -4,7 +4,11 @@ order of its keys, so every value is BERT's, each token at the mirrored place: t
 position table is read back to front to match, and the pooler reads the last token.
 
 - ``correct``: BERT's arithmetic, the sequence reversed and back;
-- ``faulty``: the same, layer 3's GELU (1's on bert-tiny) the tanh one.
+- ``faulty``: the same, layer 3's GELU (1's on bert-tiny) the tanh one;
+- ``faulty_numpy``: layer 3's output LayerNorm computed in NumPy with eps 1e-5, under the
+  outputs' budget, where the recording does not see it: the whole models' float64 check
+  fails it, and found where the runs part by the tokens in the reference's order (it
+  named the embeddings).
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import adv_bert
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 class MirroredEmbeddings(adv_bert.Embeddings):
@@ -26,6 +32,16 @@ class MirroredEmbeddings(adv_bert.Embeddings):
 class TanhBlock(adv_bert.Block):
     def activation(self, h: torch.Tensor) -> torch.Tensor:
         return F.gelu(h, approximate="tanh")
+
+
+class NumpyNorm(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.detach().numpy()
+        mean = a.mean(-1, keepdims=True)
+        var = ((a - mean) ** 2).mean(-1, keepdims=True)
+        y = (a - mean) / np.sqrt(var + self.eps) * self.weight.detach().numpy() \
+            + self.bias.detach().numpy()
+        return torch.from_numpy(y.astype(np.float32))
 
 
 class FlippedSequence(adv_bert.Bert):
@@ -56,4 +72,13 @@ def faulty(reference: Any) -> FlippedSequence:
                      reference.config.intermediate_size, reference.config.layer_norm_eps)
     tanh.load_state_dict(model.blocks[layer].state_dict())
     model.blocks[layer] = tanh.eval()
+    return model
+
+
+def faulty_numpy(reference: Any) -> FlippedSequence:
+    model = correct(reference)
+    block = model.blocks[adv_bert.fault_layer(reference)]
+    norm = NumpyNorm(block.norm2.normalized_shape, eps=1e-5)
+    norm.load_state_dict(block.norm2.state_dict())
+    block.norm2 = norm.eval()
     return model
