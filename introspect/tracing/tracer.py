@@ -605,8 +605,15 @@ def _trace_module(model: torch.nn.Module, example_inputs: Mapping[str, torch.Ten
             node.type = None
     graph._tracer_cls = ReloadableTracer
     graph.owning_module = model  # type: ignore[assignment]  # DCE asks modules if pure
-    graph.eliminate_dead_code()
-    gm = build_graph_module(tracer.root, graph, type(model).__name__)  # no codegen yet
+    try:
+        graph.eliminate_dead_code()
+        gm = build_graph_module(tracer.root, graph, type(model).__name__)  # no codegen yet
+    except RuntimeError as e:
+        # a constant computed from the trace's fake values (a weight made by a registered
+        # parametrization, probe round s) has no value to keep: the graph cannot run
+        for name in set(vars(model)) - attributes_before:
+            delattr(model, name)
+        raise TraceError(f"torch.fx could not trace {type(model).__name__}: {e}") from e
     # fx parks tensor constants (_tensor_constant0, ...) on the traced module; the
     # GraphModule keeps its own copy, so take them off the user's model again.
     for name in added:
