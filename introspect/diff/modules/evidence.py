@@ -17,7 +17,7 @@ its budget is what rounding explains for that module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +35,7 @@ from introspect.diff.modules.cancelled import (
     is_cancelled,
     same_in_float64,
 )
+from introspect.diff.modules.folds import exact_values, exactly, folded_biases
 from introspect.diff.modules.handed_on import (
     HANDED_ON,
     MOVED_ALIKE,
@@ -289,6 +290,11 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
     ref_calls = reference.of_mode(AUTOGRAD) or reference.of_mode(NO_GRAD)
     boundaries = reference_boundaries(ref_calls)
     relations = relate_parameters(reference.model, candidate.model)
+    held = set().union(*relations.values()) if relations else set()
+    folds = folded_biases(reference.model, candidate.model, (
+        name for name, _ in reference.model.named_parameters()
+        if name.endswith("bias") and name not in held))
+    onward = set(folds)
     layers = ReferenceLayers.of(reference.model)
     evidence = ModuleEvidence(unrelated=[name for name, found in relations.items()
                                          if not found], relations=relations,
@@ -306,9 +312,10 @@ def gather_module_evidence(reference: Calls, candidate: Calls,
             continue  # the no_grad call saw what the autograd one did: judged once
         judged.append(call)
     pairs: list[ModulePair] = []
-    judgements = _judge_all(judged, boundaries, relations, layers, attention_mask, rounding,
-                            pairs, outputs_failed, ReferenceCalls(ref_calls),
-                            reference.holding)
+    with exactly(exact_values(reference.model, candidate.model, folds)):
+        judgements = _judge_all(judged, boundaries, relations, layers, attention_mask,
+                                rounding, pairs, outputs_failed, ReferenceCalls(ref_calls),
+                                reference.holding, onward)
     # the code between two judged modules, where the reference hands the value on as is
     evidence.rows += [_handed_on_row(moved, candidate.of_mode(AUTOGRAD), layers)
                       for moved in handed_on(pairs, attention_mask)]
@@ -419,21 +426,22 @@ def _judge_all(calls: Sequence[ModuleCall], boundaries: Sequence[Any],
                attention_mask: torch.Tensor | None, rounding: Sequence[str],
                pairs: list[ModulePair], outputs_failed: bool = False,
                references: ReferenceCalls | None = None,
-               holding: Holding | None = None,
+               holding: Holding | None = None, onward: Collection[str] = (),
                ) -> list[ModuleDiff | Exception | None]:
     """Each call's row (None: nothing to compare; the exception where it could not be
     judged); each pairing made is added to ``pairs``. Local errors are measured parents
     first, in the order the calls started: a parent's run on the reference's inputs gives
     its submodules theirs (``reuse``). ``holding``: the calls' values in memory and on
     disk (``run.spill``): its budget bounds what those runs hold for later calls, and the
-    pages of spilled values read for each call are let go of after it."""
+    pages of spilled values read for each call are let go of after it. ``onward``: the
+    reference's biases the candidate holds folded into a later one (``folds``)."""
     release = holding.release_pages if holding is not None else (lambda: None)
     judgements: list[ModuleDiff | Exception | None] = []
     paired: dict[int, _Paired] = {}  # by the call's index
     for i, call in enumerate(calls):
         judgement: ModuleDiff | _Paired | Exception | None
         try:
-            pair = pair_for(call, boundaries, relations, outputs_failed)
+            pair = pair_for(call, boundaries, relations, outputs_failed, onward)
             judgement = _pair(call, pair, layers, rounding)
             if pair is not None:
                 pairs.append(pair)
@@ -594,10 +602,10 @@ def _pair(call: ModuleCall, pair: ModulePair | None, layers: ReferenceLayers,
 
 def pair_for(call: ModuleCall, boundaries: Sequence[Any],
              relations: Mapping[str, set[str]], outputs_failed: bool = False,
-             ) -> ModulePair | None:
+             onward: Collection[str] = ()) -> ModulePair | None:
     """The reference values standing for ``call``'s inputs and first output, paired by the
     weights its module's own relate to, else by value; None where none stands for it.
-    ``outputs_failed``: see ``gather_module_evidence``."""
+    ``outputs_failed``: see ``gather_module_evidence``; ``onward``: see ``_judge_all``."""
     if not call.inputs or not call.outputs:
         return None
     region = region_of(call, relations)
@@ -610,6 +618,12 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
     # weight of the reference's, and only one (a LoRA's base holds the bias alone; random
     # init's zero biases hold every bias)
     leaf = next(call.module.children(), None) is None
+    folded = _bias_folded_onward(own, onward) if leaf and by == "weights" else None
+    if folded is not None:
+        # its bias held folded into a later one (a value bias in the output projection's):
+        # it computes the reference's less that bias, which only a module holding it,
+        # found the reference's exactly, can settle (``_settled_in_part``)
+        return pair_call(call, boundaries, folded, IN_PART, dtype, proven=True)
     proven = bool(own) and all(len(found) == 1 for found in own) and leaf
     naming = outputs_failed and by == "weights" \
         and not _held_elsewhere(call.name, region, relations)
@@ -621,6 +635,17 @@ def pair_for(call: ModuleCall, boundaries: Sequence[Any],
         # where the module holding it cancels what it differs by (``_judge_all``)
         pair = pair_call(call, boundaries, region, IN_PART, dtype, proven=True)
     return pair
+
+
+def _bias_folded_onward(own: Sequence[set[str]], onward: Collection[str]) -> str | None:
+    """The reference module whose weight matrix the call's module holds where the
+    candidate holds that module's bias folded into a later one (``folds``), or None."""
+    for found in own:
+        for name in found:
+            owner = name.rpartition(".")[0]
+            if name.endswith(".weight") and f"{owner}.bias" in onward:
+                return owner
+    return None
 
 
 def _held_elsewhere(name: str, region: str, relations: Mapping[str, set[str]]) -> bool:

@@ -51,6 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from introspect.diff.modules.arguments import as_argument, copied, output_at, put, value_at
+from introspect.diff.modules.folds import exact_in_float64
 from introspect.diff.modules.gaps import kept, largest, largest_gap, mean_gap, mean_magnitude
 from introspect.diff.modules.local import UNIT
 from introspect.diff.modules.pairing import ModulePair, view_key
@@ -230,6 +231,9 @@ class _InFloat64(TorchDispatchMode):
         if outside:
             self._rounded(f"a {_dtype_name(value)} value from outside the run (NumPy, a "
                           "thread, a constant)", value.dtype)
+        exact = None if outside else exact_in_float64(_storage(value))
+        if exact is not None and exact.shape == value.shape:
+            return exact  # (a folded bias: its exact sum, ``folds.exact_values``)
         taken = value.to(_HIGHER[value.dtype])
         if outside and self._watch is not None:
             self._watch(taken)

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from introspect.diff.modules.folds import folded_onward
 from introspect.diff.ops.align.cuts import parts_cut
 from introspect.diff.ops.align.view import GraphView, graph_outputs
 from introspect.diff.ops.align.weights import describe_order
@@ -335,8 +336,9 @@ class Matcher:
                 continue
             fold = self._folded_bias(pair, bias)
             unseen = fold is None and bias not in held and self._handed_on_unseen(pair.candidate)
+            onward = None if fold is not None or bias in held else self._folded_onward(bias)
             if fold is None and bias not in held and not self._read_reshaped(bias) \
-                    and not unseen:
+                    and not unseen and onward is None:
                 continue
             if fold is None and bias in self._read_through_moves(pair.candidate):
                 continue
@@ -346,12 +348,34 @@ class Matcher:
             where = ("adds that bias, if at all, where the recording does not reach (the "
                      "outputs and module evidence judge it)") if unseen \
                 else "adds that bias elsewhere"
+            if onward is not None:
+                where = f"holds it folded into a later bias ({onward})"
             note = "; ".join(n for n in (pair.note, f"compared less {what}: the candidate "
                                          f"{where}") if n)
             self.remove(pair)
             self.add(dataclasses.replace(
                 pair, reference_bias=bias, note=note,
                 reference_shift=(fold[0], fold[1]) if fold is not None else None))
+
+    def _folded_onward(self, bias: str) -> str | None:
+        """Where the candidate holds the reference's ``bias`` folded into a later Linear's
+        bias (``modules.folds``: a value bias added to the output projection's through
+        ``W_o``): "candidate vector = later bias + its weight @ bias", or None."""
+        values = {label: t for found in self.ref.weights.values() for label, t in found}
+        if bias not in values:
+            return None
+        linears = []
+        for r, weights in self.ref.weights.items():
+            later = self._linear_bias(r)
+            matrix = next((t for _, t in weights if t.ndim == 2), None)
+            if later is not None and later != bias and matrix is not None:
+                linears.append((later, matrix, values[later]))
+        vectors = [(label, t) for found in self.cand.weights.values() for label, t in found]
+        fold = folded_onward(values[bias], linears, vectors)
+        if fold is None:
+            return None
+        label, later = fold
+        return f"{label} = {later} + {later.rpartition('.')[0]}.weight @ {bias}"
 
     def _handed_on_unseen(self, c: str) -> bool:
         """The candidate's node ``c`` is used by no recorded node, in a recording handed
@@ -583,3 +607,4 @@ def _relation_note(relation: WeightRelation) -> str:
 
 
 __all__ = ["Matcher"]
+
