@@ -73,6 +73,7 @@ class HeadParity:
     budget: Budget
     local: bool = False
     note: str = ""
+    reordered: tuple[int, ...] = ()  # layers whose heads the candidate holds in another order
 
     @property
     def first_divergence(self) -> tuple[int, int] | None:
@@ -121,6 +122,9 @@ class HeadParity:
         how = ("each head on the reference's inputs to its layer" if self.local
                else f"each model on its own run: {self.note}" if self.note
                else "each model on its own run")
+        if self.reordered:
+            how += (f"; the candidate's heads of {len(self.reordered)} layer(s) compared "
+                    "with the reference's they match, in another order")
         if first is None:
             return (f"attention heads ({how}): all {L}x{nh} heads within budget "
                     f"(max abs error {worst:.3g})")
@@ -189,11 +193,37 @@ def compare_heads(reference: torch.nn.Module, candidate: torch.nn.Module,
     dtype = compare_dtype(_dtype_name(reference), _dtype_name(candidate))
     budget = Tolerance(atol=atol, rtol=rtol).budget(dtype)
     real = (ref.keep[:, :, None] & ref.keep[:, None, :])[None, :, None]  # (1, B, 1, S, S)
+    probs, reordered = _heads_in_reference_order(cand.probs, ref.probs, real)
+    if reordered:
+        cand = replace(cand, probs=probs)
     diff = (cand.probs - ref.probs).abs() * real
     allowed = budget.atol + budget.rtol * ref.probs.abs()
     max_abs_err = diff.amax(dim=(1, 3, 4))  # (L, nh)
     passed = ~((diff > allowed) & real).any(dim=(1, 3, 4))
-    return HeadParity(ref, cand, max_abs_err, passed, budget, is_local, note)
+    return HeadParity(ref, cand, max_abs_err, passed, budget, is_local, note, reordered)
+
+
+def _heads_in_reference_order(candidate: torch.Tensor, reference: torch.Tensor,
+                              real: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The candidate's heads ``(L, B, nh, S, S)`` each put at the reference head it
+    matches, in each layer where they come in another order (a port permuting its heads'
+    blocks of q, k and v rows, and the output projection's columns to match): each head
+    to its nearest, one to one, and far nearer than in its own place (100x), so that a
+    head that merely differs is never moved. Returns the probabilities and those layers."""
+    reordered, layers = [], []
+    for layer in range(candidate.shape[0]):
+        mine, theirs = candidate[layer], reference[layer]  # (B, nh, S, S)
+        gaps = ((mine[:, :, None] - theirs[:, None, :]).abs() * real[0, :, :, None]) \
+            .amax(dim=(0, 3, 4))  # (candidate head, reference head)
+        order = gaps.argmin(dim=1)
+        own = torch.arange(order.numel())
+        if torch.equal(order, own) or torch.unique(order).numel() != order.numel() \
+                or not float(gaps[own, order].max()) <= 0.01 * float(gaps[own, own].max()):
+            layers.append(mine)
+            continue
+        layers.append(mine.index_select(1, torch.argsort(order)))  # reference head j's
+        reordered.append(layer)
+    return (torch.stack(layers) if reordered else candidate), tuple(reordered)
 
 
 # ----------------------------------------------------------------------------------------

@@ -72,3 +72,17 @@ def test_a_llama_loop_scaling_what_it_hands_a_block(fault, passed):
                                        f"(Transformer) in its autograd call: "
                                        f"{HANDED_ON} layers.2 (args.0): it took what "
                                        "layers.1 returned"), first.detail
+
+
+def test_a_value_rounded_between_layers_is_named_where_it_is_handed_on():
+    """``ports/fp16_glue.py``: layer 3's output stored in float16 on its way to layer 4.
+    The first divergence is the value handed on, not layer 4's query Linear that the
+    recording ran on it (module evidence found that Linear the reference's)."""
+    from tests.adversarial.corpus import first_divergence, run_port
+
+    done = run_port("fp16_glue.py", "faulty")
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    first = first_divergence(done.stdout)
+    assert "encoder.layer.4" in first and "value handed on" in first, done.stdout
+    assert "it took what blocks.3 returned" in done.stdout, done.stdout
+    assert run_port("fp16_glue.py", "correct").returncode == 0

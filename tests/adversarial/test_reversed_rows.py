@@ -89,3 +89,13 @@ def test_a_repro_compares_in_the_order_the_diff_found(tmp_path):
     found = re.search(r"max abs difference (\S+) \(introspect measured (\S+)\)", ran.stdout)
     assert found is not None and found[1] == found[2], ran.stdout + ran.stderr
     assert "tokens come in another order" in (tmp_path / "repro" / "repro.py").read_text()
+
+
+def test_heads_in_another_order_are_compared_with_those_they_match():
+    """``ports/permuted_heads.py``: the faulty twin's heads are each compared with the
+    reference head they match (they were compared at their own index: 62 of 72 over)."""
+    done = run_port("permuted_heads.py", "faulty")
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert "encoder.layer.3.intermediate" in first_divergence(done.stdout), done.stdout
+    heads = next(line for line in done.stdout.splitlines() if line.startswith("attention heads"))
+    assert "in another order" in heads and "heads within budget" in heads, done.stdout

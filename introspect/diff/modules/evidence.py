@@ -235,6 +235,7 @@ class ModuleEvidence:
         if divergence is None or not faithful or divergence.layer == "outputs" \
                 or not divergence.reference_node \
                 or _comes_first(mine.module, divergence.module, order) \
+                or self._handed_into(divergence) \
                 or handed_from_outside_hint(divergence.hints) and mine.candidate_module \
                 and not _comes_first(divergence.module, mine.module, order):
             # (a value the recording was handed from a thread: a module called there was
@@ -242,6 +243,16 @@ class ModuleEvidence:
             # not the whole models' float64 row, which names no call)
             divergence = mine
         return False, divergence
+
+    def _handed_into(self, divergence: Divergence) -> bool:
+        """The smallest failing row is a value the candidate's code moved on its way into a
+        module (``handed_on``), and the recording's divergence lies inside that module: its
+        ops there ran on the moved value (an fp16 round trip between two layers failed
+        the next layer's query Linear, which module evidence found the reference's)."""
+        smallest = self.smallest_failing()
+        return bool(smallest) and smallest[0].note.startswith(HANDED_ON) \
+            and bool(smallest[0].reference_module) \
+            and within(divergence.module, smallest[0].reference_module)
 
     def frame(self) -> pandas.DataFrame:
         import pandas as pd
