@@ -76,8 +76,19 @@ def _weight_labels(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
     # thread or NumPy, is no weight: ``ops.outside``)
     outside = handed_values(gm)
     labels += [str(n.target) for n in node.all_input_nodes
-               if n.op == "get_attr" and str(n.target) not in outside]
+               if n.op == "get_attr" and str(n.target) not in outside
+               and _floating_attribute(gm, str(n.target))]
     return labels
+
+
+def _floating_attribute(gm: torch.fx.GraphModule, target: str) -> bool:
+    """The recorded constant at ``target`` holds floating values: a weight may; a boolean
+    attention mask the recording kept as a constant is none (probe round s: "weight
+    _tensor_constant0 matches no weight of the reference")."""
+    value: object = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return not isinstance(value, torch.Tensor) or value.is_floating_point()
 
 
 def _linear_like(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
