@@ -34,6 +34,9 @@ from introspect.diff.ops.outside import handed_values
 from introspect.diff.records import Pair, WeightRelation
 
 _SEARCH_DEPTH = 12  # nodes walked back from a pair to find attention scales
+# The hint of last resort, on dtypes alone: dropped beside a hypothesis that reproduces
+# the candidate's values (``ops.divergence``)
+ROUNDING = "rounding alone can exceed"
 
 
 def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[WeightRelation],
@@ -59,7 +62,9 @@ def explain(pair: Pair, reference: Any, candidate: Any, relations: Sequence[Weig
     hints += _gelu_hints(reference.gm, ref_node, candidate.gm, cand_node, snapshot)
     hints += _scale_hints(reference, ref_node, candidate, cand_node)
     hints += _mask_hints(snapshot, padded_rows, hints)
-    hints += _dtype_hints(reference, pair, candidate, noise_budget)
+    if not hints:  # (rounding is the explanation of last resort: beside a hint that
+        # reproduces the candidate's values, it pointed a float64 port's user at rounding)
+        hints += _dtype_hints(reference, pair, candidate, noise_budget)
     return tuple(dict.fromkeys(hints))
 
 
@@ -294,9 +299,9 @@ def _dtype_hints(reference: Any, pair: Pair, candidate: Any, noise_budget: bool)
         return []  # the budget is already this node's own rounding noise: not rounding
     if ref_dtype and cand_dtype and ref_dtype != cand_dtype:
         return [f"the candidate computes in {cand_dtype} and the reference in {ref_dtype}: "
-                "rounding alone can exceed the default budget; measure each node's own "
+                f"{ROUNDING} the default budget; measure each node's own "
                 "noise with noise_budget=True (--noise-budget)"]
     return []
 
 
-__all__ = ["attention_scales", "explain"]
+__all__ = ["ROUNDING", "attention_scales", "explain"]

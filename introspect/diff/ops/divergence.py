@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from introspect.diff.hypotheses.hints import explain
+from introspect.diff.hypotheses.hints import ROUNDING, explain
 from introspect.diff.hypotheses.pooler import UNDER_THE_HEAD
 from introspect.diff.modules.paths import layer_at, moved_to, within
 from introspect.diff.ops.align import Alignment
@@ -376,7 +376,7 @@ def first_divergence(rows: Sequence[NodeDiff], alignment: Alignment, run: RunRes
                     noise_budget=noise_budget)
     if context is not None and snapshot is not None:
         tested = _tested_hints(context, first, snapshot)
-        hints = distinct_hints([*tested, *hints])
+        hints = distinct_hints([*tested, *(h for h in hints if not tested or ROUNDING not in h)])
     if any(h.startswith(WEIGHT_EDIT) for h in hints):  # its forward moved them: not unloaded
         hints = tuple(h for h in hints if "left unloaded" not in h)
     dropout_seen = any(h.startswith("dropout is active") for h in hints)
