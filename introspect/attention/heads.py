@@ -274,8 +274,12 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
                     pending.remove(match)
                     chosen.append((e, match, inside))
             if not chosen:
-                return None, (f"layer {layer}'s attention takes its input in another layout "
-                              "than the reference's")
+                # (a port with no module around each layer's attention, its weights
+                # stacked, hands it q, k and v alone: "another layout" was untrue there)
+                where = "its module takes" if _module_of(attention_nodes(cand_gm.graph)[layer]) \
+                    else "it sits in no module of its own, and takes"
+                return None, (f"layer {layer}'s attention in the candidate: {where} no input "
+                              "of the shape the reference's takes")
             plan.append(chosen)
         first_own = _values(cand_gm, [e for e, _, _ in plan[0]], cand_taken)
         # the candidate's batch rows, or its tokens, among the reference's, where reordered

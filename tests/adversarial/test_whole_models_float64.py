@@ -76,3 +76,16 @@ def test_a_slip_beside_one_unjudged_module_is_named_where_the_runs_part(mini):
         result.first_divergence
     rows = result.modules.query("candidate_module == '' and status == 'fail'")
     assert list(rows.reference_module) == [layer], rows
+
+
+def test_the_heads_of_a_port_with_no_module_per_layer_say_why_they_are_not_local(mini):
+    """``ports/stacked_loop.py``'s heads, each model on its own run: the note said its
+    attention "takes its input in another layout", untrue of a port laid out as the
+    reference is whose attention sits in no module of its own (probe round s)."""
+    from introspect.attention import compare_heads
+
+    stacked = port("stacked_loop.py")
+    reference, inputs = mini
+    parity = compare_heads(reference.model, stacked.correct(reference), inputs)
+    assert not parity.local and "sits in no module of its own" in parity.note, parity.note
+    assert "another layout" not in parity.summary()
