@@ -138,24 +138,11 @@ def fit_row_order(candidate: torch.Tensor, reference: torch.Tensor,
     if candidate.shape != reference.shape or not 2 <= rows <= _MOST_ROWS \
             or not candidate.is_floating_point():
         return None
-    mine, theirs = candidate.reshape(rows, -1), reference.reshape(rows, -1)
-    real = None if pad is None else ~pad.expand(reference.shape).reshape(rows, -1)
     # each candidate row against each reference row on a sample of its elements (a
     # batch of 8 x 128 x 768 is 64 row pairs), then the order found measured in full
-    every = max(1, mine.shape[1] // _SAMPLED)
-    sampled = mine[:, ::every].double()
-    columns = []
-    for j in range(rows):  # each candidate row's gap to reference row j
-        gap = (sampled - theirs[j, ::every].double()).abs().nan_to_num(math.inf)
-        if real is not None:
-            gap = gap.masked_fill(~real[j, ::every], 0.0)
-        columns.append(gap.amax(dim=1))
-    order = torch.stack(columns, dim=1).argmin(dim=1)  # (candidate row -> reference row)
-    own = torch.arange(rows, device=order.device)
-    if torch.equal(order, own) or torch.unique(order).numel() != rows:
-        return None
-    return order, _rows_gap(mine, theirs.index_select(0, order), real, order), \
-        _rows_gap(mine, theirs, real, own)
+    return _nearest_order(candidate.reshape(rows, -1), reference.reshape(rows, -1),
+                          None if pad is None else ~pad.expand(reference.shape).reshape(rows, -1),
+                          _SAMPLED, 1)
 
 
 _SIGNATURE = 64  # elements of each token compared to find the tokens' order
@@ -175,22 +162,34 @@ def fit_token_order(candidate: torch.Tensor, reference: torch.Tensor,
     tokens = reference.shape[axis] if reference.ndim else 0
     if candidate.shape != reference.shape or tokens < 2:
         return None
-    mine = candidate.movedim(axis, 0).reshape(tokens, -1)
-    theirs = reference.movedim(axis, 0).reshape(tokens, -1)
     real = None if pad is None else \
         ~pad.expand(reference.shape).movedim(axis, 0).reshape(tokens, -1)
-    every = max(1, mine.shape[1] // _SIGNATURE)
+    return _nearest_order(candidate.movedim(axis, 0).reshape(tokens, -1),
+                          reference.movedim(axis, 0).reshape(tokens, -1), real, _SIGNATURE,
+                          _TOKENS_AT_ONCE)
+
+
+def _nearest_order(mine: torch.Tensor, theirs: torch.Tensor, real: torch.Tensor | None,
+                   sample: int, at_once: int) -> tuple[torch.Tensor, float, float] | None:
+    """``fit_row_order``'s and ``fit_token_order``'s search, on their ``(n, elements)``
+    views: each candidate entry (row k) matched to the reference entry nearest it on
+    ``sample`` of its elements, ``at_once`` reference entries measured at a time; the
+    order so found measured in full. ``real``: the reference's real elements (None:
+    all). None where the entries keep their own order or no one-to-one order is
+    nearest."""
+    n = theirs.shape[0]
+    every = max(1, mine.shape[1] // sample)
     sampled, target = mine[:, ::every].double(), theirs[:, ::every].double()
     nearest: list[torch.Tensor] = []
-    for start in range(0, tokens, _TOKENS_AT_ONCE):  # (tokens, a few reference tokens)
-        block = slice(start, start + _TOKENS_AT_ONCE)
+    for start in range(0, n, at_once):  # (candidate entries, a few reference entries)
+        block = slice(start, start + at_once)
         gap = (sampled[:, None, :] - target[None, block, :]).abs().nan_to_num(math.inf)
         if real is not None:
             gap = gap.masked_fill(~real[None, block, ::every], 0.0)
         nearest.append(gap.amax(dim=2))
-    order = torch.cat(nearest, dim=1).argmin(dim=1)  # (candidate token -> reference token)
-    own = torch.arange(tokens, device=order.device)
-    if torch.equal(order, own) or torch.unique(order).numel() != tokens:
+    order = torch.cat(nearest, dim=1).argmin(dim=1)  # (candidate entry -> reference entry)
+    own = torch.arange(n, device=order.device)
+    if torch.equal(order, own) or torch.unique(order).numel() != n:
         return None
     return order, _rows_gap(mine, theirs.index_select(0, order), real, order), \
         _rows_gap(mine, theirs, real, own)
