@@ -306,7 +306,8 @@ def local_probabilities(reference: torch.nn.Module, candidate: torch.nn.Module,
     if rows is not None:  # back in the reference's row order
         probs = probs.index_select(1, torch.argsort(rows))
     if tokens is not None:  # queries and keys back in the reference's token order
-        probs = probs.index_select(3, torch.argsort(tokens)).index_select(4, torch.argsort(tokens))
+        back = torch.argsort(tokens)
+        probs = probs.index_select(3, back).index_select(4, back)
     return probs, ""
 
 

@@ -28,7 +28,12 @@ from introspect.diff.backward.results import (
     STATUS_OK,
     GradientDiff,
 )
-from introspect.diff.ops.compare.layouts import fit_layout
+from introspect.diff.ops.compare.layouts import (
+    ROWS_ORDER,
+    TOKENS_ORDER,
+    AxisOrder,
+    fit_layout,
+)
 from introspect.diff.records import Pair
 from introspect.diff.tolerance import Budget, Tolerance
 
@@ -365,27 +370,23 @@ class _Comparer:
 __all__ = ["FLOOR", "magnitude_of", "padded_positions"]
 
 
+def _axis_order(pair: Pair) -> AxisOrder | None:
+    """The rows or tokens in another order the forward found for ``pair``
+    (``Pair.axis_order``), as the replay held them."""
+    if pair.axis_order is None:
+        return None
+    axes, order = pair.axis_order
+    return AxisOrder(ROWS_ORDER if axes == (0,) else TOKENS_ORDER, axes, torch.tensor(order))
+
+
 def _in_reference_order(pair: Pair, value: torch.Tensor) -> torch.Tensor:
     """A candidate value (in the reference's layout) with its rows or tokens put back in
-    the reference's order, where the forward found them in another (``Pair.axis_order``)."""
-    if pair.axis_order is None:
-        return value
-    axes, order = pair.axis_order
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    for axis in axes:
-        if axis < value.ndim and value.shape[axis] == len(order):
-            value = value.index_select(axis, inverse.to(value.device))
-    return value
+    the reference's order, where the forward found them in another."""
+    found = _axis_order(pair)
+    return value if found is None or not found.fits(value) else found.to_reference(value)
 
 
 def _in_candidate_order(pair: Pair, value: torch.Tensor) -> torch.Tensor:
     """A reference value with its rows or tokens in the candidate's order."""
-    if pair.axis_order is None:
-        return value
-    axes, order = pair.axis_order
-    index = torch.tensor(order, device=value.device)
-    for axis in axes:
-        if axis < value.ndim and value.shape[axis] == len(order):
-            value = value.index_select(axis, index)
-    return value
+    found = _axis_order(pair)
+    return value if found is None or not found.fits(value) else found.to_candidate(value)

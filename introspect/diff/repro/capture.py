@@ -122,7 +122,7 @@ class _Capturing(Runner):
                                                     self.axes.known(pair.reference))
             capture.feature_order = self.orders.get(i)
             capture.layout = self.layouts.get(i)
-            capture.axis_order = self.row_orders.get(i)
+            capture.axis_order = self.axis_orders.get(i)
         return exact
 
 

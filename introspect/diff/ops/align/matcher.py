@@ -607,4 +607,3 @@ def _relation_note(relation: WeightRelation) -> str:
 
 
 __all__ = ["Matcher"]
-

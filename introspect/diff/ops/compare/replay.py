@@ -102,7 +102,7 @@ class Runner:
         self.substituted: dict[str, Any] = {}
         self.layouts: dict[int, Layout] = {}
         # pair -> its candidate's batch rows or tokens in another order
-        self.row_orders: dict[int, AxisOrder] = {}
+        self.axis_orders: dict[int, AxisOrder] = {}
         self.finite: set[str] = set()  # candidate nodes whose value holds no NaN or Inf
         self.axes = TokenAxes(padding.input_shape if padding.padded is not None else None)
         # Layouts that made a pair agree, by (candidate shape, reference shape, reference
@@ -142,7 +142,7 @@ class Runner:
                               for i, order in self.orders.items()
                               if self.pairs[i].feature_order is None}
         self.result.axis_orders = {i: (found.axes, tuple(int(j) for j in found.order.tolist()))
-                                   for i, found in self.row_orders.items()}
+                                   for i, found in self.axis_orders.items()}
         return self.result
 
     def _run_reference(self, node: torch.fx.Node, inputs: Mapping[str, torch.Tensor]) -> None:
@@ -243,8 +243,8 @@ class Runner:
             if self.pairs[i].reference_region is not None:
                 ref_value = narrow(ref_value, self.pairs[i].reference_region)
             ref_value = self._less_bias(i, ref_value)
-            if i in self.row_orders:  # (compared in the reference's layout)
-                ref_value = self.row_orders[i].to_candidate(ref_value)
+            if i in self.axis_orders:  # (compared in the reference's layout)
+                ref_value = self.axis_orders[i].to_candidate(ref_value)
             if i in self.layouts:
                 ref_value = self.layouts[i].to_candidate(ref_value)
             if i in self.orders and ref_value.ndim:
@@ -399,8 +399,8 @@ class Runner:
         the local value where there is one, as layouts are). A correct port running its
         rows reversed FAILED every node, by its rows' difference (probe round p); one
         running its sequence back to front, by its tokens' (round s)."""
-        if i in self.row_orders:
-            return self.row_orders[i]
+        if i in self.axis_orders:
+            return self.axis_orders[i]
         pair = self.pairs[i]
         if pair.reference_region is not None or pair.candidate_region is not None \
                 or value.shape != reference.shape or torch.equal(value, reference) \
@@ -430,7 +430,7 @@ class Runner:
                 return None
             fitting = [min(fits, key=lambda f: f[0])[1]]
         order = fitting[0]
-        self.row_orders[i] = order
+        self.axis_orders[i] = order
         self.result.layouts[i] = str(order)
         return order
 
@@ -450,7 +450,7 @@ class Runner:
     def _known_orders(self, tokens: tuple[int, ...]) -> list[AxisOrder]:
         """The orders other pairs proved, put on this value's rows or token axes."""
         known: dict[tuple[object, ...], AxisOrder] = {}
-        for order in self.row_orders.values():
+        for order in self.axis_orders.values():
             axes = (0,) if order.kind == ROWS_ORDER else tokens
             if axes:
                 known.setdefault((order.kind, *order.order.tolist()),
