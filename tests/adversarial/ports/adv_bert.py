@@ -75,6 +75,13 @@ class Block(nn.Module):
         return self.norm2(x + self.ffn_out(self.activation(self.ffn_in(x))))
 
 
+class TanhBlock(Block):
+    """The faulty twin's usual fault: the tanh approximation of GELU."""
+
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
+        return F.gelu(h, approximate="tanh")
+
+
 class Bert(nn.Module):
     def __init__(self, config: Any, block: Any = Block) -> None:
         super().__init__()
@@ -125,6 +132,18 @@ def load(model: nn.Module, reference: Any) -> nn.Module:
         state[key] = theirs.detach().clone()
     model.load_state_dict(state)
     return model.eval()
+
+
+def tanh_in_fault_layer(model: Bert, reference: Any) -> Bert:
+    """``model`` with the block of ``fault_layer`` replaced by a ``TanhBlock`` holding its
+    weights (a port that computes around its blocks keeps its own code)."""
+    layer = fault_layer(reference)
+    c = reference.config
+    tanh = TanhBlock(layer, c.hidden_size, c.num_attention_heads, c.intermediate_size,
+                     c.layer_norm_eps)
+    tanh.load_state_dict(model.blocks[layer].state_dict())
+    model.blocks[layer] = tanh.eval()
+    return model
 
 
 def build(reference: Any, block: Any = Block) -> Bert:

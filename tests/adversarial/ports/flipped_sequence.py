@@ -18,7 +18,6 @@ from typing import Any
 import adv_bert
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -27,11 +26,6 @@ class MirroredEmbeddings(adv_bert.Embeddings):
         positions = torch.arange(input_ids.shape[1] - 1, -1, -1)  # the last token at 0
         x = self.tok(input_ids) + self.seg(token_type_ids) + self.pos(positions)
         return self.norm(x)
-
-
-class TanhBlock(adv_bert.Block):
-    def activation(self, h: torch.Tensor) -> torch.Tensor:
-        return F.gelu(h, approximate="tanh")
 
 
 class NumpyNorm(nn.LayerNorm):
@@ -66,13 +60,7 @@ def correct(reference: Any) -> FlippedSequence:
 
 
 def faulty(reference: Any) -> FlippedSequence:
-    model = correct(reference)
-    layer = adv_bert.fault_layer(reference)
-    tanh = TanhBlock(layer, reference.config.hidden_size, reference.config.num_attention_heads,
-                     reference.config.intermediate_size, reference.config.layer_norm_eps)
-    tanh.load_state_dict(model.blocks[layer].state_dict())
-    model.blocks[layer] = tanh.eval()
-    return model
+    return adv_bert.tanh_in_fault_layer(correct(reference), reference)
 
 
 def faulty_numpy(reference: Any) -> FlippedSequence:

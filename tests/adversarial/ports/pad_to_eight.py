@@ -24,11 +24,6 @@ import torch
 import torch.nn.functional as F
 
 
-class TanhBlock(adv_bert.Block):
-    def activation(self, h: torch.Tensor) -> torch.Tensor:
-        return F.gelu(h, approximate="tanh")
-
-
 class PaddedToEight(adv_bert.Bert):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                 attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -51,10 +46,4 @@ def faulty(reference: Any) -> PaddedToEight:
 
 
 def faulty_gelu(reference: Any) -> PaddedToEight:
-    model = correct(reference)
-    layer = adv_bert.fault_layer(reference)
-    tanh = TanhBlock(layer, reference.config.hidden_size, reference.config.num_attention_heads,
-                     reference.config.intermediate_size, reference.config.layer_norm_eps)
-    tanh.load_state_dict(model.blocks[layer].state_dict())
-    model.blocks[layer] = tanh.eval()
-    return model
+    return adv_bert.tanh_in_fault_layer(correct(reference), reference)

@@ -17,12 +17,6 @@ from typing import Any
 
 import adv_bert
 import torch
-import torch.nn.functional as F
-
-
-class TanhBlock(adv_bert.Block):
-    def activation(self, h: torch.Tensor) -> torch.Tensor:
-        return F.gelu(h, approximate="tanh")
 
 
 def _heads_permuted(model: adv_bert.Bert, reference: Any) -> adv_bert.Bert:
@@ -45,11 +39,5 @@ def correct(reference: Any) -> adv_bert.Bert:
 
 
 def faulty(reference: Any) -> adv_bert.Bert:
-    model = adv_bert.build(reference)
-    layer = adv_bert.fault_layer(reference)
-    c = reference.config
-    tanh = TanhBlock(layer, c.hidden_size, c.num_attention_heads, c.intermediate_size,
-                 c.layer_norm_eps)
-    tanh.load_state_dict(model.blocks[layer].state_dict())
-    model.blocks[layer] = tanh
-    return _heads_permuted(model, reference)
+    return _heads_permuted(adv_bert.tanh_in_fault_layer(adv_bert.build(reference), reference),
+                           reference)
