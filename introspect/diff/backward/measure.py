@@ -33,6 +33,7 @@ from introspect.diff.ops.compare.layouts import (
     TOKENS_ORDER,
     AxisOrder,
     fit_layout,
+    inverse_order,
 )
 from introspect.diff.records import Pair
 from introspect.diff.tolerance import Budget, Tolerance
@@ -228,9 +229,7 @@ class _Comparer:
             cand_value = cand_value.narrow(r.dim, r.start, r.stop - r.start)
             own = None if own is None else own.narrow(r.dim, r.start, r.stop - r.start)
         if pair.feature_order is not None:
-            order = torch.tensor(pair.feature_order)
-            inverse = torch.empty_like(order)
-            inverse[order] = torch.arange(order.numel())
+            inverse = inverse_order(torch.tensor(pair.feature_order))
             cand_value = cand_value[..., inverse]
             own = None if own is None else own[..., inverse]
         if tuple(cand_value.shape) == _narrowed(shell.shape, pair.reference_region):

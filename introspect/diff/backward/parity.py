@@ -66,6 +66,7 @@ from introspect.diff.backward.results import (
 )
 from introspect.diff.backward.slices import Slice, find_slices
 from introspect.diff.copies import cast_copy
+from introspect.diff.ops.compare.layouts import inverse_order
 from introspect.diff.records import WeightRelation
 from introspect.diff.tolerance import Tolerance
 from introspect.errors import InputError
@@ -597,10 +598,7 @@ def _to_reference(g: torch.Tensor | None, param: torch.Tensor, relation: WeightR
     if kind.startswith("fused") and region is not None:
         g = g.narrow(0, region.start, region.stop - region.start) if g.ndim >= 1 else g
     if kind == "permuted" and relation.order is not None:
-        order = torch.tensor(relation.order)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel())
-        g = g[inverse]
+        g = g[inverse_order(torch.tensor(relation.order))]
     if "slice" in kind:
         return None  # a part of the reference's weight: compared through the fused rows
     if g.shape != ref_weight.shape:

@@ -191,10 +191,7 @@ def bundle_tensors(capture: Capture, reference: Program, candidate: Program
     if capture.padding is not None:
         tensors["compare.padding"] = capture.padding.to(torch.bool)  # broadcasts
     if capture.feature_order is not None:
-        order = capture.feature_order
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=order.device)
-        tensors["compare.inverse_order"] = inverse
+        tensors["compare.inverse_order"] = inverse_order(capture.feature_order)
     if capture.axis_order is not None:
         tensors["compare.inverse_axis_order"] = inverse_order(capture.axis_order.order)
     tensors = {key: value.detach().to("cpu").contiguous() for key, value in tensors.items()}
