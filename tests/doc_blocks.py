@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import launch
 from tests.golden import same_but_rounding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def run_documented(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env.pop("NO_COLOR", None)
     if "COLUMNS" not in extra:
         env.pop("COLUMNS", None)  # a pipe: the documented default width
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return launch.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def shown(done: subprocess.CompletedProcess[str]) -> list[str]:

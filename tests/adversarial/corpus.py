@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
+from tests import launch
+
 PORTS = Path(__file__).resolve().parent / "ports"
 SEED = 20
 # Port variables set by builders (env_var.py); restored after every test.
@@ -58,7 +60,7 @@ def port(relative: str):
 def run_port(file: str, build: str, *options: str) -> subprocess.CompletedProcess[str]:
     """``introspect diff --candidate ports/<file>:<build> [options]`` on the real CLI,
     offline, 200 columns wide; it must end without a traceback."""
-    done = subprocess.run(
+    done = launch.run(
         [sys.executable, "-m", "introspect", "diff", "--candidate",
          f"{PORTS / file}:{build}", *options],
         capture_output=True, text=True, timeout=300,

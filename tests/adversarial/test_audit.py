@@ -13,12 +13,12 @@ off (hiding a fault only the fast path computes) PASSED.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 
 # (file, builder, extra CLI arguments, expected exit status); in one process each.
@@ -229,9 +229,9 @@ def test_a_forward_wrong_under_inference_mode_only_is_named_where(tiny, nodes):
 
 def _fresh_cli(folder, file, builder):
     quiet = [] if builder in SWITCHED else ["-q"]  # a passing switch is named in the notes
-    return subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", str(folder),
-                           "--candidate", f"{PORTS / file}:{builder}", *quiet],
-                          capture_output=True, text=True, timeout=300, env=_ENV)
+    return launch.run([sys.executable, "-m", "introspect", "diff", "--model", str(folder),
+                       "--candidate", f"{PORTS / file}:{builder}", *quiet],
+                      capture_output=True, text=True, timeout=300, env=_ENV)
 
 
 @pytest.mark.slow

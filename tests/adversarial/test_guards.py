@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import copy
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from introspect.cli.main import main
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 from tests.adversarial.test_corpus import set_eps
 from tests.adversarial.test_verdicts import cli
@@ -49,9 +49,9 @@ def test_a_build_that_calls_sys_exit_0_ends_in_exit_2(tiny_folder, capsys):
 
 @pytest.mark.slow
 def test_sys_exit_0_through_the_real_cli_is_exit_2(tiny_folder):
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model",
-                           str(tiny_folder), "-q", "--candidate", f"{PORTS}/exits.py:build"],
-                          capture_output=True, text=True, timeout=300)
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model",
+                       str(tiny_folder), "-q", "--candidate", f"{PORTS}/exits.py:build"],
+                      capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout)
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 

@@ -7,12 +7,12 @@ test (a kernel, a torch function) run in a fresh process each."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from introspect.errors import InputError
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 
 _MOVED = "changed what the reference computes"
@@ -78,7 +78,7 @@ def test_a_fail_explained_inside_a_module_reads_the_footprint_too(tiny):
 
 @pytest.mark.parametrize("name", ["kernel", "layer_norm"])
 def test_a_process_wide_change_gets_no_verdict(name, tiny_folder):
-    done = subprocess.run(
+    done = launch.run(
         [sys.executable, "-m", "introspect", "diff", "--model", str(tiny_folder),
          "--candidate", f"{PORTS / 'leaves_behind.py'}:{name}"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})

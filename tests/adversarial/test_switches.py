@@ -5,7 +5,6 @@ reference with the switch put back (``introspect.run.switches``)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ import introspect
 from introspect.errors import InputError
 from introspect.run import switches
 from introspect.run.deferred import Deferred
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 
 _ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -63,11 +63,11 @@ def test_no_sdpa_backend_names_the_ports_build_in_one_line(tiny):
 
 
 def test_no_sdpa_backend_through_the_cli_is_one_line_and_exit_2(tiny_folder):
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model",
-                           str(tiny_folder), "--candidate",
-                           f"{PORTS / 'switch_builds.py'}:no_sdpa", "-q"],
-                          capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, **_ENV})
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model",
+                       str(tiny_folder), "--candidate",
+                       f"{PORTS / 'switch_builds.py'}:no_sdpa", "-q"],
+                      capture_output=True, text=True, timeout=300,
+                      env={**__import__("os").environ, **_ENV})
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("introspect diff:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr

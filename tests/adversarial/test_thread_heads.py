@@ -9,10 +9,10 @@ weight")."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 
 
@@ -29,7 +29,7 @@ def test_the_threaded_heads_pass_with_no_thread_error_left(mini, monkeypatch):
 
 
 def test_threaded_heads_without_the_mask_fail_on_the_cli_with_no_traceback():
-    done = subprocess.run(
+    done = launch.run(
         [sys.executable, "-m", "introspect", "diff", "--candidate",
          f"{PORTS / 'thread_heads.py'}:faulty"],
         capture_output=True, text=True, timeout=300,

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 from tests.adversarial.corpus import PORTS, port
 
 # (file, builder, extra CLI arguments, the exit status the CLI must give)
@@ -163,10 +164,10 @@ def test_a_build_that_changes_the_reference_never_passes(builder, tiny_folder):
     """In a fresh process: a patched Tensor method or kernel outlives the run."""
     spec = f"{PORTS / 'truth_globals.py'}:{builder}"
     extra = ["--attn", "eager"] if builder == "faulty_hf_global" else []
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model",
-                           str(tiny_folder), "--candidate", spec, "-q", *extra],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model",
+                       str(tiny_folder), "--candidate", spec, "-q", *extra],
+                      capture_output=True, text=True, timeout=300,
+                      env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if builder == "correct":
         assert done.returncode == 0, done.stderr
         return

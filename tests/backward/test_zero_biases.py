@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import launch
 
 PORT = Path(__file__).with_name("fused_kqv_port.py")
 
 
 @pytest.mark.parametrize("build, code", [("build", 0), ("permuted_ffn", 0), ("faulty", 1)])
 def test_zero_biases_take_their_rows_from_their_weights(build, code):
-    done = subprocess.run(
+    done = launch.run(
         [sys.executable, "-m", "introspect", "diff", "--candidate", f"{PORT}:{build}",
          "--model", "bert-tiny", "--head", "masked-lm", "--backward"],
         capture_output=True, text=True, timeout=300,
@@ -36,7 +37,7 @@ def test_a_fault_on_permuted_features_is_measured_in_their_order():
     """``permuted_ffn_faulty``: the tanh GELU runs on the FFN's permuted hidden units; the
     GELU's pair is compared in the order of the weight before it, and its local error is
     the fault's (about 1e-4), not the permutation's (0.77)."""
-    done = subprocess.run(
+    done = launch.run(
         [sys.executable, "-m", "introspect", "diff", "--candidate",
          f"{PORT}:permuted_ffn_faulty", "--model", "bert-tiny", "--head", "masked-lm",
          "--json", "-", "--quiet"],

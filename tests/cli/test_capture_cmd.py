@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import launch
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "numpy_port" / "bert_numpy.py"
 
 
 def introspect(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "introspect", *args], cwd=cwd,
-                          capture_output=True, text=True)
+    return launch.run([sys.executable, "-m", "introspect", *args], cwd=cwd,
+                      capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

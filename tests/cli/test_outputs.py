@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -40,8 +41,8 @@ def only_line(text: str) -> str:
 
 
 def introspect_cli(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "introspect", *argv], cwd=cwd, env=ENV,
-                          capture_output=True, timeout=600)
+    return launch.run([sys.executable, "-m", "introspect", *argv], cwd=cwd, env=ENV,
+                      capture_output=True, timeout=600)
 
 
 def test_json_on_stdout_is_only_json_and_the_verdict_goes_to_stderr():

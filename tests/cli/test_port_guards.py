@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 
 from introspect.cli.main import main
 from introspect.models.ports import fingerprint, port_module_name, resolve_builder, what_changed
+from tests import launch
 from tests.refusals import shows
 
 PORTS = Path(__file__).resolve().parent / "port_files"
@@ -181,7 +181,7 @@ def test_a_system_exit_that_escapes_the_port_guard_is_still_exit_2(monkeypatch, 
 
 @pytest.mark.parametrize("builder", ["exits_0", "forward_exits_0"])
 def test_sys_exit_0_through_the_real_cli_exits_2(builder):
-    done = subprocess.run([sys.executable, "-m", "introspect", *diff(
+    done = launch.run([sys.executable, "-m", "introspect", *diff(
         f"{PORTS / 'exits.py'}:{builder}")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
     assert "called sys.exit(0)" in only_line(done.stderr)

@@ -6,7 +6,6 @@ tests run it through the CLI as a CI job would, healthy and with a fault injecte
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 from tests.refusals import shows
 
 EXAMPLE_PORT = Path(__file__).resolve().parents[2] / "examples" / "ci" / "my_port.py"
@@ -112,9 +112,9 @@ def test_bad_port_is_one_line_exit_2_naming_the_spec(spec, message, port_dir, tm
 
 
 def test_bad_port_through_the_real_cli_has_no_traceback(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", "bert-tiny",
-                           "-q", "--candidate", f"{tmp_path}/none.py:build"],
-                          capture_output=True, text=True, timeout=300)
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model", "bert-tiny",
+                       "-q", "--candidate", f"{tmp_path}/none.py:build"],
+                      capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
     assert "no such file" in only_line(done.stderr) and "Traceback" not in done.stderr
 

@@ -8,11 +8,12 @@ calls logged.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,8 +42,8 @@ def port(tmp_path_factory):
 def run(*argv: str) -> tuple[int, str, str]:
     """In a process of its own: transformers' handler holds the stderr of its first use."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", "bert-tiny",
-                           *argv], env=env, capture_output=True, text=True, timeout=300)
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model", "bert-tiny",
+                       *argv], env=env, capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout, done.stderr
 
 

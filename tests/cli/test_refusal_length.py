@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from introspect.cli.refusal import LINE_LIMIT, one_line
+from tests import launch
 from tests.refusals import cli_refusal, shows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,8 +151,8 @@ def test_the_real_cli_prints_one_short_line_and_nothing_else(tmp_path):
                         ([*DIFF, "--device", "mps"], "--device mps")):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
         env.pop("INTROSPECT_DEBUG", None)
-        done = subprocess.run([sys.executable, "-m", "introspect", *argv], capture_output=True,
-                              text=True, timeout=300, env=env, cwd=tmp_path)
+        done = launch.run([sys.executable, "-m", "introspect", *argv], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert done.stderr.count("\n") == 1 and len(done.stderr) - 1 < 200, done.stderr
         assert named in done.stderr and "Traceback" not in done.stderr

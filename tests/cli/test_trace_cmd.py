@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 
 CLI_DIR = Path(__file__).resolve().parents[2] / "introspect" / "cli"
 HEAVY = {"torch", "transformers", "pandas", "networkx", "graphviz", "numpy", "rich"}
@@ -70,8 +71,8 @@ def test_bad_usage_is_one_line_and_exit_2(capsys):
 
 def test_folder_that_is_not_bert_through_the_real_cli(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "t5"}')
-    done = subprocess.run([sys.executable, "-m", "introspect", "trace", "--model", str(tmp_path)],
-                          capture_output=True, text=True)
+    done = launch.run([sys.executable, "-m", "introspect", "trace", "--model", str(tmp_path)],
+                      capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip().endswith("holds a t5 model; supported checkpoints: model_type "
                                         "bert, roberta, distilbert, electra, albert, gpt2, "

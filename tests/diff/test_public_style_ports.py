@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 
 import introspect
 from introspect.diff.records import STATUS_FAIL
+from tests import launch
 from tests.bounds import above, below
 from tests.fixtures.families import perturb_vectors, tiny_inputs, tiny_model
 from tests.ports.batch import port_batch
@@ -357,8 +357,8 @@ def test_pytorchic_bert_ln_eps_is_found_on_minilm():
 def test_the_cli_passes_a_correct_port_given_by_its_file(model, name):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH",
                                                                                   "")])}
-    done = subprocess.run([sys.executable, "-m", "introspect", "diff", "--model", model,
-                           "--candidate", f"tests/ports/{name}.py:build", "--quiet"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = launch.run([sys.executable, "-m", "introspect", "diff", "--model", model,
+                       "--candidate", f"tests/ports/{name}.py:build", "--quiet"],
+                      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "parity holds" in done.stdout + done.stderr

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "examples" / "ci"
@@ -45,8 +46,8 @@ def test_recipe_runs_green_in_a_fresh_workspace(recipe, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for command in command_lines((CI / recipe).read_text()):
         argv = shlex.split(command)
-        done = subprocess.run([sys.executable, "-m", "introspect", *argv[1:]], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=600)
+        done = launch.run([sys.executable, "-m", "introspect", *argv[1:]], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{recipe}: {command}\n{done.stdout}{done.stderr}"
         assert "parity holds" in done.stdout, done.stdout
         for option in ("--out", "--junit", "--json"):

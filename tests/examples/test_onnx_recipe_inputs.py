@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import launch
+
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
@@ -21,8 +23,8 @@ RECIPE = ROOT / "examples" / "onnx_runtime" / "bert_onnx.py"
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return launch.run([sys.executable, *argv], capture_output=True, text=True,
+                      timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")

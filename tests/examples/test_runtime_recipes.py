@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import launch
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ROOT = EXAMPLES.parent
 
@@ -20,8 +22,8 @@ ROOT = EXAMPLES.parent
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "KERAS_BACKEND": "jax",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=600,
-                          env=env)
+    return launch.run([sys.executable, *argv], capture_output=True, text=True, timeout=600,
+                      env=env)
 
 
 def needs(*modules: str) -> None:

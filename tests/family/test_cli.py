@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests import launch
+
 
 def _introspect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "introspect", *args], capture_output=True,
-                          text=True)
+    return launch.run([sys.executable, "-m", "introspect", *args], capture_output=True,
+                      text=True)
 
 
 def test_a_decoder_diffs_sdpa_against_eager_through_the_cli():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 import introspect
 from introspect.errors import ModelSourceError, TraceError
 from introspect.models.load import load_model
+from tests import launch
 from tests.fixtures.families import tiny_deberta
 
 REASON = (r"DeBERTa-v2 cannot be traced with torch.fx \(its attention makes a tensor of a "
@@ -42,8 +42,8 @@ def test_a_deberta_v2_folder_is_refused_before_loading(tmp_path):
 
 def test_a_deberta_v2_folder_exits_2_with_one_line_through_the_real_cli(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
-    done = subprocess.run([sys.executable, "-m", "introspect", "draw", "--model", str(tmp_path),
-                           "-o", str(tmp_path / "out.svg")], capture_output=True, text=True)
+    done = launch.run([sys.executable, "-m", "introspect", "draw", "--model", str(tmp_path),
+                       "-o", str(tmp_path / "out.svg")], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "cannot be traced with torch.fx" in done.stderr
     assert not (tmp_path / "out.svg").exists()

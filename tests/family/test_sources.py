@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 from introspect.errors import ModelSourceError
 from introspect.models.families import FAMILIES, RANDOM_MODELS
 from introspect.models.load import check_model_source, load_model, tokenize
+from tests import launch
 from tests.fixtures.families import tiny_model
 
 
@@ -52,9 +52,9 @@ def test_a_head_the_family_lacks_is_one_line():
 
 
 def test_a_head_the_family_lacks_exits_2_through_the_real_cli():
-    done = subprocess.run([sys.executable, "-m", "introspect", "trace", "--model",
-                           "distilbert-base", "--head", "causal-lm"],
-                          capture_output=True, text=True)
+    done = launch.run([sys.executable, "-m", "introspect", "trace", "--model",
+                       "distilbert-base", "--head", "causal-lm"],
+                      capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "has no causal-lm head" in done.stderr
 

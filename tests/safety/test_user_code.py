@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from introspect.cli.main import main
+from tests import launch
 from tests.refusals import shows
 
 PORTS = Path(__file__).resolve().parent / "port_files"
@@ -38,8 +39,8 @@ def diff(name: str, *options: str) -> list[str]:
 
 
 def cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "introspect", *argv], capture_output=True,
-                          text=True, timeout=timeout, env=ENV, cwd=ROOT)
+    return launch.run([sys.executable, "-m", "introspect", *argv], capture_output=True,
+                      text=True, timeout=timeout, env=ENV, cwd=ROOT)
 
 
 # --- R2: os._exit in user code is exit 2 with one line, never 0 or a bare 1 -------------

@@ -23,6 +23,8 @@ class Block(adv_bert.Block):
 
 def _build(reference, eps):
     model = adv_bert.build(reference, Block)
+    for module in model.modules():  # an id freed by an earlier build's module can come back
+        EPS_BY_ID.pop(id(module), None)
     norm = model.blocks[adv_bert.fault_layer(reference)].norm2
     EPS_BY_ID[id(norm)] = eps if eps is not None else norm.eps
     return model
