@@ -134,9 +134,9 @@ def _next_zygote() -> _Zygote | None:
     return zygote if zygote.alive() and zygote.start() else None
 
 
-def _decode(data: bytes, encoding: str | None, errors: str | None) -> str:
-    text = data.decode(encoding or locale.getpreferredencoding(False), errors or "strict")
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+def _decode(data: bytes, encoding: str, errors: str) -> str:
+    """As subprocess reads a text stream: decoded, with universal newlines."""
+    return data.decode(encoding, errors).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def run(args: list[str], **options: Any) -> subprocess.CompletedProcess:
@@ -165,6 +165,8 @@ def run(args: list[str], **options: Any) -> subprocess.CompletedProcess:
 def _forked(zygote: _Zygote, args: list[str], env: dict[str, str],
             options: dict[str, Any]) -> subprocess.CompletedProcess:
     text = bool(options.get("text") or options.get("encoding") or options.get("errors"))
+    encoding = options.get("encoding") or locale.getpreferredencoding(False)
+    errors = options.get("errors") or "strict"
     with tempfile.TemporaryDirectory(prefix="introspect-launch-") as folder:
         streams = Path(folder)
         out = streams / "stdout"
@@ -175,9 +177,7 @@ def _forked(zygote: _Zygote, args: list[str], env: dict[str, str],
         if options.get("input") is not None:
             data = options["input"]
             if text:
-                data = data.encode(options.get("encoding")
-                                   or locale.getpreferredencoding(False),
-                                   options.get("errors") or "strict")
+                data = data.encode(encoding, errors)
             stdin = streams / "stdin"
             stdin.write_bytes(data)
         request = {"argv": args[3:], "env": env, "path": _python_path(env),
@@ -188,9 +188,8 @@ def _forked(zygote: _Zygote, args: list[str], env: dict[str, str],
         stdout: Any = out.read_bytes()
         stderr: Any = None if err == out else err.read_bytes()
     if text:
-        stdout = _decode(stdout, options.get("encoding"), options.get("errors"))
-        stderr = None if stderr is None else _decode(stderr, options.get("encoding"),
-                                                      options.get("errors"))
+        stdout = _decode(stdout, encoding, errors)
+        stderr = None if stderr is None else _decode(stderr, encoding, errors)
     if timed_out:
         raise subprocess.TimeoutExpired(args, options["timeout"], output=stdout, stderr=stderr)
     done = subprocess.CompletedProcess(args, code, stdout, stderr)
