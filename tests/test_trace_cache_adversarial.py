@@ -185,6 +185,31 @@ def test_a_class_patch_is_never_served(hits, monkeypatch):
     assert len(hits) == 1  # put back, the entry of the unpatched class serves again
 
 
+def test_kernels_condition_on_an_activation_is_served_but_a_replaced_one_is_not(hits,
+                                                                               monkeypatch):
+    # transformers 5.25 leaves kernels' own kernel_condition on GELUActivation (called only by
+    # kernels.kernelize, never by forward): the installed model is served. A condition of
+    # the user's under that name, or a kernelized (instance-swapped) forward, is refused.
+    from transformers.activations import GELUActivation
+
+    model = _tiny()
+    trace_module(model, INPUTS)
+    trace_module(model, INPUTS)
+    assert len(hits) == 1
+    monkeypatch.setattr(GELUActivation, "kernel_condition",
+                        staticmethod(lambda module: True), raising=False)
+    assert trace_cache.cache_key(model, INPUTS, True) is None
+    assert "kernel_condition is patched" in trace_cache.why_uncacheable(model)
+    monkeypatch.undo()
+    assert trace_cache.cache_key(model, INPUTS, True) is not None
+    activation = model.encoder.layer[0].intermediate.intermediate_act_fn
+    monkeypatch.setattr(activation, "forward",
+                        types.MethodType(lambda self, x: torch.tanh(x), activation),
+                        raising=False)
+    assert trace_cache.cache_key(model, INPUTS, True) is None
+    assert torch.equal(_traced(model), _eager(model))
+
+
 def test_a_class_patched_with_another_installed_method_is_never_served(hits, monkeypatch):
     model = _tiny()
     trace_module(model, INPUTS)

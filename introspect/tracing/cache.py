@@ -76,6 +76,12 @@ from introspect.tracing.records import NodeRecord
 MEMORY_ENTRIES = 16  # graphs kept per process (each is a graph, not weights)
 _INSTALLED = ("torch", "transformers")  # version-pinned packages a cached model may use
 _REPLAYABLE = (*_INSTALLED, "introspect")  # a layer of these may be replayed (its BERT)
+# transformers 5.25 requires ``kernels`` and decorates its activations with its
+# use_kernel_forward_from_hub, which leaves on the class a condition function of kernels'
+# own that only kernels.kernelize calls, never forward (kernelize swaps an instance's
+# forward, which the instance check refuses). The condition is let through when it is
+# installed code of one of these packages; any other function under that name is a patch.
+_KERNEL_CONDITION = ("kernel_condition", ("kernels", *_INSTALLED))
 # Modules the code of an HF model reads besides its own: their functions must be
 # installed ones, and a value replaced there misses the cache.
 _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
@@ -326,6 +332,10 @@ def _check_class_function(cls: type, name: str, function: types.FunctionType,
                           packages: tuple[str, ...]) -> None:
     """A function on an installed class must be the package's own, under its own name."""
     where = f"{cls.__module__}.{cls.__qualname__}.{name}"
+    condition_name, condition_packages = _KERNEL_CONDITION
+    if name == condition_name and function.__module__.split(".")[0] in condition_packages \
+            and _file_under(function.__code__.co_filename, _package_roots(condition_packages)):
+        return
     wrapper = getattr(function, "__wrapped__", None) is not None
     # A decorator's wrapper may come from the standard library (contextlib's, for
     # torch.no_grad); the function it wraps is checked next, and must be the package's.
