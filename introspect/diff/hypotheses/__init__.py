@@ -9,14 +9,14 @@ the block with one classic porting bug (Q/K/V swapped, position ids offset, toke
 left out or doubled, mask missing / on the query axis / another fill, softmax over the
 wrong dim, scale 1/d, residual left out, pre-LN, LayerNorm eps or unbiased variance, tanh
 GELU, pooler without tanh or mean-pooled, layers out of order, weights transposed or from
-another layer) and is reported only when it reproduces the candidate's value within budget
-and far better than the unmodified block. Two checks are not re-runs: dropout left active
-(the candidate's values are the reference's with some zeroed and the rest scaled by
-1/(1 - p), or two eval runs of the candidate differ), weights reshaped where they should
-have been transposed (a parameter of the candidate holds the reference weight's values in
-their memory order under another shape) and weights left unloaded (no parameter of the
-candidate holds them). A pooler bug is also recognised at the head that reads the pooled
-output (``pooler.head_hints``). Nothing is inferred from names; where no
+another layer, a bias never added) and is reported only when it reproduces the candidate's
+value within budget and far better than the unmodified block. Two checks are not re-runs:
+dropout left active (the candidate's values are the reference's with some zeroed and the
+rest scaled by 1/(1 - p), or two eval runs of the candidate differ), weights reshaped where
+they should have been transposed (a parameter of the candidate holds the reference
+weight's values in their memory order under another shape) and weights left unloaded (no
+parameter of the candidate holds them). A pooler bug is also recognised at the head that
+reads the pooled output (``pooler.head_hints``). Nothing is inferred from names; where no
 hypothesis reproduces the values, no hint is given.
 
 The causes recognised at the divergent node itself, with no re-run (a weight unloaded or

@@ -1,4 +1,5 @@
-"""Weight bugs: transposed, reshaped instead of transposed, from another layer, unloaded.
+"""Weight bugs: transposed, reshaped instead of transposed, from another layer, unloaded, a
+bias never added.
 
 Transposed and other-layer weights are tested like every hypothesis, by re-running the
 block with the suspected weight. A weight reshaped where it should have been transposed
@@ -30,6 +31,14 @@ def hypotheses(site: Site) -> Iterator[Hypothesis]:
             yield Hypothesis(f"weight {site.module(name)} is the reference's transposed",
                              "transposing it in the reference",
                              partial(run_layer, site, _with(site, name, value.t())),
+                             "weights", replaces=name, changes=(site.owner_of(name),))
+    for name, value in site.weights.items():
+        # A bias held but never added (``x @ w.t()``, ``torch.mm``, ``bias=False``): the
+        # reference run without it. A bias of zeros cannot be told from its absence.
+        if name.endswith(".bias") and value.dim() == 1 and bool(value.any()):
+            yield Hypothesis(f"bias {site.module(name)} is not added in the candidate",
+                             "leaving it out in the reference",
+                             partial(run_layer, site, _with(site, name, torch.zeros_like(value))),
                              "weights", replaces=name, changes=(site.owner_of(name),))
     for other, weights in enumerate(site.layers):
         if other == site.index:
