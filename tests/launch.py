@@ -77,10 +77,13 @@ class _Zygote:
         return self.process.poll() is None
 
     def start(self) -> bool:
-        """Wait for its imports; a zygote whose imports printed anything is not used (a
-        fresh process would print it on every run)."""
+        """Wait for its imports; a zygote whose imports printed anything, or failed, is not
+        used (a fresh process would print it on every run)."""
         if not self.ready:
-            self.ready = self._answer(None) == "ready"
+            try:
+                self.ready = self._answer(None) == "ready"
+            except RuntimeError:  # its imports failed: a fresh process shows why
+                return False
             self.log.seek(0)
             self.ready = self.ready and not self.log.read()
         return self.ready

@@ -89,3 +89,17 @@ def test_only_variables_read_at_run_time_may_differ(change, stands_in):
 def test_a_python_path_with_a_site_customization_gets_a_fresh_process(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("")
     assert not launch._stands_in({"PYTHONPATH": str(tmp_path)}, {})
+
+
+def test_a_zygote_whose_imports_fail_is_not_used(tmp_path, monkeypatch):
+    # (a module added under introspect/ before the editable install links it: the zygote
+    # ended at its imports, and every forked run raised instead of running afresh)
+    broken = tmp_path / "transformers"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    zygote = launch._Zygote(1)
+    try:
+        assert zygote.start() is False
+    finally:
+        zygote.close()

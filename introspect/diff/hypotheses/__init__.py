@@ -17,7 +17,8 @@ they should have been transposed (a parameter of the candidate holds the referen
 weight's values in their memory order under another shape) and weights left unloaded (no
 parameter of the candidate holds them). A pooler bug is also recognised at the head that
 reads the pooled output (``pooler.head_hints``). Nothing is inferred from names; where no
-hypothesis reproduces the values, no hint is given.
+hypothesis reproduces the values, no hint is given. Heads concatenated in another order
+are found by value first (``head_order``), then judged like a hypothesis.
 
 The causes recognised at the divergent node itself, with no re-run (a weight unloaded or
 transposed, LayerNorm eps, tanh GELU, the attention scale or mask, a lower dtype) are in
@@ -54,6 +55,7 @@ from introspect.diff.hypotheses import (
 )
 from introspect.diff.hypotheses.blocks import READS, Linears
 from introspect.diff.hypotheses.context import DivergenceContext
+from introspect.diff.hypotheses.head_order import head_order_hints
 from introspect.diff.hypotheses.hypothesis import Hypothesis, run_base
 from introspect.diff.hypotheses.matching import (
     BETTER,
@@ -107,6 +109,11 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         if quantity is None:
             return tuple(hints)
         reproduced = _reproduced(context, site, base, quantity)
+        if not reproduced:  # (found by value first: no variant to run for each order)
+            reproduced = head_order_hints(
+                base, quantity, context.candidate_value, site.keep, site.heads,
+                Judge(quantity.layout(base[quantity.name]), context.candidate_value,
+                      quantity, context.atol, context.rtol))
         hints += reproduced
         edits = any(h.startswith(dropout.WEIGHT_EDIT) for h in hints)
         if not reproduced and context.candidate_model is not None and not edits:

@@ -37,7 +37,9 @@ class LayerOptions:
     pre_ln: bool = False
     eps: tuple[float | None, float | None] = (None, None)  # attention / output LayerNorm
     unbiased: tuple[bool, bool] = (False, False)
-    activation: str = "module"  # "module" (the reference's), "tanh" or "erf"
+    # "module" (the reference's), "tanh" or "erf" (GELU's), "relu", "silu", "quick"
+    # (x * sigmoid(1.702 x), CLIP's QuickGELU)
+    activation: str = "module"
     overrides: Mapping[str, torch.Tensor] = field(default_factory=dict)  # weights replaced
 
 
@@ -171,7 +173,8 @@ def encoder_layer(w: Weights, x: torch.Tensor, keep: torch.Tensor, heads: int, e
     out["intermediate_dense"] = linear(ffn_in, w["intermediate.dense.weight"],
                                          w["intermediate.dense.bias"])
     act = {"module": activation, "erf": F.gelu,
-           "tanh": lambda t: F.gelu(t, approximate="tanh")}[o.activation]
+           "tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu, "silu": F.silu,
+           "quick": lambda t: t * torch.sigmoid(1.702 * t)}[o.activation]
     out["intermediate"] = act(out["intermediate_dense"])
     if stop in out:
         return out
