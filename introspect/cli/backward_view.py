@@ -39,7 +39,7 @@ def node_gradient_table(rows: list[Any], width: int, limit: int | None) -> Any:
 
     ordered = sorted(rows, key=lambda r: (r.status != "fail", -r.reference_index))
     shown = ordered if limit is None else ordered[:limit]
-    columns = [Column("status", 6), Column("local_max_abs_err", 10, justify="right"),
+    columns = [Column("status", 0), Column("local_max_abs_err", 10, justify="right"),
                Column("max_abs_err", 9, justify="right"),
                Column("layer", 0, flex=2, min_width=15),
                Column("op", 0, flex=2, min_width=8, optional=True),
@@ -61,7 +61,7 @@ def parameter_table(rows: list[Any], width: int, limit: int | None) -> Any:
     ordered = sorted(rows, key=lambda r: rank.get(r.status, 2)) if limit is not None else rows
     shown = ordered if limit is None else ordered[:limit]
     wide = width >= WIDE and any(r.candidate != r.reference for r in shown)
-    columns = [Column("status", 6), Column("max_abs_err", 9, justify="right"),
+    columns = [Column("status", 0), Column("max_abs_err", 9, justify="right"),
                Column("max_rel_err", 9, justify="right"),
                Column("reference", 0, flex=5, min_width=12, cut="start"),
                *([Column("candidate", 0, flex=4, min_width=12, cut="start")] if wide else [])]

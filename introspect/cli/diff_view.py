@@ -167,7 +167,7 @@ def print_legend(console: Any, words: Any) -> None:
 def layer_table(result: Any, width: int) -> Any:
     """One row per layer: status, errors, node counts and the worst node (the headers are
     ``DiffResult.layers``' columns: docs/columns.md)."""
-    columns = [Column("status", 6), Column("layer", 0, flex=2, min_width=15),
+    columns = [Column("status", 0), Column("layer", 0, flex=2, min_width=15),
                Column("max_abs_err", 9, justify="right"),
                Column("local_max_abs_err", 10, justify="right"),
                Column("nodes", 5, justify="right"), Column("failing", 7, justify="right"),
@@ -210,7 +210,7 @@ def node_table(result: Any, width: int, rows: list[Any], limit: int | None) -> A
     from introspect.diff.status import status_word
 
     wide = width >= WIDE
-    columns = [Column("status", 6), Column("local_max_abs_err", 10, justify="right"),
+    columns = [Column("status", 0), Column("local_max_abs_err", 10, justify="right"),
                Column("max_abs_err", 9, justify="right"),
                *([Column("atol", 8, justify="right")] if wide else []),
                Column("layer", 0, flex=2, min_width=15),

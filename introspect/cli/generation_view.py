@@ -20,7 +20,7 @@ def print_steps(result: Any, stream: TextIO, *, quiet: bool, width: int | None =
     tokens = max((len(token_text(r, side)) for r in result.step_rows
                   for side in ("reference", "candidate")), default=9)
     tokens = max(9, min(tokens, 24))
-    columns = [Column("status", 6), Column("step", 4, justify="right"),
+    columns = [Column("status", 0), Column("step", 4, justify="right"),
                Column("position", 8, justify="right"), Column("reference", tokens),
                Column("candidate", tokens),
                Column("logits_max_abs_err", 10, justify="right"),

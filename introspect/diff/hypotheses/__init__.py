@@ -18,7 +18,8 @@ weight's values in their memory order under another shape) and weights left unlo
 parameter of the candidate holds them). A pooler bug is also recognised at the head that
 reads the pooled output (``pooler.head_hints``). Nothing is inferred from names; where no
 hypothesis reproduces the values, no hint is given. Heads concatenated in another order
-are found by value first (``head_order``), then judged like a hypothesis.
+are found by value first (``head_order``), then judged like a hypothesis; so are weights
+the candidate stores in bfloat16 or float16 and upcasts (``stored_dtype``).
 
 The causes recognised at the divergent node itself, with no re-run (a weight unloaded or
 transposed, LayerNorm eps, tanh GELU, the attention scale or mask, a lower dtype) are in
@@ -66,6 +67,7 @@ from introspect.diff.hypotheses.matching import (
     identify,
 )
 from introspect.diff.hypotheses.site import Site, locate
+from introspect.diff.hypotheses.stored_dtype import stored_dtype_hints
 from introspect.diff.hypotheses.tokens import real_in, real_tokens
 from introspect.diff.modules.paths import within
 
@@ -109,11 +111,12 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         if quantity is None:
             return tuple(hints)
         reproduced = _reproduced(context, site, base, quantity)
-        if not reproduced:  # (found by value first: no variant to run for each order)
-            reproduced = head_order_hints(
-                base, quantity, context.candidate_value, site.keep, site.heads,
-                Judge(quantity.layout(base[quantity.name]), context.candidate_value,
-                      quantity, context.atol, context.rtol))
+        if not reproduced:  # (found by value or by the candidate's parameters first)
+            judge = Judge(quantity.layout(base[quantity.name]), context.candidate_value,
+                          quantity, context.atol, context.rtol)
+            reproduced = head_order_hints(base, quantity, context.candidate_value, site.keep,
+                                          site.heads, judge) \
+                or stored_dtype_hints(site, quantity, context.candidate_model, judge)
         hints += reproduced
         edits = any(h.startswith(dropout.WEIGHT_EDIT) for h in hints)
         if not reproduced and context.candidate_model is not None and not edits:
