@@ -1,5 +1,5 @@
-"""A BERT encoder whose attention runs each head in a Python loop, from per-head slices of
-its projections, and concatenates the heads' outputs (imports only torch). Builds:
+"""A BERT encoder whose attention runs each head in a Python loop, on its slice of the
+projections, and concatenates the heads' outputs (imports only torch). Builds:
 
 - ``correct``: the heads concatenated in their order;
 - ``reversed_heads``: layer 3 concatenates them last to first;
@@ -33,15 +33,14 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
         H = x.shape[-1]
         d = H // self.heads
+        q, k, v = (F.linear(x, self.w(f"attention.self.{n}.weight"),
+                            self.w(f"attention.self.{n}.bias")).split(d, dim=-1)
+                   for n in ("query", "key", "value"))
         outs = []
         for h in range(self.heads):
-            rows = slice(h * d, (h + 1) * d)
-            q, k, v = (F.linear(x, self.w(f"attention.self.{n}.weight")[rows],
-                                self.w(f"attention.self.{n}.bias")[rows])
-                       for n in ("query", "key", "value"))
-            scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(d)
+            scores = torch.einsum("bqd,bkd->bqk", q[h], k[h]) / math.sqrt(d)
             scores = scores.masked_fill(blocked, -1e30)
-            outs.append(torch.einsum("bqk,bkd->bqd", scores.softmax(-1), v))
+            outs.append(torch.einsum("bqk,bkd->bqd", scores.softmax(-1), v[h]))
         context = torch.cat([outs[i] for i in self.order], dim=-1)
         x = F.layer_norm(x + F.linear(context, self.w("attention.output.dense.weight"),
                                       self.w("attention.output.dense.bias")),
