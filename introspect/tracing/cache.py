@@ -81,7 +81,8 @@ _REPLAYABLE = (*_INSTALLED, "introspect")  # a layer of these may be replayed (i
 # own that only kernels.kernelize calls, never forward (kernelize swaps an instance's
 # forward, which the instance check refuses). The condition is let through when it is
 # installed code of one of these packages; any other function under that name is a patch.
-_KERNEL_CONDITION = ("kernel_condition", ("kernels", *_INSTALLED))
+_KERNEL_CONDITION = "kernel_condition"
+_KERNEL_CONDITION_PACKAGES = ("kernels", *_INSTALLED)
 # Modules the code of an HF model reads besides its own: their functions must be
 # installed ones, and a value replaced there misses the cache.
 _READ_MODULES = ("torch", "torch.nn.functional", "torch.nn.modules.module",
@@ -332,9 +333,10 @@ def _check_class_function(cls: type, name: str, function: types.FunctionType,
                           packages: tuple[str, ...]) -> None:
     """A function on an installed class must be the package's own, under its own name."""
     where = f"{cls.__module__}.{cls.__qualname__}.{name}"
-    condition_name, condition_packages = _KERNEL_CONDITION
-    if name == condition_name and function.__module__.split(".")[0] in condition_packages \
-            and _file_under(function.__code__.co_filename, _package_roots(condition_packages)):
+    if name == _KERNEL_CONDITION \
+            and function.__module__.split(".")[0] in _KERNEL_CONDITION_PACKAGES \
+            and _file_under(function.__code__.co_filename,
+                            _package_roots(_KERNEL_CONDITION_PACKAGES)):
         return
     wrapper = getattr(function, "__wrapped__", None) is not None
     # A decorator's wrapper may come from the standard library (contextlib's, for

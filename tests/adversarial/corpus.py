@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -55,6 +56,16 @@ def port(relative: str):
         spec.loader.exec_module(module)
         _imported[path] = module
     return _imported[path]
+
+
+def diff_port(mini, file: str, build: str, **options: Any):
+    """``introspect.diff`` in this process of ``mini``'s reference, on its inputs, against
+    what ``ports/<file>``'s ``build`` returns for it."""
+    import introspect
+
+    reference, inputs = mini
+    return introspect.diff(reference.model, getattr(port(file), build)(reference), inputs,
+                           **options)
 
 
 def run_port(file: str, build: str, *options: str) -> subprocess.CompletedProcess[str]:

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-import introspect
-from tests.adversarial.corpus import first_divergence, port, run_port
+from tests.adversarial.corpus import diff_port, first_divergence, run_port
 
 HINT = "bias encoder.layer.3.{} is not added in the candidate"
 
 
-@pytest.fixture(scope="module")
-def ports():
-    return port("bias_not_added.py")
-
-
-def test_a_port_adding_every_bias_passes(mini, ports):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, ports.correct(reference), inputs)
+def test_a_port_adding_every_bias_passes(mini):
+    result = diff_port(mini, "bias_not_added.py", "correct")
     assert result.passed, result.summary()
 
 
@@ -31,9 +24,8 @@ def test_a_port_adding_every_bias_passes(mini, ports):
     ("attention_bias_not_added", "attention.output.dense.bias"),
     ("norm_bias_not_added", "output.LayerNorm.bias"),
 ])
-def test_a_bias_left_out_is_named(mini, ports, build, bias):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, getattr(ports, build)(reference), inputs)
+def test_a_bias_left_out_is_named(mini, build, bias):
+    result = diff_port(mini, "bias_not_added.py", build)
     assert not result.passed
     divergence = result.first_divergence
     assert divergence.layer == "encoder.layer.3"

@@ -8,27 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-import introspect
-from tests.adversarial.corpus import port
+from tests.adversarial.corpus import diff_port
 
 NAMES = {"relu": "ReLU", "silu": "SiLU", "quick": "QuickGELU"}
 
 
-@pytest.fixture(scope="module")
-def ports():
-    return port("ffn_activations.py")
-
-
-def test_gelu_written_out_passes(mini, ports):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, ports.correct(reference), inputs)
+def test_gelu_written_out_passes(mini):
+    result = diff_port(mini, "ffn_activations.py", "correct")
     assert result.passed, result.summary()
 
 
 @pytest.mark.parametrize("build", sorted(NAMES))
-def test_another_activation_is_named(mini, ports, build):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, getattr(ports, build)(reference), inputs)
+def test_another_activation_is_named(mini, build):
+    result = diff_port(mini, "ffn_activations.py", build)
     assert not result.passed
     divergence = result.first_divergence
     assert divergence.layer == "encoder.layer.3"

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-import introspect
-from tests.adversarial.corpus import port
+from tests.adversarial.corpus import diff_port
 
 
-@pytest.fixture(scope="module")
-def ports():
-    return port("head_order.py")
-
-
-def test_heads_in_their_order_pass(mini, ports):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, ports.correct(reference), inputs)
+def test_heads_in_their_order_pass(mini):
+    result = diff_port(mini, "head_order.py", "correct")
     assert result.passed, result.summary()
 
 
@@ -27,9 +20,8 @@ def test_heads_in_their_order_pass(mini, ports):
     ("reversed_heads", "(reversed)"),
     ("swapped_heads", "(head 0 holds the reference's head 5, head 5 holds the reference's head 0)"),
 ])
-def test_heads_in_another_order_are_named(mini, ports, build, said):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, getattr(ports, build)(reference), inputs)
+def test_heads_in_another_order_are_named(mini, build, said):
+    result = diff_port(mini, "head_order.py", build)
     assert not result.passed
     divergence = result.first_divergence
     assert divergence.layer == "encoder.layer.3"

@@ -15,16 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import introspect
 from introspect.diff.hypotheses import DivergenceContext, explain_divergence
-from tests.adversarial.corpus import port
+from tests.adversarial.corpus import diff_port, port
 
 ATOL, RTOL = 1e-5, 1.3e-6
-
-
-@pytest.fixture(scope="module")
-def ports():
-    return port("stored_low.py")
 
 
 def _output(model, inputs, module_of):
@@ -50,24 +44,24 @@ def _context(reference, candidate, inputs):
         atol=ATOL, rtol=RTOL)
 
 
-def test_parameters_kept_in_float32_pass(mini, ports):
-    reference, inputs = mini
-    result = introspect.diff(reference.model, ports.fp32(reference), inputs)
+def test_parameters_kept_in_float32_pass(mini):
+    result = diff_port(mini, "stored_low.py", "fp32")
     assert result.passed, result.summary()
 
 
 @pytest.mark.parametrize("build, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
-def test_weights_stored_rounded_are_named(mini, ports, build, dtype):
+def test_weights_stored_rounded_are_named(mini, build, dtype):
     reference, inputs = mini
-    hints = explain_divergence(_context(reference, getattr(ports, build)(reference), inputs))
+    candidate = getattr(port("stored_low.py"), build)(reference)
+    hints = explain_divergence(_context(reference, candidate, inputs))
     named = [h for h in hints if "stores its weights in" in h]
     assert len(named) == 1, hints
     assert named[0].startswith(f"the candidate stores its weights in {dtype} ")
 
 
-def test_a_float32_port_is_not_blamed_on_a_dtype(mini, ports):
+def test_a_float32_port_is_not_blamed_on_a_dtype(mini):
     reference, inputs = mini
-    candidate = ports.fp32(reference)
+    candidate = port("stored_low.py").fp32(reference)
     context = _context(reference, candidate, inputs)
     moved = DivergenceContext(**{**context.__dict__,
                                  "candidate_value": context.candidate_value * 1.01})

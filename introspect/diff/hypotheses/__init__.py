@@ -110,13 +110,13 @@ def explain_divergence(context: DivergenceContext) -> tuple[str, ...]:
         quantity = identify(context.reference_value, base, site.keep, site.heads)
         if quantity is None:
             return tuple(hints)
-        reproduced = _reproduced(context, site, base, quantity)
+        held = Judge(quantity.layout(base[quantity.name]), context.candidate_value, quantity,
+                     context.atol, context.rtol)
+        reproduced = _reproduced(context, site, base, quantity, held)
         if not reproduced:  # (found by value or by the candidate's parameters first)
-            judge = Judge(quantity.layout(base[quantity.name]), context.candidate_value,
-                          quantity, context.atol, context.rtol)
             reproduced = head_order_hints(base, quantity, context.candidate_value, site.keep,
-                                          site.heads, judge) \
-                or stored_dtype_hints(site, quantity, context.candidate_model, judge)
+                                          site.heads, held) \
+                or stored_dtype_hints(site, quantity, context.candidate_model, held)
         hints += reproduced
         edits = any(h.startswith(dropout.WEIGHT_EDIT) for h in hints)
         if not reproduced and context.candidate_model is not None and not edits:
@@ -140,10 +140,10 @@ def _dropout(context: DivergenceContext) -> list[str]:
 
 
 def _reproduced(context: DivergenceContext, site: Site, base: dict[str, torch.Tensor],
-                quantity: Quantity) -> list[str]:
+                quantity: Quantity, held: Judge) -> list[str]:
+    """The hints of the hypotheses whose variants ``held`` (the judge of the candidate's
+    value at ``quantity``) finds reproducing it."""
     found: list[tuple[bool, float, Hypothesis, Verdict]] = []
-    held = Judge(quantity.layout(base[quantity.name]), context.candidate_value, quantity,
-                 context.atol, context.rtol)
     every = [h for family in FAMILIES for h in family.hypotheses(_up_to(site, quantity))
              if _can_move(h, quantity.name, base)]
     for stage in _by_scope(every, context.scope):
