@@ -59,8 +59,9 @@ def _explain_inside(state: DiffState) -> bool:
     layers = ReferenceLayers.of(state.reference)
     confirm = explanation.confirm_inside
 
-    def confirm_inside(modules, passing=(), cancelled=()):  # a guess inside a failing
-        rows, divergence = confirm(modules, passing, cancelled)  # module, named as here
+    # (a guess inside a failing module, named as here)
+    def confirm_inside(modules, passing=(), cancelled=(), cancelled_rows=()):
+        rows, divergence = confirm(modules, passing, cancelled, cancelled_rows)
         return ([_relabelled(r, layers) for r in rows],
                 _named(divergence, layers, scope.candidate_module))
 

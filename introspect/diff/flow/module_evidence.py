@@ -4,6 +4,7 @@ faithfulness its coverage needs; then joined with the verdict."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from introspect.diff import devices
@@ -16,19 +17,23 @@ from introspect.diff.modules import ModuleEvidence, gather_module_evidence
 from introspect.diff.modules.accounted import computed_by_glue, unaccounted
 from introspect.diff.modules.blocks import block_layers, named_by_block
 from introspect.diff.modules.cancelled import (
+    Holder,
     cancelled_modules,
+    cancelled_nodes_note,
     cancelled_notes,
+    cancelling_holders,
     within_cancelled,
 )
 from introspect.diff.modules.evidence import coverage_of, unseen_regions
 from introspect.diff.modules.inference import INFERENCE_DIFFERS
 from introspect.diff.modules.paths import within
+from introspect.diff.modules.precise import ReferenceCalls
 from introspect.diff.modules.stacked import named_by_stacked_slices
 from introspect.diff.modules.tables import modules_only
 from introspect.diff.ops.divergence import on_a_guess
 from introspect.diff.quantized import INT8
 from introspect.diff.records import STATUS_FAIL, STATUS_OK
-from introspect.run.truth import INFERENCE_MODE, NO_GRAD, identical
+from introspect.run.truth import AUTOGRAD, INFERENCE_MODE, NO_GRAD, identical
 
 MODULES_ONLY_NOTE = (
     "no op-level recording: the outputs and module evidence prove this PASS (every module "
@@ -68,9 +73,12 @@ def pass_without_recording(state: DiffState) -> None:
         # the coverage keeps what it reads of the values; they are let go before any
         # recording (memory: a forward's worth a side), once a failing module's are read
         state.unseen = unseen_regions(cand_calls)
-        if state.module_evidence.passed:
+        if state.module_evidence.passed and not verdict.passed:
             ref_calls.calls.clear()
             cand_calls.calls.clear()
+        # (where everything passed, they are held until the op level is joined: a node
+        # failing there inside a passing module may cancel in it, ``_cancelling_holders``;
+        # as with node tables, where the recording runs while they are held)
         note_edited_weights(state)
         return
     state.notes += state.module_evidence.notes + cancelled_notes(state.module_evidence)
@@ -107,9 +115,13 @@ def join_module_evidence(state: DiffState) -> None:
     # Module evidence (tier 2): each module of the candidate's plain calls on the
     # reference's inputs to it, against a budget from its own rounding noise.
     ref_calls, cand_calls = state.ref_calls, state.cand_calls
+    holders: dict[tuple[str, str], Holder] = {}
     if state.early:  # judged before the recording: only its coverage waited for it
         state.module_evidence.uncovered = coverage_of(
             state.unseen, state.module_evidence.rows, state.faithful, state.parted)
+        holders = _cancelling_holders(state)
+        ref_calls.calls.clear()  # the values are let go: memory
+        cand_calls.calls.clear()
     elif state.truths:
         state.module_evidence = gather_module_evidence(
             ref_calls, cand_calls, state.tensors.get("attention_mask"), state.faithful,
@@ -117,6 +129,7 @@ def join_module_evidence(state: DiffState) -> None:
             changing=_changing(state),
             outputs_failed=state.verdict is not None and not state.verdict.passed)
         glue = computed_by_glue(ref_calls, cand_calls, state.module_evidence.rows)
+        holders = _cancelling_holders(state)
         ref_calls.calls.clear()  # the values are let go: memory
         cand_calls.calls.clear()
         state.module_evidence.pairs, state.module_evidence.candidate_calls = [], []
@@ -130,7 +143,7 @@ def join_module_evidence(state: DiffState) -> None:
             {r.reference_module for r in evidence.smallest_failing()})
         if inside is not None:
             state.rows, state.divergence = confirmed, inside
-    _overrule_where_modules_agree(state)
+    _overrule_where_modules_agree(state, holders)
     state.notes += cancelled_notes(evidence)
     state.passed, state.divergence = evidence.join(state.passed, state.divergence,
                                                    state.faithful, _execution_order(state))
@@ -144,7 +157,32 @@ def join_module_evidence(state: DiffState) -> None:
             state.module_evidence.relations, layers)
 
 
-def _overrule_where_modules_agree(state: DiffState) -> None:
+def _cancelling_holders(state: DiffState) -> dict[tuple[str, str], Holder]:
+    """For each failing op-level row, by (reference node, candidate node), the passing
+    module holding both its nodes whose float64 run on the reference's inputs is the
+    reference's exactly, running the same ops as in float32
+    (``cancelled.cancelling_holders``): a key's bias left out in a layer written as
+    functions, whose only module is the layer. While the calls' values are held; {}
+    where none is."""
+    explanation, evidence = state.explanation, state.module_evidence
+    if explanation is None or explanation.confirm_inside is None or state.inside \
+            or explanation.graph is None or not evidence.pairs:
+        return {}
+    modules_of = {r.name: r.module for r in explanation.graph.records}
+    failing = {(r.reference_node, r.candidate_node): (modules_of[r.candidate_node], r.module)
+               for r in state.rows if r.status == STATUS_FAIL and not r.nonfinite
+               and r.candidate_node in modules_of}  # (NaN or inf: judged by them, no gap)
+    if not failing:
+        return {}
+    calls = state.ref_calls.of_mode(AUTOGRAD) or state.ref_calls.of_mode(NO_GRAD)
+    holders = cancelling_holders(failing.values(), evidence, ReferenceCalls(calls),
+                                 state.tensors.get("attention_mask"),
+                                 [u.candidate_module for u in evidence.uncovered])
+    return {row: holders[modules] for row, modules in failing.items() if modules in holders}
+
+
+def _overrule_where_modules_agree(state: DiffState,
+                                  holders: Mapping[tuple[str, str], Holder]) -> None:
     """A guess (``ops.divergence.on_a_guess``: confirmed only by the growth of the error
     around it, or paired by the names of weights holding other values) fails nothing
     inside a module that module evidence passed: the candidate's module, run on the
@@ -159,14 +197,19 @@ def _overrule_where_modules_agree(state: DiffState) -> None:
     cancelled = {m for m in cancelled_modules(evidence)
                  if not any(within(f, m) for f in failing)}
     guessed = any(on_a_guess(r) for r in state.rows)
-    if not guessed and not (cancelled and any(r.status == STATUS_FAIL for r in state.rows)):
+    failing_rows = any(r.status == STATUS_FAIL for r in state.rows)
+    if not guessed and not ((cancelled or holders) and failing_rows):
         return
     passing = {r.candidate_module for r in evidence.rows if r.status == STATUS_OK
                and r.candidate_module and not any(within(f, r.candidate_module)
                                                   for f in failing)}
-    rows, divergence = explanation.confirm_inside(set(), passing, cancelled)
+    rows, divergence = explanation.confirm_inside(set(), passing, cancelled, set(holders))
     if rows == state.rows:
         return
+    if holders:
+        unconfirmed = sum(1 for before, after in zip(state.rows, rows, strict=True)
+                          if before.status == STATUS_FAIL and after.status != STATUS_FAIL)
+        state.notes.append(cancelled_nodes_note(holders, unconfirmed))
     take_rows(state, rows, divergence)
     state.passed = passed_with_rows(state)
     if divergence is None and verdict is not None and not verdict.passed:

@@ -55,6 +55,7 @@ from introspect.diff.modules.folds import exact_in_float64
 from introspect.diff.modules.gaps import kept, largest, largest_gap, mean_gap, mean_magnitude
 from introspect.diff.modules.local import UNIT
 from introspect.diff.modules.pairing import ModulePair, view_key
+from introspect.diff.modules.view_of import as_viewed, views_into
 from introspect.run.capture import ModuleCall
 from introspect.run.outputs import flatten_outputs
 from introspect.run.truth import keeping_nothing
@@ -269,24 +270,56 @@ class ReferenceCalls:
         computed is run again in float64 by that module's call, on what that call took (a
         Llama layer's rotary tables, computed once for all layers from the positions: the
         candidate's layer computes its own in float64, and the reference's must too). None
-        where none did."""
-        boundary = pair.output.boundary
-        given = {view_key(m.boundary.value) for m in pair.inputs}
-        found = sorted(self._returned.get(view_key(boundary.value), []),
-                       key=lambda c: -c[0].name.count(".") if c[0].name else 1)
+        where none did. A value the pair stands on may be a view of the call's (the
+        reference's laid out as a sequence-first port lays them: ``view_of``)."""
+        wanted = pair.output.boundary.value
+        found = self._returned.get(view_key(wanted), [])
+        viewed = False
+        if not found:  # (a view of what a call returned: the same view of its float64 run)
+            found, viewed = self._calls_returning_into(wanted), True
+        found = sorted(found, key=lambda c: -c[0].name.count(".") if c[0].name else 1)
         candidates = []
         for call, path in found:
-            taken = {view_key(leaf.value): leaf.path for leaf in call.inputs
-                     if leaf.unchanged()}
-            if not given <= set(taken):
+            taken = {view_key(leaf.value): leaf for leaf in call.inputs if leaf.unchanged()}
+            given = _given_by(pair, taken)
+            if given is None:
                 continue
-            missing = [(at, self._returned[k][0]) for k, at in taken.items()
+            source = next((leaf.value for leaf in call.outputs if leaf.path == path), None) \
+                if viewed else None
+            view = wanted if isinstance(source, torch.Tensor) else None
+            missing = [(leaf.path, self._returned[k][0]) for k, leaf in taken.items()
                        if k in self._returned and k not in given]
             if not missing:
-                return ReferenceRun(call, path)
+                return ReferenceRun(call, path, (), source if view is not None else None,
+                                    view)
             candidates.append(ReferenceRun(call, path, tuple(
-                (at, producer, produced) for at, (producer, produced) in missing)))
+                (at, producer, produced) for at, (producer, produced) in missing),
+                source if view is not None else None, view))
         return candidates[0] if candidates else None
+
+    def _calls_returning_into(self, view: torch.Tensor) -> list[tuple[ModuleCall, str]]:
+        return [(call, leaf.path) for call in self._calls for leaf in call.outputs
+                if isinstance(leaf.value, torch.Tensor) and views_into(view, leaf.value)]
+
+
+def _given_by(pair: ModulePair, taken: Mapping[tuple[object, ...], Any],
+              ) -> set[tuple[object, ...]] | None:
+    """The keys of ``taken`` (a call's input leaves, by their views) that ``pair``'s
+    inputs stand for: each the value itself or a view into it; None where one is
+    neither."""
+    given = set()
+    for match in pair.inputs:
+        value = match.boundary.value
+        key = view_key(value)
+        if key in taken:
+            given.add(key)
+            continue
+        into = [k for k, leaf in taken.items()
+                if isinstance(leaf.value, torch.Tensor) and views_into(value, leaf.value)]
+        if not into:
+            return None
+        given.add(into[0])
+    return given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +330,10 @@ class ReferenceRun:
     call: ModuleCall
     path: str
     again: tuple[tuple[str, ModuleCall, str], ...] = ()
+    # where the pair's reference output is a view of what the call returned there
+    # (``view_of``): what it returned, and the view
+    source: torch.Tensor | None = None
+    view: torch.Tensor | None = None
 
 
 def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
@@ -318,11 +355,12 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
             put(ref_args, ref_kwargs, at, _run(producer, list(producer.args),
                                                dict(producer.kwargs), produced)[0])
         reference_out, _ = _run(reference_call, ref_args, ref_kwargs, reference_path)
-        args: Any = [copied(a) for a in call.args]
-        kwargs = {k: copied(v) for k, v in call.kwargs.items()}
-        for match in pair.inputs:
-            put(args, kwargs, match.path,
-                as_argument(match.boundary.value, value_at(args, kwargs, match.path)))
+        if reference.view is not None and reference.source is not None:
+            if not isinstance(reference_out, torch.Tensor) \
+                    or reference_out.numel() != reference.source.numel():
+                return None
+            reference_out = as_viewed(reference_out, reference.source, reference.view)
+        args, kwargs = on_reference_inputs(pair)
         candidate, island = _run(call, args, kwargs, pair.output.path, islands=True)
         own = _in_float32(call, args, kwargs, pair.output.path) if island else None
     except Unproven:
@@ -336,6 +374,18 @@ def float64_check(pair: ModulePair, reference: ReferenceRun, keep: torch.Tensor,
     candidate = candidate.reshape(reference_out.shape)
     return checked(candidate, reference_out, wanted.value, keep, island,
                    own if isinstance(own, torch.Tensor) else None, scale)
+
+
+def on_reference_inputs(pair: ModulePair) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments of ``pair``'s candidate call (copies), the reference's values in
+    place of those its inputs stand for."""
+    call = pair.call
+    args: Any = [copied(a) for a in call.args]
+    kwargs = {k: copied(v) for k, v in call.kwargs.items()}
+    for match in pair.inputs:
+        put(args, kwargs, match.path,
+            as_argument(match.boundary.value, value_at(args, kwargs, match.path)))
+    return args, kwargs
 
 
 def _in_float32(call: ModuleCall, args: list[Any], kwargs: dict[str, Any], path: str) -> Any:
@@ -405,7 +455,7 @@ def _storage(t: torch.Tensor) -> int:
 __all__ = ["CONFIRM_FACTOR", "CONFIRM_SHARE", "CONFIRM_UNITS", "IN_FLOAT64", "MEAN_FACTOR",
            "MEAN_UNITS", "ON_AVERAGE", "Float64Check", "checked",
            "ReferenceCalls", "ReferenceRun", "Unproven", "WholeCheck", "float64_check",
-           "float64_limit", "run_in_float64", "run_model_in_float64",
+           "float64_limit", "on_reference_inputs", "run_in_float64", "run_model_in_float64",
            "whole_models_in_float64"]
 
 

@@ -169,14 +169,19 @@ def on_a_guess(row: NodeDiff) -> bool:
 
 
 def cancelled_inside(rows: Sequence[NodeDiff], cancelled: Collection[str],
-                     candidate_module: Mapping[str, str]) -> list[NodeDiff]:
+                     candidate_module: Mapping[str, str],
+                     cancelled_rows: Collection[tuple[str, str]] = ()) -> list[NodeDiff]:
     """The failing rows unconfirmed where their candidate node sits inside one of the
     candidate's modules in ``cancelled``: module evidence found the module holding that
     one the reference's exactly in float64 (``modules.cancelled``), so what the node
-    differs by (a key's bias) cancels there and changes nothing the model computes."""
+    differs by (a key's bias) cancels there and changes nothing the model computes. So
+    are the rows in ``cancelled_rows`` (by reference node, candidate node): a module
+    holding both their nodes found so (``cancelled.cancelling_holders``)."""
     return [dataclasses.replace(r, status=STATUS_UNCONFIRMED,
                                 note="; ".join(p for p in (r.note, CANCELLED_NOTE) if p))
-            if r.status == STATUS_FAIL and _in_any(r.candidate_node, cancelled, candidate_module)
+            if r.status == STATUS_FAIL and (
+                _in_any(r.candidate_node, cancelled, candidate_module)
+                or (r.reference_node, r.candidate_node) in cancelled_rows)
             else r for r in rows]
 
 

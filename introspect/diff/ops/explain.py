@@ -77,7 +77,8 @@ class Explanation:
     histograms: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
         dataclasses.field(default_factory=dict)
     # (reference modules that module evidence failed, the candidate's modules it passed,
-    # those whose difference cancels in the module holding them)
+    # those whose difference cancels in the module holding them, and the rows, by their
+    # (reference node, candidate node), whose difference cancels in a module holding them)
     # -> the rows with the guesses inside the failing ones confirmed, those confirmed by
     # growth alone inside the passing ones unconfirmed, the failing ones inside the
     # cancelled ones unconfirmed, and the first divergence among them
@@ -221,12 +222,13 @@ def explain(ref_side: tuple[IntrospectGraph, dict[str, torch.Tensor], Recording]
     replay = ReplaySource(ref_inputs, cand_inputs, budgets, mask)
 
     def confirm_inside(modules: Collection[str], passing: Collection[str] = (),
-                       cancelled: Collection[str] = ()
+                       cancelled: Collection[str] = (),
+                       cancelled_rows: Collection[tuple[str, str]] = (),
                        ) -> tuple[list[NodeDiff], Divergence | None]:
         modules_of = {r.name: r.module for r in cand_graph.records}
         confirmed = cancelled_inside(
             overruled_inside(confirmed_inside(rows, modules), passing, modules_of),
-            cancelled, modules_of)
+            cancelled, modules_of, cancelled_rows)
         return confirmed, first_divergence(
             confirmed, alignment, run, ref_graph, cand_graph, padding, budgets,
             context=None if forward_keywords else context, noise_budget=noise_budget)
